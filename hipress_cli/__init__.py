@@ -1,0 +1,1 @@
+"""The ``hipress`` command line: thin Typer commands over the ``hipress`` library."""

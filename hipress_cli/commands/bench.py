@@ -1,0 +1,59 @@
+"""``hipress bench ...``: performance measurements, medians and ratios taken side by side."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from hipress_cli.options import JsonOpt, console, fail, parse_size, print_json
+
+app = typer.Typer(help="Benchmarks: compressors (and, as they land, sync and planning).", no_args_is_help=True)
+
+
+@app.command("compress")
+def compress(
+    alg: Annotated[str, typer.Option("--alg", help="Algorithm spec(s), comma-separated, or 'all'.")] = "all",
+    size: Annotated[str, typer.Option("--size", help="Gradient size in bytes of fp32 (e.g. 64M).")] = "64M",
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions.")] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured warm-up runs.")] = 2,
+    threads: Annotated[int, typer.Option("--threads", min=0, help="Kernel threads (0: all cores).")] = 0,
+    reference: Annotated[bool, typer.Option(help="Also time the plain-torch reference implementations.")] = True,
+    json_: JsonOpt = False,
+) -> None:
+    """Encode/decode throughput, ratio and error per algorithm, beside memory copy and plain torch."""
+    from hipress.compress import UnknownAlgorithm, available
+    from hipress.compress.bench import bench_compress
+
+    names = available() if alg == "all" else [a.strip() for a in alg.split(",") if a.strip()]
+    nbytes = parse_size(size)
+    try:
+        result = bench_compress(names, nbytes, repeat=repeat, warmup=warmup, threads=threads, reference=reference)
+    except (UnknownAlgorithm, ValueError) as e:
+        raise fail(str(e)) from None
+    if json_:
+        print_json(result)
+        return
+    mc = result["memcpy_gbps"]
+    t = Table(title=f"compressors on {nbytes / 2**20:.0f} MiB fp32, {result['threads']} threads; "
+              f"memcpy {mc:.2f} GB/s (median of {repeat})")
+    for col in ("alg", "encode GB/s", "x memcpy", "decode GB/s", "x memcpy", "ratio", "rel L2 err",
+                "ref enc GB/s", "ref dec GB/s", "speedup enc"):
+        t.add_column(col, justify="right" if col != "alg" else "left")
+    for r in result["algorithms"]:
+        ref_e, ref_d = r.get("reference_encode_gbps"), r.get("reference_decode_gbps")
+        t.add_row(
+            r["alg"],
+            f"{r['encode_gbps']:.2f}",
+            f"{r['encode_gbps'] / mc:.2f}",
+            f"{r['decode_gbps']:.2f}",
+            f"{r['decode_gbps'] / mc:.2f}",
+            f"{r['ratio']:.4f}",
+            f"{r['rel_l2_error']:.3f}",
+            f"{ref_e:.3f}" if ref_e else "-",
+            f"{ref_d:.3f}" if ref_d else "-",
+            f"{r['encode_gbps'] / ref_e:.1f}x" if ref_e else "-",
+        )
+    console.print(t)
+    console.print("GB/s = input fp32 bytes / median time; 95% CIs of the medians are in --json.")

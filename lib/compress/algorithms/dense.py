@@ -1,0 +1,73 @@
+"""``none``, ``fp16`` and ``bf16``: the uncompressed baseline and the two half-precision casts."""
+
+from __future__ import annotations
+
+import torch
+
+from ..base import Capabilities, Compressor, nonfinite
+from ..errors import CompressionError
+from ..payload import Header, allocate
+from ..registry import register
+from ..state import GradientState
+
+
+class _Cast(Compressor):
+    """Values cast to ``wire_dtype`` and sent as raw bytes."""
+
+    wire_dtype: torch.dtype = torch.float32
+
+    def payload_size(self, numel: int) -> int:
+        return 20 + numel * self.wire_dtype.itemsize
+
+    def body_size(self, header: Header) -> int:
+        return header.numel * self.wire_dtype.itemsize
+
+    def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
+        payload, body = allocate(self.wire_id, dtype, x.numel(), b"", x.numel() * self.wire_dtype.itemsize)
+        vals = body.view(self.wire_dtype)
+        vals.copy_(x)
+        if x.numel() and not bool(torch.isfinite(vals).all()):
+            if bool(torch.isfinite(x).all()):
+                raise CompressionError(name, f"values overflow {self.wire_dtype}", "scale the gradient down first")
+            raise nonfinite(name)
+        return payload
+
+    def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
+        vals = body.view(self.wire_dtype)
+        out.add_(vals) if add else out.copy_(vals)
+
+
+@register
+class NoCompression(_Cast):
+    """fp32 as is: the baseline every algorithm is measured against."""
+
+    name = "none"
+    wire_id = 0
+    caps = Capabilities(compressed_merge=True, lossless=True)
+
+    def merge(self, a: torch.Tensor, b: torch.Tensor, *, name: str = "<unnamed>") -> torch.Tensor:
+        ha, ba = self.parse(a, name)
+        hb, bb = self.parse(b, name)
+        if ha.numel != hb.numel:
+            raise CompressionError(name, f"cannot merge payloads of {ha.numel} and {hb.numel} elements")
+        out = a.clone()
+        self.parse(out, name)[1].view(torch.float32).add_(bb.view(torch.float32))
+        return out
+
+
+@register
+class FP16(_Cast):
+    """IEEE half precision: 2x smaller, overflows above 65504 (reported, not silently inf)."""
+
+    name = "fp16"
+    wire_id = 1
+    wire_dtype = torch.float16
+
+
+@register
+class BF16(_Cast):
+    """bfloat16: 2x smaller, fp32's range, 8 bits of mantissa."""
+
+    name = "bf16"
+    wire_id = 2
+    wire_dtype = torch.bfloat16

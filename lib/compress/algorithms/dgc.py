@@ -1,0 +1,64 @@
+"""DGC, Deep Gradient Compression (Lin et al. 2018).
+
+v = g + residual (gradient accumulation); threshold from a seeded random sample of |v|; keep
+|v| >= threshold, at most k = ceil(ratio * n) (the largest if more pass: the budget is never
+exceeded); residual <- v with the kept entries zeroed. ``momentum > 0`` turns on momentum correction
+(velocity u = m*u + g accumulated instead of g, masked where sent). Payload: the sparse format.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..kernels import backend_for
+from ..registry import register
+from ..sparse import SparseCompressor, accumulate, budget, sampled_threshold, top_by_magnitude
+from ..state import GradientState
+from ..base import Capabilities
+
+
+@register
+class DGC(SparseCompressor):
+    name = "dgc"
+    wire_id = 6
+    caps = Capabilities(compressed_merge=True, sparse=True, uses_state=True)
+
+    def __init__(self, ratio: float = 0.001, sample_ratio: float = 0.01, momentum: float = 0.0) -> None:
+        if not 0 < ratio <= 1:
+            raise ValueError(f"dgc: ratio must be in (0, 1], got {ratio}")
+        if not 0 < sample_ratio <= 1:
+            raise ValueError(f"dgc: sample_ratio must be in (0, 1], got {sample_ratio}")
+        if not 0 <= momentum < 1:
+            raise ValueError(f"dgc: momentum must be in [0, 1), got {momentum}")
+        self.ratio = float(ratio)
+        self.sample_ratio = float(sample_ratio)
+        self.momentum = float(momentum)
+
+    def params(self) -> dict:
+        return {"ratio": self.ratio, "sample_ratio": self.sample_ratio, "momentum": self.momentum}
+
+    def max_kept(self, numel: int) -> int:
+        return budget(numel, self.ratio)
+
+    def widened(self, factor: int) -> DGC:
+        return DGC(min(1.0, self.ratio * factor), self.sample_ratio, self.momentum)
+
+    def _select(self, x: torch.Tensor, state: GradientState | None, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        n = x.numel()
+        if n == 0:
+            return torch.empty(0, dtype=torch.int32), torch.empty(0)
+        u = None
+        if self.momentum and state is not None:
+            u = state.buffer("momentum", x)
+            u.mul_(self.momentum).add_(x)
+            x = u
+        v = accumulate(x, state)
+        seed = state.step_seed() if state is not None else 0
+        thr = sampled_threshold(v, self.ratio, self.sample_ratio, seed)
+        idx, val = backend_for(v, name).select_abs_ge(v, thr)
+        idx, val = top_by_magnitude(idx, val, budget(n, self.ratio))
+        il = idx.long()
+        v[il] = 0.0  # residual keeps what was not sent
+        if u is not None:
+            u[il] = 0.0  # momentum factor masking
+        return idx, val

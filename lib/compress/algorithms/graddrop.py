@@ -1,0 +1,48 @@
+"""GradDrop (Aji & Heafield 2017): drop the smallest ``drop_ratio`` of |g + residual|.
+
+The threshold comes from a seeded random sample (as in DGC), everything at or above it is sent
+(so the count varies around the target), and what is dropped stays in the residual. Payload: the
+sparse format.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..base import Capabilities
+from ..kernels import backend_for
+from ..registry import register
+from ..sparse import SparseCompressor, accumulate, sampled_threshold
+from ..state import GradientState
+
+
+@register
+class GradDrop(SparseCompressor):
+    name = "graddrop"
+    wire_id = 7
+    caps = Capabilities(compressed_merge=True, sparse=True, uses_state=True)
+
+    def __init__(self, drop_ratio: float = 0.99, sample_ratio: float = 0.01) -> None:
+        if not 0 <= drop_ratio < 1:
+            raise ValueError(f"graddrop: drop_ratio must be in [0, 1), got {drop_ratio}")
+        if not 0 < sample_ratio <= 1:
+            raise ValueError(f"graddrop: sample_ratio must be in (0, 1], got {sample_ratio}")
+        self.drop_ratio = float(drop_ratio)
+        self.sample_ratio = float(sample_ratio)
+
+    def params(self) -> dict:
+        return {"drop_ratio": self.drop_ratio, "sample_ratio": self.sample_ratio}
+
+    def ratio(self, numel: int = 1 << 24) -> float:
+        """Nominal: the target density's worth of 8-byte pairs (the exact size varies with the data)."""
+        return (28 + 8 * (1 - self.drop_ratio) * numel) / (4 * numel) if numel else 1.0
+
+    def _select(self, x: torch.Tensor, state: GradientState | None, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if x.numel() == 0:
+            return torch.empty(0, dtype=torch.int32), torch.empty(0)
+        v = accumulate(x, state)
+        seed = state.step_seed() if state is not None else 0
+        thr = sampled_threshold(v, 1.0 - self.drop_ratio, self.sample_ratio, seed)
+        idx, val = backend_for(v, name).select_abs_ge(v, thr)
+        v[idx.long()] = 0.0
+        return idx, val

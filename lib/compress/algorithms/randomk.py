@@ -1,0 +1,94 @@
+"""random-k: k = ceil(ratio * n) values at seeded random positions; the indices never travel.
+
+The receiver regenerates the positions from the 64-bit seed in the header (numpy's PCG64, the same
+on every platform). Ranks that share the seed (the default: seeds derive from the gradient's name
+and the step) pick the same positions, so their payloads sum value by value without decoding.
+Extra header: k (u32), seed (u64). Body: k float32 values: 4 bytes per kept element.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import torch
+
+from ..base import Capabilities, Compressor, nonfinite
+from ..errors import CompressionError
+from ..payload import Header, allocate
+from ..registry import register
+from ..sparse import budget
+from ..state import GradientState
+
+_EXTRA = struct.Struct("<IQ")
+
+
+def positions(numel: int, k: int, seed: int) -> np.ndarray:
+    idx = np.random.Generator(np.random.PCG64(seed)).choice(numel, size=k, replace=False)
+    idx.sort()
+    return idx
+
+
+@register
+class RandomK(Compressor):
+    name = "randomk"
+    wire_id = 9
+    caps = Capabilities(compressed_merge=True, sparse=True, uses_state=True, stochastic=True)
+
+    def __init__(self, ratio: float = 0.01) -> None:
+        if not 0 < ratio <= 1:
+            raise ValueError(f"randomk: ratio must be in (0, 1], got {ratio}")
+        self.ratio = float(ratio)
+
+    def params(self) -> dict:
+        return {"ratio": self.ratio}
+
+    def payload_size(self, numel: int) -> int:
+        return 20 + _EXTRA.size + 4 * budget(numel, self.ratio)
+
+    def body_size(self, header: Header) -> int | None:
+        if len(header.extra) != _EXTRA.size:
+            return None
+        return 4 * _EXTRA.unpack(header.extra)[0]
+
+    def widened(self, factor: int) -> RandomK:
+        return self  # same seed, same positions: the merged payload is no larger
+
+    def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
+        if x.numel() and not bool(torch.isfinite(x).all()):
+            raise nonfinite(name)
+        n = x.numel()
+        k = budget(n, self.ratio)
+        seed = state.step_seed() if state is not None else 0
+        payload, body = allocate(self.wire_id, dtype, n, _EXTRA.pack(k, seed), 4 * k)
+        if k:
+            idx = torch.from_numpy(positions(n, k, seed))
+            body.view(torch.float32).copy_(x[idx])
+        if state is not None:
+            state.step += 1
+        return payload
+
+    def _unpack(self, header: Header, name: str) -> tuple[int, int]:
+        if len(header.extra) != _EXTRA.size:
+            raise CompressionError(name, "randomk payload has a malformed extra header")
+        k, seed = _EXTRA.unpack(header.extra)
+        if k > header.numel:
+            raise CompressionError(name, f"randomk payload claims {k} kept of {header.numel} elements")
+        return k, seed
+
+    def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
+        k, seed = self._unpack(header, name)
+        if not add:
+            out.zero_()
+        if k:
+            idx = torch.from_numpy(positions(header.numel, k, seed)).to(out.device)
+            out.index_add_(0, idx, body.view(torch.float32))
+
+    def merge(self, a: torch.Tensor, b: torch.Tensor, *, name: str = "<unnamed>") -> torch.Tensor:
+        ha, _ = self.parse(a, name)
+        hb, bb = self.parse(b, name)
+        if self._unpack(ha, name) != self._unpack(hb, name) or ha.numel != hb.numel:
+            raise CompressionError(name, "randomk payloads with different seeds or sizes cannot be merged")
+        out = a.clone()
+        self.parse(out, name)[1].view(torch.float32).add_(bb.view(torch.float32))
+        return out

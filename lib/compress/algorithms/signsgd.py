@@ -1,0 +1,73 @@
+"""signSGD (Bernstein et al. 2018) and EF-signSGD (Karimireddy et al. 2019).
+
+``signsgd`` sends sign bits only and decodes to +-1 (``scaled=True``: +-mean|g|).
+``efsignsgd`` is scaled signSGD under the generic ``ErrorFeedback`` wrapper: the payload is a
+signsgd payload. Bits as in onebit; extra header: scale (f32).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import torch
+
+from ..base import Capabilities, Compressor, nonfinite
+from ..errors import CompressionError
+from ..kernels import backend_for
+from ..payload import Header, allocate
+from ..registry import register
+from ..state import GradientState
+from ..wrappers import ErrorFeedback
+
+_EXTRA = struct.Struct("<f")
+
+
+@register
+class SignSGD(Compressor):
+    name = "signsgd"
+    wire_id = 11
+
+    def __init__(self, scaled: bool = False) -> None:
+        self.scaled = bool(scaled)
+
+    def params(self) -> dict:
+        return {"scaled": self.scaled}
+
+    def payload_size(self, numel: int) -> int:
+        return 20 + _EXTRA.size + (numel + 7) // 8
+
+    def body_size(self, header: Header) -> int:
+        return (header.numel + 7) // 8
+
+    def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
+        k = backend_for(x, name)
+        st = k.stats(x, None)
+        if st[6]:
+            raise nonfinite(name)
+        scale = float(np.float32(st[4] / x.numel())) if (self.scaled and x.numel()) else 1.0
+        payload, body = allocate(self.wire_id, dtype, x.numel(), _EXTRA.pack(scale), (x.numel() + 7) // 8)
+        k.sign_encode(x, None, scale, -scale, body)
+        return payload
+
+    def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
+        if len(header.extra) != _EXTRA.size:
+            raise CompressionError(name, "signsgd payload has a malformed extra header")
+        (scale,) = _EXTRA.unpack(header.extra)
+        if not (math.isfinite(scale) and scale >= 0):
+            raise CompressionError(name, f"signsgd payload has an invalid scale {scale}")
+        backend_for(out, name).sign_decode(body, scale, -scale, out, add)
+
+
+@register
+class EFSignSGD(ErrorFeedback):
+    name = "efsignsgd"
+    wire_id = 12
+
+    def __init__(self) -> None:
+        super().__init__(SignSGD(scaled=True))
+        self.wire_id = SignSGD.wire_id
+
+    def params(self) -> dict:
+        return {}

@@ -1,0 +1,164 @@
+"""The ``Compressor`` protocol that every algorithm implements.
+
+A compressor is configuration only (ratio, bit width, ...). What changes from one iteration to the
+next for one gradient (residuals, momentum, the step that advances seeds) lives in a
+``GradientState`` the caller passes in, so one compressor object serves every gradient and the
+state checkpoints on its own. Only payloads travel; the state stays local (GRACE's rule).
+
+Subclasses implement ``_encode`` on a flat contiguous float32 tensor and ``_decode`` into one;
+this base class does the validation, dtype handling and in-place/accumulating decode for all.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from .errors import CompressionError
+from .payload import DTYPE_CODES, Header, parse
+from .registry import name_of_wire_id
+from .state import GradientState
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a synchronization engine may rely on, instead of informal conventions.
+
+    compressed_merge: two payloads can be summed into one payload without decoding (``merge``).
+    uses_state: encode reads/writes a ``GradientState`` (residual, momentum, seeds); without one
+        it behaves as if the state were fresh and discards what it would have kept.
+    sparse: payload holds (index, value) pairs; its size depends on the data.
+    stochastic: encode draws random numbers (seeded from the state, reproducibly).
+    lossless: decode(encode(x)) == x exactly.
+    """
+
+    compressed_merge: bool = False
+    uses_state: bool = False
+    sparse: bool = False
+    stochastic: bool = False
+    lossless: bool = False
+
+
+class Compressor(ABC):
+    """Base class of all algorithms; see the module docstring."""
+
+    name: ClassVar[str]
+    wire_id: ClassVar[int]
+    caps: ClassVar[Capabilities] = Capabilities()
+
+    # ------------------------------------------------------------------ public API
+    def encode(
+        self, x: torch.Tensor, state: GradientState | None = None, *, name: str = "<unnamed>"
+    ) -> torch.Tensor:
+        """Compress ``x`` (any shape, a floating dtype) into a uint8 payload."""
+        flat = _as_flat_float32(x, name)
+        return self._encode(flat, x.dtype, state, name)
+
+    def decode(
+        self,
+        payload: torch.Tensor,
+        out: torch.Tensor | None = None,
+        *,
+        add: bool = False,
+        name: str = "<unnamed>",
+    ) -> torch.Tensor:
+        """Decompress into ``out`` (overwrite, or accumulate with ``add=True``) or a new flat tensor."""
+        header, body = self.parse(payload, name)
+        if out is None:
+            if add:
+                raise CompressionError(name, "decode(add=True) needs an `out` tensor to accumulate into")
+            out = torch.empty(header.numel, dtype=header.dtype, device=payload.device)
+        elif out.numel() != header.numel:
+            raise CompressionError(
+                name, f"payload holds {header.numel} elements but the output tensor has {out.numel()}"
+            )
+        if out.dtype == torch.float32 and out.is_contiguous():
+            self._decode(header, body, out.view(-1), add, name)
+        else:
+            tmp = torch.empty(header.numel, dtype=torch.float32, device=out.device)
+            self._decode(header, body, tmp, False, name)
+            tmp = tmp.view(out.shape)
+            out.add_(tmp) if add else out.copy_(tmp)
+        return out
+
+    def parse(self, payload: torch.Tensor, name: str = "<unnamed>") -> tuple[Header, torch.Tensor]:
+        """Validate the header and that it belongs to this algorithm; return it and the body."""
+        header, body = parse(payload, name)
+        if header.alg_id != self.wire_id:
+            other = name_of_wire_id(header.alg_id) or f"unknown algorithm (wire id {header.alg_id})"
+            raise CompressionError(name, f"payload was made by {other}, cannot decode it as {self.name}")
+        expected = self.body_size(header)
+        if expected is not None and body.numel() != expected:
+            kind = "truncated" if body.numel() < expected else "too long"
+            raise CompressionError(
+                name, f"payload {kind}: {header.numel} elements need a {expected}-byte body, got {body.numel()}"
+            )
+        return header, body
+
+    def merge(self, a: torch.Tensor, b: torch.Tensor, *, name: str = "<unnamed>") -> torch.Tensor:
+        """Sum two payloads into one without decoding; only where ``caps.compressed_merge``."""
+        raise NotImplementedError(f"{self.name} payloads cannot be merged without decoding")
+
+    @abstractmethod
+    def payload_size(self, numel: int) -> int:
+        """Exact payload bytes for ``numel`` elements (an upper bound for sparse algorithms)."""
+
+    def ratio(self, numel: int = 1 << 24) -> float:
+        """Payload bytes over fp32 bytes at ``numel`` elements: the nominal compression ratio."""
+        return self.payload_size(numel) / (4 * numel) if numel else 1.0
+
+    def widened(self, factor: int) -> Compressor:
+        """This algorithm with its budget scaled by ``factor``.
+
+        A parameter server that merges sparse payloads of ``factor`` workers re-encodes the union
+        with a ``factor`` times larger budget (as HiPress does), so it does not drop what the workers
+        sent. Dense algorithms have no budget and return themselves.
+        """
+        return self
+
+    def params(self) -> dict:
+        """Constructor parameters, for logs and ``config.json``."""
+        return {}
+
+    def __repr__(self) -> str:
+        ps = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({ps})"
+
+    # ------------------------------------------------------------------ for subclasses
+    @abstractmethod
+    def _encode(
+        self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str
+    ) -> torch.Tensor: ...
+
+    @abstractmethod
+    def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None: ...
+
+    def body_size(self, header: Header) -> int | None:
+        """Body bytes implied by the header, to reject truncated payloads; None to check in ``_decode``."""
+        return None
+
+
+def _as_flat_float32(x: torch.Tensor, name: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise CompressionError(name, f"expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in DTYPE_CODES:
+        raise CompressionError(
+            name,
+            f"dtype {x.dtype} is not supported",
+            "gradients must be float32, float16, bfloat16 or float64",
+        )
+    flat = x.reshape(-1)
+    if flat.dtype != torch.float32:
+        flat = flat.to(torch.float32)
+    return flat.contiguous()
+
+
+def nonfinite(name: str, state_reset: bool = False) -> CompressionError:
+    """The error for a gradient holding NaN or Inf."""
+    hint = "check the loss scale or learning rate; this gradient's compressor state was reset" if state_reset else (
+        "check the loss scale or learning rate"
+    )
+    return CompressionError(name, "gradient contains NaN or Inf", hint)

@@ -1,0 +1,125 @@
+"""``hipress bench compress``: the shape of an honest benchmark (spaCy's ``benchmark_speed``).
+
+Warm-up runs first, then repeated runs; medians with a bootstrap 95% confidence interval; memory
+copy of the same tensor into a preallocated one and the plain-torch reference implementations
+measured in the same run, so the ratios compare like with like on whatever else the machine is doing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from . import reference as ref
+from .registry import create_from_spec
+from .state import GradientState
+
+
+def median_ci(samples: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Median and a bootstrap 95% CI of the median."""
+    a = np.asarray(samples)
+    rng = np.random.default_rng(seed)
+    meds = np.median(rng.choice(a, size=(n_boot, a.size), replace=True), axis=1)
+    return float(np.median(a)), float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
+
+
+def timeit(fn: Callable[[], object], repeat: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _gbps(nbytes: int, times: list[float]) -> dict:
+    med, lo, hi = median_ci(times)
+    return {"gbps": nbytes / med / 1e9, "ci95_gbps": [nbytes / hi / 1e9, nbytes / lo / 1e9], "median_s": med}
+
+
+def _references(alg: str, x: torch.Tensor, params: dict) -> tuple[Callable, Callable] | None:
+    """(encode, decode) closures of the plain-torch version of ``alg``, where one exists."""
+    n = x.numel()
+    if alg == "tbq":
+        r = torch.zeros_like(x)
+        tau = params.get("tau", 0.5)
+        body = ref.tbq_encode(x, r, tau)
+        return (lambda: ref.tbq_encode(x, r, tau)), (lambda: ref.tbq_decode(body, tau, n))
+    if alg == "onebit":
+        r = torch.zeros_like(x)
+        body, pos, neg = ref.onebit_encode(x, r)
+        return (lambda: ref.onebit_encode(x, r)), (lambda: ref.onebit_decode(body, pos, neg, n))
+    if alg == "terngrad":
+        bits, sto = params.get("bits", 2), params.get("stochastic", True)
+        body, lo, hi = ref.terngrad_encode(x, bits, sto, 1)
+        return (lambda: ref.terngrad_encode(x, bits, sto, 1)), (lambda: ref.terngrad_decode(body, lo, hi, bits, n))
+    if alg in ("topk", "dgc"):
+        ratio = params.get("ratio", 0.01 if alg == "topk" else 0.001)
+        idx, val = ref.topk_encode(x, ratio)
+        return (lambda: ref.topk_encode(x, ratio)), (lambda: ref.sparse_decode(idx, val, n))
+    if alg == "fp16":
+        h = ref.fp16_encode(x)
+        return (lambda: ref.fp16_encode(x)), (lambda: ref.fp16_decode(h))
+    return None
+
+
+def bench_compress(
+    specs: list[str], nbytes: int, repeat: int = 10, warmup: int = 2, threads: int = 0, reference: bool = True,
+    seed: int = 0,
+) -> dict:
+    """Measure every algorithm spec on one ``nbytes`` fp32 gradient (normal values)."""
+    import numba
+
+    from .kernels import set_threads
+
+    if threads:
+        set_threads(threads)
+        torch.set_num_threads(threads)
+    comps = [(s, create_from_spec(s)) for s in specs]  # fail before measuring anything
+    n = max(1, nbytes // 4)
+    x = torch.randn(n, generator=torch.Generator().manual_seed(seed))
+    dst = torch.empty_like(x)
+    memcpy = timeit(lambda: dst.copy_(x), repeat, warmup)
+    rows = []
+    for spec, comp in comps:
+        state = GradientState(seed=seed)
+        once = GradientState(seed=seed)
+        payload = comp.encode(x, once, name=spec)
+        decoded = comp.decode(payload)
+        err = float((decoded - x).norm() / x.norm())
+        enc = _gbps(4 * n, timeit(lambda c=comp, s=state: c.encode(x, s, name=spec), repeat, warmup))
+        out = torch.empty_like(x)
+        dec = _gbps(4 * n, timeit(lambda c=comp, p=payload, o=out: c.decode(p, out=o), repeat, warmup))
+        row = {
+            "alg": spec,
+            "params": comp.params(),
+            "encode_gbps": enc["gbps"],
+            "encode_ci95_gbps": enc["ci95_gbps"],
+            "decode_gbps": dec["gbps"],
+            "decode_ci95_gbps": dec["ci95_gbps"],
+            "payload_bytes": int(payload.numel()),
+            "ratio": payload.numel() / (4 * n),
+            "rel_l2_error": err,
+        }
+        refs = _references(spec.partition(":")[0], x, comp.params()) if reference else None
+        if refs is not None:
+            renc, rdec = refs
+            row["reference_encode_gbps"] = _gbps(4 * n, timeit(renc, max(3, repeat // 3), 1))["gbps"]
+            row["reference_decode_gbps"] = _gbps(4 * n, timeit(rdec, max(3, repeat // 3), 1))["gbps"]
+        rows.append(row)
+    memcpy += timeit(lambda: dst.copy_(x), repeat, 0)  # before and after: the machine may drift
+    mc = _gbps(4 * n, memcpy)
+    return {
+        "size_bytes": 4 * n,
+        "repeat": repeat,
+        "warmup": warmup,
+        "threads": numba.get_num_threads(),
+        "memcpy_gbps": mc["gbps"],
+        "memcpy_ci95_gbps": mc["ci95_gbps"],
+        "algorithms": rows,
+    }

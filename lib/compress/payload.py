@@ -1,0 +1,129 @@
+"""Wire format of a compressed gradient: one contiguous uint8 buffer.
+
+Layout (little-endian)::
+
+    offset  size  field
+    0       2     magic b"HP"
+    2       1     format version (1)
+    3       1     algorithm wire id (see ``Compressor.wire_id``)
+    4       1     original dtype code
+    5       1     flags (algorithm-defined)
+    6       2     length E of the algorithm's extra header
+    8       8     number of elements of the original gradient
+    16      4     CRC-32 of bytes [0, 16) followed by the E extra bytes
+    20      E     algorithm extra header (scales, thresholds, counts, seeds)
+    20+E    ...   body (bit-packed codes, indices, values)
+
+The buffer length is the honest compressed size: nothing travels beside it. The header CRC lets
+a decoder reject a corrupted or foreign header cleanly; the body is validated structurally by each
+algorithm (length, code ranges, index ranges), since a body checksum would cost a full pass over
+hundreds of MB per iteration and MPI's transports already protect the bytes in flight.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+import torch
+
+from .errors import CompressionError
+
+MAGIC = b"HP"
+VERSION = 1
+_FIXED = struct.Struct("<2sBBBBHQ")
+_CRC = struct.Struct("<I")
+HEADER_SIZE = _FIXED.size + _CRC.size  # 20
+
+DTYPE_CODES: dict[torch.dtype, int] = {
+    torch.float32: 0,
+    torch.float16: 1,
+    torch.bfloat16: 2,
+    torch.float64: 3,
+}
+CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+
+
+@dataclass(frozen=True)
+class Header:
+    """The parsed self-describing part of a payload."""
+
+    alg_id: int
+    dtype: torch.dtype
+    flags: int
+    numel: int
+    extra: bytes
+
+    @property
+    def size(self) -> int:
+        """Bytes taken by the header, extra included: where the body starts."""
+        return HEADER_SIZE + len(self.extra)
+
+
+def header_size(extra_len: int) -> int:
+    return HEADER_SIZE + extra_len
+
+
+def allocate(
+    alg_id: int,
+    dtype: torch.dtype,
+    numel: int,
+    extra: bytes,
+    body_len: int,
+    flags: int = 0,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Create a payload with its header written; return ``(payload, body view)``.
+
+    The body is left for the caller's kernel to fill in place, so encoding never copies it.
+    """
+    fixed = _FIXED.pack(MAGIC, VERSION, alg_id, DTYPE_CODES[dtype], flags, len(extra), numel)
+    crc = zlib.crc32(fixed + extra)
+    head = fixed + _CRC.pack(crc) + extra
+    payload = torch.empty(len(head) + body_len, dtype=torch.uint8, device=device)
+    payload[: len(head)].copy_(torch.frombuffer(bytearray(head), dtype=torch.uint8))
+    return payload, payload[len(head) :]
+
+
+def _head_bytes(payload: torch.Tensor, n: int) -> bytes:
+    part = payload[:n]
+    if part.device.type != "cpu":
+        part = part.cpu()
+    return part.numpy().tobytes()
+
+
+def parse(payload: torch.Tensor, gradient: str = "<unnamed>") -> tuple[Header, torch.Tensor]:
+    """Validate a payload's header and return it with a view of the body."""
+    if not isinstance(payload, torch.Tensor):
+        raise CompressionError(gradient, f"payload must be a torch.uint8 tensor, got {type(payload).__name__}")
+    if payload.dtype != torch.uint8 or payload.dim() != 1:
+        raise CompressionError(
+            gradient, f"payload must be a 1-D torch.uint8 tensor, got {payload.dtype} of shape {tuple(payload.shape)}"
+        )
+    if not payload.is_contiguous():
+        raise CompressionError(gradient, "payload must be contiguous")
+    total = payload.numel()
+    if total < HEADER_SIZE:
+        raise CompressionError(
+            gradient, f"payload truncated: {total} bytes is shorter than the {HEADER_SIZE}-byte header"
+        )
+    fixed = _head_bytes(payload, HEADER_SIZE)
+    magic, version, alg_id, dcode, flags, extra_len, numel = _FIXED.unpack_from(fixed)
+    if magic != MAGIC:
+        raise CompressionError(gradient, f"not a hipress payload: magic {magic!r}, expected {MAGIC!r}")
+    if version != VERSION:
+        raise CompressionError(gradient, f"payload format version {version}, this hipress reads {VERSION}")
+    if total < HEADER_SIZE + extra_len:
+        raise CompressionError(
+            gradient, f"payload truncated: header announces {extra_len} extra bytes, only {total - HEADER_SIZE} follow"
+        )
+    head = _head_bytes(payload, HEADER_SIZE + extra_len)
+    extra = head[HEADER_SIZE:]
+    (crc,) = _CRC.unpack_from(head, _FIXED.size)
+    if zlib.crc32(head[: _FIXED.size] + extra) != crc:
+        raise CompressionError(gradient, "payload header is corrupted (CRC mismatch)")
+    if dcode not in CODE_DTYPES:
+        raise CompressionError(gradient, f"unknown dtype code {dcode} in payload header")
+    header = Header(alg_id=alg_id, dtype=CODE_DTYPES[dcode], flags=flags, numel=numel, extra=extra)
+    return header, payload[HEADER_SIZE + extra_len :]

@@ -1,0 +1,95 @@
+"""Straightforward implementations in plain torch operations, as most frameworks write them.
+
+Two uses: the benchmark times them beside the fused kernels (what fusing buys), and the tests use
+them as oracles: the kernels must produce the same body bytes. Each works on a flat float32 tensor
+and returns only the body (no header).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .kernels.cpu import uniform_numpy
+
+
+def _pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    per = 8 // bits
+    n = codes.numel()
+    pad = (-n) % per
+    c = torch.cat([codes.to(torch.uint8), torch.zeros(pad, dtype=torch.uint8)]).view(-1, per)
+    out = torch.zeros(c.shape[0], dtype=torch.uint8)
+    for k in range(per):
+        out |= c[:, k] << (k * bits)
+    return out
+
+
+def _unpack(body: torch.Tensor, bits: int, n: int) -> torch.Tensor:
+    per = 8 // bits
+    mask = (1 << bits) - 1
+    cols = [(body >> (k * bits)) & mask for k in range(per)]
+    return torch.stack(cols, dim=1).reshape(-1)[:n]
+
+
+def tbq_encode(g: torch.Tensor, r: torch.Tensor, tau: float) -> torch.Tensor:
+    v = g + r
+    codes = torch.ones_like(v, dtype=torch.uint8)
+    codes[v >= tau] = 2
+    codes[v <= -tau] = 0
+    r.copy_(v - (codes.to(torch.float32) - 1) * tau)
+    return _pack(codes, 2)
+
+
+def tbq_decode(body: torch.Tensor, tau: float, n: int) -> torch.Tensor:
+    return (_unpack(body, 2, n).to(torch.float32) - 1) * tau
+
+
+def onebit_encode(g: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, float, float]:
+    v = g + r
+    pos_mask = v >= 0
+    pos = v[pos_mask].mean().item() if bool(pos_mask.any()) else 0.0
+    neg = v[~pos_mask].mean().item() if bool((~pos_mask).any()) else 0.0
+    r.copy_(v - torch.where(pos_mask, pos, neg))
+    return _pack(pos_mask, 1), pos, neg
+
+
+def onebit_decode(body: torch.Tensor, pos: float, neg: float, n: int) -> torch.Tensor:
+    bits = _unpack(body, 1, n).bool()
+    return torch.where(bits, torch.tensor(pos), torch.tensor(neg))
+
+
+def terngrad_encode(g: torch.Tensor, bits: int, stochastic: bool, seed: int) -> tuple[torch.Tensor, float, float]:
+    lo, hi = g.min().item(), g.max().item()
+    gap = np.float32(np.float32(hi) - np.float32(lo)) / np.float32((1 << bits) - 1)
+    if gap > 0:
+        u = torch.from_numpy(uniform_numpy(seed, g.numel())) if stochastic else torch.full_like(g, 0.5)
+        q = torch.floor((g - np.float32(lo)) / torch.tensor(gap) + u).clamp_(0, (1 << bits) - 1)
+    else:
+        q = torch.zeros_like(g)
+    return _pack(q.to(torch.uint8), bits), lo, hi
+
+
+def terngrad_decode(body: torch.Tensor, lo: float, hi: float, bits: int, n: int) -> torch.Tensor:
+    gap = np.float32(np.float32(hi) - np.float32(lo)) / np.float32((1 << bits) - 1)
+    return np.float32(lo) + _unpack(body, bits, n).to(torch.float32) * torch.tensor(gap)
+
+
+def topk_encode(g: torch.Tensor, ratio: float) -> tuple[torch.Tensor, torch.Tensor]:
+    k = max(1, int(np.ceil(g.numel() * ratio)))
+    _, idx = torch.sort(g.abs(), descending=True)
+    idx = idx[:k].sort().values
+    return idx.to(torch.int32), g[idx]
+
+
+def sparse_decode(idx: torch.Tensor, val: torch.Tensor, n: int) -> torch.Tensor:
+    out = torch.zeros(n)
+    out[idx.long()] = val
+    return out
+
+
+def fp16_encode(g: torch.Tensor) -> torch.Tensor:
+    return g.half()
+
+
+def fp16_decode(h: torch.Tensor) -> torch.Tensor:
+    return h.float()
