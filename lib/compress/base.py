@@ -18,7 +18,7 @@ from typing import ClassVar
 import torch
 
 from .errors import CompressionError
-from .payload import DTYPE_CODES, Header, parse
+from .payload import DTYPE_CODES, Header, parse, seal
 from .registry import name_of_wire_id
 from .state import GradientState
 
@@ -55,7 +55,7 @@ class Compressor(ABC):
     ) -> torch.Tensor:
         """Compress ``x`` (any shape, a floating dtype) into a uint8 payload."""
         flat = _as_flat_float32(x, name)
-        return self._encode(flat, x.dtype, state, name)
+        return seal(self._encode(flat, x.dtype, state, name))
 
     def decode(
         self,
@@ -99,7 +99,7 @@ class Compressor(ABC):
         return header, body
 
     def merge(self, a: torch.Tensor, b: torch.Tensor, *, name: str = "<unnamed>") -> torch.Tensor:
-        """Sum two payloads into one without decoding; only where ``caps.compressed_merge``."""
+        """Sum two payloads into one (sealed) without decoding; only where ``caps.compressed_merge``."""
         raise NotImplementedError(f"{self.name} payloads cannot be merged without decoding")
 
     @abstractmethod

@@ -10,14 +10,15 @@ Layout (little-endian)::
     5       1     flags (algorithm-defined)
     6       2     length E of the algorithm's extra header
     8       8     number of elements of the original gradient
-    16      4     CRC-32 of bytes [0, 16) followed by the E extra bytes
+    16      4     CRC-32 of bytes [0, 16) followed by every byte from 20 on (extra + body)
     20      E     algorithm extra header (scales, thresholds, counts, seeds)
     20+E    ...   body (bit-packed codes, indices, values)
 
-The buffer length is the honest compressed size: nothing travels beside it. The header CRC lets
-a decoder reject a corrupted or foreign header cleanly; the body is validated structurally by each
-algorithm (length, code ranges, index ranges), since a body checksum would cost a full pass over
-hundreds of MB per iteration and MPI's transports already protect the bytes in flight.
+The buffer length is the honest compressed size: nothing travels beside it. The CRC covers the
+whole payload, so a corrupted or truncated payload is refused with a clear error instead of being
+decoded into silent garbage (most bit-packed bodies have no invalid byte values to catch it
+otherwise). It is computed once over the *compressed* bytes (``seal``, after the kernel filled the
+body): zlib's CRC-32 runs at about 5 GB/s here, a few percent of an encode.
 """
 
 from __future__ import annotations
@@ -76,14 +77,27 @@ def allocate(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Create a payload with its header written; return ``(payload, body view)``.
 
-    The body is left for the caller's kernel to fill in place, so encoding never copies it.
+    The body is left for the caller's kernel to fill in place, so encoding never copies it; the
+    CRC is written by ``seal`` once the body is final (``Compressor.encode`` does that).
     """
     fixed = _FIXED.pack(MAGIC, VERSION, alg_id, DTYPE_CODES[dtype], flags, len(extra), numel)
-    crc = zlib.crc32(fixed + extra)
-    head = fixed + _CRC.pack(crc) + extra
+    head = fixed + _CRC.pack(0) + extra
     payload = torch.empty(len(head) + body_len, dtype=torch.uint8, device=device)
     payload[: len(head)].copy_(torch.frombuffer(bytearray(head), dtype=torch.uint8))
     return payload, payload[len(head) :]
+
+
+def _crc(payload: torch.Tensor) -> int:
+    cpu = payload if payload.device.type == "cpu" else payload.cpu()
+    a = cpu.numpy()
+    return zlib.crc32(a[HEADER_SIZE:], zlib.crc32(a[: _FIXED.size]))
+
+
+def seal(payload: torch.Tensor) -> torch.Tensor:
+    """Write the CRC of a filled payload; returns it. Call after every change to the bytes."""
+    crc = _CRC.pack(_crc(payload))
+    payload[_FIXED.size : HEADER_SIZE].copy_(torch.frombuffer(bytearray(crc), dtype=torch.uint8))
+    return payload
 
 
 def _head_bytes(payload: torch.Tensor, n: int) -> bytes:
@@ -121,8 +135,8 @@ def parse(payload: torch.Tensor, gradient: str = "<unnamed>") -> tuple[Header, t
     head = _head_bytes(payload, HEADER_SIZE + extra_len)
     extra = head[HEADER_SIZE:]
     (crc,) = _CRC.unpack_from(head, _FIXED.size)
-    if zlib.crc32(head[: _FIXED.size] + extra) != crc:
-        raise CompressionError(gradient, "payload header is corrupted (CRC mismatch)")
+    if _crc(payload) != crc:
+        raise CompressionError(gradient, "payload is corrupted (CRC-32 mismatch)")
     if dcode not in CODE_DTYPES:
         raise CompressionError(gradient, f"unknown dtype code {dcode} in payload header")
     header = Header(alg_id=alg_id, dtype=CODE_DTYPES[dcode], flags=flags, numel=numel, extra=extra)

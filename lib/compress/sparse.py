@@ -16,7 +16,7 @@ import torch
 from .base import Capabilities, Compressor, nonfinite
 from .errors import CompressionError
 from .kernels import backend_for, cpu
-from .payload import Header, allocate
+from .payload import Header, allocate, seal
 from .state import GradientState
 
 _EXTRA = struct.Struct("<I")
@@ -88,7 +88,7 @@ class SparseCompressor(Compressor):
         ia, va = self.split(ha, ba, name)
         ib, vb = self.split(hb, bb, name)
         io, vo = backend_for(a, name).merge_sparse(ia, va, ib, vb)
-        return self.build(ha.dtype, ha.numel, io, vo)
+        return seal(self.build(ha.dtype, ha.numel, io, vo))
 
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
         if x.numel() and not bool(torch.isfinite(x).all()):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .base import Capabilities, Compressor, nonfinite
-from .payload import Header
+from .payload import Header, seal
 from .state import GradientState
 
 
@@ -67,7 +67,7 @@ class ErrorFeedback(_Wrapper):
         if v.numel() and not bool(torch.isfinite(v).all()):
             e.zero_()
             raise nonfinite(name, state_reset=True)
-        payload = self.inner._encode(v, dtype, state, name)
+        payload = seal(self.inner._encode(v, dtype, state, name))
         h, body = self.inner.parse(payload, name)
         self.inner._decode(h, body, e, False, name)  # e <- decoded
         torch.sub(v, e, out=e)  # e <- v - decoded
@@ -100,7 +100,7 @@ class MomentumCorrection(_Wrapper):
             return self.inner._encode(x, dtype, None, name)
         u = _extra_buffer(state, "mc_velocity", x)
         u.mul_(self.momentum).add_(x)
-        payload = self.inner._encode(u, dtype, state, name)
+        payload = seal(self.inner._encode(u, dtype, state, name))
         h, body = self.inner.parse(payload, name)
         sent = torch.empty_like(u)
         self.inner._decode(h, body, sent, False, name)

@@ -15,7 +15,7 @@ import torch
 
 from ..base import Capabilities, Compressor, nonfinite
 from ..errors import CompressionError
-from ..payload import Header, allocate
+from ..payload import Header, allocate, seal
 from ..registry import register
 from ..sparse import budget
 from ..state import GradientState
@@ -90,5 +90,5 @@ class RandomK(Compressor):
         if self._unpack(ha, name) != self._unpack(hb, name) or ha.numel != hb.numel:
             raise CompressionError(name, "randomk payloads with different seeds or sizes cannot be merged")
         out = a.clone()
-        self.parse(out, name)[1].view(torch.float32).add_(bb.view(torch.float32))
-        return out
+        out[out.numel() - bb.numel() :].view(torch.float32).add_(bb.view(torch.float32))
+        return seal(out)
