@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from ..base import Capabilities
 from ..kernels import backend_for
 from ..registry import register
 from ..sparse import SparseCompressor, accumulate, budget, sampled_threshold, top_by_magnitude
 from ..state import GradientState
-from ..base import Capabilities
 
 
 @register
@@ -30,18 +30,18 @@ class DGC(SparseCompressor):
             raise ValueError(f"dgc: sample_ratio must be in (0, 1], got {sample_ratio}")
         if not 0 <= momentum < 1:
             raise ValueError(f"dgc: momentum must be in [0, 1), got {momentum}")
-        self.ratio = float(ratio)
+        self.density = float(ratio)  # `ratio()` is the payload/fp32 size ratio
         self.sample_ratio = float(sample_ratio)
         self.momentum = float(momentum)
 
     def params(self) -> dict:
-        return {"ratio": self.ratio, "sample_ratio": self.sample_ratio, "momentum": self.momentum}
+        return {"ratio": self.density, "sample_ratio": self.sample_ratio, "momentum": self.momentum}
 
     def max_kept(self, numel: int) -> int:
-        return budget(numel, self.ratio)
+        return budget(numel, self.density)
 
     def widened(self, factor: int) -> DGC:
-        return DGC(min(1.0, self.ratio * factor), self.sample_ratio, self.momentum)
+        return DGC(min(1.0, self.density * factor), self.sample_ratio, self.momentum)
 
     def _select(self, x: torch.Tensor, state: GradientState | None, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         n = x.numel()
@@ -54,9 +54,9 @@ class DGC(SparseCompressor):
             x = u
         v = accumulate(x, state)
         seed = state.step_seed() if state is not None else 0
-        thr = sampled_threshold(v, self.ratio, self.sample_ratio, seed)
+        thr = sampled_threshold(v, self.density, self.sample_ratio, seed)
         idx, val = backend_for(v, name).select_abs_ge(v, thr)
-        idx, val = top_by_magnitude(idx, val, budget(n, self.ratio))
+        idx, val = top_by_magnitude(idx, val, budget(n, self.density))
         il = idx.long()
         v[il] = 0.0  # residual keeps what was not sent
         if u is not None:

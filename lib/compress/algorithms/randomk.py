@@ -38,13 +38,13 @@ class RandomK(Compressor):
     def __init__(self, ratio: float = 0.01) -> None:
         if not 0 < ratio <= 1:
             raise ValueError(f"randomk: ratio must be in (0, 1], got {ratio}")
-        self.ratio = float(ratio)
+        self.density = float(ratio)  # `ratio()` is the payload/fp32 size ratio
 
     def params(self) -> dict:
-        return {"ratio": self.ratio}
+        return {"ratio": self.density}
 
     def payload_size(self, numel: int) -> int:
-        return 20 + _EXTRA.size + 4 * budget(numel, self.ratio)
+        return 20 + _EXTRA.size + 4 * budget(numel, self.density)
 
     def body_size(self, header: Header) -> int | None:
         if len(header.extra) != _EXTRA.size:
@@ -58,7 +58,7 @@ class RandomK(Compressor):
         if x.numel() and not bool(torch.isfinite(x).all()):
             raise nonfinite(name)
         n = x.numel()
-        k = budget(n, self.ratio)
+        k = budget(n, self.density)
         seed = state.step_seed() if state is not None else 0
         payload, body = allocate(self.wire_id, dtype, n, _EXTRA.pack(k, seed), 4 * k)
         if k:

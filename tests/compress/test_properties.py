@@ -1,0 +1,174 @@
+"""Algorithm-specific properties, checked against first principles and the plain-torch oracles."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import hipress.compress as hc
+from hipress.compress import reference as ref
+
+from .conftest import randn
+
+sizes = st.integers(0, 2500)
+seeds = st.integers(0, 2**31 - 1)
+
+
+# ---------------------------------------------------------------- kernels == plain torch, byte for byte
+@given(n=sizes, seed=seeds, tau=st.sampled_from([0.05, 0.5, 2.0]))
+def test_tbq_bytes_match_reference(n, seed, tau):
+    x = randn(n, seed=seed)
+    c = hc.create("tbq", tau=tau)
+    stt = hc.GradientState()
+    r_ref = torch.zeros(n)
+    for _ in range(3):  # residual carried over steps
+        p = c.encode(x, stt)
+        body_ref = ref.tbq_encode(x, r_ref, np.float32(tau))
+        assert torch.equal(p[24:], body_ref)
+        assert torch.allclose(stt.residual, r_ref, atol=1e-6)
+        assert torch.equal(c.decode(p), ref.tbq_decode(p[24:], np.float32(tau), n))
+
+
+@given(n=sizes, seed=seeds)
+def test_onebit_bits_match_reference(n, seed):
+    x = randn(n, seed=seed)
+    c = hc.create("onebit")
+    stt = hc.GradientState()
+    p = c.encode(x, stt)
+    body, pos, neg = ref.onebit_encode(x, torch.zeros(n))
+    assert torch.equal(p[28:], body)
+    pos_k, neg_k = np.frombuffer(p[20:28].numpy().tobytes(), dtype="<f4")
+    assert pos_k == pytest.approx(pos, rel=1e-5, abs=1e-7) and neg_k == pytest.approx(neg, rel=1e-5, abs=1e-7)
+    assert torch.allclose(c.decode(p), ref.onebit_decode(p[28:], float(pos_k), float(neg_k), n))
+
+
+@given(n=sizes, seed=seeds, bits=st.sampled_from([1, 2, 4, 8]), stochastic=st.booleans())
+def test_terngrad_bytes_match_reference(n, seed, bits, stochastic):
+    x = randn(n, seed=seed)
+    c = hc.create("terngrad", bits=bits, stochastic=stochastic)
+    stt = hc.GradientState(seed=seed)
+    step_seed = stt.step_seed()
+    p = c.encode(x, stt)
+    if n == 0:
+        return
+    body, lo, hi = ref.terngrad_encode(x, bits, stochastic, step_seed)
+    assert torch.equal(p[30:], body)
+    assert torch.equal(c.decode(p), ref.terngrad_decode(body, lo, hi, bits, n))
+
+
+def test_terngrad_header_is_hipress_concat():
+    """Extra header = concat(bitwidth, tail, min, max) as HiPress's TernGradEncode.pse writes it."""
+    x = randn(1003, seed=2)
+    p = hc.create("terngrad", bits=4).encode(x, hc.GradientState())
+    bits, tail = int(p[20]), int(p[21])
+    lo, hi = np.frombuffer(p[22:30].numpy().tobytes(), dtype="<f4")
+    assert bits == 4 and tail == 1003 % 16
+    assert lo == x.min().item() and hi == x.max().item()
+
+
+# ---------------------------------------------------------------- unbiased stochastic rounding
+@pytest.mark.parametrize("spec", ["terngrad:bits=2", "terngrad:bits=1", "qsgd:bits=4", "qsgd:bits=2"])
+def test_stochastic_rounding_is_unbiased(spec):
+    n, runs = 64, 2000
+    x = randn(n, seed=11)
+    c = hc.create_from_spec(spec)
+    acc = torch.zeros(n, dtype=torch.float64)
+    sq = torch.zeros(n, dtype=torch.float64)
+    for s in range(runs):
+        y = c.decode(c.encode(x, hc.GradientState(seed=s * 7919 + 1))).double()
+        acc += y
+        sq += y * y
+    mean = acc / runs
+    std_err = ((sq / runs - mean**2).clamp_min(0) / runs).sqrt()
+    # within 5 standard errors everywhere (and exact where the variance is 0)
+    assert torch.all((mean - x.double()).abs() <= 5 * std_err + 1e-6)
+
+
+def test_round_to_nearest_is_deterministic_and_seed_free():
+    x = randn(500, seed=3)
+    c = hc.create("terngrad", bits=2, stochastic=False)
+    assert torch.equal(c.encode(x, hc.GradientState(seed=1)), c.encode(x, hc.GradientState(seed=2)))
+
+
+# ---------------------------------------------------------------- error feedback conserves mass
+@pytest.mark.parametrize("spec", ["tbq", "graddrop", "dgc", "onebit", "efsignsgd", "dgc:momentum=0.0"])
+@given(n=st.integers(1, 2000), seed=seeds, steps=st.integers(1, 5))
+def test_decoded_plus_residual_equals_inputs(spec, n, seed, steps):
+    c = hc.create_from_spec(spec)
+    stt = hc.GradientState(seed=seed)
+    total_in = torch.zeros(n, dtype=torch.float64)
+    total_out = torch.zeros(n, dtype=torch.float64)
+    for s in range(steps):
+        x = randn(n, seed=seed + s)
+        total_in += x.double()
+        total_out += c.decode(c.encode(x, stt)).double()
+    residual = stt.extra["ef_residual"] if "ef_residual" in stt.extra else stt.residual
+    assert torch.allclose(total_out + residual.double(), total_in, atol=1e-4 * steps)
+
+
+# ---------------------------------------------------------------- sparse selection
+@given(n=st.integers(1, 3000), seed=seeds, ratio=st.sampled_from([0.001, 0.01, 0.1, 0.5, 1.0]))
+def test_topk_keeps_the_k_largest(n, seed, ratio):
+    x = randn(n, seed=seed)
+    c = hc.create("topk", ratio=ratio)
+    y = c.decode(c.encode(x))
+    k = max(1, math.ceil(n * ratio))
+    kept = y != 0
+    assert int(kept.sum()) <= k
+    assert torch.equal(y[kept], x[kept])
+    if int(kept.sum()) < n:
+        assert x[kept].abs().min() >= x[~kept].abs().max()
+
+
+@given(
+    n=st.integers(1, 5000),
+    seed=seeds,
+    ratio=st.sampled_from([0.001, 0.01, 0.05, 0.3]),
+    kind=st.sampled_from(["randn", "ties", "zeros", "spiky"]),
+)
+def test_dgc_never_exceeds_budget(n, seed, ratio, kind):
+    x = {
+        "randn": randn(n, seed=seed),
+        "ties": torch.ones(n),
+        "zeros": torch.zeros(n),
+        "spiky": randn(n, seed=seed) * (torch.arange(n) % 97 == 0),
+    }[kind]
+    c = hc.create("dgc", ratio=ratio, sample_ratio=0.01)
+    stt = hc.GradientState(seed=seed)
+    for _ in range(3):
+        p = c.encode(x, stt)
+        k = int.from_bytes(p[20:24].numpy().tobytes(), "little")
+        assert k <= max(1, math.ceil(n * ratio))
+
+
+def test_sparse_merge_equals_sum_of_decodes():
+    c = hc.create("topk", ratio=0.1)
+    a, b = randn(1000, seed=1), randn(1000, seed=2)
+    pa, pb = c.encode(a), c.encode(b)
+    m = c.merge(pa, pb)
+    assert torch.allclose(c.decode(m), c.decode(pa) + c.decode(pb))
+    w = c.widened(2)
+    assert w.ratio() > c.ratio()
+
+
+def test_randomk_positions_shared_by_seed_and_merge():
+    c = hc.create("randomk", ratio=0.05)
+    a, b = randn(1000, seed=1), randn(1000, seed=2)
+    pa, pb = c.encode(a, hc.GradientState(seed=5)), c.encode(b, hc.GradientState(seed=5))
+    assert torch.allclose(c.decode(c.merge(pa, pb)), c.decode(pa) + c.decode(pb))
+    pc = c.encode(b, hc.GradientState(seed=6))
+    with pytest.raises(hc.CompressionError, match="different seeds"):
+        c.merge(pa, pc)
+
+
+def test_momentum_correction_and_error_feedback_wrappers_compose():
+    inner = hc.create("topk", ratio=0.01)
+    c = hc.MomentumCorrection(hc.ErrorFeedback(inner), momentum=0.9)
+    stt = hc.GradientState()
+    for s in range(3):
+        p = c.encode(randn(500, seed=s), stt, name="w")
+        assert inner.decode(p).count_nonzero() <= 5  # the payload is topk's own
+    assert "mc_velocity" in stt.extra and "ef_residual" in stt.extra

@@ -1,0 +1,126 @@
+"""Every algorithm: shapes, dtypes, odd sizes, exact payload sizes, state checkpointing."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import hipress.compress as hc
+
+from .conftest import ALGS, randn
+
+SIZES = [0, 1, 2, 3, 7, 8, 9, 15, 17, 63, 65, 1000, 4099]
+
+
+def expected_size(c: hc.Compressor, n: int, payload: torch.Tensor) -> int:
+    """Payload bytes from first principles (not from payload_size): the honest size."""
+    name = c.name
+    if name == "none":
+        return 20 + 4 * n
+    if name in ("fp16", "bf16"):
+        return 20 + 2 * n
+    if name == "onebit":
+        return 20 + 8 + math.ceil(n / 8)
+    if name in ("signsgd", "efsignsgd"):
+        return 20 + 4 + math.ceil(n / 8)
+    if name == "tbq":
+        return 20 + 4 + math.ceil(n / 4)
+    if name == "terngrad":
+        return 20 + 10 + math.ceil(n * c.bits / 8)
+    if name in ("dgc", "graddrop", "topk"):
+        k = int.from_bytes(payload[20:24].numpy().tobytes(), "little")
+        return 20 + 4 + 8 * k
+    if name == "randomk":
+        return 20 + 12 + 4 * (min(n, max(1, math.ceil(n * c.density))) if n else 0)
+    if name == "qsgd":
+        return c.payload_size(n)  # bucketed layout: checked in its own test
+    raise AssertionError(f"no size rule for {name}")
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_sizes_and_shape(alg, n):
+    c = hc.create(alg)
+    x = randn(n, seed=n)
+    st_ = hc.GradientState(seed=3)
+    p = c.encode(x, st_, name="w")
+    assert p.dtype == torch.uint8 and p.dim() == 1
+    assert p.numel() == expected_size(c, n, p)
+    if not c.caps.sparse or c.name == "randomk":
+        assert p.numel() == c.payload_size(n)
+    else:
+        assert p.numel() <= c.payload_size(n)
+    y = c.decode(p, name="w")
+    assert y.shape == (n,) and y.dtype == torch.float32
+    assert torch.isfinite(y).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_shape_and_dtype_survive(alg, dtype):
+    c = hc.create(alg)
+    x = randn(6 * 7, seed=1).reshape(6, 7).to(dtype)
+    p = c.encode(x, hc.GradientState(), name="conv.weight")
+    out = torch.empty_like(x)
+    y = c.decode(p, out=out, name="conv.weight")
+    assert y is out and y.shape == (6, 7) and y.dtype == dtype
+    flat = c.decode(p)
+    assert flat.shape == (42,) and flat.dtype == dtype  # the header records the dtype
+
+
+@given(n=st.integers(0, 3000), seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([1e-6, 1.0, 1e4]))
+def test_property_roundtrip_all(n, seed, scale):
+    x = randn(n, seed=seed, scale=scale)
+    for alg in ALGS:
+        c = hc.create(alg)
+        p = c.encode(x, hc.GradientState(seed=seed), name="g")
+        assert p.numel() == expected_size(c, n, p)
+        acc = torch.ones(n)
+        c.decode(p, out=acc, add=True)
+        y = c.decode(p)
+        assert torch.allclose(acc, y + 1, atol=1e-5 * max(1.0, scale) * 4)
+
+
+def test_lossless_none_and_close_fp16():
+    x = randn(1001, seed=4)
+    assert torch.equal(hc.create("none").decode(hc.create("none").encode(x)), x)
+    y = hc.create("fp16").decode(hc.create("fp16").encode(x))
+    assert torch.equal(y, x.half().float())
+    y = hc.create("bf16").decode(hc.create("bf16").encode(x))
+    assert torch.equal(y, x.bfloat16().float())
+
+
+def test_state_checkpoint_roundtrip(tmp_path):
+    """A StateStore saved with torch.save loads back with weights_only=True and continues identically."""
+    c = hc.create("tbq", tau=0.3)
+    store = hc.StateStore(base_seed=7)
+    xs = [randn(333, seed=s) for s in range(4)]
+    for x in xs[:2]:
+        c.encode(x, store["layer.w"], name="layer.w")
+    torch.save(store.state_dict(), tmp_path / "s.pt")
+    other = hc.StateStore()
+    other.load_state_dict(torch.load(tmp_path / "s.pt", weights_only=True))
+    for x in xs[2:]:
+        a = c.encode(x, store["layer.w"], name="layer.w")
+        b = c.encode(x, other["layer.w"], name="layer.w")
+        assert torch.equal(a, b)
+
+
+def test_seed_depends_on_name_not_order():
+    s1, s2 = hc.StateStore(), hc.StateStore()
+    s1["a"], s1["b"]
+    s2["b"], s2["a"]
+    assert s1["a"].seed == s2["a"].seed and s1["a"].seed != s1["b"].seed
+
+
+def test_registry_errors():
+    with pytest.raises(hc.UnknownAlgorithm, match="available: .*tbq"):
+        hc.create("nope")
+    with pytest.raises(ValueError, match="bad parameters"):
+        hc.create("tbq", bogus=1)
+    with pytest.raises(ValueError, match="bits must be one of"):
+        hc.create_from_spec("terngrad:bits=3")
+    c = hc.create_from_spec("terngrad:bits=4,stochastic=false")
+    assert c.bits == 4 and c.stochastic is False
+    with pytest.raises(ValueError, match="key=value"):
+        hc.create_from_spec("dgc:0.1")
