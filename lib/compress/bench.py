@@ -92,7 +92,7 @@ def bench_compress(
         payload = comp.encode(x, once, name=spec)
         decoded = comp.decode(payload)
         err = float((decoded - x).norm() / x.norm())
-        enc = _gbps(4 * n, timeit(lambda c=comp, s=state: c.encode(x, s, name=spec), repeat, warmup))
+        enc = _gbps(4 * n, timeit(lambda c=comp, s=state, nm=spec: c.encode(x, s, name=nm), repeat, warmup))
         out = torch.empty_like(x)
         dec = _gbps(4 * n, timeit(lambda c=comp, p=payload, o=out: c.decode(p, out=o), repeat, warmup))
         row = {

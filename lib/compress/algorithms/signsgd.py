@@ -13,7 +13,7 @@ import struct
 import numpy as np
 import torch
 
-from ..base import Capabilities, Compressor, nonfinite
+from ..base import Compressor, nonfinite
 from ..errors import CompressionError
 from ..kernels import backend_for
 from ..payload import Header, allocate
