@@ -11,6 +11,8 @@ from hipress import __version__
 # (module under hipress_cli.commands, sub-command name or None for top-level commands it registers)
 COMMANDS: list[tuple[str, str | None]] = [
     ("bench", "bench"),
+    ("plan", None),
+    ("profile", None),
 ]
 
 

@@ -1,0 +1,71 @@
+"""``hipress bench plan``: how long SeCoPa takes to plan many gradients (registered onto ``bench``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from hipress_cli.commands.bench import app
+from hipress_cli.options import JsonOpt, console, fail, print_json
+
+
+@app.command("plan")
+def plan(
+    gradients: Annotated[int, typer.Option("--gradients", min=1, help="Number of gradients to plan.")] = 100_000,
+    nnodes: Annotated[int, typer.Option("--nnodes", min=1, help="Nodes N (K ranges over 1..N).")] = 16,
+    topology: Annotated[str, typer.Option("--topology", help="ps, ring or both.")] = "both",
+    alg: Annotated[str, typer.Option("--alg", help="Compressor whose payload size sets the ratio.")] = "onebit",
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions.")] = 7,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured warm-up runs.")] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random gradient sizes.")] = 0,
+    json_: JsonOpt = False,
+) -> None:
+    """Plan N random gradients (sizes log-uniform in 1..1e8) with the sosp21 cost model; median and 95% CI."""
+    import numpy as np
+
+    from hipress.compress.bench import median_ci
+    from hipress.plan import PayloadModel, PlanError, plan_gradients, sosp21
+
+    tops = ["ps", "ring"] if topology == "both" else [topology]
+    if any(t not in ("ps", "ring") for t in tops):
+        raise fail(f"unknown topology {topology!r}; use ps, ring or both")
+    try:
+        payload = PayloadModel.from_alg(alg)
+    except PlanError as e:
+        raise fail(str(e)) from None
+    rng = np.random.default_rng(seed)
+    sizes = np.exp(rng.uniform(0, np.log(1e8), gradients)).astype(np.int64).clip(1)
+    grads = [(f"g{i}", int(s)) for i, s in enumerate(sizes)]
+    model = sosp21()
+    rows = []
+    for top in tops:
+        decide, full = [], []
+        for i in range(warmup + repeat):
+            t0 = time.perf_counter()
+            result = plan_gradients(grads, nnodes, top, model, payload)
+            t1 = time.perf_counter()
+            result.to_plan()
+            t2 = time.perf_counter()
+            if i >= warmup:
+                decide.append(t1 - t0)
+                full.append(t2 - t0)
+        d, f = median_ci(decide), median_ci(full)
+        rows.append({"topology": top, "decide_s": d[0], "decide_ci95_s": [d[1], d[2]], "plan_s": f[0],
+                     "plan_ci95_s": [f[1], f[2]], "compressed": int(result.compress.sum()),
+                     "under_one_second": f[0] < 1.0})
+    out = {"gradients": gradients, "nnodes": nnodes, "alg": alg, "repeat": repeat, "results": rows}
+    if json_:
+        print_json(out)
+        return
+    t = Table(title=f"SeCoPa planning {gradients:,} gradients, N={nnodes}, K in 1..N, sosp21 + {alg} "
+              f"(median of {repeat}, 95% CI)")
+    for col in ("topology", "decide s", "decide + PlanEntry dict s", "us / gradient", "compressed"):
+        t.add_column(col, justify="left" if col == "topology" else "right")
+    for r in rows:
+        t.add_row(r["topology"], f"{r['decide_s']:.3f} [{r['decide_ci95_s'][0]:.3f}, {r['decide_ci95_s'][1]:.3f}]",
+                  f"{r['plan_s']:.3f} [{r['plan_ci95_s'][0]:.3f}, {r['plan_ci95_s'][1]:.3f}]",
+                  f"{r['plan_s'] / gradients * 1e6:.2f}", f"{r['compressed']:,}")
+    console.print(t)

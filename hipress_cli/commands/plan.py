@@ -1,0 +1,173 @@
+"""``hipress plan``: SeCoPa's per-gradient decisions (compress? how many partitions?) for a cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from hipress_cli.options import JsonOpt, console, fail, print_json
+
+InputOpt = Annotated[Path | None, typer.Option("--input", help="HiPress input.txt: 'name,num_floats' a line.")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="A model of the zoo (e.g. vgg19) instead.")]
+TopologyOpt = Annotated[str, typer.Option("--topology", help="ps (CaSync-PS) or ring (CaSync-Ring).")]
+NodesOpt = Annotated[int, typer.Option("--nnodes", min=1, help="Number of nodes N (K ranges over 1..N).")]
+AlgOpt = Annotated[str | None, typer.Option(
+    "--alg", help="Compressor spec; its payload size sets the ratio (default: the profile's; sosp21: 1/16).")]
+ProfileOpt = Annotated[Path | None, typer.Option("--profile", help="A profile JSON from `hipress profile`.")]
+CostModelOpt = Annotated[str | None, typer.Option("--cost-model", help="A built-in cost model: sosp21 (default).")]
+OutputOpt = Annotated[Path | None, typer.Option("--output", help="Write the plan here (HiPress SeCoPaPlan.txt).")]
+ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-gradient costs and a whole-iteration prediction.")]
+ComputeOpt = Annotated[float | None, typer.Option(
+    "--compute-ms", min=0, help="Per-iteration compute time (ms) for the iteration prediction.")]
+LambdaOpt = Annotated[float, typer.Option(
+    "--lambda", min=0, help="Compute slow-down factor in max(lambda*compute, sync).")]
+
+
+def load_gradients(input_: Path | None, model: str | None) -> tuple[list[tuple[str, int]], str]:
+    """Gradients from a HiPress ``input.txt`` or the model zoo, and a label for them."""
+    from hipress.plan import PlanError, read_input
+
+    if (input_ is None) == (model is None):
+        raise fail("give exactly one of --input input.txt or --model NAME")
+    if input_ is not None:
+        try:
+            return read_input(input_), str(input_)
+        except PlanError as e:
+            raise fail(str(e)) from None
+    try:
+        from hipress.models import gradient_sizes
+    except ImportError as e:
+        raise fail(f"the model zoo (hipress.models) is not available in this installation ({e}); "
+                   "use --input input.txt instead") from None
+    try:
+        return gradient_sizes(model), f"model {model}"
+    except (KeyError, ValueError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        raise fail(str(msg)) from None
+
+
+def load_model(profile: Path | None, cost_model: str | None):
+    from hipress.plan import PlanError, load_cost_model
+
+    if profile is not None and cost_model is not None:
+        raise fail("give --profile FILE or --cost-model NAME, not both")
+    try:
+        return load_cost_model(profile if profile is not None else (cost_model or "sosp21"))
+    except PlanError as e:
+        raise fail(str(e)) from None
+
+
+def iteration(sync_ms: float, compute_ms: float | None, lam: float) -> float | None:
+    """Whole-iteration time about max(lambda * compute, sync) (Agarwal et al., MLSys'22)."""
+    return None if compute_ms is None else max(lam * compute_ms, sync_ms)
+
+
+def register(root: typer.Typer) -> None:
+    root.command("plan")(plan)
+
+
+def plan(
+    input_: InputOpt = None,
+    model: ModelOpt = None,
+    topology: TopologyOpt = "ps",
+    nnodes: NodesOpt = 4,
+    alg: AlgOpt = None,
+    profile: ProfileOpt = None,
+    cost_model: CostModelOpt = None,
+    output: OutputOpt = None,
+    explain: ExplainOpt = False,
+    compute_ms: ComputeOpt = None,
+    lam: LambdaOpt = 1.0,
+    json_: JsonOpt = False,
+) -> None:
+    """Decide, per gradient, whether to compress it and into how many partitions (SeCoPa, SOSP'21)."""
+    from hipress.plan import PlanError, default_payload, plan_gradients, write_plan
+
+    if topology not in ("ps", "ring"):
+        raise fail(f"unknown topology {topology!r}; use ps or ring")
+    gradients, source = load_gradients(input_, model)
+    cm = load_model(profile, cost_model)
+    try:
+        payload = default_payload(cm, alg)
+        result = plan_gradients(gradients, nnodes, topology, cm, payload)
+        if output is not None:
+            write_plan(output, result.to_plan())
+    except PlanError as e:
+        raise fail(str(e)) from None
+    except OSError as e:
+        raise fail(f"cannot write {output}: {e.strerror or e}") from None
+
+    tot = result.totals()
+    derived = [k for k in ("gather", "broadcast")
+               if topology == "ps" and nnodes > 1 and nnodes not in cm.fitted_nodes(k)]
+    strategies = {"secopa": tot["secopa_ms"], "compress nothing": tot["compress_nothing_ms"],
+                  "compress everything": tot["compress_everything_ms"]}
+    iters = {k: iteration(v, compute_ms, lam) for k, v in strategies.items()}
+    if json_:
+        print_json({
+            "source": source, "topology": topology, "nnodes": nnodes, "cost_model": cm.name,
+            "payload": payload.source, "derived_collectives": derived, "output": str(output) if output else None,
+            "totals": tot,
+            "iteration_ms": {k: v for k, v in iters.items()} if compute_ms is not None else None,
+            "plan": [
+                {"name": n, "size": int(s), "compress": bool(c), "partitions": int(k), "cost_ms": float(t),
+                 "raw_ms": float(r), "raw_k": int(rk), "compressed_ms": float(cc), "compressed_k": int(ck)}
+                for n, s, c, k, t, r, rk, cc, ck in zip(
+                    result.names, result.sizes, result.compress, result.partitions, result.cost, result.raw_cost,
+                    result.raw_k, result.cpr_cost, result.cpr_k, strict=True)
+            ],
+        })
+        return
+
+    if explain:
+        t = Table(title=f"per-gradient costs (ms), {topology} N={nnodes}: best K uncompressed / compressed")
+        for col in ("gradient", "size", "raw ms", "K", "compressed ms", "K", "decision"):
+            t.add_column(col, justify="left" if col in ("gradient", "decision") else "right")
+        for i, n in enumerate(result.names):
+            t.add_row(n, f"{result.sizes[i]:,}", f"{result.raw_cost[i]:.3f}", str(result.raw_k[i]),
+                      f"{result.cpr_cost[i]:.3f}", str(result.cpr_k[i]),
+                      f"{'y' if result.compress[i] else 'n'},{result.partitions[i]}")
+        console.print(t)
+
+    ks = result.partitions
+    hist = ", ".join(f"K={k}: {int((ks == k).sum())}" for k in sorted(set(ks.tolist())))
+    t = Table(title=f"SeCoPa plan for {source}: {topology}, N={nnodes}, cost model {cm.name}, payload {payload.source}")
+    t.add_column("strategy")
+    t.add_column("sync ms (sum over gradients)", justify="right")
+    t.add_column("vs compress nothing", justify="right")
+    if compute_ms is not None:
+        t.add_column(f"iteration ms = max({lam:g}*{compute_ms:g}, sync)", justify="right")
+    base = tot["compress_nothing_ms"]
+    for name, ms in strategies.items():
+        row = [name, f"{ms:.2f}", f"{base / ms:.2f}x" if ms > 0 else "-"]
+        if compute_ms is not None:
+            row.append(f"{iters[name]:.2f}")
+        t.add_row(*row)
+    console.print(t)
+    console.print(f"compressed {tot['compressed']} of {tot['gradients']} gradients "
+                  f"({tot['compressed_elements'] / max(tot['elements'], 1):.1%} of {tot['elements']:,} elements); "
+                  f"partitions: {hist}")
+    if derived:
+        console.print(f"[yellow]note:[/] no fitted {' and '.join(derived)} constants for N={nnodes} in {cm.name}: "
+                      f"derived from the send latency and bandwidth (fitted for N in {cm.fitted_nodes('gather')})")
+    if explain:
+        best = min(strategies, key=lambda k: strategies[k])
+        if compute_ms is None:
+            console.print(f"sync alone: {best} is fastest; pass --compute-ms to ask whether it shows in the iteration")
+        else:
+            gain = iters["compress nothing"] / iters["secopa"]
+            if gain > 1.005:
+                verdict = "yes"
+            elif tot["compress_nothing_ms"] <= lam * compute_ms:
+                verdict = "no: uncompressed sync already hides behind compute"
+            else:
+                verdict = "no"
+            console.print(f"does compression help on this cluster? {verdict} (iteration {iters['secopa']:.1f} ms with "
+                          f"SeCoPa against {iters['compress nothing']:.1f} ms uncompressed, {gain:.2f}x)")
+        console.print("sync times are the sum of per-gradient costs: an upper bound that ignores overlap between "
+                      "gradients")
+    if output is not None:
+        console.print(f"wrote {output}")

@@ -1,0 +1,76 @@
+"""``hipress profile``: measure the primitives on this cluster and fit SeCoPa's cost curves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from hipress_cli.options import JsonOpt, console, fail, parse_size, print_json
+
+
+def register(root: typer.Typer) -> None:
+    root.command("profile")(profile)
+
+
+def _sizes(text: str) -> list[int]:
+    """``"1K,64K,4M"`` -> element counts (binary multiples)."""
+    try:
+        sizes = sorted({parse_size(s) for s in text.split(",") if s.strip()})
+    except typer.BadParameter as e:
+        raise fail(f"--sizes: {e}") from None
+    if len(sizes) < 2 or sizes[0] < 1:
+        raise fail(f"--sizes needs two or more positive element counts, got {text!r}")
+    return sizes
+
+
+def profile(
+    alg: Annotated[str, typer.Option("--alg", help="Compressor spec whose encode/decode to measure.")] = "onebit",
+    output: Annotated[Path, typer.Option("--output", help="Where to save the profile JSON.")] = Path("profile.json"),
+    np_: Annotated[int | None, typer.Option("--np", min=2, help="MPI processes for the transport (default 2, "
+                                                   "or one per host).")] = None,
+    hosts: Annotated[str | None, typer.Option("--hosts", help="Comma-separated hosts (mpiexec -hosts).")] = None,
+    sizes: Annotated[str, typer.Option("--sizes", help="Element counts to measure, comma-separated.")]
+    = "1K,4K,16K,64K,256K,1M,4M",
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions per size.")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured repetitions per size.")] = 1,
+    json_: JsonOpt = False,
+) -> None:
+    """Time encode/decode/merge here and send/gather/broadcast over MPI; fit max(overhead, A + B*x)."""
+    from hipress.plan import PlanError
+    from hipress.plan.profile import profile as run_profile
+    from hipress.plan.profile import save_profile
+
+    host_list = [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None
+    nprocs = np_ if np_ is not None else (len(host_list) if host_list and len(host_list) > 1 else 2)
+    try:
+        model = run_profile(alg, nprocs=nprocs, sizes=_sizes(sizes), repeat=repeat, warmup=warmup, hosts=host_list)
+        save_profile(model, output)
+    except PlanError as e:
+        raise fail(str(e)) from None
+    except OSError as e:
+        raise fail(f"cannot write {output}: {e.strerror or e}") from None
+    d = model.to_json()
+    if json_:
+        print_json({"output": str(output), "profile": d})
+        return
+    t = Table(title=f"profile of {alg} on {model.meta.get('host')}, {nprocs} MPI processes "
+              f"({model.meta.get('seconds')} s): cost = max(overhead, A + B*x) ms, x fp32 elements")
+    for col in ("primitive", "B ns/elem", "GB/s", "A ms", "overhead ms", "R²", "max |rel residual|"):
+        t.add_column(col, justify="left" if col == "primitive" else "right")
+    rows = [(k, d[k]) for k in ("encode", "decode", "merge", "send")]
+    rows += [(f"{k} N={n}", v) for k in ("gather", "broadcast") for n, v in d[k].items()]
+    for name, v in rows:
+        fit = v.get("fit", {})
+        gbps = 4 / (v["B"] * 1e6) if v["B"] > 0 else float("inf")
+        t.add_row(name, f"{v['B'] * 1e6:.4f}", f"{gbps:.2f}", f"{v['A']:.4f}", f"{v['overhead']:.4f}",
+                  f"{fit['r2']:.3f}" if "r2" in fit else "-",
+                  f"{fit['max_rel_residual']:.1%}" if "max_rel_residual" in fit else "-")
+    console.print(t)
+    poor = [name for name, v in rows if v.get("fit", {}).get("r2", 1.0) < 0.9]
+    if poor:
+        console.print(f"[yellow]poor fit (R² < 0.9):[/] {', '.join(poor)}: the times did not grow linearly with "
+                      "size (a busy machine? too few repetitions?); consider --repeat 20")
+    console.print(f"wrote {output}; use it with `hipress plan --profile {output}`")

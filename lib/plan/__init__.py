@@ -1,0 +1,40 @@
+"""SeCoPa: per gradient, compress or not and into how many partitions, from a cost model.
+
+    >>> from hipress.plan import auto_plan, load_plan
+    >>> plan = auto_plan(gradient_sizes, nnodes=8, alg="onebit", topology="ring", profile="sosp21")
+    >>> plan = load_plan("SeCoPaPlan.txt", model_gradient_names)   # unknown/missing names: clear error
+
+``plan_gradients`` decides (see ``secopa`` for the cost formulas), ``costmodel`` holds the
+primitives' costs (HiPress's published ``sosp21`` constants or a ``hipress profile`` fit),
+``formats`` reads and writes HiPress's ``input.txt`` and ``SeCoPaPlan.txt``.
+"""
+
+from .api import auto_plan
+from .costmodel import CostModel, Linear, load_cost_model, sosp21
+from .errors import PlanError, PlanFormatError, PlanMismatchError
+from .formats import load_plan, parse_input, parse_plan, read_input, read_plan, write_input, write_plan
+from .payload import PayloadModel
+from .secopa import TOPOLOGIES, PlanResult, default_payload, plan_gradients
+
+__all__ = [
+    "TOPOLOGIES",
+    "CostModel",
+    "Linear",
+    "PayloadModel",
+    "PlanError",
+    "PlanFormatError",
+    "PlanMismatchError",
+    "PlanResult",
+    "auto_plan",
+    "default_payload",
+    "load_cost_model",
+    "load_plan",
+    "parse_input",
+    "parse_plan",
+    "plan_gradients",
+    "read_input",
+    "read_plan",
+    "sosp21",
+    "write_input",
+    "write_plan",
+]

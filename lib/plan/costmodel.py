@@ -1,0 +1,209 @@
+"""Cost of each synchronization primitive as a function of the fp32 elements it handles.
+
+HiPress's model, kept as is so that its published constants mean what they meant there: a primitive
+costs ``overhead`` ms while ``x < max(0, (overhead - A) / B)`` and ``B*x + A`` ms above, i.e.
+``max(overhead, A + B*x)`` (the same numbers, and also defined when B = 0). ``x`` counts fp32
+elements; for a payload, its bytes / 4.
+
+Primitives (names as in hipress; HiPress's own names accepted when loading):
+
+=========  ======================  ====================================================================
+encode                             compress x elements
+decode                             decompress x elements into an accumulator (decode(add=True): what
+                                   a receiver runs, so it is also the merge of compressed data)
+merge      aggregate               add x fp32 elements into an accumulator (uncompressed aggregation)
+send       ring_send_one_step      one ring step: every node sends x elements to its successor while
+                                   receiving x from its predecessor
+gather     (per node count N)      N-1 nodes each send x elements to one node (co-located PS push)
+broadcast  (per node count N)      one node sends x elements to each of N-1 nodes (PS pull)
+=========  ======================  ====================================================================
+
+Gather and broadcast are measured for particular node counts. For any other N they are derived from
+the link's latency and bandwidth, i.e. from ``send``: ``gather_N(x) = max(o, A + (N-1)*B*x)`` -- the
+receiving link carries (N-1)*x elements while the N-1 messages' latencies overlap. (On HiPress's
+constants this underestimates the measured A, e.g. 0.20 against 0.42 ms at N=4, and matches B within
+6%; it is a fallback, and ``hipress profile`` measures the node count you run.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import PlanError
+
+COMPUTE = ("encode", "decode", "merge")
+ALIASES = {"aggregate": "merge", "ring_send_one_step": "send"}
+PROFILE_FORMAT = "hipress-profile"
+
+
+@dataclass(frozen=True)
+class Linear:
+    """``max(overhead, A + B*x)`` ms for x fp32 elements; plus how well it was fitted, if it was."""
+
+    B: float
+    A: float
+    overhead: float = 0.0
+    fit: Mapping[str, Any] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for k in ("B", "A", "overhead"):
+            v = getattr(self, k)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise PlanError(f"cost constant {k}={v!r} must be a finite number >= 0")
+
+    def __call__(self, x: float) -> float:
+        """Scalar cost (the brute-force checker's path)."""
+        return max(self.overhead, self.A + self.B * x)
+
+    def vec(self, x: np.ndarray) -> np.ndarray:
+        """Vectorized cost; the same arithmetic, element by element, as ``__call__``."""
+        return np.maximum(self.overhead, self.A + self.B * x)
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {"B": self.B, "A": self.A, "overhead": self.overhead}
+        if self.fit:
+            d["fit"] = dict(self.fit)
+        return d
+
+    @classmethod
+    def from_json(cls, d: Any, where: str) -> Linear:
+        if not isinstance(d, Mapping):
+            raise PlanError(f"{where}: expected an object with B, A, overhead, got {type(d).__name__}")
+        try:
+            vals = {k: d[k] for k in ("B", "A")}
+        except KeyError as e:
+            raise PlanError(f"{where}: missing constant {e.args[0]!r} (need B, A and optionally overhead)") from None
+        vals["overhead"] = d.get("overhead", 0.0)
+        for k, v in vals.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise PlanError(f"{where}.{k}: expected a number, got {v!r}")
+        try:
+            return cls(float(vals["B"]), float(vals["A"]), float(vals["overhead"]), d.get("fit"))
+        except PlanError as e:
+            raise PlanError(f"{where}: {e}") from None
+
+
+ZERO = Linear(0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The six primitives of a cluster, and the compression ratio it was made with (if fixed).
+
+    ``ratio`` is HiPress's fixed payload/fp32 ratio (1/16 in ``sosp21``); ``None`` when the ratio
+    should come from the algorithm the plan is made for. ``alg`` names the compressor whose
+    encode/decode were measured (a profile), ``None`` for the published constants.
+    """
+
+    encode: Linear
+    decode: Linear
+    merge: Linear
+    send: Linear
+    gather: Mapping[int, Linear]
+    broadcast: Mapping[int, Linear]
+    ratio: float | None = None
+    alg: str | None = None
+    name: str = "custom"
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def collective(self, kind: str, nnodes: int) -> Linear:
+        """Gather or broadcast at ``nnodes``: fitted constants if there are some, else from ``send``."""
+        if nnodes < 1:
+            raise PlanError(f"the number of nodes must be >= 1, got {nnodes}")
+        if nnodes == 1:
+            return ZERO
+        table = self.gather if kind == "gather" else self.broadcast
+        if nnodes in table:
+            return table[nnodes]
+        s = self.send
+        return Linear(s.B * (nnodes - 1), s.A, s.overhead)
+
+    def fitted_nodes(self, kind: str) -> list[int]:
+        return sorted(self.gather if kind == "gather" else self.broadcast)
+
+    # ---------------------------------------------------------------- (de)serialization
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {"format": PROFILE_FORMAT, "version": 1, "name": self.name}
+        if self.alg is not None:
+            d["alg"] = self.alg
+        if self.ratio is not None:
+            d["ratio"] = self.ratio
+        for k in ("encode", "decode", "merge", "send"):
+            d[k] = getattr(self, k).to_json()
+        d["gather"] = {str(n): v.to_json() for n, v in sorted(self.gather.items())}
+        d["broadcast"] = {str(n): v.to_json() for n, v in sorted(self.broadcast.items())}
+        if self.meta:
+            d["meta"] = dict(self.meta)
+        return d
+
+    @classmethod
+    def from_json(cls, d: Any, source: str = "<profile>") -> CostModel:
+        """Read a saved profile or HiPress's ``secopa_cost_model`` object (its key names accepted)."""
+        if not isinstance(d, Mapping):
+            raise PlanError(f"{source}: a cost model is a JSON object, got {type(d).__name__}")
+        d = {ALIASES.get(k, k): v for k, v in d.items()}
+        prims = {}
+        for k in ("encode", "decode", "merge", "send"):
+            if k not in d:
+                raise PlanError(f"{source}: no cost constants for {k!r}",) from None
+            prims[k] = Linear.from_json(d[k], f"{source}: {k}")
+        colls: dict[str, dict[int, Linear]] = {}
+        for k in ("gather", "broadcast"):
+            table = d.get(k, {})
+            if not isinstance(table, Mapping):
+                raise PlanError(f"{source}: {k} must map node counts to constants, got {type(table).__name__}")
+            colls[k] = {}
+            for n, v in table.items():
+                if not str(n).isdigit() or int(n) < 2:
+                    raise PlanError(f"{source}: {k} key {n!r} is not a node count >= 2")
+                colls[k][int(n)] = Linear.from_json(v, f"{source}: {k}[{n}]")
+        ratio = d.get("ratio")
+        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float))
+                                  or not 0 < ratio <= 2):
+            raise PlanError(f"{source}: ratio {ratio!r} must be a number in (0, 2]")
+        alg = d.get("alg")
+        if alg is not None and not isinstance(alg, str):
+            raise PlanError(f"{source}: alg must be an algorithm spec string, got {alg!r}")
+        meta = d.get("meta", {})
+        return cls(**prims, gather=colls["gather"], broadcast=colls["broadcast"], ratio=ratio, alg=alg,
+                   name=str(d.get("name", source)), meta=meta if isinstance(meta, Mapping) else {})
+
+
+def sosp21() -> CostModel:
+    """HiPress's published constants (fitted on the authors' 56 Gbps RDMA cluster), ratio 1/16."""
+    text = resources.files("hipress.plan").joinpath("data/sosp21_cost_model.json").read_text("utf-8")
+    d = json.loads(text)
+    d["name"] = "sosp21"
+    return CostModel.from_json(d, "sosp21")
+
+
+BUILTIN = {"sosp21": sosp21}
+
+
+def load_cost_model(spec: str | Path | CostModel) -> CostModel:
+    """``"sosp21"``, a path to a profile JSON written by ``hipress profile``, or a ``CostModel``."""
+    if isinstance(spec, CostModel):
+        return spec
+    if isinstance(spec, str) and spec in BUILTIN:
+        return BUILTIN[spec]()
+    p = Path(spec)
+    if not p.exists():
+        raise PlanError(f"cost model {str(spec)!r}: no such file and not a built-in "
+                        f"(built-ins: {', '.join(BUILTIN)}); make one with `hipress profile --output FILE`")
+    try:
+        d = json.loads(p.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise PlanError(f"{p}: cannot read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{p}:{e.lineno}: not valid JSON: {e.msg}") from None
+    if isinstance(d, Mapping) and "secopa_cost_model" in d:  # the whole sosp21.json
+        d = d["secopa_cost_model"]
+    return CostModel.from_json(d, str(p))

@@ -1,0 +1,228 @@
+"""HiPress's SeCoPa file formats, read strictly and written byte-compatibly.
+
+``input.txt``       one gradient a line: ``name,num_floats`` (fp32 element count), in the order the
+                    gradients become ready in backward.
+``SeCoPaPlan.txt``  one gradient a line: ``name,size,y|n,K`` (compress or not, K partitions).
+
+Both readers refuse, with the file name and line number, what HiPress's own scripts would silently
+mis-read or crash on: an empty file, a wrong number of fields, an empty, non-numeric, negative or
+zero size, a name with whitespace, a name given twice. Blank lines (and a trailing newline, CRLF
+endings, spaces around fields) are accepted. Nothing is evaluated: fields are matched by regex.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from hipress.sync.plan import Plan, PlanEntry
+
+from .errors import PlanError, PlanFormatError
+
+_INT = re.compile(r"[0-9]+")
+_BAD_NAME = re.compile(r"[\s,\x00-\x1f\x7f]")
+
+INPUT_FORMAT = "name,num_floats"
+PLAN_FORMAT = "name,size,y|n,K"
+
+
+def _lines(text: str) -> Iterable[tuple[int, str]]:
+    """(line number, content) of the non-blank lines; only ``\\n`` ends a line, as in an editor."""
+    for no, raw in enumerate(text.split("\n"), start=1):
+        line = raw.rstrip("\r")
+        if line.strip():
+            yield no, line
+
+
+def _read_text(path: str | os.PathLike) -> tuple[str, str]:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise PlanError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise PlanError(f"{p}: is a directory, expected a text file") from None
+    except OSError as e:
+        raise PlanError(f"{p}: cannot read: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8"), str(p)
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise PlanFormatError(str(p), line, f"byte {data[e.start]:#04x} is not UTF-8 text",
+                              "is this really a text file?") from None
+
+
+def _name(source: str, no: int, field: str) -> str:
+    name = field.strip()
+    if not name:
+        raise PlanFormatError(source, no, "the gradient name is empty")
+    m = _BAD_NAME.search(name)
+    if m:
+        raise PlanFormatError(source, no, f"gradient name {name!r} contains {m.group()!r}",
+                              "names may not contain whitespace, commas or control characters")
+    return name
+
+
+def _count(source: str, no: int, field: str, what: str, fix: str) -> int:
+    text = field.strip()
+    if not text:
+        raise PlanFormatError(source, no, f"the {what} is empty", fix)
+    if text.startswith("-") and _INT.fullmatch(text[1:]):
+        raise PlanFormatError(source, no, f"the {what} {text} is negative", fix)
+    if not _INT.fullmatch(text):
+        raise PlanFormatError(source, no, f"the {what} {text!r} is not a whole number", fix)
+    value = int(text)
+    if value == 0:
+        raise PlanFormatError(source, no, f"the {what} is 0", fix)
+    return value
+
+
+def _fields(source: str, no: int, line: str, n: int, fmt: str) -> list[str]:
+    fields = line.split(",")
+    if len(fields) != n:
+        raise PlanFormatError(source, no, f"expected {n} comma-separated fields ({fmt}), got {len(fields)}: "
+                              f"{line.strip()[:80]!r}")
+    return fields
+
+
+def _no_duplicate(source: str, no: int, name: str, seen: dict[str, int]) -> None:
+    if name in seen:
+        raise PlanFormatError(source, no, f"gradient {name!r} is listed twice (first on line {seen[name]})",
+                              "each gradient must appear once")
+    seen[name] = no
+
+
+def parse_input(text: str, source: str = "<string>") -> list[tuple[str, int]]:
+    """Parse HiPress ``input.txt`` content into ``[(name, num_floats), ...]`` in file order."""
+    out: list[tuple[str, int]] = []
+    seen: dict[str, int] = {}
+    for no, line in _lines(text):
+        name_f, size_f = _fields(source, no, line, 2, INPUT_FORMAT)
+        name = _name(source, no, name_f)
+        size = _count(source, no, size_f, "size", "the number of fp32 elements must be a positive whole number")
+        _no_duplicate(source, no, name, seen)
+        out.append((name, size))
+    if not out:
+        raise PlanFormatError(source, 0, "no gradients: the file is empty",
+                              f"expected one '{INPUT_FORMAT}' line per gradient")
+    return out
+
+
+def parse_plan(text: str, source: str = "<string>") -> Plan:
+    """Parse HiPress ``SeCoPaPlan.txt`` content into ``{name: PlanEntry}`` in file order."""
+    plan: Plan = {}
+    seen: dict[str, int] = {}
+    for no, line in _lines(text):
+        name_f, size_f, flag_f, k_f = _fields(source, no, line, 4, PLAN_FORMAT)
+        name = _name(source, no, name_f)
+        size = _count(source, no, size_f, "size", "the number of fp32 elements must be a positive whole number")
+        flag = flag_f.strip()
+        if flag not in ("y", "n"):
+            raise PlanFormatError(source, no, f"the compress flag is {flag!r}", "write y (compress) or n (do not)")
+        k = _count(source, no, k_f, "partition count K", "K must be a whole number >= 1")
+        if k > size:
+            raise PlanFormatError(source, no, f"K={k} partitions for a gradient of {size} elements",
+                                  "K may not exceed the gradient's size")
+        _no_duplicate(source, no, name, seen)
+        plan[name] = PlanEntry(name, size, flag == "y", k)
+    if not plan:
+        raise PlanFormatError(source, 0, "no gradients: the file is empty",
+                              f"expected one '{PLAN_FORMAT}' line per gradient")
+    return plan
+
+
+def read_input(path: str | os.PathLike) -> list[tuple[str, int]]:
+    """Read HiPress ``input.txt``."""
+    text, source = _read_text(path)
+    return parse_input(text, source)
+
+
+def read_plan(path: str | os.PathLike) -> Plan:
+    """Read HiPress ``SeCoPaPlan.txt``."""
+    text, source = _read_text(path)
+    return parse_plan(text, source)
+
+
+def _check_writable_name(name: str) -> None:
+    if not name or _BAD_NAME.search(name):
+        raise PlanError(f"gradient name {name!r} cannot be written to a HiPress file "
+                        "(empty, or contains whitespace, commas or control characters)")
+
+
+def format_input(gradients: Iterable[tuple[str, int]]) -> str:
+    lines = []
+    for name, size in gradients:
+        _check_writable_name(name)
+        if size < 1:
+            raise PlanError(f"gradient {name!r}: size {size} must be >= 1")
+        lines.append(f"{name},{int(size)}\n")
+    return "".join(lines)
+
+
+def format_plan(plan: Mapping[str, PlanEntry] | Iterable[PlanEntry]) -> str:
+    entries = plan.values() if isinstance(plan, Mapping) else plan
+    lines = []
+    for e in entries:
+        _check_writable_name(e.name)
+        lines.append(f"{e.name},{e.size},{'y' if e.compress else 'n'},{e.partitions}\n")
+    return "".join(lines)
+
+
+def _atomic_write(path: str | os.PathLike, text: str) -> None:
+    """Write via a temporary file and rename, so a crash never leaves half a plan behind."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent if str(p.parent) else ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_input(path: str | os.PathLike, gradients: Iterable[tuple[str, int]]) -> None:
+    _atomic_write(path, format_input(gradients))
+
+
+def write_plan(path: str | os.PathLike, plan: Mapping[str, PlanEntry] | Iterable[PlanEntry]) -> None:
+    _atomic_write(path, format_plan(plan))
+
+
+def load_plan(path: str | os.PathLike, gradient_names: Iterable[str] | Mapping[str, int]) -> Plan:
+    """Read a plan and check that it covers exactly the model's gradients.
+
+    ``gradient_names``: the model's gradient names, or ``{name: num_elements}`` to check sizes too.
+    The returned plan is ordered as ``gradient_names``. Raises ``PlanMismatchError`` naming the
+    unknown and missing gradients (a plan made for another model, or a renamed layer).
+    """
+    from .errors import PlanMismatchError
+
+    plan = read_plan(path)
+    sizes = dict(gradient_names) if isinstance(gradient_names, Mapping) else None
+    names = list(sizes) if sizes is not None else list(gradient_names)
+    want = set(names)
+    unknown = [n for n in plan if n not in want]
+    missing = [n for n in names if n not in plan]
+    problems = []
+    if unknown:
+        problems.append(f"{len(unknown)} gradient(s) in the plan are not in the model: {_few(unknown)}")
+    if missing:
+        problems.append(f"{len(missing)} gradient(s) of the model are not in the plan: {_few(missing)}")
+    if sizes is not None:
+        wrong = [f"{n} (plan {plan[n].size}, model {sizes[n]})" for n in names
+                 if n in plan and plan[n].size != sizes[n]]
+        if wrong:
+            problems.append(f"{len(wrong)} gradient(s) have another size in the plan: {_few(wrong)}")
+    if problems:
+        raise PlanMismatchError(f"{path}: plan does not fit this model: " + "; ".join(problems)
+                                + ". Make a plan for this model with `hipress plan --model ...` or `--plan auto`.")
+    return {n: plan[n] for n in names}
+
+
+def _few(items: list[str], n: int = 5) -> str:
+    shown = ", ".join(items[:n])
+    return shown + (f", ... ({len(items) - n} more)" if len(items) > n else "")

@@ -1,0 +1,187 @@
+"""``hipress profile``: measure each primitive on this cluster and fit HiPress's cost curves to it.
+
+Compute primitives (encode, decode, merge) are timed here with the real compressor on a range of
+sizes; transport primitives (send, gather, broadcast) by N real MPI processes exchanging real
+buffers (``profile_worker``, started with ``mpiexec``). Each curve ``max(overhead, A + B*x)`` is
+fitted to the median times by least squares weighted by 1/t, i.e. on relative error -- otherwise the
+largest size alone decides the fit and A, which decides SeCoPa for small gradients, is noise.
+``overhead`` is the median time at the smallest size (the floor). Fit quality -- R^2 and the relative
+residual at every size -- is kept in the profile, so a poor fit is visible rather than silently used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .costmodel import CostModel, Linear
+from .errors import PlanError
+
+DEFAULT_SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22]
+QUICK_SIZES = [1 << 10, 1 << 13, 1 << 16, 1 << 19, 1 << 21]
+WORKER = Path(__file__).with_name("profile_worker.py")
+
+
+def fit_linear(points: Sequence[tuple[float, float]]) -> Linear:
+    """Fit ``max(overhead, A + B*x)`` to ``[(x, median ms)]``; B, A >= 0; fit quality attached."""
+    pts = sorted((float(x), float(t)) for x, t in points)
+    if len(pts) < 2:
+        raise PlanError("a cost curve needs measurements at two sizes at least")
+    x = np.array([p[0] for p in pts])
+    t = np.array([p[1] for p in pts])
+    w = 1.0 / np.maximum(t, 1e-9)
+    (a, b), *_ = np.linalg.lstsq(np.stack([w, x * w], axis=1), t * w, rcond=None)
+    if b < 0:  # flat within noise
+        a, b = float(np.average(t, weights=w * w)), 0.0
+    if a < 0:  # through the origin
+        a, b = 0.0, float(np.sum(w * w * x * t) / np.sum(w * w * x * x))
+    overhead = float(t[0])
+    pred = np.maximum(overhead, a + b * x)
+    ss_tot = float(np.sum((t - t.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((t - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
+    rel = (pred - t) / np.maximum(t, 1e-12)
+    fit = {
+        "r2": r2,
+        "max_rel_residual": float(np.max(np.abs(rel))),
+        "points": [[int(xi), float(ti), float(pi)] for xi, ti, pi in zip(x, t, pred, strict=True)],
+    }
+    return Linear(float(b), float(a), overhead, fit)
+
+
+def measure_compute(alg: str, sizes: Sequence[int], repeat: int = 5, warmup: int = 1) -> dict[str, list]:
+    """Median ms of encode, decode (into an accumulator, ``add=True``) and fp32 merge at each size."""
+    import torch
+
+    from hipress.compress import StateStore, UnknownAlgorithm, create_from_spec
+
+    try:
+        comp = create_from_spec(alg)
+    except (UnknownAlgorithm, ValueError) as e:
+        raise PlanError(str(e)) from None
+    states = StateStore()
+    gen = torch.Generator().manual_seed(0)
+    out: dict[str, list] = {"encode": [], "decode": [], "merge": []}
+    for n in sizes:
+        x = torch.randn(n, generator=gen)
+        other = torch.randn(n, generator=gen)
+        acc = torch.zeros(n)
+        state = states[f"profile.{n}"]
+        payload = comp.encode(x, state, name="profile")
+        ops = {
+            "encode": lambda x=x, state=state: comp.encode(x, state, name="profile"),
+            "decode": lambda payload=payload, acc=acc: comp.decode(payload, out=acc, add=True, name="profile"),
+            "merge": lambda acc=acc, other=other: acc.add_(other),
+        }
+        for name, fn in ops.items():
+            times = []
+            for i in range(warmup + repeat):
+                t0 = time.perf_counter()
+                fn()
+                if i >= warmup:
+                    times.append((time.perf_counter() - t0) * 1e3)
+            out[name].append([n, times])
+    return out
+
+
+def mpiexec_path() -> str:
+    """The ``mpiexec`` beside this Python (the ``mpich`` wheel puts it there), else on PATH."""
+    here = Path(sys.executable).with_name("mpiexec")
+    found = str(here) if here.exists() else shutil.which("mpiexec")
+    if not found:
+        raise PlanError("mpiexec not found; install the MPI runtime (pip install mpich) to profile the transport")
+    return found
+
+
+def measure_transport(
+    nprocs: int, sizes: Sequence[int], repeat: int = 5, warmup: int = 1, hosts: Sequence[str] | None = None,
+    timeout: float = 300.0,
+) -> dict:
+    """Run ``profile_worker`` on ``nprocs`` MPI processes (on ``hosts`` if given); its JSON result."""
+    if nprocs < 2:
+        raise PlanError(f"transport profiling needs at least 2 processes, got --np {nprocs}")
+    with tempfile.TemporaryDirectory(prefix="hipress-profile-") as tmp:
+        out = Path(tmp) / "transport.json"
+        cmd = [mpiexec_path()]
+        if hosts:
+            cmd += ["-hosts", ",".join(hosts)]
+        cmd += ["-n", str(nprocs), sys.executable, str(WORKER), "--sizes", ",".join(map(str, sizes)),
+                "--repeat", str(repeat), "--warmup", str(warmup), "--output", str(out)]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise PlanError(f"transport profiling did not finish in {timeout:.0f} s: {' '.join(cmd)}") from None
+        if r.returncode != 0 or not out.exists():
+            tail = (r.stderr or r.stdout).strip()[-2000:]
+            raise PlanError(f"transport profiling failed (exit {r.returncode}): {' '.join(cmd)}\n{tail}")
+        return json.loads(out.read_text())
+
+
+def _medians(series: list) -> list[tuple[int, float]]:
+    return [(int(x), float(np.median(ts))) for x, ts in series]
+
+
+def profile(
+    alg: str,
+    nprocs: int = 2,
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    repeat: int = 5,
+    warmup: int = 1,
+    hosts: Sequence[str] | None = None,
+    transport: bool = True,
+) -> CostModel:
+    """Measure and fit every primitive; the result plugs into ``plan_gradients`` like ``sosp21``.
+
+    Without ``transport`` only the compute primitives are measured and send/gather/broadcast are 0:
+    useful to look at encode/decode alone, not for planning.
+    """
+    sizes = sorted(set(int(s) for s in sizes))
+    if len(sizes) < 2 or sizes[0] < 1:
+        raise PlanError(f"profile sizes must be at least two positive element counts, got {sizes}")
+    t0 = time.perf_counter()
+    comp = measure_compute(alg, sizes, repeat, warmup)
+    fits = {k: fit_linear(_medians(v)) for k, v in comp.items()}
+    meta: dict = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "sizes": sizes,
+        "repeat": repeat,
+        "units": "ms per call, x in fp32 elements",
+    }
+    gather: dict[int, Linear] = {}
+    bcast: dict[int, Linear] = {}
+    if transport:
+        tr = measure_transport(nprocs, sizes, repeat, warmup, hosts)
+        fits["send"] = fit_linear(_medians(tr["ops"]["send"]))
+        gather[nprocs] = fit_linear(_medians(tr["ops"]["gather"]))
+        bcast[nprocs] = fit_linear(_medians(tr["ops"]["broadcast"]))
+        meta.update(nprocs=nprocs, mpi=tr["mpi"], hosts=list(hosts) if hosts else None)
+    else:
+        fits["send"] = Linear(0.0, 0.0, 0.0, {"note": "transport not measured"})
+    meta["seconds"] = round(time.perf_counter() - t0, 2)
+    return CostModel(encode=fits["encode"], decode=fits["decode"], merge=fits["merge"], send=fits["send"],
+                     gather=gather, broadcast=bcast, ratio=None, alg=alg, name=f"profile {platform.node()}",
+                     meta=meta)
+
+
+def quick_profile(alg: str, nprocs: int = 2) -> CostModel:
+    """A few-second profile for ``run --plan auto`` when no saved one is given."""
+    return profile(alg, nprocs=nprocs, sizes=QUICK_SIZES, repeat=3, warmup=1)
+
+
+def save_profile(model: CostModel, path: str | os.PathLike) -> None:
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp")
+    tmp.write_text(json.dumps(model.to_json(), indent=1) + "\n")
+    os.replace(tmp, p)

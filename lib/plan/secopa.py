@@ -1,0 +1,177 @@
+"""SeCoPa: per gradient, compress or not, and into how many partitions K (1 <= K <= N).
+
+HiPress (SOSP'21) decides, for each gradient of m elements, the K in 1..N minimising the
+synchronization cost for the topology, with and without compression, and compresses only where the
+compressed cost is strictly lower. Its planner's source is not public; the costs below are derived
+from the paper's description of CaSync and from what its cost constants measure (see ``costmodel``).
+
+Notation: N nodes; a gradient of m fp32 elements cut into K partitions of p = m/K elements; in a
+ring a partition is cut again into N chunks of q = p/N; c(x) = payload elements of x compressed
+elements (``payload.PayloadModel``); enc, dec, merge, send, gather_N, bcast_N the primitive costs.
+
+A gradient's partitions are pipelined: its time is one partition's latency through all of its steps
+plus, for each further partition, the time that partition occupies the busiest resource all
+partitions share (a node's GPU, a node's outgoing link) -- the classic pipeline bound. That is the
+trade-off SeCoPa weighs: more partitions shorten the pipeline's fill, and pay each per-message and
+per-kernel constant A once more.
+
+CaSync-PS (co-located: every node is a worker, and server of the partitions mapped to it; K <= N
+partitions go to K different servers):
+
+    raw(m, K) = gather_N(p) + (N-1)*merge(p) + bcast_N(p)               one partition: push, sum, pull
+              + (K-1) * send(p)                                          each further push on a worker's link
+    cpr(m, K) = enc(p) + gather_N(c(p)) + (N-1)*dec(p) + enc(p) + bcast_N(c(p)) + dec(p)
+              + (K-1) * max(enc(p) + dec(p), send(c(p)))                 a worker's GPU or link per partition
+
+    (the server decodes the N-1 payloads into its accumulator -- decode(add=True) is the merge of
+    compressed data -- and re-encodes the sum once for the pull.)
+
+CaSync-Ring (a partition is all-reduced over the ring in N chunks: N-1 reduce-scatter steps, then
+N-1 all-gather steps):
+
+    raw(m, K) = 2(N-1)*send(q) + (N-1)*merge(q)
+              + (K-1) * max(2(N-1)*send(q), (N-1)*merge(q))
+    cpr(m, K) = (N-1)*(enc(q) + send(c(q)) + dec(q))                     reduce-scatter: each hop encodes the
+                                                                         partial sum, sends, the next decodes+adds
+              + enc(q) + (N-1)*send(c(q)) + dec(q)                       all-gather: the sum is encoded once and
+                                                                         forwarded compressed; the last receiver decodes
+              + (K-1) * max(N*enc(q) + 2(N-1)*dec(q), 2(N-1)*send(c(q)))  per node and partition: N encodes,
+                                                                         2(N-1) decodes on the GPU, 2(N-1) sends
+
+Ties: the smallest K; and no compression unless strictly cheaper. With one node nothing travels:
+``n,1``. ``bruteforce.plan_bruteforce`` checks this module against a plain loop over all choices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hipress.sync.plan import Plan, PlanEntry
+
+from .costmodel import CostModel
+from .errors import PlanError
+from .payload import PayloadModel
+
+TOPOLOGIES = ("ps", "ring")
+
+
+def _check(topology: str, nnodes: int) -> None:
+    if topology not in TOPOLOGIES:
+        raise PlanError(f"unknown topology {topology!r}; use one of: {', '.join(TOPOLOGIES)}")
+    if not isinstance(nnodes, (int, np.integer)) or nnodes < 1:
+        raise PlanError(f"the number of nodes must be a whole number >= 1, got {nnodes!r}")
+
+
+def costs(
+    m: np.ndarray, k: int, nnodes: int, topology: str, model: CostModel, payload: PayloadModel
+) -> tuple[np.ndarray, np.ndarray]:
+    """(uncompressed, compressed) cost in ms of syncing gradients of ``m`` elements in ``k`` partitions."""
+    n = nnodes
+    enc, dec, merge, send = model.encode.vec, model.decode.vec, model.merge.vec, model.send.vec
+    c = payload.vec
+    if topology == "ps":
+        gather, bcast = model.collective("gather", n).vec, model.collective("broadcast", n).vec
+        p = m / k
+        cp = c(p)
+        e, d = enc(p), dec(p)
+        raw = gather(p) + (n - 1) * merge(p) + bcast(p) + (k - 1) * send(p)
+        cpr = e + gather(cp) + (n - 1) * d + e + bcast(cp) + d + (k - 1) * np.maximum(e + d, send(cp))
+        return raw, cpr
+    q = m / k / n
+    cq = c(q)
+    e, d, s, sc, mg = enc(q), dec(q), send(q), send(cq), merge(q)
+    raw = 2 * (n - 1) * s + (n - 1) * mg + (k - 1) * np.maximum(2 * (n - 1) * s, (n - 1) * mg)
+    cpr = ((n - 1) * (e + sc + d) + e + (n - 1) * sc + d
+           + (k - 1) * np.maximum(n * e + 2 * (n - 1) * d, 2 * (n - 1) * sc))
+    return raw, cpr
+
+
+@dataclass
+class PlanResult:
+    """The decisions, and the costs behind them (ms, per gradient), as arrays in gradient order."""
+
+    names: list[str]
+    sizes: np.ndarray
+    compress: np.ndarray  # bool
+    partitions: np.ndarray  # int
+    cost: np.ndarray  # of the decision
+    raw_cost: np.ndarray  # best uncompressed
+    raw_k: np.ndarray
+    cpr_cost: np.ndarray  # best compressed
+    cpr_k: np.ndarray
+    nnodes: int
+    topology: str
+    model: CostModel
+    payload: PayloadModel
+
+    def to_plan(self) -> Plan:
+        """``{name: PlanEntry}`` in gradient order: what CaSync consumes."""
+        return {n: PlanEntry(n, s, c, k) for n, s, c, k in zip(
+            self.names, self.sizes.tolist(), self.compress.tolist(), self.partitions.tolist(), strict=True)}
+
+    def totals(self) -> dict:
+        """Summed per-gradient sync time of SeCoPa's plan against compress-nothing / compress-everything."""
+        return {
+            "secopa_ms": float(self.cost.sum()),
+            "compress_nothing_ms": float(self.raw_cost.sum()),
+            "compress_everything_ms": float(self.cpr_cost.sum()),
+            "gradients": len(self.names),
+            "compressed": int(self.compress.sum()),
+            "elements": int(self.sizes.sum()),
+            "compressed_elements": int(self.sizes[self.compress].sum()),
+        }
+
+
+def plan_gradients(
+    gradients: Sequence[tuple[str, int]],
+    nnodes: int,
+    topology: str,
+    model: CostModel,
+    payload: PayloadModel | None = None,
+) -> PlanResult:
+    """Decide every gradient; vectorized over gradients, one pass per K."""
+    _check(topology, nnodes)
+    if payload is None:
+        payload = default_payload(model)
+    names = [g[0] for g in gradients]
+    sizes = np.fromiter((g[1] for g in gradients), dtype=np.int64, count=len(gradients))
+    if len(set(names)) != len(names):
+        raise PlanError("gradient names must be unique")
+    if sizes.size and sizes.min() < 1:
+        bad = names[int(sizes.argmin())]
+        raise PlanError(f"gradient {bad!r} has size {int(sizes.min())}; sizes must be >= 1")
+    m = sizes.astype(np.float64)
+    g = m.size
+    raw_best = np.full(g, np.inf)
+    cpr_best = np.full(g, np.inf)
+    raw_k = np.ones(g, dtype=np.int64)
+    cpr_k = np.ones(g, dtype=np.int64)
+    for k in range(1, nnodes + 1):
+        ok = sizes >= k  # every partition holds at least one element
+        if not ok.any():
+            break
+        raw, cpr = costs(m, k, nnodes, topology, model, payload)
+        better = ok & (raw < raw_best)
+        raw_best[better], raw_k[better] = raw[better], k
+        better = ok & (cpr < cpr_best)
+        cpr_best[better], cpr_k[better] = cpr[better], k
+    compress = cpr_best < raw_best
+    return PlanResult(
+        names=names, sizes=sizes, compress=compress,
+        partitions=np.where(compress, cpr_k, raw_k), cost=np.where(compress, cpr_best, raw_best),
+        raw_cost=raw_best, raw_k=raw_k, cpr_cost=cpr_best, cpr_k=cpr_k,
+        nnodes=nnodes, topology=topology, model=model, payload=payload,
+    )
+
+
+def default_payload(model: CostModel, alg: str | None = None) -> PayloadModel:
+    """The algorithm's honest payload if one is named (argument, else the profile's), else the model's fixed ratio."""
+    spec = alg or model.alg
+    if spec:
+        return PayloadModel.from_alg(spec)
+    if model.ratio is not None:
+        return PayloadModel.fixed(model.ratio)
+    raise PlanError(f"cost model {model.name!r} names no algorithm and no fixed ratio; pass an algorithm (--alg)")
