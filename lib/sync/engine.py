@@ -1,0 +1,183 @@
+"""``Engine``: the API a training loop uses; submit gradients as they become ready, then wait.
+
+    >>> from mpi4py import MPI
+    >>> from hipress.compress import create
+    >>> from hipress.sync import Engine
+    >>> eng = Engine(MPI.COMM_WORLD, create("tbq"), topology="casync-ring")
+    >>> for name, p in reversed(list(model.named_parameters())):   # or from backward hooks
+    ...     eng.submit(name, p.grad)
+    >>> stats = eng.wait_all()        # every p.grad now holds the average over ranks, in place
+    >>> eng.close()
+
+``submit`` only builds the gradient's task graph and hands it to the executor's threads, so it is
+cheap enough for autograd hooks: synchronization of the last layers starts while the first ones
+are still being differentiated. Every rank must submit the same set of gradient names each
+iteration (any order for the CaSync/ring/ps topologies; the same order for ``allreduce`` and
+``allgather``, which use MPI collectives); sizes must agree across ranks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+import torch
+from mpi4py import MPI
+
+from hipress.compress import Compressor, StateStore
+
+from .executor import MPIExecutor
+from .plan import PlanEntry
+from .program import DEFAULT_BULK_BYTES, DEFAULT_PARTITION_BYTES, SyncError, SyncProgram
+
+
+@dataclass
+class SyncStats:
+    """One iteration on this rank.
+
+    wall_s: from the first ``submit`` to the end of ``wait_all``; wait_s: time blocked in
+    ``wait_all``. bytes_sent: payload bytes this rank sent point to point, plus the estimate for
+    MPI collectives (``collective_bytes_est``, whose algorithm MPI chooses). compute_s: time the
+    worker spent in each primitive (encode, decode, merge; "compute" is averaging/copy-back).
+    """
+
+    topology: str
+    compressor: str
+    gradients: int
+    wall_s: float
+    wait_s: float
+    bytes_sent: int
+    bytes_to: dict[int, int] = field(default_factory=dict)
+    bytes_from: dict[int, int] = field(default_factory=dict)
+    collective_bytes_est: int = 0
+    messages: int = 0
+    compute_s: dict[str, float] = field(default_factory=dict)
+    tasks: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class Engine:
+    """Compression-aware gradient synchronization over MPI (CaSync); see the module docstring.
+
+    Args:
+      comm: an mpi4py communicator (duplicated internally: the engine's traffic never mixes with
+        yours).
+      compressor: a ``hipress.compress.Compressor``, an algorithm spec string ("tbq",
+        "dgc:ratio=0.01"), or None for no compression. Uncompressed topologies ignore it.
+      topology: a name from ``hipress.sync.topologies.available()``: "casync-ring", "casync-ps",
+        "ring", "ps", "allreduce", "allgather".
+      plan: ``{name: PlanEntry}`` from SeCoPa (compress or not, partition count per gradient);
+        None compresses everything and partitions by ``partition_bytes``.
+      states: the compressor states (residuals...) keyed by gradient name; one is created if None.
+        It is ``self.states``: checkpoint it with its ``state_dict()``.
+      partition_bytes, bulk_bytes: see ``SyncProgram``.
+      timeout: seconds without any progress, while ``wait_all`` waits, before giving up with an
+        error naming what is pending (a peer that failed *with* an error is reported at once).
+    """
+
+    def __init__(
+        self,
+        comm: MPI.Comm,
+        compressor: Compressor | str | None = None,
+        topology: str = "casync-ring",
+        plan: Mapping[str, PlanEntry] | None = None,
+        states: StateStore | None = None,
+        *,
+        partition_bytes: int = DEFAULT_PARTITION_BYTES,
+        bulk_bytes: int = DEFAULT_BULK_BYTES,
+        timeout: float = 60.0,
+    ) -> None:
+        self.states = states if states is not None else StateStore()
+        self.executor = MPIExecutor(comm, timeout=timeout)
+        try:
+            self.program = SyncProgram(
+                comm.Get_rank(),
+                comm.Get_size(),
+                compressor,
+                topology,
+                plan,
+                self.states,
+                partition_bytes=partition_bytes,
+                bulk_bytes=bulk_bytes,
+                tag_ub=self.executor.tag_ub,
+            )
+        except BaseException:
+            self.executor.close()
+            raise
+        self.rank, self.world = self.executor.rank, self.executor.world
+        self.topology = topology
+        self._lock = threading.Lock()
+        self._t0: float | None = None
+        self._closed = False
+
+    @property
+    def compressor(self) -> Compressor:
+        return self.program.comp
+
+    def submit(self, name: str, tensor: torch.Tensor) -> None:
+        """Start synchronizing ``tensor`` (a ready gradient, any shape, CPU, float) under ``name``.
+
+        Thread-safe (autograd hooks call it from the backward thread). The tensor must not be
+        modified until ``wait_all`` returns; it then holds the average over ranks.
+        """
+        with self._lock:
+            self._check_open()
+            if self.executor.failed is not None:
+                raise self.executor.failed
+            if self._t0 is None:
+                self._t0 = time.perf_counter()
+            tasks = self.program.submit(name, tensor)
+            self.executor.schedule(tasks)
+
+    def wait_all(self) -> SyncStats:
+        """Wait until every submitted gradient holds its average; return this iteration's stats.
+
+        Raises ``SyncError`` if this rank or a peer failed, or nothing progressed for ``timeout``.
+        """
+        with self._lock:
+            self._check_open()
+            if self._t0 is None:
+                self._t0 = time.perf_counter()
+            self.executor.schedule(self.program.flush())
+            n = len(self.program.submitted)
+        t_wait = time.perf_counter()
+        self.executor.wait()
+        t_end = time.perf_counter()
+        with self._lock:
+            self.program.end_iteration()
+            t0, self._t0 = self._t0, None
+            ex = self.executor.take_stats()
+        return SyncStats(
+            topology=self.topology,
+            compressor=self.program.comp.name,
+            gradients=n,
+            wall_s=t_end - t0,
+            wait_s=t_end - t_wait,
+            bytes_sent=ex.bytes_sent + ex.collective_bytes_est,
+            bytes_to=dict(ex.bytes_to),
+            bytes_from=dict(ex.bytes_from),
+            collective_bytes_est=ex.collective_bytes_est,
+            messages=ex.messages,
+            compute_s=dict(ex.compute_s),
+            tasks=dict(ex.tasks),
+        )
+
+    def close(self) -> None:
+        """Stop the engine's threads and free its communicators. Call on every rank."""
+        if not self._closed:
+            self._closed = True
+            self.executor.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SyncError("the engine is closed")

@@ -1,0 +1,350 @@
+"""Runs task graphs on one MPI rank: a compute worker thread and a communication thread.
+
+Why two threads: encode/decode (numba kernels and torch ops, which release the GIL) must overlap
+with bytes in flight and with the backward pass that is still producing gradients on the caller's
+thread. MPI makes progress only while someone calls into it, so one thread does nothing but post
+non-blocking operations on raw buffers (``Isend``/``Irecv``/``Iallreduce``/``Iallgatherv`` on
+numpy views of uint8 payloads, never pickled objects) and poll them all at once with ``Testsome``
+(bulk completion: one call for every outstanding request), backing off to short sleeps when
+nothing moves so that four ranks can share two cores.
+
+Failure handling, so that no rank hangs:
+  * a task that raises on this rank fails the engine and sends a short notice (``NOTICE_TAG`` on a
+    dedicated communicator) to every peer; a rank that receives one fails with
+    "rank k failed: <its error>";
+  * while the caller waits in ``wait()``, no completed request for ``timeout`` seconds is an error
+    that names what is still pending (a peer that died without notice, or is stuck);
+  * a rank that dies outright is reported by the process manager (``mpiexec`` stops the job; see
+    ``hipress.launch.local``).
+After a failure the engine is unusable; exit (``comm.Abort`` if the others might still wait).
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from .graph import ChannelOrder, Task, complete, roots
+from .program import SyncError
+
+NOTICE_TAG = 1
+NOTICE_BYTES = 2048
+_STOP = (float("inf"), float("inf"))
+
+
+@dataclass
+class ExecStats:
+    """What one iteration cost this rank (reset by ``take``)."""
+
+    bytes_sent: int = 0
+    bytes_to: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    bytes_from: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    collective_bytes_est: int = 0  # MPI collectives: an estimate (the algorithm is MPI's choice)
+    messages: int = 0
+    compute_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    tasks: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+class MPIExecutor:
+    """Executes ``Task`` graphs on ``comm`` (see the module docstring)."""
+
+    def __init__(self, comm: MPI.Comm, timeout: float = 60.0, poll_max_s: float = 0.001) -> None:
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            raise SyncError(
+                "MPI was initialized without MPI_THREAD_MULTIPLE; the sync engine polls MPI from its own thread",
+                "let mpi4py initialize MPI (its default asks for THREAD_MULTIPLE)",
+            )
+        if not timeout > 0:
+            raise SyncError(f"timeout must be > 0 seconds, got {timeout}")
+        self.rank, self.world = comm.Get_rank(), comm.Get_size()
+        self.timeout = float(timeout)
+        self.poll_max_s = poll_max_s
+        # own communicators: our traffic never matches the caller's, collectives never cross
+        self.p2p = comm.Dup()
+        self.coll = [comm.Dup(), comm.Dup()]  # COLL_SIZES, COLL_DATA channels
+        self.ctl = comm.Dup()
+        self.tag_ub = int(self.p2p.Get_attr(MPI.TAG_UB))
+        self.stats = ExecStats()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._outstanding = 0
+        self._error: SyncError | None = None
+        self._notify: str | None = None  # a local failure to tell the peers about
+        self._waiting_since: float | None = None
+        self._last_progress = time.monotonic()
+        self._work: queue.PriorityQueue = queue.PriorityQueue()
+        self._count = itertools.count()
+        self._inbox: deque[Task] = deque()
+        self._wake = threading.Event()
+        self._stop = False
+        self._order = ChannelOrder()
+        self._posted: list[Task] = []  # comm tasks in flight (for diagnostics)
+        self._worker = threading.Thread(target=self._compute_loop, name="hipress-sync-compute", daemon=True)
+        self._comm = threading.Thread(target=self._comm_loop, name="hipress-sync-comm", daemon=True)
+        self._worker.start()
+        self._comm.start()
+
+    # ------------------------------------------------------------------ caller side
+    def schedule(self, tasks: list[Task]) -> None:
+        if not tasks:
+            return
+        with self._lock:
+            self._raise_if_failed()
+            self._outstanding += len(tasks)
+            for t in roots(tasks):
+                self._ready(t)
+
+    def wait(self) -> None:
+        """Block until every scheduled task is done; raise ``SyncError`` on any failure."""
+        with self._cond:
+            self._waiting_since = time.monotonic()
+            try:
+                while self._outstanding and self._error is None:
+                    self._cond.wait(0.1)
+            finally:
+                self._waiting_since = None
+            self._raise_if_failed()
+
+    def take_stats(self) -> ExecStats:
+        with self._lock:
+            s, self.stats = self.stats, ExecStats()
+        return s
+
+    def close(self) -> None:
+        """Stop the threads and release the communicators (no MPI traffic may be pending)."""
+        if self._stop:
+            return
+        self._stop = True
+        self._wake.set()
+        self._work.put((_STOP, 0, None))
+        self._comm.join(5)
+        self._worker.join(5)
+        if self._error is None:
+            for c in (self.p2p, *self.coll, self.ctl):
+                c.Free()
+
+    @property
+    def failed(self) -> SyncError | None:
+        return self._error
+
+    # ------------------------------------------------------------------ bookkeeping (under the lock)
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _ready(self, t: Task) -> None:
+        if t.is_comm:
+            self._inbox.append(t)
+            self._wake.set()
+        else:
+            self._work.put((t.prio, next(self._count), t))
+
+    def _done(self, t: Task) -> None:
+        with self._lock:
+            self._outstanding -= 1
+            for n in complete(t):
+                self._ready(n)
+            self._last_progress = time.monotonic()
+            if self._outstanding == 0:
+                self._cond.notify_all()
+
+    def _fail(self, err: SyncError, tell_peers: bool) -> None:
+        with self._lock:
+            if self._error is not None:
+                return
+            self._error = err
+            if tell_peers:
+                self._notify = str(err)
+            self._cond.notify_all()
+        self._wake.set()
+
+    # ------------------------------------------------------------------ compute worker
+    def _compute_loop(self) -> None:
+        while True:
+            _prio, _n, t = self._work.get()
+            if t is None:
+                return
+            if self._error is not None:
+                continue
+            t0 = time.perf_counter()
+            try:
+                t.run()
+            except Exception as e:  # noqa: BLE001 - any failure of a task fails the sync, clearly
+                err = SyncError(f"rank {self.rank}: {t.kind} of {t.label} failed: {e}")
+                err.__cause__ = e
+                self._fail(err, tell_peers=True)
+                continue
+            dt = time.perf_counter() - t0
+            with self._lock:
+                self.stats.compute_s[t.kind] += dt
+                self.stats.tasks[t.kind] += 1
+            self._done(t)
+
+    # ------------------------------------------------------------------ communication thread
+    def _comm_loop(self) -> None:
+        notice_buf = np.zeros(NOTICE_BYTES, dtype=np.uint8)
+        notice_req = self.ctl.Irecv([notice_buf, MPI.BYTE], source=MPI.ANY_SOURCE, tag=NOTICE_TAG)
+        reqs: list[MPI.Request] = []
+        owners: list[tuple[Task, object]] = []
+        sleep = 0.0
+        try:
+            while not self._stop:
+                progressed = False
+                # post what became ready, channel by channel in creation order
+                while self._inbox and self._error is None:
+                    t = self._inbox.popleft()
+                    for p in self._order.ready(t):
+                        reqs.append(self._post(p))
+                        owners.append((p, None))
+                        progressed = True
+                if reqs and self._error is None:
+                    statuses = [MPI.Status() for _ in reqs]
+                    idx = MPI.Request.Testsome(reqs, statuses)
+                    if idx:
+                        progressed = True
+                        # MPI fills statuses in completion order: statuses[k] belongs to idx[k]
+                        for k, i in enumerate(idx):
+                            self._finished(owners[i][0], statuses[k])
+                        keep = set(range(len(reqs))) - set(idx)
+                        reqs = [reqs[i] for i in sorted(keep)]
+                        owners = [owners[i] for i in sorted(keep)]
+                st = MPI.Status()
+                if notice_req.Test(st):
+                    n = st.Get_count(MPI.BYTE)
+                    msg = bytes(notice_buf[:n]).decode("utf-8", "replace")
+                    self._fail(SyncError(f"rank {st.Get_source()} failed during gradient sync: {msg}"), False)
+                    notice_req = None
+                    break
+                if self._notify is not None:
+                    self._send_notices(self._notify)
+                    break
+                if self._error is not None:
+                    break
+                self._watchdog(reqs, owners)
+                if progressed:
+                    sleep = 0.0
+                    continue
+                if not reqs and not self._inbox:
+                    self._wake.wait(0.05)
+                    self._wake.clear()
+                    continue
+                sleep = min(self.poll_max_s, sleep * 2 if sleep else 2e-5)
+                time.sleep(sleep)
+        except Exception as e:  # noqa: BLE001 - MPI errors (truncation, dead peer) end up here
+            label = ", ".join(o[0].label for o in owners[:4])
+            err = SyncError(f"rank {self.rank}: MPI error with {len(reqs)} operations in flight ({label}): {e}")
+            err.__cause__ = e
+            self._fail(err, tell_peers=True)
+            if self._notify is not None:
+                self._send_notices(self._notify)
+        finally:
+            if notice_req is not None and self._error is None:
+                notice_req.Cancel()
+                notice_req.Wait()
+
+    def _send_notices(self, msg: str) -> None:
+        """Tell every peer why this rank failed; give the notices a moment to leave."""
+        self._notify = None
+        data = np.frombuffer(msg.encode("utf-8")[:NOTICE_BYTES], dtype=np.uint8).copy()
+        reqs = [self.ctl.Isend([data, MPI.BYTE], dest=p, tag=NOTICE_TAG) for p in range(self.world) if p != self.rank]
+        deadline = time.monotonic() + 2.0
+        while reqs and time.monotonic() < deadline:
+            if MPI.Request.Testall(reqs):
+                break
+            time.sleep(0.001)
+
+    def _watchdog(self, reqs: list, owners: list) -> None:
+        since = self._waiting_since
+        if since is None or not (reqs or self._outstanding):
+            return
+        idle = time.monotonic() - max(since, self._last_progress)
+        if idle < self.timeout:
+            return
+        pending = [o[0] for o in owners][:6]
+        what = "; ".join(
+            f"{t.kind} {'with' if t.peer < 0 else ('to' if t.kind == 'send' else 'from')} "
+            f"{'all ranks' if t.peer < 0 else f'rank {t.peer}'} ({t.label})"
+            for t in pending
+        )
+        held = len(self._order.stuck())
+        self._fail(
+            SyncError(
+                f"rank {self.rank}: no progress for {idle:.1f} s (timeout {self.timeout:g} s); waiting on: "
+                f"{what or 'compute tasks'}{f'; {held} more held back' if held else ''}",
+                "a peer died, is stuck, or submitted different gradients; raise `timeout` for very slow peers",
+            ),
+            tell_peers=True,
+        )
+
+    def _post(self, t: Task) -> MPI.Request:
+        st = self.stats
+        if t.kind == "send":
+            payload = t.slot.get()
+            t.nbytes = payload.numel()
+            with self._lock:
+                st.bytes_sent += t.nbytes
+                st.bytes_to[t.peer] += t.nbytes
+                st.messages += 1
+            return self.p2p.Isend([payload.numpy(), MPI.BYTE], dest=t.peer, tag=t.tag)
+        if t.kind == "recv":
+            t.aux = torch.empty(t.max_bytes, dtype=torch.uint8)
+            return self.p2p.Irecv([t.aux.numpy(), MPI.BYTE], source=t.peer, tag=t.tag)
+        if t.kind == "allgather_sizes":
+            size = t.slot.get().numel() if t.slot is not None else 0
+            mine = np.array([size, t.tag], dtype=np.int64)
+            t.aux = (mine, np.empty((self.world, 2), dtype=np.int64))
+            return self.coll[0].Iallgather([mine, MPI.INT64_T], [t.aux[1], MPI.INT64_T])
+        if t.kind == "allgatherv":
+            payload = t.slot.get()
+            counts = t.link.aux[1][:, 0].copy()  # type: ignore[union-attr,index]
+            displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            t.aux = torch.empty(int(counts.sum()), dtype=torch.uint8)
+            t.nbytes = int(counts.sum()) * (self.world - 1) // self.world
+            with self._lock:
+                st.collective_bytes_est += t.nbytes
+            return self.coll[1].Iallgatherv(
+                [payload.numpy(), MPI.BYTE], [t.aux.numpy(), (counts.tolist(), displs.tolist()), MPI.BYTE]
+            )
+        if t.kind == "allreduce":
+            t.nbytes = 2 * (self.world - 1) * 4 * t.buffer.numel() // self.world
+            with self._lock:
+                st.collective_bytes_est += t.nbytes
+            return self.coll[1].Iallreduce(MPI.IN_PLACE, [t.buffer.numpy(), MPI.FLOAT], op=MPI.SUM)
+        raise SyncError(f"internal error: cannot post a {t.kind} task")
+
+    def _finished(self, t: Task, status: MPI.Status) -> None:
+        if t.kind == "recv":
+            n = status.Get_count(MPI.BYTE)
+            t.slot.value = t.aux[:n]
+            t.aux = None
+            with self._lock:
+                self.stats.bytes_from[t.peer] += n
+        elif t.kind == "allgather_sizes":
+            tags = t.aux[1][:, 1].tolist()
+            if any(x != t.tag for x in tags):
+                bad = [r for r, x in enumerate(tags) if x != t.tag]
+                self._fail(
+                    SyncError(
+                        f"rank {self.rank}: ranks {bad} issued their collective for other gradients than "
+                        f"{t.label} (tags {tags})",
+                        "with the allreduce/allgather topologies every rank must submit gradients in the same order",
+                    ),
+                    tell_peers=False,
+                )
+                return
+        elif t.kind == "allgatherv":
+            counts = t.link.aux[1][:, 0].tolist()  # type: ignore[union-attr,index]
+            off = 0
+            for j, c in enumerate(counts):
+                t.outs[j].value = t.aux[off : off + c]
+                off += c
+            t.link.aux = None  # type: ignore[union-attr]
+        self._done(t)

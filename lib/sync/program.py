@@ -1,0 +1,249 @@
+"""One rank's synchronization program: submitted gradients in, task graphs out.
+
+Everything that decides *what* runs lives here, shared by the MPI engine and the single-process
+reference (``simulate``), so the two cannot drift apart: validation of what is submitted, the plan
+(compress or not, how many partitions), aggregator placement, message tags, bulk fusion of small
+gradients, and the final averaging. Executors only decide *when* and *how* tasks run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from hipress.compress import Compressor, StateStore, create
+
+from . import topologies
+from .graph import GraphBuilder, Job, Task, split_even
+from .plan import PlanEntry
+
+RESERVED_TAGS = 16  # tags below this are the executor's (failure notices)
+DEFAULT_PARTITION_BYTES = 4 << 20
+DEFAULT_BULK_BYTES = 0
+
+
+class SyncError(RuntimeError):
+    """Synchronization failed: a bad submission, a peer that failed, or a timeout.
+
+    ``hint`` says how to fix it, when there is something the caller can do.
+    """
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        self.message, self.hint = message, hint
+        super().__init__(f"{message} ({hint})" if hint else message)
+
+
+@dataclass
+class Submitted:
+    name: str
+    tensor: torch.Tensor  # what the caller gave; receives the average
+    flat: torch.Tensor  # contiguous fp32 view of it, or a copy to write back
+    copy_back: bool
+
+
+def _flat_view(name: str, t: object) -> tuple[torch.Tensor, bool]:
+    if not isinstance(t, torch.Tensor):
+        raise SyncError(f"gradient {name!r}: expected a torch.Tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise SyncError(f"gradient {name!r}: dtype {t.dtype} is not a floating type; gradients are float32")
+    if t.device.type != "cpu":
+        raise SyncError(
+            f"gradient {name!r} is on {t.device}; the MPI engine moves CPU tensors (copy it to the CPU first)"
+        )
+    t = t.detach()
+    if t.dtype == torch.float32 and t.is_contiguous():
+        return t.view(-1), False
+    return t.reshape(-1).to(torch.float32, copy=True).contiguous(), True
+
+
+def assign_owners(plan: Mapping[str, PlanEntry], world: int) -> dict[tuple[str, int], int]:
+    """Aggregator of every partition of a plan: largest first onto the least-loaded rank.
+
+    Deterministic (sorted by size, then name), so every rank computes the same placement.
+    """
+    items = []
+    for e in plan.values():
+        for i, (_o, ln) in enumerate(split_even(e.size, e.partitions)):
+            if ln:
+                items.append((-ln, e.name, i))
+    items.sort()
+    load = [(0, r) for r in range(world)]
+    out: dict[tuple[str, int], int] = {}
+    for neg, name, i in items:
+        used, r = heapq.heappop(load)
+        out[(name, i)] = r
+        heapq.heappush(load, (used - neg, r))
+    return out
+
+
+def name_hash(name: str) -> int:
+    return zlib.crc32(name.encode())
+
+
+class SyncProgram:
+    """Turns one rank's submissions into task graphs, iteration after iteration.
+
+    Options (all keyword, the same on every rank):
+      partition_bytes: target bytes per message when the plan gives no partition count (0: one
+        partition per gradient).
+      bulk_bytes: gradients smaller than this are not sent on their own but fused, at
+        ``wait_all``, into groups of up to this many bytes (sorted by name, so every rank forms
+        the same groups whatever its submission order); 0 turns bulk synchronization off.
+      tag_ub: the largest MPI tag the communicator allows.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        world: int,
+        compressor: Compressor | str | None,
+        topology: str,
+        plan: Mapping[str, PlanEntry] | None,
+        states: StateStore | None,
+        *,
+        partition_bytes: int = DEFAULT_PARTITION_BYTES,
+        bulk_bytes: int = DEFAULT_BULK_BYTES,
+        tag_ub: int = (1 << 29) - 1,
+    ) -> None:
+        if world < 1 or not 0 <= rank < world:
+            raise SyncError(f"bad rank {rank} of world size {world}")
+        self.rank, self.world = rank, world
+        self.topology = topologies.get(topology)
+        if isinstance(compressor, str):
+            compressor = create(compressor)
+        none = create("none")
+        self.comp = compressor if (compressor is not None and self.topology.compressed) else none
+        self.none = none
+        self.plan = dict(plan) if plan is not None else None
+        self.states = states if states is not None else StateStore()
+        if partition_bytes < 0 or bulk_bytes < 0:
+            raise SyncError("partition_bytes and bulk_bytes must be >= 0")
+        self.partition_bytes = partition_bytes
+        self.bulk_bytes = bulk_bytes
+        self.tag_ub = tag_ub
+        self.owners = assign_owners(self.plan, world) if self.plan is not None else {}
+        self._tags: dict[int, str] = {}
+        self._tag_of: dict[str, int] = {}
+        if self.plan is not None:
+            for i, name in enumerate(sorted(self.plan)):
+                tag = RESERVED_TAGS + i
+                if tag > tag_ub:
+                    raise SyncError(f"plan has {len(self.plan)} gradients, more than MPI's {tag_ub} tags allow")
+                self._tags[tag] = name
+                self._tag_of[name] = tag
+        self._channel_seq: dict[tuple, itertools.count] = {}
+        self._order = itertools.count()
+        self.submitted: dict[str, Submitted] = {}
+        self._held: list[Submitted] = []
+
+    # ------------------------------------------------------------------ naming
+    def tag(self, name: str) -> int:
+        """The MPI tag of a gradient's messages: exact from the plan, else a checked hash."""
+        t = self._tag_of.get(name)
+        if t is not None:
+            return t
+        lo = RESERVED_TAGS + (len(self.plan) if self.plan else 0)
+        t = lo + name_hash(name) % (self.tag_ub - lo + 1)
+        other = self._tags.get(t)
+        if other is not None and other != name:
+            raise SyncError(
+                f"gradients {other!r} and {name!r} hash to the same MPI tag {t}",
+                "pass a plan (hipress.sync.PlanEntry per gradient): plan gradients get exact tags",
+            )
+        self._tags[t] = name
+        self._tag_of[name] = t
+        return t
+
+    def entry(self, name: str, numel: int) -> PlanEntry:
+        if self.plan is None:
+            k = self.topology.default_partitions(numel, self.world, self.partition_bytes)
+            return PlanEntry(name, numel, True, k)
+        e = self.plan.get(name)
+        if e is None:
+            raise SyncError(
+                f"gradient {name!r} is not in the plan ({len(self.plan)} entries)",
+                "the plan must list every gradient the model produces; regenerate it for this model",
+            )
+        if e.size != numel:
+            raise SyncError(f"gradient {name!r} has {numel} elements but the plan says {e.size}; regenerate the plan")
+        return e
+
+    # ------------------------------------------------------------------ iteration
+    def submit(self, name: str, tensor: torch.Tensor) -> list[Task]:
+        """Record a ready gradient; return the tasks to schedule now (none if it is held for bulk)."""
+        if not isinstance(name, str) or not name:
+            raise SyncError(f"gradient name must be a non-empty string, got {name!r}")
+        if name in self.submitted:
+            raise SyncError(f"gradient {name!r} was submitted twice in one iteration; call wait_all() in between")
+        flat, copy_back = _flat_view(name, tensor)
+        sub = Submitted(name, tensor, flat, copy_back)
+        e = self.entry(name, flat.numel())
+        self.submitted[name] = sub
+        if self.bulk_bytes and 4 * flat.numel() < self.bulk_bytes and e.partitions == 1:
+            self._held.append(sub)
+            return []
+        return self._build(name, flat, e, [sub])
+
+    def flush(self) -> list[Task]:
+        """At ``wait_all``: fuse the held small gradients into bulk jobs and build them."""
+        held, self._held = sorted(self._held, key=lambda s: s.name), []
+        tasks: list[Task] = []
+        for compress in (True, False):
+            group: list[Submitted] = []
+            size = 0
+            for s in held:
+                if self.entry(s.name, s.flat.numel()).compress != compress:
+                    continue
+                nb = 4 * s.flat.numel()
+                if group and size + nb > self.bulk_bytes:
+                    tasks += self._build_bulk(group, compress)
+                    group, size = [], 0
+                group.append(s)
+                size += nb
+            if group:
+                tasks += self._build_bulk(group, compress)
+        return tasks
+
+    def end_iteration(self) -> None:
+        self.submitted.clear()
+        self._held.clear()
+
+    # ------------------------------------------------------------------ graph building
+    def _build_bulk(self, group: list[Submitted], compress: bool) -> list[Task]:
+        if len(group) == 1:
+            s = group[0]
+            return self._build(s.name, s.flat, self.entry(s.name, s.flat.numel()), group)
+        name = f"bulk[{group[0].name}..{group[-1].name}]x{len(group)}"
+        flat = torch.cat([s.flat for s in group])
+        return self._build(name, flat, PlanEntry(name, flat.numel(), compress, 1), group, fused=True)
+
+    def _build(
+        self, name: str, flat: torch.Tensor, e: PlanEntry, members: list[Submitted], fused: bool = False
+    ) -> list[Task]:
+        comp = self.comp if e.compress else self.none
+        k = max(1, e.partitions)
+        tag = self.tag(name)
+        owners = [self.owners.get((name, i), (name_hash(name) + i) % self.world) for i in range(k)]
+        job = Job(name=name, flat=flat, partitions=k, comp=comp, owners=owners)
+        b = GraphBuilder(self.rank, self.world, tag, next(self._order), self.states, self._channel_seq)
+        finals = self.topology.build(b, job)
+        world = self.world
+
+        def finish() -> None:
+            flat.div_(world)
+            off = 0
+            for s in members:
+                n = s.flat.numel()
+                if fused:
+                    s.flat.copy_(flat[off : off + n])
+                if s.copy_back:
+                    s.tensor.copy_(s.flat.view(s.tensor.shape))
+                off += n
+
+        b.compute(f"{name} average", finish, after=finals)
+        return b.tasks

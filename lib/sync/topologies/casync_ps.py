@@ -1,0 +1,72 @@
+"""CaSync-PS: a co-located parameter server (HiPress section 3).
+
+Every partition has one aggregating rank (``job.owners``, spread so the bytes balance). The
+other ranks *encode* their partition and *send* it there; the aggregator *decodes* each payload and
+*merges* it into its own (local first, then the others in rank order, whatever order they arrive
+in, so the sum is the same bits every run), *encodes* the sum once with ``comp.widened(world)``
+(a sparse algorithm keeps ``world`` times the budget, as HiPress does, not to drop what workers
+sent), *decodes its own payload* into place and *sends* that payload to everyone, who decode it.
+
+State keys: a worker's encode uses ``part_key`` (``name`` or ``name#part{i}``); the aggregator's
+re-encode ``{part_key}@agg`` (its residual is the error of the aggregate it broadcast).
+
+``ps`` (uncompressed baseline) is the same graph with the ``none`` compressor.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..graph import GraphBuilder, Job, Task, Widened
+from . import Topology, default_partitions_ps, register
+
+
+def build_ps(b: GraphBuilder, job: Job) -> list[Task]:
+    n_, r = b.world, b.rank
+    wid = Widened(job.comp)
+    parts = job.parts()
+    finals: list[Task] = []
+    sent: dict[int, Task] = {}
+    got: dict[int, dict[int, object]] = {}
+    # -------- phase 0: workers push to the aggregator (all partitions first: channel order = time order)
+    for i, o, ln in parts:
+        a, key = job.owners[i], job.part_key(i)
+        local = job.flat[o : o + ln]
+        if r != a:
+            p = b.encode(local, job.comp, key, f"{key} encode")
+            b.send(p, a, f"{key} push to {a}")
+            sent[i] = p.producer
+        else:
+            bound = job.comp.payload_size(ln)
+            got[i] = {j: b.recv(j, bound, f"{key} recv from {j}") for j in range(n_) if j != a}
+    # -------- phase 1: aggregate and broadcast, or receive the aggregate
+    for i, o, ln in parts:
+        a, key = job.owners[i], job.part_key(i)
+        local = job.flat[o : o + ln]
+        agg = wid(n_)
+        if r == a:
+            acc = torch.empty_like(local)
+            last = b.compute(f"{key} init sum", lambda acc=acc, local=local: acc.copy_(local))
+            for j, payload in got[i].items():
+                last = b.decode(payload, job.comp, acc, f"{key} merge from {j}", add=True, after=[last])
+            p = b.encode(acc, agg, f"{key}@agg", f"{key} agg encode", after=[last])
+            finals.append(b.decode(p, agg, local, f"{key} agg decode"))
+            for j in range(n_):
+                if j != a:
+                    b.send(p, j, f"{key} bcast to {j}")
+        else:
+            p = b.recv(a, agg.payload_size(ln), f"{key} recv agg from {a}")
+            finals.append(b.decode(p, agg, local, f"{key} decode agg", after=[sent[i]]))
+    return finals
+
+
+register(
+    Topology(
+        name="casync-ps",
+        build=build_ps,
+        compressed=True,
+        description="co-located parameter server: encode-push, decode-merge-encode at the aggregator, broadcast",
+        default_partitions=default_partitions_ps,
+        uses_owners=True,
+    )
+)

@@ -1,0 +1,103 @@
+"""CaSync-Ring: a compressed ring all-reduce (HiPress section 3).
+
+Each partition is cut into ``world`` chunks. Reduce-scatter: at step s rank r sends chunk
+(r - s) mod N to its right neighbour; every hop *decodes* what it received, *merges* its own chunk
+in, and *encodes* the partial sum again, so only compressed bytes travel. After N-1 steps rank r
+holds the full sum of chunk (r + 1) mod N: it encodes it once more and *decodes its own payload*
+(so it holds exactly what everyone else will). All-gather: the aggregated payloads go round the
+ring unchanged, and every rank decodes each of them into place.
+
+State keys (rank-local, stable across iterations): the hop that encodes chunk c on rank r uses
+``{part_key}#chunk{c}`` (each rank encodes a given chunk at the same ring position every
+iteration, so its residual is that position's error), the owner's final encode
+``{part_key}#chunk{c}@agg``. A hop that merged f contributions re-encodes with
+``comp.widened(f)``: sparse algorithms get f times the budget, as HiPress's aggregators do.
+
+``ring`` (uncompressed baseline) is the same graph with the ``none`` compressor.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..graph import GraphBuilder, Job, Task, Widened, split_even
+from . import Topology, default_partitions_ring, register
+
+
+def build_ring(b: GraphBuilder, job: Job) -> list[Task]:
+    n_, r = b.world, b.rank
+    right, left = (r + 1) % n_, (r - 1) % n_
+    wid = Widened(job.comp)
+    finals: list[Task] = []
+    parts = job.parts()
+    # per partition: its chunks' views, the payload to send next, and who last read each local chunk
+    chunks = {i: [job.flat[o + co : o + co + cl] for co, cl in split_even(ln, n_)] for i, o, ln in parts}
+    nxt: dict[int, object] = {}
+    readers: dict[tuple[int, int], Task] = {}
+    owned = (r + 1) % n_
+
+    # -------- reduce-scatter, step-major so that channel order is time order
+    for s in range(n_ - 1):
+        for i, _o, _ln in parts:
+            ch = chunks[i]
+            key = job.part_key(i)
+            cs, cr = (r - s) % n_, (r - s - 1) % n_
+            if s == 0 and ch[cs].numel():
+                nxt[i] = b.encode(ch[cs], wid(1), f"{key}#chunk{cs}", f"{key} rs0 encode c{cs}")
+                readers[(i, cs)] = nxt[i].producer
+            if ch[cs].numel():
+                b.send(nxt[i], right, f"{key} rs{s} send c{cs}")
+            if not ch[cr].numel():
+                continue
+            got = b.recv(left, wid(s + 1).payload_size(ch[cr].numel()), f"{key} rs{s} recv c{cr}")
+            tmp = torch.empty_like(ch[cr])
+            dec = b.decode(got, wid(s + 1), tmp, f"{key} rs{s} decode c{cr}")
+            mrg = b.merge(tmp, ch[cr], f"{key} rs{s} merge c{cr}", after=[dec])
+            readers[(i, cr)] = mrg
+            if s < n_ - 2:
+                nxt[i] = b.encode(tmp, wid(s + 2), f"{key}#chunk{cr}", f"{key} rs{s + 1} encode c{cr}", after=[mrg])
+            else:
+                nxt[(i, "sum")] = (tmp, mrg)
+
+    # -------- the owner's aggregated chunk: encode once, decode own payload into place
+    final_payload: dict[tuple[int, int], object] = {}
+    for i, _o, _ln in parts:
+        ch = chunks[i]
+        key = job.part_key(i)
+        if not ch[owned].numel():
+            continue
+        if n_ == 1:
+            src, after = ch[owned].clone(), []
+        else:
+            src, mrg = nxt[(i, "sum")]
+            after = [mrg]
+        p = b.encode(src, wid(n_), f"{key}#chunk{owned}@agg", f"{key} agg encode c{owned}", after=after)
+        finals.append(b.decode(p, wid(n_), ch[owned], f"{key} agg decode c{owned}"))
+        final_payload[(i, owned)] = p
+
+    # -------- all-gather: forward aggregated payloads unchanged, decode each
+    for s in range(n_ - 1):
+        for i, _o, _ln in parts:
+            ch = chunks[i]
+            key = job.part_key(i)
+            cs, cr = (r + 1 - s) % n_, (r - s) % n_
+            if ch[cs].numel():
+                b.send(final_payload[(i, cs)], right, f"{key} ag{s} send c{cs}")
+            if ch[cr].numel():
+                got = b.recv(left, wid(n_).payload_size(ch[cr].numel()), f"{key} ag{s} recv c{cr}")
+                final_payload[(i, cr)] = got
+                finals.append(
+                    b.decode(got, wid(n_), ch[cr], f"{key} ag{s} decode c{cr}", after=[readers.get((i, cr))])
+                )
+    return finals
+
+
+register(
+    Topology(
+        name="casync-ring",
+        build=build_ring,
+        compressed=True,
+        description="compressed ring all-reduce: decode-merge-encode hops, then forward aggregated payloads",
+        default_partitions=default_partitions_ring,
+    )
+)
