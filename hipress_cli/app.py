@@ -13,6 +13,8 @@ COMMANDS: list[tuple[str, str | None]] = [
     ("bench", "bench"),
     ("plan", None),
     ("profile", None),
+    ("run", None),
+    ("models", None),
 ]
 
 
