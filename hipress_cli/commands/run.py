@@ -1,0 +1,207 @@
+"""``hipress run MODEL``: data-parallel training with gradients synchronized by CaSync.
+
+Validates everything first (model, algorithm, topology, plan, sizes), writes the run directory's
+``config.json``, starts ``--np`` worker ranks on the embedded MPI, and renders rank 0's per-iteration
+events as a progress bar while they train. A rank that fails ends the run: the launcher stops the
+others, the command exits non-zero naming the rank and its error, and the events written so far
+stay in ``results/<run-id>/``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hipress_cli.options import JsonOpt, console, err_console, fail, print_json
+
+_TOPO_HELP = ("ring|ps: CaSync-Ring / CaSync-PS (with --alg none: the same engine uncompressed). "
+              "Baselines: allgather (compressed all-gather), allreduce (MPI fp32), ddp (torch DDP on gloo; "
+              "with --alg X, hipress's DDP compression hook).")
+
+
+def _what_runs(cfg: Any) -> str:
+    """One line that says exactly what is trained, so nobody mistakes it for the paper's setting."""
+    from hipress.models import get
+
+    spec = get(cfg.model)
+    o = cfg.model_options
+    shape = []
+    if "input_size" in o:
+        shape.append(f"{o['input_size']}x{o['input_size']} input")
+    if "seq_len" in o:
+        shape.append(f"sequence length {o['seq_len']}")
+    shape.append(f"batch {o['batch_size']}/rank")
+    paper = spec.paper
+    if not spec.from_paper:
+        scale = "a helper model, not from the paper"
+    elif cfg.paper_scale:
+        scale = "the paper's setting"
+    else:
+        scale = "paper: " + ", ".join(f"{k}={v}" for k, v in paper.items() if o.get(k) != v)
+    sync = {"casync-ring": "CaSync-Ring", "casync-ps": "CaSync-PS", "ring": "ring (fp32, CaSync engine)",
+            "ps": "PS (fp32, CaSync engine)", "allreduce": "MPI Allreduce (fp32)",
+            "allgather": "all-gather", "ddp": "torch DDP on gloo"}[cfg.engine_topology]
+    alg = "" if cfg.alg == "none" else f" + {cfg.alg}"
+    plan = f", plan {cfg.plan_source}" if cfg.plan_source else ""
+    return (f"[bold]{cfg.model}[/]: {', '.join(shape)} ({scale}); "
+            f"{cfg.parameters / 1e6:.1f} M parameters, {cfg.gradient_bytes / 2**20:.1f} MiB of gradients in "
+            f"{cfg.meta['gradients']} tensors\n{cfg.np} rank(s), {sync}{alg}{plan}; {cfg.iters} iteration(s) "
+            f"after {cfg.warmup} warm-up; data: {cfg.data}")
+
+
+class _Tail:
+    """Reads the new complete lines of ``events.jsonl`` as rank 0 appends them."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.pos, self.events = path, 0, []
+
+    def poll(self) -> list[dict]:
+        import json
+
+        if not self.path.exists():
+            return []
+        new = []
+        with open(self.path, encoding="utf-8") as f:
+            f.seek(self.pos)
+            while True:
+                line = f.readline()
+                if not line.endswith("\n"):
+                    break
+                self.pos = f.tell()
+                try:
+                    new.append(json.loads(line))
+                except ValueError:
+                    continue
+        self.events += new
+        return new
+
+
+def _render_summary(s: dict) -> None:
+    t = Table(title=f"{s['model']} {s['engine_topology']} {s['alg']} x{s['np']} ({s['measured_iterations']} "
+              f"measured iterations, medians)")
+    for col in ("throughput", "iteration", "compute", "sync wait", "sync share", "sent/rank/iter"):
+        t.add_column(col, justify="right")
+    def fmt(x: float | None, f: str) -> str:
+        return "-" if x is None else format(x, f)
+    sent = s.get("bytes_sent_per_rank") or []
+    t.add_row(
+        f"{fmt(s['throughput'], '.1f')} {s['throughput_unit']}",
+        f"{fmt(s['iter_s'], '.3f')} s", f"{fmt(s['compute_s'], '.3f')} s", f"{fmt(s['sync_s'], '.3f')} s",
+        "-" if s["sync_share"] is None else f"{100 * s['sync_share']:.0f}%",
+        (f"{max(sent) / 2**20:.1f} MiB" + (" (est.)" if s.get("bytes_sent_estimated") else "")) if sent else "-",
+    )
+    console.print(t)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("run")
+    def run(
+        model: Annotated[str, typer.Argument(help="A model of the zoo: vgg19, resnet50, bert, transformer, lstm, "
+                                                  "ugatit (`hipress models`).")],
+        topo: Annotated[str, typer.Option("--topo", help=_TOPO_HELP)] = "ring",
+        alg: Annotated[str, typer.Option("--alg", help="Compression algorithm spec, e.g. tbq, onebit, "
+                                                       "'dgc:ratio=0.01', or none.")] = "tbq",
+        np_: Annotated[int, typer.Option("--np", help="Number of ranks (local MPI processes).")] = 2,
+        iters: Annotated[int, typer.Option("--iters", help="Measured iterations.")] = 5,
+        warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured iterations first.")] = 1,
+        batch_size: Annotated[int | None, typer.Option("--batch-size", help="Samples per rank and iteration "
+                                                       "(default: the model's CPU default).")] = None,
+        input_size: Annotated[int | None, typer.Option("--input-size", help="Image size (vision models).")] = None,
+        seq_len: Annotated[int | None, typer.Option("--seq-len", help="Sequence length (text models).")] = None,
+        paper_size: Annotated[bool, typer.Option("--paper-size", help="Use the paper's input size, sequence "
+                                                 "length and batch (slow on a CPU).")] = False,
+        plan: Annotated[str | None, typer.Option("--plan", help="SeCoPa plan: a SeCoPaPlan.txt file, or 'auto' "
+                                                 "to plan now.")] = None,
+        data: Annotated[str, typer.Option("--data", help="synthetic, or digits (with model mlp).")] = "synthetic",
+        lr: Annotated[float | None, typer.Option("--lr", help="SGD learning rate.")] = None,
+        seed: Annotated[int, typer.Option("--seed")] = 0,
+        threads: Annotated[int, typer.Option("--threads", help="Threads per rank (0: this host's cores / "
+                                             "ranks on it).")] = 0,
+        results: Annotated[Path, typer.Option("--results", help="Where run directories go.")] = Path("results"),
+        run_id: Annotated[str | None, typer.Option("--run-id", help="Name of the run directory.")] = None,
+        json_: JsonOpt = False,
+    ) -> None:
+        """Train MODEL data-parallel on the local MPI; write results/<run-id>/ (config, events, summary)."""
+        from hipress.train.config import ConfigError, make_config
+
+        try:
+            cfg = make_config(
+                model, topo, alg, np_, iters, batch_size=batch_size, input_size=input_size, seq_len=seq_len,
+                preset="paper" if paper_size else "cpu", warmup=warmup, data=data, lr=lr, seed=seed,
+                threads=threads, plan=plan, run_id=run_id,
+            )
+        except ConfigError as e:
+            raise fail(str(e)) from None
+        run_dir = results / cfg.run_id
+        try:
+            run_dir.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise fail(f"run directory {run_dir} already exists; choose another --run-id") from None
+        except OSError as e:
+            raise fail(f"cannot create the run directory {run_dir}: {e}") from None
+        cfg.write(run_dir)
+        if cfg.plan is not None:
+            from hipress.plan import write_plan
+
+            write_plan(run_dir / "plan.txt", cfg.plan_entries())
+        out = err_console if json_ else console
+        out.print(_what_runs(cfg))
+        out.print(f"[dim]results: {run_dir}/[/]")
+
+        code, failure = _launch_and_watch(cfg, run_dir, out)
+        from hipress.train.results import summarize
+
+        if code != 0:
+            summary = summarize(run_dir, status="failed", error=failure)
+            n = summary["iterations"]
+            raise fail(f"{failure}\nthe run stopped after {n} iteration(s); its events are in "
+                       f"{run_dir / 'events.jsonl'}, worker output in {run_dir / 'output.log'}", code=1)
+        summary = summarize(run_dir, status="ok")
+        if json_:
+            print_json(summary)
+        else:
+            _render_summary(summary)
+
+
+def _launch_and_watch(cfg: Any, run_dir: Path, out: Any) -> tuple[int, str]:
+    """Start the ranks, render progress from rank 0's events, return (exit code, failure message)."""
+    from hipress.train.supervise import Job
+
+    tail = _Tail(run_dir / "events.jsonl")
+    total = cfg.warmup + cfg.iters
+    job = Job(cfg.np, ["-m", "hipress.train.worker", str(run_dir)], log=run_dir / "output.log")
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("iter {task.completed:.0f}/{task.total:.0f}"),
+        TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[sync]}"), TimeElapsedColumn(),
+        console=out, transient=False,
+    )
+    task = progress.add_task("starting", total=total, rate="", sync="")
+    try:
+        with progress:
+            while True:
+                done = job.poll()
+                for e in tail.poll():
+                    if e.get("event") == "start":
+                        job.watch(e.get("pids", []))
+                        progress.update(task, description=f"{cfg.model} x{cfg.np}")
+                    elif e.get("event") == "iteration":
+                        rate = cfg.units_per_iteration / e["iter_s"] if e["iter_s"] else 0.0
+                        sync = "" if e.get("sync_s") is None else f"sync {100 * e['sync_s'] / e['iter_s']:.0f}%"
+                        progress.update(task, completed=e["iter"] + 1, rate=f"{rate:.1f} {cfg.unit}/s"
+                                        + (" (warm-up)" if e.get("warmup") else ""), sync=sync)
+                if done is not None:
+                    break
+                time.sleep(0.2)
+    except KeyboardInterrupt:
+        job.stop()
+        return 130, "interrupted by the user (Ctrl-C); all ranks were stopped"
+    finally:
+        job.stop()
+    if job.returncode == 0:
+        return 0, ""
+    return job.returncode or 1, job.failure_message(run_dir)

@@ -1,0 +1,236 @@
+"""A run's configuration: what ``hipress run`` validates, writes to ``config.json``, and workers read.
+
+The user picks a synchronization with ``--topo`` and ``--alg``:
+
+=============  ======================================================================================
+``--topo``     what runs (the engine topology)
+=============  ======================================================================================
+``ring``       CaSync-Ring (``casync-ring``); with ``--alg none`` the same ring in fp32 (``ring``)
+``ps``         CaSync-PS (``casync-ps``); with ``--alg none`` the same server in fp32 (``ps``)
+``allgather``  baseline: compress, all-gather every payload, decode all (Horovod/GRACE style)
+``allreduce``  baseline: MPI Allreduce of fp32 (``--alg none`` only)
+``ddp``        baseline: PyTorch DistributedDataParallel on gloo; with ``--alg X`` hipress's DDP hook
+=============  ======================================================================================
+
+``casync-ring`` and ``casync-ps`` are accepted as spellings of ``ring`` and ``ps``. Everything in the
+file is plain JSON (no pickles), and a plan is stored as its entries, so a worker needs nothing but
+this file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hipress import __version__
+from hipress.compress import UnknownAlgorithm, create_from_spec
+from hipress.models import BadModelOption, UnknownModel, get, gradient_sizes
+
+TOPOLOGIES: dict[str, str] = {
+    "ring": "CaSync-Ring: compression-aware ring all-reduce (--alg none: the same ring in fp32)",
+    "ps": "CaSync-PS: compression-aware co-located parameter server (--alg none: in fp32)",
+    "allgather": "baseline: compress, all-gather all payloads, decode all (Horovod/GRACE style)",
+    "allreduce": "baseline: MPI Allreduce of fp32 gradients (--alg none only)",
+    "ddp": "baseline: torch DistributedDataParallel on gloo (--alg X: hipress's DDP compression hook)",
+}
+_ALIASES = {"casync-ring": "ring", "casync-ps": "ps"}
+DATASETS = ("synthetic", "digits")
+
+
+class ConfigError(ValueError):
+    """A run that cannot start; the message says what was wrong and what to use instead."""
+
+
+def engine_topology(topology: str, alg: str) -> str:
+    """The engine's topology name for a user's ``--topo`` and algorithm name."""
+    topo = _ALIASES.get(topology, topology)
+    if topo not in TOPOLOGIES:
+        valid = ", ".join([*TOPOLOGIES, *_ALIASES])
+        raise ConfigError(f"unknown topology {topology!r}; use one of: {valid}")
+    if topo in ("ring", "ps"):
+        return topo if alg == "none" else f"casync-{topo}"
+    if topo == "allreduce" and alg != "none":
+        raise ConfigError(f"--topo allreduce sends fp32 and cannot use --alg {alg}; use --alg none, or "
+                          f"--topo ring|ps|allgather|ddp to compress")
+    return topo
+
+
+@dataclass
+class RunConfig:
+    """Everything a worker needs; ``config.json`` holds exactly ``asdict(self)``."""
+
+    run_id: str
+    model: str
+    model_options: dict[str, int]
+    topology: str
+    engine_topology: str
+    alg: str
+    np: int
+    iters: int
+    warmup: int = 1
+    data: str = "synthetic"
+    lr: float = 0.01
+    momentum: float = 0.9
+    seed: int = 0
+    threads: int = 0
+    plan_source: str | None = None
+    plan: list[list[Any]] | None = None
+    unit: str = "images"
+    units_per_iteration: int = 0
+    parameters: int = 0
+    gradient_bytes: int = 0
+    paper_scale: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        d = json.loads(text)
+        if not isinstance(d, dict):
+            raise ConfigError("config.json does not hold a JSON object")
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def write(self, run_dir: Path) -> Path:
+        from .results import CONFIG, write_json_atomic
+
+        path = Path(run_dir) / CONFIG
+        write_json_atomic(path, asdict(self))
+        return path
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RunConfig:
+        from .results import CONFIG
+
+        return cls.from_json((Path(run_dir) / CONFIG).read_text())
+
+    def plan_entries(self) -> dict | None:
+        """The plan as the engine takes it, ``{name: PlanEntry}``, or None."""
+        if self.plan is None:
+            return None
+        from hipress.sync.plan import PlanEntry
+
+        return {n: PlanEntry(n, int(s), bool(c), int(k)) for n, s, c, k in self.plan}
+
+
+def alg_name(spec: str) -> str:
+    return spec.partition(":")[0].strip()
+
+
+def make_run_id(model: str, topology: str, alg: str) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in alg)
+    return f"{stamp}-{model}-{topology}-{safe}-{os.getpid()}"
+
+
+def make_config(
+    model: str,
+    topology: str = "ring",
+    alg: str = "tbq",
+    np: int = 2,
+    iters: int = 5,
+    *,
+    batch_size: int | None = None,
+    input_size: int | None = None,
+    seq_len: int | None = None,
+    preset: str = "cpu",
+    warmup: int = 1,
+    data: str = "synthetic",
+    lr: float | None = None,
+    seed: int = 0,
+    threads: int = 0,
+    plan: str | None = None,
+    run_id: str | None = None,
+) -> RunConfig:
+    """Validate a run's options and resolve the model's; raise ``ConfigError`` with a clear message."""
+    try:
+        spec = get(model)
+    except UnknownModel as e:
+        raise ConfigError(str(e)) from None
+    if np < 1:
+        raise ConfigError(f"--np must be at least 1, got {np}")
+    if iters < 1:
+        raise ConfigError(f"--iters must be at least 1, got {iters}")
+    if warmup < 0:
+        raise ConfigError(f"--warmup must be >= 0, got {warmup}")
+    if data not in DATASETS:
+        raise ConfigError(f"unknown data set {data!r}; use one of: {', '.join(DATASETS)}")
+    if data == "digits" and model != "mlp":
+        raise ConfigError("--data digits needs --model mlp (the digits are 8x8 images with 10 classes)")
+    try:
+        create_from_spec(alg)
+    except UnknownAlgorithm as e:
+        raise ConfigError(str(e)) from None
+    except ValueError as e:
+        raise ConfigError(f"bad --alg {alg!r}: {e}") from None
+    name = alg_name(alg)
+    topo = _ALIASES.get(topology, topology)
+    eng = engine_topology(topo, name)
+    overrides = {"batch_size": batch_size, "input_size": input_size, "seq_len": seq_len}
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        opts = spec.options(preset, **given)
+    except BadModelOption as e:
+        raise ConfigError(str(e)) from None
+    sizes = gradient_sizes(model, **{k: opts[k] for k in spec.build_opts})
+    plan_entries = resolve_plan(plan, sizes, np, alg, eng) if plan else None
+    return RunConfig(
+        run_id=run_id or make_run_id(model, topo, alg),
+        model=model,
+        model_options=opts,
+        topology=topo,
+        engine_topology=eng,
+        alg=alg,
+        np=np,
+        iters=iters,
+        warmup=warmup,
+        data=data,
+        lr=lr if lr is not None else (0.1 if data == "digits" else 0.01),
+        seed=seed,
+        threads=threads,
+        plan_source=plan,
+        plan=plan_entries,
+        unit=spec.unit,
+        units_per_iteration=np * opts["batch_size"] * spec.units(opts),
+        parameters=sum(s for _, s in sizes),
+        gradient_bytes=4 * sum(s for _, s in sizes),
+        paper_scale=spec.is_paper_scale(opts),
+        meta={
+            "hipress": __version__,
+            "torch": torch.__version__,
+            "host": platform.node(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "gradients": len(sizes),
+            "paper_options": spec.paper,
+        },
+    )
+
+
+def resolve_plan(plan: str, sizes: list[tuple[str, int]], np: int, alg: str, eng: str) -> list[list[Any]]:
+    """``--plan FILE|auto`` -> plan entries ``[name, size, compress, partitions]`` in gradient order."""
+    if eng not in ("casync-ring", "casync-ps"):
+        raise ConfigError(f"--plan applies to CaSync (--topo ring|ps with a compressing --alg), not to {eng!r}")
+    try:
+        from hipress.plan import PlanError, auto_plan, load_plan
+    except ImportError as e:  # pragma: no cover - the planner ships with hipress
+        raise ConfigError(f"planning is not available in this installation ({e}); run without --plan") from None
+    try:
+        if plan == "auto":
+            entries = auto_plan(sizes, nnodes=np, alg=alg, topology=eng.removeprefix("casync-"))
+        else:
+            path = Path(plan)
+            if not path.is_file():
+                raise ConfigError(f"plan file {plan!r} does not exist; give a SeCoPaPlan.txt path or 'auto'")
+            entries = load_plan(path, dict(sizes))
+    except PlanError as e:
+        raise ConfigError(f"--plan {plan}: {e}") from None
+    return [[e.name, e.size, e.compress, e.partitions] for e in entries.values()]

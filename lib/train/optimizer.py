@@ -1,0 +1,192 @@
+"""``DistributedOptimizer``: data-parallel training whose gradients go through CaSync.
+
+Each parameter's gradient is handed to the synchronization engine the moment autograd has finished
+accumulating it (``register_post_accumulate_grad_hook``), so compression and communication of the
+last layers overlap the backward pass of the first ones; ``step()`` waits for what is left, then
+runs the wrapped optimizer on the averaged gradients. It wraps, like Horovod's, any
+``torch.optim.Optimizer``::
+
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
+                               compression="tbq", topology="casync-ring")
+    loss.backward()     # gradients are submitted as they become ready
+    opt.step()          # waits for the averaged gradients, then steps
+    opt.close()
+
+Gradients are identified by their parameter names (the compressor state of each lives under that
+name, and a plan is keyed by it); the constructor checks that every rank has the same names and
+sizes, so that a model built differently on one rank fails at once instead of mixing tensors.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+
+from hipress.compress import Compressor, StateStore, create_from_spec
+
+
+class GradientMismatch(RuntimeError):
+    """Ranks disagree on the gradients they synchronize (different models or options)."""
+
+
+def check_same_everywhere(comm: Any, names_and_sizes: list[tuple[str, int]]) -> None:
+    """Raise on every rank if any rank's ``(name, numel)`` list differs (a CRC, gathered as a buffer)."""
+    text = "\n".join(f"{n}:{s}" for n, s in names_and_sizes).encode()
+    mine = np.array([zlib.crc32(text), len(names_and_sizes)], dtype=np.int64)
+    every = np.empty((comm.Get_size(), 2), dtype=np.int64)
+    comm.Allgather(mine, every)
+    if not (every == mine).all():
+        odd = [r for r in range(every.shape[0]) if not (every[r] == every[0]).all()]
+        raise GradientMismatch(
+            f"ranks disagree on the model's gradients: rank(s) {odd} differ from rank 0 "
+            f"({[int(c) for c in every[:, 1]]} gradients per rank); build the same model with the same "
+            f"options on every rank"
+        )
+
+
+class DistributedOptimizer:
+    """Wraps ``optimizer``; averages gradients over ``comm`` through a CaSync ``Engine``.
+
+    compression: an algorithm spec (``"tbq"``, ``"dgc:ratio=0.01"``) or a ``Compressor``.
+    topology: an engine topology (``casync-ring``, ``casync-ps``, ``ring``, ``ps``, ``allreduce``,
+        ``allgather``). plan: ``{name: PlanEntry}`` from SeCoPa, or None for the engine's defaults.
+    states: the compressors' per-gradient state (residuals...), kept across iterations; pass one to
+        restore a checkpoint (``state_dict()`` includes it).
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        named_parameters: Iterable[tuple[str, torch.nn.Parameter]],
+        compression: str | Compressor = "none",
+        topology: str = "casync-ring",
+        plan: dict | None = None,
+        comm: Any = None,
+        states: StateStore | None = None,
+        engine: Any = None,
+    ) -> None:
+        from hipress.sync import Engine
+
+        if comm is None:
+            from mpi4py import MPI
+
+            comm = MPI.COMM_WORLD
+        self.optimizer = optimizer
+        self.comm = comm
+        self.compressor = create_from_spec(compression) if isinstance(compression, str) else compression
+        self.topology = topology
+        self.states = states if states is not None else StateStore()
+        self._params: list[tuple[str, torch.nn.Parameter]] = []
+        seen: set[int] = set()
+        for name, p in named_parameters:
+            if p.requires_grad and id(p) not in seen:  # tied weights: one gradient, first name
+                seen.add(id(p))
+                self._params.append((name, p))
+        in_opt = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        stray = [n for n, p in self._params if id(p) not in in_opt]
+        if stray:
+            raise ValueError(f"parameters not handled by the optimizer: {stray[:5]}; pass the same model to both")
+        check_same_everywhere(comm, [(n, p.numel()) for n, p in self._params])
+        self.engine = engine if engine is not None else Engine(
+            comm, self.compressor, topology=topology, plan=plan, states=self.states
+        )
+        self._submitted: set[str] = set()
+        self._synchronized = False
+        self._skip_sync = False
+        self.last_stats: Any = None
+        self.last_wait_s = 0.0
+        self.submit_order: list[str] = []
+        self._handles = [p.register_post_accumulate_grad_hook(self._hook(n)) for n, p in self._params]
+
+    # ----------------------------------------------------------------------------- hooks
+    def _hook(self, name: str):
+        def hook(p: torch.Tensor) -> None:
+            if name in self._submitted:
+                raise RuntimeError(
+                    f"gradient {name!r} was produced twice before step(): DistributedOptimizer synchronizes "
+                    f"after every backward; accumulate over micro-batches by summing the losses instead"
+                )
+            self._submit(name, p)
+
+        return hook
+
+    def _submit(self, name: str, p: torch.Tensor) -> None:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        elif not p.grad.is_contiguous():
+            p.grad = p.grad.contiguous()
+        self._submitted.add(name)
+        self.submit_order.append(name)
+        self.engine.submit(name, p.grad)
+
+    # ----------------------------------------------------------------------------- training step
+    def synchronize(self) -> Any:
+        """Wait until every gradient holds its average over the ranks (call before clipping)."""
+        if self._synchronized:
+            return self.last_stats
+        for name, p in reversed(self._params):  # parameters that got no gradient: zeros, same order on all
+            if name not in self._submitted:
+                self._submit(name, p)
+        t0 = time.perf_counter()
+        self.last_stats = self.engine.wait_all()
+        self.last_wait_s = time.perf_counter() - t0
+        self._synchronized = True
+        return self.last_stats
+
+    @contextmanager
+    def skip_synchronize(self) -> Iterator[None]:
+        """``with opt.skip_synchronize(): opt.step()`` after an explicit ``synchronize()``."""
+        self._skip_sync = True
+        try:
+            yield
+        finally:
+            self._skip_sync = False
+
+    def step(self, closure: Any = None) -> Any:
+        if not self._skip_sync:
+            self.synchronize()
+        elif not self._synchronized:
+            raise RuntimeError("step() inside skip_synchronize() needs synchronize() first")
+        out = self.optimizer.step(closure)
+        self._submitted.clear()
+        self.submit_order = []
+        self._synchronized = False
+        return out
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    # ----------------------------------------------------------------------------- the rest
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.optimizer.param_groups
+
+    def gradient_names(self) -> list[str]:
+        return [n for n, _ in self._params]
+
+    def state_dict(self) -> dict:
+        """The optimizer's state and the compressors' per-gradient state (plain tensors and numbers)."""
+        return {"optimizer": self.optimizer.state_dict(), "compression": self.states.state_dict()}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.optimizer.load_state_dict(d["optimizer"])
+        self.states.load_state_dict(d["compression"])
+
+    def close(self) -> None:
+        """Remove the hooks and shut the engine down (its threads and pending requests)."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self.engine.close()
+
+    def __enter__(self) -> DistributedOptimizer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,152 @@
+"""The run directory: ``config.json``, ``events.jsonl`` and ``summary.json``.
+
+``config.json`` is written once before the workers start; ``events.jsonl`` gets one JSON object per
+line, appended and flushed (and fsync'ed) as each iteration ends, so a run that is killed still
+leaves every finished iteration readable; ``summary.json`` is computed *from the files* (never from
+memory) and written atomically (temporary file, then ``os.replace``), so a reader sees either no
+summary or a complete one. The same ``summarize`` serves a finished run (rank 0 calls it) and a
+failed one (the launcher calls it with the error), so both look alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+CONFIG = "config.json"
+EVENTS = "events.jsonl"
+SUMMARY = "summary.json"
+ERRORS = "errors.jsonl"
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` so that readers never see a partial file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class EventLog:
+    """Append-only JSON lines; every ``write`` reaches the disk before it returns."""
+
+    def __init__(self, path: Path, fsync: bool = True) -> None:
+        self.path = Path(path)
+        self.fsync = fsync
+        self._f: TextIO = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (closed in close())
+
+    def write(self, event: dict[str, Any]) -> None:
+        self._f.write(json.dumps(event, default=float) + "\n")
+        self._f.flush()
+        if self.fsync:
+            os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_events(path: Path) -> Iterator[dict[str, Any]]:
+    """Events of a run; a torn last line (the writer was killed mid-write) is skipped."""
+    path = Path(path)
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.endswith("\n"):
+                break
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                yield obj
+
+
+def append_error(run_dir: Path, rank: int, error: str) -> None:
+    """Record why ``rank`` failed (one short line per failing rank; O_APPEND keeps lines whole)."""
+    line = json.dumps({"rank": rank, "error": error}) + "\n"
+    fd = os.open(Path(run_dir) / ERRORS, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def read_errors(run_dir: Path) -> list[dict[str, Any]]:
+    return list(read_events(Path(run_dir) / ERRORS))
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def summarize(run_dir: Path, status: str = "ok", error: str | None = None) -> dict[str, Any]:
+    """Summary statistics of a run, from ``config.json`` and ``events.jsonl``.
+
+    Warm-up iterations are excluded from the figures. Throughput is in the model's unit per second
+    (images, sequences or tokens), over all ranks: units per iteration / median iteration time.
+    ``sync_s`` is the time the training step waited for synchronization after backward (what
+    overlap did not hide); ``sync_share`` is its fraction of the iteration.
+    """
+    run_dir = Path(run_dir)
+    config = json.loads((run_dir / CONFIG).read_text())
+    its = [e for e in read_events(run_dir / EVENTS) if e.get("event") == "iteration"]
+    measured = [e for e in its if not e.get("warmup")]
+    iter_s = [e["iter_s"] for e in measured]
+    sync_s = [e["sync_s"] for e in measured if e.get("sync_s") is not None]
+    compute_s = [e["compute_s"] for e in measured]
+    med_iter, med_sync = _median(iter_s), _median(sync_s)
+    units = config["units_per_iteration"]
+    summary: dict[str, Any] = {
+        "run_id": config["run_id"],
+        "status": status,
+        "model": config["model"],
+        "model_options": config["model_options"],
+        "topology": config["topology"],
+        "engine_topology": config["engine_topology"],
+        "alg": config["alg"],
+        "np": config["np"],
+        "iterations": len(its),
+        "measured_iterations": len(measured),
+        "unit": config["unit"],
+        "throughput": units / med_iter if med_iter else None,
+        "throughput_unit": f"{config['unit']}/s",
+        "iter_s": med_iter,
+        "iter_s_mean": statistics.fmean(iter_s) if iter_s else None,
+        "compute_s": _median(compute_s),
+        "sync_s": med_sync,
+        "sync_share": (med_sync / med_iter) if med_iter and med_sync is not None else None,
+        "bytes_sent_per_rank": None,
+        "bytes_sent_estimated": config["engine_topology"] == "ddp",
+        "loss_first": its[0]["loss"] if its else None,
+        "loss_last": its[-1]["loss"] if its else None,
+    }
+    if measured:
+        per_rank = [e["bytes_sent"] for e in measured]
+        summary["bytes_sent_per_rank"] = [statistics.median(col) for col in zip(*per_rank, strict=True)]
+    end = [e for e in read_events(run_dir / EVENTS) if e.get("event") == "end"]
+    if end:
+        summary.update({k: v for k, v in end[-1].items() if k not in ("event", "time")})
+    if error is not None:
+        summary["error"] = error
+    write_json_atomic(run_dir / SUMMARY, summary)
+    return summary

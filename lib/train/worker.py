@@ -1,0 +1,230 @@
+"""The training worker: one MPI rank of a data-parallel run.
+
+    mpiexec -n 2 python -m hipress.train.worker RUN_DIR
+
+``RUN_DIR/config.json`` (written by ``hipress run``) says what to train and how to synchronize;
+rank 0 reads it and broadcasts it (as JSON bytes, so ranks on hosts without the directory get it
+too). Rank 0 appends one line per iteration to ``events.jsonl`` and writes ``summary.json`` at the
+end. A rank that fails records its error in ``errors.jsonl``, prints it naming itself, and aborts
+the whole MPI job, so the run ends at once instead of hanging in a collective.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hipress.models import get
+
+from .config import RunConfig
+from .results import EVENTS, EventLog, append_error, summarize
+
+#: Per-iteration values every rank sends to rank 0 (a float64 buffer, never a pickle).
+_FIELDS = ("iter_s", "compute_s", "sync_s", "loss", "bytes_sent")
+
+
+def _bcast_bytes(comm: Any, data: bytes | None) -> bytes:
+    n = np.array([len(data) if data is not None else 0], dtype=np.int64)
+    comm.Bcast(n, root=0)
+    buf = np.frombuffer(data, dtype=np.uint8).copy() if data is not None else np.empty(int(n[0]), dtype=np.uint8)
+    comm.Bcast(buf, root=0)
+    return buf.tobytes()
+
+
+def _set_threads(comm: Any, requested: int) -> int:
+    """Each rank takes its share of this host's cores (4 ranks on 2 cores: one thread each)."""
+    from mpi4py import MPI
+
+    if requested > 0:
+        n = requested
+    else:
+        local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
+        n = max(1, len(os.sched_getaffinity(0)) // local)
+    torch.set_num_threads(n)
+    from hipress.compress.kernels import set_threads
+
+    set_threads(n)
+    return n
+
+
+def _finite(x: float) -> float | None:
+    return x if np.isfinite(x) else None
+
+
+def _bytes_sent(stats: Any) -> float:
+    """Bytes this rank sent in one synchronization, from the engine's statistics."""
+    if stats is None:
+        return 0.0
+    if isinstance(stats, dict):
+        return float(stats.get("bytes_sent", 0))
+    return float(getattr(stats, "bytes_sent", 0))
+
+
+def _broadcast_parameters(comm: Any, model: torch.nn.Module) -> None:
+    """Start every rank from rank 0's weights (the seed makes them equal already; this makes it certain)."""
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t.dtype.is_floating_point and t.numel():
+            comm.Bcast(t.data.numpy(), root=0)
+
+
+def _ddp_setup(comm: Any, cfg: RunConfig, model: torch.nn.Module):
+    """torch.distributed on gloo, its rendezvous address agreed over MPI; DDP, with the hook if compressing."""
+    import socket
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    rank = comm.Get_rank()
+    addr = os.environ.get("HIPRESS_DDP_ADDR", "127.0.0.1")
+    port = 0
+    if rank == 0:
+        with socket.socket() as s:
+            s.bind((addr, 0))
+            port = s.getsockname()[1]
+    port = int(_bcast_bytes(comm, str(port).encode() if rank == 0 else None))
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=comm.Get_size())
+    ddp = DistributedDataParallel(model)
+    hook_state = None
+    if cfg.alg.partition(":")[0] != "none":
+        from .ddp_hook import CompressionHookState, compression_hook
+
+        hook_state = CompressionHookState(cfg.alg)
+        ddp.register_comm_hook(hook_state, compression_hook)
+    return ddp, hook_state
+
+
+def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
+    """Run ``cfg`` on this rank; rank 0 writes events. Returns rank 0's end-of-run record."""
+    rank, world = comm.Get_rank(), comm.Get_size()
+    if world != cfg.np:
+        raise RuntimeError(f"config asks for {cfg.np} ranks but MPI started {world}; launch with -n {cfg.np}")
+    threads = _set_threads(comm, cfg.threads)
+    spec = get(cfg.model)
+    opts = cfg.model_options
+    torch.manual_seed(cfg.seed)
+    model = spec.build(**opts)
+    model.train()
+    _broadcast_parameters(comm, model)
+
+    digits = None
+    if cfg.data == "digits":
+        from .data import Digits
+
+        digits = Digits.load()
+        batches = digits.shards(rank, world, opts["batch_size"], seed=cfg.seed)
+    else:
+        from .data import synthetic
+
+        batches = synthetic(spec, opts, rank, cfg.seed)
+
+    hook_state = None
+    opt: Any
+    if cfg.engine_topology == "ddp":
+        net, hook_state = _ddp_setup(comm, cfg, model)
+        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+        numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    else:
+        from .optimizer import DistributedOptimizer
+
+        net = model
+        base = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+        opt = DistributedOptimizer(base, model.named_parameters(), compression=cfg.alg,
+                                   topology=cfg.engine_topology, plan=cfg.plan_entries(), comm=comm)
+
+    log = EventLog(run_dir / EVENTS) if rank == 0 and run_dir is not None else None
+    pids = np.empty(world, dtype=np.int64)
+    comm.Gather(np.array([os.getpid()], dtype=np.int64), pids, root=0)
+    if log:
+        log.write({"event": "start", "time": time.time(), "world": world, "threads_per_rank": threads,
+                   "pids": pids.tolist()})
+    row = np.zeros(len(_FIELDS), dtype=np.float64)
+    table = np.zeros((world, len(_FIELDS)), dtype=np.float64) if rank == 0 else None
+    total = cfg.warmup + cfg.iters
+    sent_before = 0
+    try:
+        for it in range(total):
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            loss = spec.loss(net, next(batches))
+            loss.backward()
+            opt.step()
+            if cfg.engine_topology != "ddp":
+                sync_s, sent = opt.last_wait_s, _bytes_sent(opt.last_stats)
+            elif hook_state is not None:
+                sync_s, sent = float("nan"), float(hook_state.bytes_sent - sent_before)
+                sent_before = hook_state.bytes_sent
+            else:  # DDP synchronizes inside backward: its wait cannot be told apart from compute
+                sync_s, sent = float("nan"), 2.0 * (world - 1) / world * 4 * numel  # gloo ring, estimated
+            iter_s = time.perf_counter() - t0
+            row[:] = (iter_s, iter_s - (0.0 if sync_s != sync_s else sync_s), sync_s, float(loss.detach()), sent)
+            comm.Gather(row, table, root=0)
+            if log and table is not None:
+                log.write({
+                    "event": "iteration", "iter": it, "warmup": it < cfg.warmup, "time": time.time(),
+                    "iter_s": float(table[:, 0].max()), "compute_s": float(table[:, 1].mean()),
+                    "sync_s": _finite(float(table[:, 2].mean())), "loss": float(table[:, 3].mean()),
+                    "bytes_sent": table[:, 4].tolist(), "iter_s_ranks": table[:, 0].tolist(),
+                })
+        end: dict[str, Any] = {"event": "end", "time": time.time()}
+        if digits is not None:
+            end["test_accuracy"] = digits.accuracy(model)
+        if log:
+            log.write(end)
+        return end
+    finally:
+        if log:
+            log.close()
+        if cfg.engine_topology == "ddp":
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        else:
+            opt.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hipress.train.worker", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path, help="run directory holding config.json (written by `hipress run`)")
+    args = parser.parse_args(argv)
+
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    run_dir: Path | None = args.run_dir if args.run_dir.is_dir() else None
+    try:
+        text = None
+        if rank == 0:
+            if run_dir is None:
+                raise FileNotFoundError(f"run directory {args.run_dir} does not exist; create it with `hipress run`")
+            text = (run_dir / "config.json").read_bytes()
+        cfg = RunConfig.from_json(_bcast_bytes(comm, text).decode())
+        train(comm, cfg, run_dir)
+        comm.Barrier()
+        if rank == 0 and run_dir is not None:
+            summarize(run_dir, status="ok")
+        return 0
+    except BaseException as e:  # noqa: BLE001 - any failure must end every rank, not only this one
+        msg = f"{type(e).__name__}: {e}"
+        sys.stderr.write(f"hipress worker rank {rank} failed: {msg}\n{traceback.format_exc()}")
+        sys.stderr.flush()
+        if run_dir is not None:
+            try:
+                append_error(run_dir, rank, msg)
+            except OSError:
+                pass
+        comm.Abort(1)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
