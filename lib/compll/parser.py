@@ -1,0 +1,311 @@
+"""Text -> syntax tree, with every failure turned into a ``CompLLError`` at ``file:line:col``."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from lark import Lark, Token, Transformer, Tree, v_args
+from lark.exceptions import (
+    LarkError,
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    UnexpectedToken,
+    VisitError,
+)
+
+from . import ast
+from .errors import CompLLError
+from .grammar import GRAMMAR
+
+MAX_SOURCE = 1 << 20  # a spec is a few dozen lines; a megabyte is a mistake, not a spec
+
+# Readable names for the terminals lark reports as expected.
+_TERMINAL_TEXT = {
+    "NAME": "a name",
+    "INT_LIT": "an integer",
+    "FLOAT_LIT": "a number",
+    "STRING": 'a "string"',
+    "STAR": "'*'",
+    "$END": "end of file",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> Lark:
+    return Lark(GRAMMAR, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+def _pos(meta_or_tok) -> ast.Pos:
+    line = getattr(meta_or_tok, "line", None)
+    col = getattr(meta_or_tok, "column", None)
+    return ast.Pos(line or 0, col or 0)
+
+
+def _terminal_text(name: str) -> str:
+    if name in _TERMINAL_TEXT:
+        return _TERMINAL_TEXT[name]
+    try:
+        pattern = _parser().get_terminal(name).pattern
+    except (KeyError, AttributeError):
+        return name
+    if pattern.type == "str":
+        return repr(pattern.value)
+    return name.lower()
+
+
+def _expected(names) -> str:
+    texts = sorted({_terminal_text(n) for n in names})
+    if len(texts) > 8:
+        texts = texts[:8] + ["..."]
+    return ", ".join(texts)
+
+
+def _lark_error(e: UnexpectedInput, file: str, source: str) -> CompLLError:
+    if isinstance(e, UnexpectedCharacters):
+        ch = source[e.pos_in_stream] if 0 <= e.pos_in_stream < len(source) else "?"
+        hint = "strings are only allowed in require(...)" if ch in "\"'" else ""
+        return CompLLError(f"unexpected character {ch!r}", file, e.line, e.column, hint)
+    if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
+        lines = source.split("\n")
+        return CompLLError(
+            f"unexpected end of file, expected {_expected(getattr(e, 'expected', []))}",
+            file, len(lines), len(lines[-1]) + 1, "a '}' or ';' may be missing",
+        )
+    if isinstance(e, UnexpectedToken):
+        tok = e.token
+        return CompLLError(
+            f"unexpected {str(tok)!r}, expected {_expected(e.expected)}", file, tok.line or 0, tok.column or 0
+        )
+    return CompLLError(f"syntax error: {e}", file, getattr(e, "line", 0) or 0, getattr(e, "column", 0) or 0)
+
+
+def parse(source: str, file: str = "<spec>") -> ast.Spec:
+    """Parse a spec; raises ``CompLLError`` (never anything else) on bad input."""
+    if not isinstance(source, str):
+        raise CompLLError(f"spec source must be text, got {type(source).__name__}", file)
+    if len(source) > MAX_SOURCE:
+        raise CompLLError(f"spec is {len(source)} characters, more than the {MAX_SOURCE} allowed", file)
+    if "\x00" in source:
+        line = source[: source.index("\x00")].count("\n") + 1
+        raise CompLLError("NUL character in spec", file, line, 1, "is this a binary file?")
+    try:
+        tree = _parser().parse(source)
+    except UnexpectedInput as e:
+        raise _lark_error(e, file, source) from None
+    except LarkError as e:  # pragma: no cover - lark's other errors are grammar bugs
+        raise CompLLError(f"syntax error: {e}", file) from None
+    try:
+        top = _ToAst(file).transform(tree)
+    except VisitError as e:
+        if isinstance(e.orig_exc, CompLLError):
+            raise e.orig_exc from None
+        if isinstance(e.orig_exc, RecursionError):
+            raise _too_deep(file) from None
+        raise
+    except RecursionError:
+        raise _too_deep(file) from None
+    blocks = [t for t in top if isinstance(t, ast.ParamBlock)]
+    funcs = [t for t in top if isinstance(t, ast.Function)]
+    return ast.Spec(ast.Pos(1, 1), file, source, blocks, funcs)
+
+
+def _too_deep(file: str) -> CompLLError:
+    return CompLLError("expression nested too deeply", file, 1, 1, "split it with local variables")
+
+
+def _num(tok: Token, file: str) -> ast.Num:
+    text = str(tok)
+    pos = _pos(tok)
+    if tok.type == "INT_LIT":
+        value = int(text, 16) if text[:2].lower() == "0x" else int(text)
+        if value >= 1 << 63:
+            raise CompLLError(f"integer literal {text} does not fit in 64 bits", file, pos.line, pos.col)
+        return ast.Num(pos, value, False, text)
+    body = text[:-1] if text[-1] in "fF" else text
+    value = float(body)
+    if not math.isfinite(value):
+        raise CompLLError(f"number {text} is out of range", file, pos.line, pos.col)
+    return ast.Num(pos, value, True, text)
+
+
+def _unescape(tok: Token, file: str) -> str:
+    raw = str(tok)[1:-1]
+    out = []
+    i = 0
+    simple = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", "0": "\0"}
+    while i < len(raw):
+        c = raw[i]
+        if c == "\\" and i + 1 < len(raw):
+            nxt = raw[i + 1]
+            if nxt not in simple:
+                pos = _pos(tok)
+                raise CompLLError(f"unknown escape \\{nxt} in string", file, pos.line, pos.col + i + 1)
+            out.append(simple[nxt])
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+@v_args(meta=True)
+class _ToAst(Transformer):
+    """lark parse tree -> ``ast`` nodes."""
+
+    def __init__(self, file: str) -> None:
+        super().__init__()
+        self.file = file
+
+    # -- top level
+    def start(self, meta, items):
+        return items
+
+    def param_block(self, meta, items):
+        name, *rest = items
+        fields = [x for x in rest if isinstance(x, ast.ParamField)]
+        reqs = [x for x in rest if isinstance(x, ast.Require)]
+        return ast.ParamBlock(_pos(meta), str(name), fields, reqs)
+
+    def param_field(self, meta, items):
+        ty, name, default = items
+        return ast.ParamField(_pos(meta), ty, str(name), default)
+
+    def function(self, meta, items):
+        ret, name, *rest = items
+        body = rest[-1]
+        params = [p for p in rest[:-1] if p is not None]
+        return ast.Function(_pos(meta), ret, str(name), params, body)
+
+    def fparam(self, meta, items):
+        ty, name = items
+        return ast.Param(_pos(meta), ty, str(name))
+
+    def struct_param(self, meta, items):
+        tyname, name = items
+        return ast.Param(_pos(meta), ast.TypeName(_pos(tyname), str(tyname)), str(name))
+
+    lparam = fparam
+
+    # -- types
+    def type(self, meta, items):
+        base, star = items
+        base.pointer = star is not None
+        base.pos = _pos(meta)
+        return base
+
+    def scalar_type(self, meta, items):
+        return ast.TypeName(_pos(meta), str(items[0]))
+
+    def uint_type(self, meta, items):
+        return ast.TypeName(_pos(meta), "uint")
+
+    def code_type(self, meta, items):
+        return ast.TypeName(_pos(meta), "uint", width=items[0])
+
+    def width_lit(self, meta, items):
+        return _num(items[0], self.file)
+
+    def width_name(self, meta, items):
+        return ast.Name(_pos(meta), str(items[0]))
+
+    def width_member(self, meta, items):
+        return ast.Member(_pos(meta), ast.Name(_pos(items[0]), str(items[0])), str(items[1]))
+
+    def width_expr(self, meta, items):
+        return items[0]
+
+    # -- statements
+    def block(self, meta, items):
+        return ast.Block(_pos(meta), list(items))
+
+    def decl(self, meta, items):
+        ty, name, init = items
+        return ast.VarDecl(_pos(meta), ty, str(name), init)
+
+    def assign(self, meta, items):
+        target, op, value = items
+        return ast.Assign(_pos(meta), target, str(op), value)
+
+    def expr_stmt(self, meta, items):
+        return ast.ExprStmt(_pos(meta), items[0])
+
+    def if_stmt(self, meta, items):
+        cond, then, *other = items
+        return ast.If(_pos(meta), cond, then, other[0] if other else None)
+
+    def return_stmt(self, meta, items):
+        return ast.Return(_pos(meta), items[0])
+
+    def require_stmt(self, meta, items):
+        cond, msg = items
+        return ast.Require(_pos(meta), cond, _unescape(msg, self.file))
+
+    def lambda_def(self, meta, items):
+        name, *rest = items
+        body = rest[-1]
+        ret = rest[-2]
+        params = [p for p in rest[:-2] if p is not None]
+        return ast.LambdaDef(_pos(meta), str(name), params, ret, body)
+
+    # -- expressions
+    def _binary(self, meta, items):
+        left, op, right = items
+        return ast.Binary(_pos(meta), str(op), left, right)
+
+    logic_or = logic_and = bit_or = bit_xor = bit_and = equality = relational = shift = additive = mult = _binary
+
+    def cond_expr(self, meta, items):
+        c, a, b = items
+        return ast.Ternary(_pos(meta), c, a, b)
+
+    def neg(self, meta, items):
+        op, operand = items
+        if str(op) == "+":
+            return operand
+        if str(op) == "-" and isinstance(operand, ast.Num):
+            # fold "-literal" so that -99999 is one literal (its type follows the context)
+            n = operand
+            return ast.Num(_pos(meta), -n.value, n.is_float, "-" + n.text)
+        return ast.Unary(_pos(meta), str(op), operand)
+
+    def cast(self, meta, items):
+        ty, operand = items
+        return ast.Cast(_pos(meta), ty, operand)
+
+    def index(self, meta, items):
+        base, idx = items
+        return ast.Index(_pos(meta), base, idx)
+
+    def member(self, meta, items):
+        base, name = items
+        return ast.Member(_pos(meta), base, str(name))
+
+    def call(self, meta, items):
+        name, *args = items
+        return ast.Call(_pos(meta), str(name), [a for a in args if a is not None])
+
+    def random_call(self, meta, items):
+        targ, *args = items
+        return ast.Call(_pos(meta), "random", [a for a in args if a is not None], targ)
+
+    def int_lit(self, meta, items):
+        return _num(items[0], self.file)
+
+    float_lit = int_lit
+
+    def true_lit(self, meta, items):
+        return ast.BoolLit(_pos(meta), True)
+
+    def false_lit(self, meta, items):
+        return ast.BoolLit(_pos(meta), False)
+
+    def name(self, meta, items):
+        return ast.Name(_pos(meta), str(items[0]))
+
+    def __default__(self, data, children, meta):  # pragma: no cover - every rule is handled
+        raise CompLLError(f"internal: unhandled grammar rule {data}", self.file, *(_pos(meta).line, _pos(meta).col))
+
+
+__all__ = ["parse", "Tree"]
