@@ -42,6 +42,7 @@ from .errors import PlanError
 COMPUTE = ("encode", "decode", "merge")
 ALIASES = {"aggregate": "merge", "ring_send_one_step": "send"}
 PROFILE_FORMAT = "hipress-profile"
+HIPRESS_RATIO = 1 / 16  # HiPress's planner assumes every compressed gradient shrinks 16x
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ class CostModel:
     broadcast: Mapping[int, Linear]
     ratio: float | None = None
     alg: str | None = None
-    name: str = "custom"
+    name: str = field(default="custom", compare=False)
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def collective(self, kind: str, nnodes: int) -> Linear:
@@ -205,5 +206,5 @@ def load_cost_model(spec: str | Path | CostModel) -> CostModel:
     except json.JSONDecodeError as e:
         raise PlanError(f"{p}:{e.lineno}: not valid JSON: {e.msg}") from None
     if isinstance(d, Mapping) and "secopa_cost_model" in d:  # the whole sosp21.json
-        d = d["secopa_cost_model"]
+        d = {"ratio": HIPRESS_RATIO, **d["secopa_cost_model"]}
     return CostModel.from_json(d, str(p))

@@ -1,0 +1,191 @@
+"""HiPress's input.txt and SeCoPaPlan.txt: round trips, strict rejection with line numbers, fuzzing."""
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hipress.plan import (
+    PlanError,
+    PlanFormatError,
+    PlanMismatchError,
+    load_plan,
+    parse_input,
+    parse_plan,
+    read_input,
+    read_plan,
+    write_input,
+    write_plan,
+)
+from hipress.plan.formats import format_input, format_plan
+from hipress.sync.plan import PlanEntry
+
+REF = Path("/work/shared/reference/vgg19_input.txt")
+
+names = st.text(st.characters(categories=("L", "N"), include_characters="._-/:#[]"), min_size=1, max_size=24)
+sizes = st.integers(1, 10**12)
+gradient_lists = st.lists(st.tuples(names, sizes), min_size=1, max_size=40, unique_by=lambda g: g[0])
+
+
+@st.composite
+def plans(draw):
+    grads = draw(gradient_lists)
+    return {n: PlanEntry(n, s, draw(st.booleans()), draw(st.integers(1, min(s, 64)))) for n, s in grads}
+
+
+@given(gradient_lists)
+def test_input_round_trip(grads):
+    assert parse_input(format_input(grads)) == grads
+
+
+@given(plans())
+def test_plan_round_trip(plan):
+    back = parse_plan(format_plan(plan))
+    assert back == plan and list(back) == list(plan)
+
+
+def test_plan_file_round_trip_bytes(tmp_path):
+    plan = {"a": PlanEntry("a", 10, True, 2), "b.bias": PlanEntry("b.bias", 3, False, 1)}
+    write_plan(tmp_path / "SeCoPaPlan.txt", plan)
+    assert (tmp_path / "SeCoPaPlan.txt").read_bytes() == b"a,10,y,2\nb.bias,3,n,1\n"
+    assert read_plan(tmp_path / "SeCoPaPlan.txt") == plan
+    write_input(tmp_path / "input.txt", [("a", 10)])
+    assert (tmp_path / "input.txt").read_text() == "a,10\n"
+
+
+@pytest.mark.skipif(not REF.exists(), reason="shared reference files not present")
+def test_reads_hipress_vgg19_input():
+    grads = read_input(REF)
+    assert len(grads) == 38 and grads[0] == ("vgg0_conv0_weight", 1728)
+    assert sum(s for _, s in grads) == 143_667_240
+    assert format_input(grads).rstrip("\n") == REF.read_text().rstrip("\n")
+
+
+def test_tolerated_whitespace_crlf_blank_lines():
+    assert parse_input("a, 3\r\n\n  \nb ,4\r\n") == [("a", 3), ("b", 4)]
+    assert parse_plan(" a , 3 , y , 2 \n") == {"a": PlanEntry("a", 3, True, 2)}
+
+
+INPUT_BAD = [
+    ("", 0, "empty"),
+    ("\n  \n", 0, "empty"),
+    ("a,1\nb,-5\n", 2, "negative"),
+    ("a,1\nb,x\n", 2, "not a whole number"),
+    ("a,1\nb,1.5\n", 2, "not a whole number"),
+    ("a,1\nb,1e3\n", 2, "not a whole number"),
+    ("a,0\n", 1, "is 0"),
+    ("a,\n", 1, "size is empty"),
+    (",4\n", 1, "name is empty"),
+    ("a,1\n\nb,2\na,3\n", 4, "listed twice (first on line 1)"),
+    ("a,1,2\n", 1, "expected 2 comma-separated fields"),
+    ("a\n", 1, "expected 2 comma-separated fields"),
+    ("a b,1\n", 1, "contains ' '"),
+    ("a,1\nb,٣\n", 2, "not a whole number"),  # a non-ASCII digit
+]
+
+
+@pytest.mark.parametrize(("text", "line", "what"), INPUT_BAD)
+def test_input_rejected_with_line(text, line, what):
+    with pytest.raises(PlanFormatError) as ei:
+        parse_input(text, "input.txt")
+    assert ei.value.line == line
+    assert what in str(ei.value)
+    assert str(ei.value).startswith(f"input.txt:{line}:" if line else "input.txt:")
+
+
+PLAN_BAD = [
+    ("", 0, "empty"),
+    ("a,4,y\n", 1, "expected 4 comma-separated fields"),
+    ("a,4,y,2\nb,4,maybe,1\n", 2, "compress flag"),
+    ("a,4,Y,2\n", 1, "compress flag"),
+    ("a,4,y,0\n", 1, "partition count K is 0"),
+    ("a,4,y,-1\n", 1, "negative"),
+    ("a,4,y,5\n", 1, "K=5 partitions for a gradient of 4"),
+    ("a,-4,y,1\n", 1, "negative"),
+    ("a,4,n,1\na,4,n,1\n", 2, "listed twice"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "what"), PLAN_BAD)
+def test_plan_rejected_with_line(text, line, what):
+    with pytest.raises(PlanFormatError) as ei:
+        parse_plan(text, "SeCoPaPlan.txt")
+    assert ei.value.line == line and what in str(ei.value)
+
+
+def test_file_errors(tmp_path):
+    with pytest.raises(PlanError, match="no such file"):
+        read_input(tmp_path / "nope.txt")
+    with pytest.raises(PlanError, match="is a directory"):
+        read_plan(tmp_path)
+    bad = tmp_path / "bin.txt"
+    bad.write_bytes(b"a,1\nb\xff,2\n")
+    with pytest.raises(PlanFormatError, match="not UTF-8") as ei:
+        read_input(bad)
+    assert ei.value.line == 2
+
+
+def test_unwritable_names_refused():
+    with pytest.raises(PlanError, match="cannot be written"):
+        format_input([("a,b", 1)])
+    with pytest.raises(PlanError, match="cannot be written"):
+        format_plan([PlanEntry("a\nb", 1, False, 1)])
+
+
+# ---------------------------------------------------------------------------- fuzzing
+line_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)
+
+
+@given(st.lists(line_text, max_size=12))
+def test_fuzz_input_never_crashes(lines):
+    """Any text either parses into valid gradients or is refused with a line number in range."""
+    text = "\n".join(lines)
+    try:
+        grads = parse_input(text)
+    except PlanFormatError as e:
+        assert 0 <= e.line <= text.count("\n") + 1
+        return
+    assert grads and all(s >= 1 for _, s in grads)
+    assert len({n for n, _ in grads}) == len(grads)
+    assert parse_input(format_input(grads)) == grads
+
+
+@given(st.lists(line_text, max_size=12))
+def test_fuzz_plan_never_crashes(lines):
+    text = "\n".join(lines)
+    try:
+        plan = parse_plan(text)
+    except PlanFormatError as e:
+        assert 0 <= e.line <= text.count("\n") + 1
+        return
+    assert parse_plan(format_plan(plan)) == plan
+
+
+bad_fields = st.sampled_from(["", "-3", "x", "1.0", "0", " ", "1,2", "+4", "0x10"])
+
+
+@given(gradient_lists, st.data())
+def test_fuzz_one_bad_line_is_the_one_reported(grads, data):
+    """Corrupt the size on one line of a valid file: the error names exactly that line."""
+    i = data.draw(st.integers(0, len(grads) - 1))
+    lines = format_input(grads).splitlines()
+    lines[i] = f"{grads[i][0]},{data.draw(bad_fields)}"
+    with pytest.raises(PlanFormatError) as ei:
+        parse_input("\n".join(lines) + "\n")
+    assert ei.value.line == i + 1
+
+
+# ---------------------------------------------------------------------------- load_plan
+def test_load_plan_checks_names_and_sizes(tmp_path):
+    path = tmp_path / "p.txt"
+    write_plan(path, [PlanEntry("b", 4, True, 2), PlanEntry("a", 3, False, 1)])
+    plan = load_plan(path, ["a", "b"])
+    assert list(plan) == ["a", "b"] and plan["b"] == PlanEntry("b", 4, True, 2)
+    assert load_plan(path, {"a": 3, "b": 4}) == plan
+    with pytest.raises(PlanMismatchError, match=r"1 gradient\(s\) in the plan are not in the model: b"):
+        load_plan(path, ["a"])
+    with pytest.raises(PlanMismatchError, match=r"not in the plan: c"):
+        load_plan(path, ["a", "b", "c"])
+    with pytest.raises(PlanMismatchError, match=r"another size in the plan: a \(plan 3, model 5\)"):
+        load_plan(path, {"a": 5, "b": 4})
