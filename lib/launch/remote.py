@@ -1,0 +1,855 @@
+"""Multi-node MPI jobs over SSH: ranks on a host list, logs streamed back, results fetched by SFTP.
+
+How ranks start. ``mpiexec`` (MPICH's Hydra) runs *here* with ``-launcher manual``: it prints the
+command of one ``hydra_pmi_proxy`` per host and waits for them to connect back. hipress starts
+each of those commands on its host over the paramiko connection that pre-flight opened and
+checked, so Hydra still does the MPI wiring (PMI, rank placement, output forwarding, aborting
+the job when a rank dies), while every SSH connection goes through one implementation with one
+host-key policy, port, key and timeout (``hipress.launch.ssh``). Why not Hydra's own ``-launcher
+ssh``: it runs the OpenSSH client (another host-key store and option set to keep in step), starts a
+host it believes local with ``fork`` instead of SSH, and leaves us no handle on the remote
+processes; here each proxy's PID is known (it is ``exec``'d by the shell that reported it) and
+Ctrl-C or any failure ends its whole process group on every host.
+
+Where things run. Each host gets a fresh directory ``<remote_dir>/<run-id>/<i>-<host>`` (default
+``remote_dir``: ``~/.cache/hipress/runs``), created and filled over SFTP with a copy of the local
+``run_dir`` (e.g. ``config.json``) before the job starts; it is the working directory of every rank
+on that host, so ``argv`` refers to the run directory as ``.``. After the job, SFTP brings every
+host's directory back into ``run_dir``: a file new here is copied; identical files are skipped; a
+file that grew (say ``events.jsonl``, mirrored live) replaces the shorter copy; other ``.jsonl``
+files get the lines they lack appended (``errors.jsonl`` written by ranks on several hosts); any
+other conflict lands in ``run_dir/hosts/<i>-<host>/`` and is listed in the result. Then the
+remote directories are removed (``keep_remote=True`` keeps them).
+
+Output. Rank output is line-buffered (``hipress.launch.rank_entry``) and every line is prefixed
+with its host and rank, ``[node2 r3] ...``; a proxy's own messages are ``[node2 proxy] ...`` and
+``mpiexec``'s ``[mpiexec] ...``. Environment: ranks get the remote login environment plus
+``env`` (and ``--interface``'s MPI settings). Values travel inside Hydra's control connection,
+never on a command line; nothing of this machine's environment is forwarded unless listed in
+``env``.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import posixpath
+import re
+import secrets
+import shlex
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import paramiko
+
+from .hosts import Host
+from .preflight import HostReport, preflight, require_ready
+from .ssh import SSHOptions, command
+
+DEFAULT_REMOTE_DIR = ".cache/hipress/runs"
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
+_IFACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,31}$")
+_RANK_LINE = re.compile(r"^\[(\d+)\] ?(.*)$", re.S)
+_PID_MARK = "HIPRESS-PID "
+
+
+class RemoteLaunchError(RuntimeError):
+    """A multi-node job could not be prepared or started; the message says where and why."""
+
+
+def interface_env(interface: str | None) -> dict[str, str]:
+    """MPI transport settings for ``--interface IFACE``: MPICH's OFI netmod, libfabric's TCP provider on IFACE."""
+    if not interface:
+        return {}
+    if not _IFACE.match(interface):
+        raise RemoteLaunchError(f"--interface {interface!r} is not a network interface name (e.g. eth0, ib0)")
+    return {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": interface}
+
+
+def hydra_proxy_path(mpiexec: str) -> str:
+    """Hydra's proxy next to ``mpiexec`` (symlinks resolved): what must exist on every host."""
+    return str(Path(os.path.realpath(mpiexec)).parent / "hydra_pmi_proxy")
+
+
+def _mpiexec() -> str:
+    from .local import mpiexec_path
+
+    return mpiexec_path()
+
+
+class Cluster:
+    """Open, checked SSH connections to the hosts of a job (``Cluster.connect`` runs pre-flight).
+
+    Keep it for the job's lifetime (a ``RemoteJob`` uses it for SFTP, starting the proxies and
+    stopping them); ``close()`` or ``with`` ends the connections.
+    """
+
+    def __init__(self, reports: Sequence[HostReport], options: SSHOptions, mpiexec: str) -> None:
+        self.reports = list(reports)
+        self.hosts = [r.host for r in self.reports]
+        self.options = options
+        self.mpiexec = mpiexec
+        self.clients: list[paramiko.SSHClient] = []
+        for r in self.reports:
+            if r.client is None:
+                raise RemoteLaunchError(f"{r.host.name}: no open connection")
+            self.clients.append(r.client)
+
+    @classmethod
+    def connect(cls, hosts: Sequence[Host], options: SSHOptions, *, interface: str | None = None,
+                check_slots: bool = True, mpiexec: str | None = None) -> Cluster:
+        """Pre-flight every host in parallel and keep the connections; ``PreflightError`` if any is not ready."""
+        if not hosts:
+            raise RemoteLaunchError("no hosts given")
+        interface_env(interface)  # validate early
+        mpiexec = mpiexec or _mpiexec()
+        reports = preflight(hosts, options, required_paths=[hydra_proxy_path(mpiexec)], interface=interface,
+                            check_slots=check_slots, keep_open=True)
+        return cls(require_ready(reports), options, mpiexec)
+
+    @property
+    def np(self) -> int:
+        return sum(h.slots for h in self.hosts)
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+#: Signals every process of this user whose environment holds ``HIPRESS_JOB=<token>`` and prints
+#: how many it found. Hydra puts each rank in its own process group, so killing the proxy's
+#: group alone could leave ranks behind; the token, inherited by ranks and anything they start,
+#: finds them all (Linux ``/proc``).
+KILLER = r"""
+import os, signal, sys
+token = ("HIPRESS_JOB=" + sys.argv[1]).encode()
+sig = 0 if sys.argv[2] == "0" else getattr(signal, "SIG" + sys.argv[2])
+me, uid, n = os.getpid(), os.getuid(), 0
+for pid in os.listdir("/proc"):
+    if not pid.isdigit() or int(pid) == me:
+        continue
+    try:
+        if os.stat("/proc/" + pid).st_uid != uid:
+            continue
+        with open("/proc/" + pid + "/environ", "rb") as f:
+            if token not in f.read().split(b"\0"):
+                continue
+        if sig:
+            os.kill(int(pid), sig)
+        n += 1
+    except OSError:
+        pass
+print(n)
+"""
+
+
+def signal_job(client: paramiko.SSHClient, python: str, token: str, sig: str, timeout: float = 15.0) -> int | None:
+    """Send ``sig`` (``TERM``, ``KILL``, or ``0`` to count) to the job's processes on a host; how many, or None."""
+    transport = client.get_transport()
+    if transport is None or not transport.is_active():
+        return None
+    try:
+        chan = transport.open_session(timeout=timeout)
+        chan.settimeout(timeout)
+        if sig not in ("0", "TERM", "KILL", "INT"):
+            raise ValueError(f"unexpected signal {sig!r}")
+        chan.exec_command(command([python, "-c", KILLER, token, sig]))
+        out = b""
+        while True:
+            chunk = chan.recv(4096)
+            if not chunk:
+                break
+            out += chunk
+        chan.recv_exit_status()
+        chan.close()
+        return int(out.strip() or b"0")
+    except (OSError, EOFError, ValueError, paramiko.SSHException):
+        return None
+
+
+class RemoteProcess:
+    """One command on one host, started over SSH, stoppable with everything it started.
+
+    The command runs with ``HIPRESS_JOB=<token>`` in its environment; ``stop`` signals the process
+    group of the command (the shell ``exec``s it, so its PID is the session's group) and every
+    process of the job found by that token, TERM first and KILL after a grace period.
+    """
+
+    def __init__(self, client: paramiko.SSHClient, argv: Sequence[str], cwd: str, name: str,
+                 emit: Callable[[str], None], *, token: str, python: str, start_timeout: float = 30.0) -> None:
+        self.client, self.name, self.emit = client, name, emit
+        self.token, self.python = token, python
+        self.pid: int | None = None
+        transport = client.get_transport()
+        if transport is None or not transport.is_active():
+            raise RemoteLaunchError(f"{name}: the SSH connection is closed")
+        self.channel = transport.open_session(timeout=start_timeout)
+        # the shell reports its PID, then becomes the program (exec): same PID, and since sshd puts
+        # every session in a new session/process group, that PID is the group we kill first.
+        full = ["env", f"HIPRESS_JOB={token}", *argv]
+        self.channel.exec_command(f"echo {_PID_MARK}$$ && {command(full, cwd=cwd, exec_=True)}")
+        self.channel.shutdown_write()
+        self._pid_ready = threading.Event()
+        self._threads = [threading.Thread(target=self._pump, args=(stderr,), daemon=True, name=f"ssh-{name}")
+                         for stderr in (False, True)]
+        for t in self._threads:
+            t.start()
+        if not self._pid_ready.wait(start_timeout):
+            raise RemoteLaunchError(f"{name}: the remote command did not start within {start_timeout:g} s")
+
+    def _pump(self, stderr: bool) -> None:
+        f = self.channel.makefile_stderr("rb") if stderr else self.channel.makefile("rb")
+        try:
+            for raw in f:
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                if not stderr and self.pid is None and line.startswith(_PID_MARK):
+                    try:
+                        self.pid = int(line[len(_PID_MARK):])
+                    except ValueError:
+                        pass
+                    self._pid_ready.set()
+                    continue
+                self.emit(line)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+        finally:
+            if not stderr:
+                self._pid_ready.set()
+
+    def poll(self) -> int | None:
+        return self.channel.recv_exit_status() if self.channel.exit_status_ready() else None
+
+    @property
+    def connected(self) -> bool:
+        t = self.client.get_transport()
+        return t is not None and t.is_active()
+
+    def _kill_group(self, sig: str) -> None:
+        if self.pid is None or not self.connected:
+            return
+        try:
+            chan = self.client.get_transport().open_session(timeout=5)  # type: ignore[union-attr]
+            chan.settimeout(5)
+            chan.exec_command(shlex.join(["kill", f"-{sig}", "--", f"-{self.pid}"]) + " 2>/dev/null; true")
+            chan.recv_exit_status()
+            chan.close()
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+
+    def stop(self, grace: float = 3.0) -> int | None:
+        """TERM, then KILL after ``grace`` s, the command and every process of the job on the host.
+
+        Returns how many of the job's processes are still there afterwards (0 when all are gone;
+        None when the host cannot be asked, e.g. the connection is lost).
+        """
+        if self.poll() is None:
+            self._kill_group("TERM")
+        left = signal_job(self.client, self.python, self.token, "TERM")
+        deadline = time.monotonic() + grace
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = signal_job(self.client, self.python, self.token, "0")
+        if left or self.poll() is None:
+            self._kill_group("KILL")
+            signal_job(self.client, self.python, self.token, "KILL")
+            time.sleep(0.1)
+            left = signal_job(self.client, self.python, self.token, "0")
+        return left
+
+    def join(self, timeout: float = 5.0) -> None:
+        for t in self._threads:
+            t.join(timeout)
+        self.channel.close()
+
+
+@dataclass
+class RemoteResult:
+    """The outcome of a multi-node job."""
+
+    returncode: int
+    elapsed_s: float
+    run_dir: Path
+    collected: list[Path] = field(default_factory=list)
+    conflicts: list[Path] = field(default_factory=list)
+    failure: str = ""
+    timed_out: bool = False
+    interrupted: bool = False
+    output_tail: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and not self.interrupted
+
+
+class RemoteJob:
+    """A running multi-node job; the same ``poll``/``watch``/``stop``/``failure_message`` as
+    ``hipress.train.supervise.Job``, so ``hipress run`` drives either.
+
+    The constructor prepares every host's directory, starts ``mpiexec`` and the proxies, and
+    returns once they run (``RemoteLaunchError`` otherwise, with everything started so far stopped).
+    ``poll()`` mirrors the ``mirror`` files of rank 0's host into ``run_dir`` and returns the exit
+    code once the job is over; ``stop()`` ends whatever still runs everywhere, fetches the results
+    and closes the connections (idempotent; also what Ctrl-C should call).
+    """
+
+    def __init__(self, cluster: Cluster, argv: Sequence[str], *, run_dir: str | os.PathLike, env:
+                 Mapping[str, str] | None = None, interface: str | None = None, log: str | os.PathLike | None = None,
+                 on_line: Callable[[str], None] | None = None, mirror: Sequence[str] = (),
+                 remote_dir: str = DEFAULT_REMOTE_DIR, keep_remote: bool = False, start_timeout: float = 60.0,
+                 grace_s: float = 3.0, tail_lines: int = 200) -> None:
+        self.cluster = cluster
+        self.hosts = cluster.hosts
+        self.run_dir = Path(run_dir)
+        self.run_id = self.run_dir.resolve().name
+        if not _RUN_ID.match(self.run_id):
+            raise RemoteLaunchError(f"run id {self.run_id!r} is not usable as a remote directory name "
+                                    "(letters, digits, '_', '.', '+', '-')")
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise RemoteLaunchError(f"argv must be a non-empty list of strings, got {argv!r}")
+        if remote_dir.startswith("~"):
+            remote_dir = remote_dir.lstrip("~").lstrip("/") or "."
+        self.keep_remote = keep_remote
+        self.mirror = list(mirror)
+        self.returncode: int | None = None
+        self.result: RemoteResult | None = None
+        self._failure = ""
+        self._t0 = time.monotonic()
+        self._tail: list[str] = []
+        self._tail_lines = tail_lines
+        self._emit_lock = threading.Lock()
+        self._user_emit = on_line
+        self._log: IO[str] | None = None
+        self._log_path = Path(log) if log is not None else None
+        self._mirror_pos: dict[str, int] = {}
+        self._last_mirror = 0.0
+        self._stopped = False
+        self._pids: list[int] = []
+        self._last_pid_check = 0.0
+        self._gone_since: float | None = None
+        self._grace_s = grace_s
+        self._interrupted = False
+        self._timed_out = False
+        self.procs: list[RemoteProcess] = []
+        self.mpiexec: subprocess.Popen | None = None
+        self._sftp: list[paramiko.SFTPClient] = []
+        self.wdirs: list[str] = []
+        self._rank_host = [i for i, h in enumerate(self.hosts) for _ in range(h.slots)]
+        self.token = secrets.token_hex(8)
+        full_env = {**{str(k): str(v) for k, v in (env or {}).items()}, **interface_env(interface),
+                    "HIPRESS_JOB": self.token}
+        try:
+            self._prepare(remote_dir)
+            if self._log_path is not None:
+                self._log = open(self._log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in stop)
+            self._start(list(argv), full_env, start_timeout)
+        except BaseException:
+            self._failure = self._failure or "the job did not start"
+            self.stop(collect=False)
+            raise
+
+    # --- output ---------------------------------------------------------------------------------
+    def _emit(self, line: str) -> None:
+        with self._emit_lock:
+            self._tail.append(line)
+            if len(self._tail) > self._tail_lines:
+                del self._tail[: len(self._tail) - self._tail_lines]
+            if self._log is not None and not self._log.closed:
+                self._log.write(line + "\n")
+                self._log.flush()
+            if self._user_emit is not None:
+                try:
+                    self._user_emit(line)
+                except Exception:  # noqa: BLE001 - a broken consumer must not stall the ranks
+                    pass
+            elif self._log is None:
+                print(line, file=sys.stderr, flush=True)
+
+    def _rank_prefix(self, line: str) -> str:
+        m = _RANK_LINE.match(line)
+        if not m:
+            return f"[mpiexec] {line}"
+        rank = int(m.group(1))
+        host = self.hosts[self._rank_host[rank]].name if rank < len(self._rank_host) else "?"
+        return f"[{host} r{rank}] {m.group(2)}"
+
+    # --- setup ----------------------------------------------------------------------------------
+    def _prepare(self, remote_dir: str) -> None:
+        """On every host (in parallel): a fresh directory, with a copy of ``run_dir`` in it."""
+        local_files = sorted(p for p in self.run_dir.rglob("*") if p.is_file()) if self.run_dir.is_dir() else []
+
+        def one(i: int) -> tuple[paramiko.SFTPClient, str]:
+            host = self.hosts[i]
+            try:
+                sftp = self.cluster.clients[i].open_sftp()
+                sftp.get_channel().settimeout(max(30.0, self.cluster.options.connect_timeout))
+                base = remote_dir if remote_dir.startswith("/") else posixpath.join(sftp.normalize("."), remote_dir)
+                wdir = posixpath.join(base, self.run_id, f"{i}-{host.label}")
+                if _exists(sftp, wdir):
+                    raise RemoteLaunchError(f"{host.name}: {wdir} already exists; choose another run id")
+                _makedirs(sftp, wdir)
+                for p in local_files:
+                    rel = p.relative_to(self.run_dir).as_posix()
+                    _makedirs(sftp, posixpath.dirname(posixpath.join(wdir, rel)))
+                    sftp.put(str(p), posixpath.join(wdir, rel))
+                return sftp, wdir
+            except (OSError, paramiko.SSHException) as e:
+                raise RemoteLaunchError(f"{host.name}: cannot prepare the run directory over SFTP: {e}") from None
+
+        with ThreadPoolExecutor(max_workers=min(32, len(self.hosts))) as pool:
+            futures = [pool.submit(one, i) for i in range(len(self.hosts))]
+            errors = []
+            for f in futures:
+                try:
+                    sftp, wdir = f.result()
+                    self._sftp.append(sftp)
+                    self.wdirs.append(wdir)
+                except RemoteLaunchError as e:
+                    errors.append(str(e))
+        if errors:
+            raise RemoteLaunchError("\n".join(errors))
+
+    def _rank_argv(self, argv: list[str]) -> list[str]:
+        """Python rank programs run on the remote interpreter, line-buffered; anything else as given."""
+        if os.path.realpath(argv[0]) == os.path.realpath(sys.executable) or argv[0] == "python":
+            return [self.cluster.options.python, "-m", "hipress.launch.rank_entry", *argv[1:]]
+        return argv
+
+    def _hydra_host(self, h: Host) -> str:
+        return f"ipv6-{h.label}" if h.is_ipv6 else h.name
+
+    def build_command(self, argv: list[str]) -> list[str]:
+        rank_argv = self._rank_argv(argv)
+        cmd = [self.cluster.mpiexec, "-launcher", "manual", "-prepend-rank",
+               "-hosts", ",".join(f"{self._hydra_host(h)}:{h.slots}" for h in self.hosts)]
+        for i, h in enumerate(self.hosts):
+            if i:
+                cmd.append(":")
+            cmd += ["-n", str(h.slots), "-wdir", self.wdirs[i], *rank_argv]
+        return cmd
+
+    def _start(self, argv: list[str], env: dict[str, str], start_timeout: float) -> None:
+        cmd = self.build_command(argv)
+        self.command = cmd
+        launches: list[list[str]] = []
+        launch_done = threading.Event()
+        try:
+            self.mpiexec = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, env=env, start_new_session=True)
+        except OSError as e:
+            raise RemoteLaunchError(f"cannot start {cmd[0]}: {e}") from None
+
+        def out_pump() -> None:
+            assert self.mpiexec is not None and self.mpiexec.stdout is not None
+            for raw in self.mpiexec.stdout:
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                if not launch_done.is_set():
+                    if line.startswith("HYDRA_LAUNCH:"):
+                        launches.append(shlex.split(line[len("HYDRA_LAUNCH:"):]))
+                        continue
+                    if line.startswith("HYDRA_LAUNCH_END"):
+                        launch_done.set()
+                        continue
+                self._emit(self._rank_prefix(line))
+            launch_done.set()
+
+        def err_pump() -> None:
+            assert self.mpiexec is not None and self.mpiexec.stderr is not None
+            for raw in self.mpiexec.stderr:
+                self._emit(self._rank_prefix(raw.decode("utf-8", "replace").rstrip("\n")))
+
+        self._pumps = [threading.Thread(target=f, daemon=True, name=f"mpiexec-{f.__name__}")
+                       for f in (out_pump, err_pump)]
+        for t in self._pumps:
+            t.start()
+        if not launch_done.wait(start_timeout) or len(launches) != len(self.hosts):
+            time.sleep(0.2)
+            tail = "\n".join(self._tail[-10:])
+            raise RemoteLaunchError(f"mpiexec did not print the {len(self.hosts)} proxy command(s) expected "
+                                    f"(got {len(launches)}); is it MPICH's Hydra with the manual launcher?"
+                                    + (f"\n{tail}" if tail else ""))
+        proxy = hydra_proxy_path(self.cluster.mpiexec)
+        for i, pargv in enumerate(launches):
+            if not pargv or os.path.basename(pargv[0]) != "hydra_pmi_proxy":
+                raise RemoteLaunchError(f"unexpected proxy command from mpiexec: {pargv[:1]}")
+            pid_arg = pargv.index("--proxy-id") if "--proxy-id" in pargv else -1
+            idx = int(pargv[pid_arg + 1]) if pid_arg >= 0 else i
+            host = self.hosts[idx]
+            pargv = [proxy, *pargv[1:]]
+            name = f"[{host.name} proxy]"
+            self.procs.append(RemoteProcess(self.cluster.clients[idx], pargv, self.wdirs[idx], host.name,
+                                            emit=lambda line, n=name: self._emit(f"{n} {line}"), token=self.token,
+                                            python=self.cluster.options.python, start_timeout=start_timeout))
+
+    # --- running ----------------------------------------------------------------------------------
+    def watch(self, pids: Sequence[int]) -> None:
+        """The ranks' PIDs on their hosts, index = rank (rank 0's ``start`` event in ``hipress run``).
+
+        Hydra ends the job when a rank dies from a signal but not when one exits with an error
+        code while the others wait; watched ranks that are gone for ``grace_s`` stop the job.
+        """
+        self._pids = [int(p) for p in pids]
+
+    def poll(self) -> int | None:
+        """The exit code once the job is over (it is then stopped and its results fetched), else None."""
+        if self.returncode is not None:
+            return self.returncode
+        assert self.mpiexec is not None
+        self._mirror()
+        rc = self.mpiexec.poll()
+        if rc is not None:
+            self._finish(rc, "" if rc == 0 else self._diagnose(rc))
+            return self.returncode
+        gone = self._check_pids()
+        if gone:
+            self._finish(1, gone)
+            return self.returncode
+        for p in self.procs:
+            status = p.poll()
+            if status is not None and status != 0:
+                self._finish(1, f"the MPI proxy on {p.name} exited with status {status}; stopped the job")
+                return self.returncode
+            if not p.connected:
+                self._finish(1, f"lost the SSH connection to {p.name}; stopped the job")
+                return self.returncode
+        return None
+
+    def wait(self, timeout: float | None = None, poll_s: float = 0.2) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (rc := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                self._timed_out = True
+                self._finish(124, f"timed out after {timeout:g} s; stopped every rank")
+                return self.returncode  # type: ignore[return-value]
+            time.sleep(poll_s)
+        return rc
+
+    def interrupt(self) -> int:
+        """Ctrl-C: stop everything, keep what the ranks wrote; returns 130."""
+        self._interrupted = True
+        self._finish(130, "interrupted (Ctrl-C); every rank on every host was stopped")
+        return 130
+
+    def _finish(self, rc: int, failure: str) -> None:
+        if self.returncode is None:
+            self.returncode = rc
+            self._failure = failure
+        self.stop()
+
+    def _diagnose(self, rc: int) -> str:
+        """Hydra's "BAD TERMINATION ... PID p RUNNING AT host / EXIT CODE: c" report, in words."""
+        text = "\n".join(line.removeprefix("[mpiexec] ") for line in self._tail)
+        m = re.search(r"PID (\d+) RUNNING AT (\S+)", text)
+        if not m:
+            return f"mpiexec exited with code {rc}"
+        pid, host = int(m.group(1)), m.group(2)
+        for h in self.hosts:
+            if self._hydra_host(h) == host:
+                host = h.name
+        who = f"rank {self._pids.index(pid)} (pid {pid} on {host})" if pid in self._pids else \
+            f"a rank (pid {pid} on {host})"
+        sig = re.search(r"signal (\d+)", text[m.end():])
+        code = re.search(r"EXIT CODE: (\d+)", text[m.end():])
+        how = f"was killed by signal {sig.group(1)}" if sig else \
+            f"exited with code {code.group(1) if code else rc}"
+        return f"{who} {how}"
+
+    def _check_pids(self) -> str | None:
+        """Every few seconds, ask each host whether its watched ranks still run (``kill -0``)."""
+        if not self._pids or time.monotonic() - self._last_pid_check < 2.0:
+            return None
+        self._last_pid_check = time.monotonic()
+        for i, client in enumerate(self.cluster.clients):
+            ranks = [r for r, p in enumerate(self._pids) if r < len(self._rank_host) and self._rank_host[r] == i]
+            if not ranks:
+                continue
+            script = "; ".join(f"kill -0 {int(self._pids[r])} 2>/dev/null || echo {r}" for r in ranks)
+            try:
+                chan = client.get_transport().open_session(timeout=5)  # type: ignore[union-attr]
+                chan.settimeout(5)
+                chan.exec_command(script)
+                out = b""
+                while chunk := chan.recv(4096):
+                    out += chunk
+                chan.close()
+            except (OSError, EOFError, AttributeError, paramiko.SSHException):
+                continue
+            gone = [int(x) for x in out.split() if x.isdigit()]
+            if gone:
+                now = time.monotonic()
+                self._gone_since = self._gone_since or now
+                if now - self._gone_since > self._grace_s:
+                    r = gone[0]
+                    return (f"rank {r} (pid {self._pids[r]} on {self.hosts[i].name}) exited while the other "
+                            f"ranks were still running; stopped them")
+        return None
+
+    def _mirror(self, force: bool = False) -> None:
+        """Append what rank 0's host added to the ``mirror`` files since the last call (whole lines)."""
+        if not self.mirror or not self._sftp or (not force and time.monotonic() - self._last_mirror < 1.0):
+            return
+        self._last_mirror = time.monotonic()
+        sftp, wdir = self._sftp[self._rank_host[0]], self.wdirs[self._rank_host[0]]
+        for name in self.mirror:
+            try:
+                size = sftp.stat(posixpath.join(wdir, name)).st_size or 0
+                pos = self._mirror_pos.get(name, 0)
+                if size <= pos:
+                    continue
+                with sftp.open(posixpath.join(wdir, name), "rb") as f:
+                    f.seek(pos)
+                    data = f.read(size - pos)
+                end = data.rfind(b"\n") + 1
+                if end:
+                    with open(self.run_dir / name, "ab") as out:
+                        out.write(data[:end])
+                    self._mirror_pos[name] = pos + end
+            except (OSError, paramiko.SSHException):
+                continue
+
+    # --- stopping and collecting -------------------------------------------------------------------
+    def stop(self, collect: bool = True) -> None:
+        """End everything this job started, on every host; fetch the results; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.mpiexec is not None and self.mpiexec.poll() is None:
+            _stop_local(self.mpiexec)
+        with ThreadPoolExecutor(max_workers=max(1, min(32, len(self.procs)))) as pool:
+            left = list(pool.map(lambda p: p.stop(), self.procs))
+        self.leftover = {p.name: n for p, n in zip(self.procs, left, strict=True)}
+        for name, left in self.leftover.items():
+            if left:
+                self._emit(f"[hipress] {left} process(es) of this job could not be stopped on {name}")
+        for p in self.procs:
+            p.join(3.0)
+        for t in getattr(self, "_pumps", []):
+            t.join(3.0)
+        if self.returncode is None:
+            rc = self.mpiexec.returncode if self.mpiexec is not None else None
+            self.returncode = rc if rc is not None else 1
+        collected: list[Path] = []
+        conflicts: list[Path] = []
+        if collect and self._sftp:
+            self._mirror(force=True)
+            for i, sftp in enumerate(self._sftp):
+                try:
+                    c, k = _collect(sftp, self.wdirs[i], self.run_dir, f"{i}-{self.hosts[i].label}")
+                    collected += c
+                    conflicts += k
+                except (OSError, paramiko.SSHException) as e:
+                    self._emit(f"[hipress] could not fetch the results from {self.hosts[i].name}: {e}")
+                    if self.returncode == 0:
+                        self.returncode = 1
+                        self._failure = f"results from {self.hosts[i].name} could not be fetched: {e}"
+        if not self.keep_remote:
+            for i, sftp in enumerate(self._sftp):
+                _rmtree(sftp, self.wdirs[i])
+                try:
+                    sftp.rmdir(posixpath.dirname(self.wdirs[i]))
+                except (OSError, paramiko.SSHException):
+                    pass  # another host's directory (shared file system) or not empty
+        for sftp in self._sftp:
+            try:
+                sftp.close()
+            except (OSError, paramiko.SSHException):
+                pass
+        if self._log is not None:
+            self._log.close()
+        self.cluster.close()
+        self.result = RemoteResult(self.returncode, time.monotonic() - self._t0, self.run_dir, collected, conflicts,
+                                   self._failure, self._timed_out, self._interrupted, list(self._tail))
+
+    def failure_message(self, run_dir: Path | None = None) -> str:
+        """Why the job failed: a rank's recorded error (``errors.jsonl``) first, else what was seen here."""
+        import json
+
+        path = Path(run_dir or self.run_dir) / "errors.jsonl"
+        if path.exists():
+            errors = []
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(e, dict):
+                    errors.append(e)
+            if errors:
+                first = min(errors, key=lambda e: e.get("rank", 0) if isinstance(e.get("rank"), int) else 0)
+                r = first.get("rank")
+                host = self.hosts[self._rank_host[r]].name if isinstance(r, int) and r < len(self._rank_host) else "?"
+                return f"rank {r} (on {host}) failed: {first.get('error')}"
+        return self._failure or (f"the job exited with code {self.returncode}" if self.returncode else "")
+
+
+def _stop_local(proc: subprocess.Popen) -> None:
+    """SIGTERM ``mpiexec``'s process group, SIGKILL it 3 s later (Hydra ignores TERM before proxies connect)."""
+    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _exists(sftp: paramiko.SFTPClient, path: str) -> bool:
+    try:
+        sftp.lstat(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def _makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
+    parts = path.split("/")
+    cur = "/" if path.startswith("/") else ""
+    for part in parts:
+        if not part:
+            continue
+        cur = posixpath.join(cur, part)
+        try:
+            st = sftp.stat(cur)
+            if not stat.S_ISDIR(st.st_mode or 0):
+                raise OSError(f"{cur} exists and is not a directory")
+        except FileNotFoundError:
+            sftp.mkdir(cur, mode=0o700)
+
+
+def _safe_name(name: str) -> bool:
+    return name not in ("", ".", "..") and "/" not in name and "\\" not in name and name.isprintable()
+
+
+def _walk(sftp: paramiko.SFTPClient, top: str, rel: str = "") -> list[tuple[str, str]]:
+    """Regular files under ``top`` as (relative path, remote path); symlinks and odd names skipped."""
+    out = []
+    for a in sftp.listdir_attr(posixpath.join(top, rel) if rel else top):
+        if not _safe_name(a.filename):
+            continue
+        r = posixpath.join(rel, a.filename) if rel else a.filename
+        mode = a.st_mode or 0
+        if stat.S_ISDIR(mode):
+            out += _walk(sftp, top, r)
+        elif stat.S_ISREG(mode):
+            out.append((r, posixpath.join(top, r)))
+    return out
+
+
+def _collect(sftp: paramiko.SFTPClient, wdir: str, run_dir: Path, label: str) -> tuple[list[Path], list[Path]]:
+    """Fetch a host's directory into ``run_dir`` by the merge rules of the module docstring."""
+    collected, conflicts = [], []
+    run_dir.mkdir(parents=True, exist_ok=True)
+    root = run_dir.resolve()
+    for rel, remote in _walk(sftp, wdir):
+        target = (root / rel).resolve()
+        if root not in target.parents:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{label}.part")
+        sftp.get(remote, str(tmp))
+        if not target.exists():
+            os.replace(tmp, target)
+            collected.append(target)
+        elif filecmp.cmp(tmp, target, shallow=False):
+            tmp.unlink()
+        elif _is_prefix(target, tmp):
+            os.replace(tmp, target)
+            collected.append(target)
+        elif _is_prefix(tmp, target):
+            tmp.unlink()
+        elif target.suffix == ".jsonl":
+            have = set(target.read_bytes().splitlines())
+            extra = [ln for ln in tmp.read_bytes().splitlines() if ln.strip() and ln not in have]
+            if extra:
+                with open(target, "ab") as f:
+                    if target.stat().st_size and not target.read_bytes().endswith(b"\n"):
+                        f.write(b"\n")
+                    f.write(b"\n".join(extra) + b"\n")
+                collected.append(target)
+            tmp.unlink()
+        else:
+            alt = root / "hosts" / label / rel
+            alt.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, alt)
+            conflicts.append(alt)
+    return collected, conflicts
+
+
+def _is_prefix(short: Path, long: Path) -> bool:
+    a, b = short.stat().st_size, long.stat().st_size
+    if a >= b:
+        return False
+    with open(short, "rb") as fa, open(long, "rb") as fb:
+        return fa.read() == fb.read(a)
+
+
+def _rmtree(sftp: paramiko.SFTPClient, path: str) -> None:
+    try:
+        for a in sftp.listdir_attr(path):
+            if a.filename in (".", ".."):
+                continue
+            p = posixpath.join(path, a.filename)
+            if stat.S_ISDIR(a.st_mode or 0):
+                _rmtree(sftp, p)
+            else:
+                sftp.remove(p)
+        sftp.rmdir(path)
+    except (OSError, paramiko.SSHException):
+        pass
+
+
+def launch_hosts(hosts: Sequence[Host], argv: Sequence[str], ssh_options: SSHOptions,
+                 env: Mapping[str, str] | None, run_dir: str | os.PathLike, *, interface: str | None = None,
+                 on_line: Callable[[str], None] | None = None, log: str | os.PathLike | None = None,
+                 timeout: float | None = None, mirror: Sequence[str] = (), remote_dir: str = DEFAULT_REMOTE_DIR,
+                 keep_remote: bool = False, check_slots: bool = True, start_timeout: float = 60.0) -> RemoteResult:
+    """Run ``argv`` as an MPI job with ``host.slots`` ranks on each host; block until it ends.
+
+    * ``hosts``: from ``hipress.launch.hosts`` (validated names, slots); rank order follows it,
+      ``slots`` consecutive ranks per host.
+    * ``argv``: the rank command as for a local run, e.g. ``[sys.executable, "-m",
+      "hipress.train.worker", "."]``; a leading Python interpreter is replaced by
+      ``ssh_options.python`` on the hosts. It runs in the host's copy of ``run_dir``, so ``.`` is
+      the run directory.
+    * ``ssh_options``: user, port, key, known_hosts, host-key acceptance, timeouts, remote Python.
+    * ``env``: extra environment variables for the ranks (``--interface`` adds MPI's transport).
+    * ``run_dir``: local run directory; copied to each host first, results merged back into it.
+
+    Pre-flight runs first (``PreflightError`` names every host that is not ready, before anything
+    starts); ``RemoteLaunchError`` if the job cannot start. Output lines go to ``on_line`` (default:
+    stderr) and ``log``. Ctrl-C, ``timeout``, a failed rank or a lost host stop every process on
+    every host; the results written so far are fetched in every case. Returns a ``RemoteResult``.
+    """
+    cluster = Cluster.connect(hosts, ssh_options, interface=interface, check_slots=check_slots)
+    try:
+        job = RemoteJob(cluster, argv, run_dir=run_dir, env=env, interface=interface, log=log, on_line=on_line,
+                        mirror=mirror, remote_dir=remote_dir, keep_remote=keep_remote, start_timeout=start_timeout)
+    except BaseException:
+        cluster.close()
+        raise
+    try:
+        job.wait(timeout)
+    except KeyboardInterrupt:
+        job.interrupt()
+    finally:
+        job.stop()
+    assert job.result is not None
+    return job.result
+
