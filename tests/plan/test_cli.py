@@ -1,0 +1,154 @@
+"""``hipress plan``, ``hipress profile`` and ``hipress bench plan`` as a user runs them.
+
+One test runs the console entry point in a real subprocess (exit codes, streams); the others invoke
+the same Typer app in-process, which spares a ~2 s interpreter start (torch, via hipress.sync) per call.
+Output is compared with whitespace collapsed, as rich wraps lines at the terminal's width.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from hipress.plan import load_cost_model, plan_gradients, read_input, read_plan, sosp21
+from hipress_cli.app import build
+
+REF = Path("/work/shared/reference/vgg19_input.txt")
+APP = build()
+
+
+def hipress(*args) -> SimpleNamespace:
+    """Run the CLI in-process: returncode, stdout and stderr (whitespace collapsed)."""
+    r = CliRunner().invoke(APP, [str(a) for a in args], catch_exceptions=False)
+    return SimpleNamespace(returncode=r.exit_code, stdout=" ".join(r.stdout.split()),
+                           stderr=" ".join(r.stderr.split()), raw=r.stdout)
+
+
+def test_console_script_subprocess(tmp_path):
+    bad = tmp_path / "input.txt"
+    bad.write_text("a,1\nb,-4\n")
+    r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", str(bad)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2 and "input.txt:2: the size -4 is negative" in " ".join(r.stderr.split())
+    assert not r.stdout
+    bad.write_text("a,1\nb,4000000\n")
+    out = tmp_path / "plan.txt"
+    r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", str(bad), "--output", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == "a,1,n,1\nb,4000000,y,3\n"
+
+
+@pytest.fixture
+def vgg_input(tmp_path):
+    if not REF.exists():
+        pytest.skip("shared reference files not present")
+    return REF
+
+
+def test_plan_vgg19_writes_hipress_plan(vgg_input, tmp_path):
+    out = tmp_path / "SeCoPaPlan.txt"
+    r = hipress("plan", "--input", vgg_input, "--topology", "ps", "--nnodes", 8, "--output", out)
+    assert r.returncode == 0, r.stderr
+    assert "compressed 15 of 38 gradients" in r.stdout and "compress everything" in r.stdout
+    want = plan_gradients(read_input(vgg_input), 8, "ps", sosp21()).to_plan()
+    assert read_plan(out) == want
+    assert out.read_text().splitlines()[-2:] == ["vgg0_dense2_weight,4096000,y,4", "vgg0_dense2_bias,1000,n,1"]
+
+
+def test_plan_json_and_explain(vgg_input):
+    r = hipress("plan", "--input", vgg_input, "--topology", "ring", "--nnodes", 4, "--json", "--compute-ms", 280)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.raw)
+    assert out["payload"] == "fixed ratio 0.0625" and len(out["plan"]) == 38
+    t = out["totals"]
+    assert t["secopa_ms"] <= min(t["compress_nothing_ms"], t["compress_everything_ms"])
+    assert out["iteration_ms"]["secopa"] == max(280, t["secopa_ms"])
+    r = hipress("plan", "--input", vgg_input, "--topology", "ps", "--nnodes", 16, "--explain", "--compute-ms", 30)
+    assert r.returncode == 0, r.stderr
+    assert "per-gradient costs" in r.stdout and "does compression help on this cluster? yes" in r.stdout
+    r = hipress("plan", "--input", vgg_input, "--nnodes", 16, "--explain", "--compute-ms", 10000)
+    assert "no: uncompressed sync already hides behind compute" in r.stdout
+
+
+def test_plan_any_node_count_and_alg(vgg_input):
+    r = hipress("plan", "--input", vgg_input, "--nnodes", 5, "--alg", "onebit", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.raw)
+    assert out["derived_collectives"] == ["gather", "broadcast"] and out["payload"] == "onebit"
+    r = hipress("plan", "--input", vgg_input, "--nnodes", 5)
+    assert "derived from the send latency and bandwidth" in r.stdout
+
+
+def test_plan_from_zoo_model():
+    pytest.importorskip("hipress.models")
+    r = hipress("plan", "--model", "vgg19", "--topology", "ring", "--nnodes", 16, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.raw)
+    assert out["totals"]["elements"] == 143_667_240 and out["plan"][0]["name"] == "classifier.6.bias"
+    r = hipress("plan", "--model", "nosuchnet")
+    assert r.returncode != 0 and "nosuchnet" in r.stderr
+
+
+@pytest.mark.parametrize(("content", "where"), [
+    ("a,1\nb,-4\n", "input.txt:2: the size -4 is negative"),
+    ("a,1\na,2\n", "input.txt:2: gradient 'a' is listed twice"),
+    ("", "input.txt: no gradients"),
+    ("a,1,2\n", "input.txt:1: expected 2 comma-separated fields"),
+])
+def test_plan_rejects_malformed_input(tmp_path, content, where):
+    path = tmp_path / "input.txt"
+    path.write_text(content)
+    out = tmp_path / "plan.txt"
+    r = hipress("plan", "--input", path, "--output", out)
+    assert r.returncode == 2 and where in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_plan_bad_arguments(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_text("a,10\n")
+    cases = [
+        (["--topology", "tree"], "unknown topology 'tree'"),
+        (["--profile", tmp_path / "none.json"], "no such file"),
+        (["--cost-model", "aws"], "not a built-in"),
+        (["--profile", path, "--cost-model", "sosp21"], "not both"),
+        (["--model", "vgg19"], "exactly one of --input"),
+        (["--alg", "zip"], "unknown compression algorithm 'zip'"),
+    ]
+    for extra, msg in cases:
+        r = hipress("plan", "--input", path, *extra)
+        assert r.returncode != 0 and msg in r.stderr, (extra, r.stderr)
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not installed")
+def test_profile_then_plan(tmp_path):
+    out = tmp_path / "profile.json"
+    r = hipress("profile", "--np", 2, "--alg", "onebit", "--sizes", "1K,16K,256K", "--repeat", 2, "--output", out)
+    assert r.returncode == 0, r.stderr
+    assert "gather N=2" in r.stdout and "R²" in r.stdout
+    model = load_cost_model(out)
+    assert model.alg == "onebit" and set(model.gather) == {2}
+    inp = tmp_path / "input.txt"
+    inp.write_text("w,1000000\nb,10\n")
+    r = hipress("plan", "--input", inp, "--profile", out, "--nnodes", 2, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.raw)["payload"] == "onebit"
+    r = hipress("profile", "--sizes", "1K", "--output", out)
+    assert r.returncode != 0 and "two or more" in r.stderr
+    r = hipress("profile", "--alg", "nope", "--sizes", "1K,2K", "--output", tmp_path / "x.json")
+    assert r.returncode != 0 and "unknown compression algorithm" in r.stderr
+
+
+def test_bench_plan_json():
+    r = hipress("bench", "plan", "--gradients", 3000, "--nnodes", 8, "--repeat", 2, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.raw)
+    assert out["gradients"] == 3000 and [x["topology"] for x in out["results"]] == ["ps", "ring"]
+    assert all(x["plan_s"] > 0 and x["decide_s"] <= x["plan_s"] for x in out["results"])

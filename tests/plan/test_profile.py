@@ -1,0 +1,74 @@
+"""The profiler: least-squares fits on known curves, and real MPI processes measuring the transport."""
+
+import json
+import shutil
+
+import pytest
+
+from hipress.plan import PlanError, auto_plan, load_cost_model, plan_gradients
+from hipress.plan.profile import fit_linear, measure_transport, profile, save_profile
+
+needs_mpi = pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not installed")
+
+
+def test_fit_recovers_exact_line():
+    pts = [(x, 0.05 + 2e-6 * x) for x in (1024, 4096, 65536, 1 << 20)]
+    f = fit_linear(pts)
+    assert f.B == pytest.approx(2e-6, rel=1e-9) and f.A == pytest.approx(0.05, rel=1e-9)
+    assert f.overhead == pytest.approx(pts[0][1])
+    assert f.fit["r2"] == pytest.approx(1.0) and f.fit["max_rel_residual"] < 1e-9
+
+
+def test_fit_keeps_the_floor_and_reports_a_poor_fit():
+    # a 1 ms floor up to 4096 elements, then linear: the floor is kept, the fit is imperfect but close
+    pts = [(1024, 1.0), (4096, 1.0), (65536, 1.3), (1 << 20, 4.0), (1 << 22, 13.0)]
+    f = fit_linear(pts)
+    assert f.overhead == 1.0 and f(1) == pytest.approx(1.0, rel=0.05)
+    assert 0.95 < f.fit["r2"] <= 1.0 and f.fit["max_rel_residual"] > 0.01
+    noisy = fit_linear([(1, 5.0), (10, 1.0), (100, 4.0), (1000, 2.0)])
+    assert noisy.B >= 0 and noisy.A >= 0 and noisy.fit["r2"] < 0.5  # no linear trend: visible in R^2
+
+
+def test_fit_clamps_negative_slope_and_intercept():
+    assert fit_linear([(1, 3.0), (1000, 2.0)]).B == 0.0
+    f = fit_linear([(1000, 0.001), (2000, 0.0025), (4000, 0.0055)])  # extrapolates below zero at x=0
+    assert f.A == 0.0 and f.B > 0
+    with pytest.raises(PlanError, match="two sizes"):
+        fit_linear([(1, 1.0)])
+
+
+@needs_mpi
+@pytest.mark.mpi
+def test_transport_over_real_mpi():
+    out = measure_transport(2, [1024, 1 << 18], repeat=2, warmup=1)
+    assert out["nprocs"] == 2 and out["mpi"]
+    for op in ("send", "gather", "broadcast"):
+        assert [x for x, _ in out["ops"][op]] == [1024, 1 << 18]
+        assert all(len(ts) == 2 and min(ts) > 0 for _, ts in out["ops"][op])
+    with pytest.raises(PlanError, match="at least 2 processes"):
+        measure_transport(1, [1024, 2048])
+
+
+@needs_mpi
+@pytest.mark.mpi
+def test_profile_fits_saves_and_plans(tmp_path):
+    model = profile("tbq", nprocs=2, sizes=[1024, 16384, 1 << 18], repeat=2, warmup=1)
+    assert model.alg == "tbq" and model.ratio is None and set(model.gather) == {2} == set(model.broadcast)
+    for prim in (model.encode, model.decode, model.send, model.gather[2]):
+        assert prim.B >= 0 and prim.A >= 0 and "r2" in prim.fit and len(prim.fit["points"]) == 3
+    assert model.encode(1 << 18) > model.encode(1024) * 0.5  # bigger is not much cheaper
+    path = tmp_path / "profile.json"
+    save_profile(model, path)
+    back = load_cost_model(path)
+    assert back == model and json.loads(path.read_text())["format"] == "hipress-profile"
+    plan = plan_gradients([("w", 10**7), ("b", 10)], 2, "ps", back).to_plan()
+    assert plan["b"].compress is False and plan["w"].partitions in (1, 2)
+    with pytest.raises(PlanError, match="unknown compression algorithm"):
+        profile("nope", nprocs=2, sizes=[1024, 2048])
+
+
+@needs_mpi
+@pytest.mark.mpi
+def test_auto_plan_measures_a_quick_profile_when_given_none():
+    plan = auto_plan([("w", 10**6), ("b", 10)], 4, "onebit", "ring", profile=None)
+    assert list(plan) == ["w", "b"] and plan["b"].compress is False
