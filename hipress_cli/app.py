@@ -15,6 +15,7 @@ COMMANDS: list[tuple[str, str | None]] = [
     ("profile", None),
     ("run", None),
     ("models", None),
+    ("cluster", "cluster"),
 ]
 
 

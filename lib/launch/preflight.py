@@ -142,7 +142,7 @@ def check_host(host: Host, options: SSHOptions, *, expect: dict[str, str] | None
     except SSHError as e:
         report.error, report.error_kind = str(e), e.kind
     report.elapsed_s = time.monotonic() - t0
-    if keep_open and report.ok:
+    if keep_open and report.error is None:  # kept even with problems: cluster check still measures it
         report.client = client
     else:
         client.close()
