@@ -31,7 +31,13 @@ def profile(
     output: Annotated[Path, typer.Option("--output", help="Where to save the profile JSON.")] = Path("profile.json"),
     np_: Annotated[int | None, typer.Option("--np", min=2, help="MPI processes for the transport (default 2, "
                                                    "or one per host).")] = None,
-    hosts: Annotated[str | None, typer.Option("--hosts", help="Comma-separated hosts (mpiexec -hosts).")] = None,
+    hosts: Annotated[str | None, typer.Option("--hosts", help="host[:slots],... to profile over SSH.")] = None,
+    ssh_user: Annotated[str | None, typer.Option("--ssh-user", help="SSH user on the hosts.")] = None,
+    ssh_port: Annotated[int, typer.Option("--ssh-port", help="SSH port of the hosts.")] = 22,
+    ssh_key: Annotated[Path | None, typer.Option("--ssh-key", help="SSH private key.")] = None,
+    ssh_known_hosts: Annotated[Path | None, typer.Option("--ssh-known-hosts", help="known_hosts file.")] = None,
+    emulated: Annotated[bool, typer.Option(
+        "--emulated", help="Run the ranks in the emulated cluster that is up (shaped network namespaces).")] = False,
     sizes: Annotated[str, typer.Option("--sizes", help="Element counts to measure, comma-separated.")]
     = "1K,4K,16K,64K,256K,1M,4M",
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions per size.")] = 5,
@@ -43,10 +49,33 @@ def profile(
     from hipress.plan.profile import profile as run_profile
     from hipress.plan.profile import save_profile
 
-    host_list = [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None
-    nprocs = np_ if np_ is not None else (len(host_list) if host_list and len(host_list) > 1 else 2)
+    host_list, ssh, cluster = None, None, None
+    if hosts and emulated:
+        raise fail("give --hosts or --emulated, not both")
+    if hosts:
+        from hipress.launch.hosts import HostListError, parse_hosts
+        from hipress.launch.ssh import SSHOptions
+
+        try:
+            host_list = parse_hosts(hosts)
+            ssh = SSHOptions(user=ssh_user, port=ssh_port, key=ssh_key, known_hosts=ssh_known_hosts)
+        except (HostListError, ValueError) as e:
+            raise fail(str(e)) from None
+        if np_ is not None:
+            raise fail("--np and --hosts: the ranks are the hosts' slots (host:slots)")
+    if emulated:
+        from hipress.launch.emulate import EmulationError, status
+
+        try:
+            cluster = status()
+        except EmulationError as e:
+            raise fail(str(e)) from None
+        if cluster is None:
+            raise fail("no emulated cluster is up; start one with `hipress cluster emulate up --hosts N`")
+    nprocs = np_ if np_ is not None else (cluster.hosts if cluster else 2)
     try:
-        model = run_profile(alg, nprocs=nprocs, sizes=_sizes(sizes), repeat=repeat, warmup=warmup, hosts=host_list)
+        model = run_profile(alg, nprocs=nprocs, sizes=_sizes(sizes), repeat=repeat, warmup=warmup, hosts=host_list,
+                            ssh_options=ssh, emulated=cluster)
         save_profile(model, output)
     except PlanError as e:
         raise fail(str(e)) from None
@@ -56,7 +85,7 @@ def profile(
     if json_:
         print_json({"output": str(output), "profile": d})
         return
-    t = Table(title=f"profile of {alg} on {model.meta.get('host')}, {nprocs} MPI processes "
+    t = Table(title=f"profile of {alg} on {model.meta.get('host')}, {model.meta.get('nprocs')} MPI processes "
               f"({model.meta.get('seconds')} s): cost = max(overhead, A + B*x) ms, x fp32 elements")
     for col in ("primitive", "B ns/elem", "GB/s", "A ms", "overhead ms", "R²", "max |rel residual|"):
         t.add_column(col, justify="left" if col == "primitive" else "right")

@@ -2,7 +2,8 @@
 
 Compute primitives (encode, decode, merge) are timed here with the real compressor on a range of
 sizes; transport primitives (send, gather, broadcast) by N real MPI processes exchanging real
-buffers (``profile_worker``, started with ``mpiexec``). Each curve ``max(overhead, A + B*x)`` is
+buffers (``profile_worker``, an MPI job started by ``hipress.launch``: locally, in an emulated
+cluster, or on a host list over SSH). Each curve ``max(overhead, A + B*x)`` is
 fitted to the median times by least squares weighted by 1/t, i.e. on relative error -- otherwise the
 largest size alone decides the fit and A, which decides SeCoPa for small gradients, is noise.
 ``overhead`` is the median time at the smallest size (the floor). Fit quality -- R^2 and the relative
@@ -14,18 +15,22 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .costmodel import CostModel, Linear
 from .errors import PlanError
+
+if TYPE_CHECKING:
+    from hipress.launch.emulate import EmulatedCluster
+    from hipress.launch.hosts import Host
+    from hipress.launch.ssh import SSHOptions
 
 DEFAULT_SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22]
 QUICK_SIZES = [1 << 10, 1 << 13, 1 << 16, 1 << 19, 1 << 21]
@@ -93,36 +98,58 @@ def measure_compute(alg: str, sizes: Sequence[int], repeat: int = 5, warmup: int
     return out
 
 
-def mpiexec_path() -> str:
-    """The ``mpiexec`` beside this Python (the ``mpich`` wheel puts it there), else on PATH."""
-    here = Path(sys.executable).with_name("mpiexec")
-    found = str(here) if here.exists() else shutil.which("mpiexec")
-    if not found:
-        raise PlanError("mpiexec not found; install the MPI runtime (pip install mpich) to profile the transport")
-    return found
-
-
 def measure_transport(
-    nprocs: int, sizes: Sequence[int], repeat: int = 5, warmup: int = 1, hosts: Sequence[str] | None = None,
+    nprocs: int,
+    sizes: Sequence[int],
+    repeat: int = 5,
+    warmup: int = 1,
+    hosts: Sequence[Host] | None = None,
+    ssh_options: SSHOptions | None = None,
+    emulated: EmulatedCluster | None = None,
     timeout: float = 300.0,
 ) -> dict:
-    """Run ``profile_worker`` on ``nprocs`` MPI processes (on ``hosts`` if given); its JSON result."""
-    if nprocs < 2:
-        raise PlanError(f"transport profiling needs at least 2 processes, got --np {nprocs}")
+    """Run ``profile_worker`` as an MPI job and return rank 0's JSON result.
+
+    On this machine (``hipress.launch.launch_local``; inside an ``emulated`` cluster's shaped network
+    namespaces if one is given), or with ``hosts``' slots as ranks over SSH
+    (``hipress.launch.remote.launch_hosts``; ``nprocs`` is then the hosts' total slots). Either way a
+    timeout or a failed rank stops every process and raises ``PlanError`` with the job's output.
+    """
+    args = ["--sizes", ",".join(map(str, sizes)), "--repeat", str(repeat), "--warmup", str(warmup)]
+    lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="hipress-profile-") as tmp:
         out = Path(tmp) / "transport.json"
-        cmd = [mpiexec_path()]
         if hosts:
-            cmd += ["-hosts", ",".join(hosts)]
-        cmd += ["-n", str(nprocs), sys.executable, str(WORKER), "--sizes", ",".join(map(str, sizes)),
-                "--repeat", str(repeat), "--warmup", str(warmup), "--output", str(out)]
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise PlanError(f"transport profiling did not finish in {timeout:.0f} s: {' '.join(cmd)}") from None
-        if r.returncode != 0 or not out.exists():
-            tail = (r.stderr or r.stdout).strip()[-2000:]
-            raise PlanError(f"transport profiling failed (exit {r.returncode}): {' '.join(cmd)}\n{tail}")
+            from hipress.launch.remote import launch_hosts
+            from hipress.launch.ssh import SSHOptions
+
+            nprocs = sum(h.slots for h in hosts)
+            if nprocs < 2:
+                raise PlanError("transport profiling needs at least 2 ranks: list two hosts, or give one host 2 slots")
+            # the worker runs in the host's copy of the run directory; its result comes back by SFTP
+            argv = [sys.executable, "-m", "hipress.plan.profile_worker", *args, "--output", "transport.json"]
+            try:
+                res = launch_hosts(hosts, argv, ssh_options or SSHOptions(), None, tmp, timeout=timeout,
+                                   on_line=lines.append)
+            except Exception as e:  # noqa: BLE001 - pre-flight, SSH and launch errors all end the profile
+                raise PlanError(f"transport profiling on {', '.join(map(str, hosts))} could not start: {e}") from None
+            ok, what = res.ok, f"on hosts {', '.join(h.spec for h in hosts)}"
+        else:
+            from hipress.launch import launch_local
+
+            if nprocs < 2:
+                raise PlanError(f"transport profiling needs at least 2 processes, got --np {nprocs}")
+            argv = [sys.executable, str(WORKER), *args, "--output", str(out)]
+            try:
+                res = launch_local(nprocs, argv, emulated=emulated, timeout=timeout, on_line=lines.append)
+            except Exception as e:  # noqa: BLE001 - LaunchError, EmulationError
+                raise PlanError(f"transport profiling could not start: {e}") from None
+            ok, what = res.ok, f"with {nprocs} local processes" + (
+                f" in emulated cluster {emulated.prefix!r} ({emulated.rate})" if emulated else "")
+        if not ok or not out.exists():
+            why = "timed out" if res.timed_out else f"exit code {res.returncode}"
+            tail = "\n".join(lines[-30:])
+            raise PlanError(f"transport profiling {what} failed ({why}):\n{tail}")
         return json.loads(out.read_text())
 
 
@@ -136,7 +163,9 @@ def profile(
     sizes: Sequence[int] = DEFAULT_SIZES,
     repeat: int = 5,
     warmup: int = 1,
-    hosts: Sequence[str] | None = None,
+    hosts: Sequence[Host] | None = None,
+    ssh_options: SSHOptions | None = None,
+    emulated: EmulatedCluster | None = None,
     transport: bool = True,
 ) -> CostModel:
     """Measure and fit every primitive; the result plugs into ``plan_gradients`` like ``sosp21``.
@@ -162,11 +191,13 @@ def profile(
     gather: dict[int, Linear] = {}
     bcast: dict[int, Linear] = {}
     if transport:
-        tr = measure_transport(nprocs, sizes, repeat, warmup, hosts)
+        tr = measure_transport(nprocs, sizes, repeat, warmup, hosts, ssh_options, emulated)
+        nprocs = tr["nprocs"]
         fits["send"] = fit_linear(_medians(tr["ops"]["send"]))
         gather[nprocs] = fit_linear(_medians(tr["ops"]["gather"]))
         bcast[nprocs] = fit_linear(_medians(tr["ops"]["broadcast"]))
-        meta.update(nprocs=nprocs, mpi=tr["mpi"], hosts=list(hosts) if hosts else None)
+        meta.update(nprocs=nprocs, mpi=tr["mpi"], hosts=[h.spec for h in hosts] if hosts else None,
+                    emulated=emulated.as_dict() if emulated else None)
     else:
         fits["send"] = Linear(0.0, 0.0, 0.0, {"note": "transport not measured"})
     meta["seconds"] = round(time.perf_counter() - t0, 2)

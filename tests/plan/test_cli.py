@@ -146,6 +146,22 @@ def test_profile_then_plan(tmp_path):
     assert r.returncode != 0 and "unknown compression algorithm" in r.stderr
 
 
+def test_profile_bad_launch_options(tmp_path):
+    out = tmp_path / "p.json"
+    cases = [
+        (["--hosts", "a,b", "--np", 2], "--np and --hosts"),
+        (["--hosts", "a,a"], "listed twice"),
+        (["--hosts", "a", "--emulated"], "not both"),
+        (["--hosts", "a,b", "--ssh-port", 0], "SSH port"),
+    ]
+    for extra, msg in cases:
+        r = hipress("profile", "--output", out, *extra)
+        assert r.returncode != 0 and msg in r.stderr, (extra, r.stderr)
+    r = hipress("profile", "--output", out, "--emulated")
+    assert r.returncode != 0 and ("no emulated cluster is up" in r.stderr or "emulat" in r.stderr.lower())
+    assert not out.exists()
+
+
 def test_bench_plan_json():
     r = hipress("bench", "plan", "--gradients", 3000, "--nnodes", 8, "--repeat", 2, "--json")
     assert r.returncode == 0, r.stderr

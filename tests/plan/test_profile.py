@@ -72,3 +72,51 @@ def test_profile_fits_saves_and_plans(tmp_path):
 def test_auto_plan_measures_a_quick_profile_when_given_none():
     plan = auto_plan([("w", 10**6), ("b", 10)], 4, "onebit", "ring", profile=None)
     assert list(plan) == ["w", "b"] and plan["b"].compress is False
+
+
+@needs_mpi
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_transport_over_ssh_on_a_host_list(tmp_path):
+    """Two "hosts" (127.0.0.1, 127.0.0.2) behind a real sshd: ranks start over SSH, the result comes back."""
+    sshd_mod = pytest.importorskip("tests.launch.sshd")
+    if sshd_mod.sshd_binary() is None:
+        pytest.skip("sshd not installed")
+    from hipress.launch.hosts import parse_hosts
+    from hipress.launch.ssh import SSHOptions
+
+    sshd = sshd_mod.start_sshd(tmp_path / "sshd")
+    try:
+        opts = SSHOptions(port=sshd.port, key=sshd.client_key, known_hosts=sshd.known_hosts)
+        model = profile("onebit", sizes=[1024, 1 << 16], repeat=2, hosts=parse_hosts("127.0.0.1,127.0.0.2"),
+                        ssh_options=opts)
+        assert set(model.gather) == {2} and model.meta["hosts"] == ["127.0.0.1:1", "127.0.0.2:1"]
+        with pytest.raises(PlanError, match="at least 2 ranks"):
+            measure_transport(0, [1024, 2048], hosts=parse_hosts("127.0.0.1"), ssh_options=opts)
+        bad = SSHOptions(port=sshd.port, key=sshd.client_key, known_hosts=tmp_path / "empty_known_hosts")
+        with pytest.raises(PlanError, match="could not start"):
+            measure_transport(0, [1024, 2048], hosts=parse_hosts("127.0.0.1,127.0.0.2"), ssh_options=bad)
+    finally:
+        sshd.stop()
+
+
+@needs_mpi
+@pytest.mark.mpi
+@pytest.mark.root
+@pytest.mark.slow
+def test_profile_measures_an_emulated_1gbit_link():
+    """Two network-namespace hosts on 1 Gbit/s links: the fitted send bandwidth must be that link's."""
+    from hipress.launch import emulate
+
+    try:
+        emulate.check_support()
+    except emulate.EmulationError as e:
+        pytest.skip(f"no network emulation here: {e}")
+    cluster = emulate.up(2, "1gbit", prefix="hpplan")
+    try:
+        out = measure_transport(2, [1 << 18, 1 << 20, 1 << 22], repeat=3, warmup=1, emulated=cluster)  # >> burst
+        send = fit_linear([(x, sorted(ts)[1]) for x, ts in out["ops"]["send"]])
+        gbps = 4 * 8 / (send.B * 1e6)  # 4 bytes an element, B in ms an element
+        assert 0.5 < gbps < 1.2, f"fitted {gbps:.2f} Gbit/s on a 1 Gbit/s link"
+    finally:
+        emulate.down("hpplan")
