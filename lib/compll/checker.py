@@ -85,6 +85,8 @@ class FunctionInfo:
     lambdas: list[LambdaInfo] = field(default_factory=list)
     uses_random: bool = False
     symbols: list[Symbol] = field(default_factory=list)
+    # symbolic bit widths: canonical text -> (expression, the one variable it reads or None)
+    widths: dict[str, tuple[ast.Expr, Symbol | None]] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -407,8 +409,11 @@ class Checker:
                     raise self.err(w, f"uint<{w.value}>: bit widths are 1, 2, 4 or 8")
                 base = T.code(int(w.value))
             else:
-                self._require_immutable(w)
-                base = T.code(ast.expr_text(w))
+                dep = self._require_immutable(w)
+                text = ast.expr_text(w)
+                base = T.code(text)
+                if self.fn is not None and text not in self.fn.widths:
+                    self.fn.widths[text] = (w, dep)
         elif tn.name == "uint":
             base = T.UINT
         else:
@@ -418,12 +423,22 @@ class Checker:
             base = st
         return T.vec(base) if tn.pointer else base
 
-    def _require_immutable(self, e: ast.Expr) -> None:
-        """Bit widths are fixed for a whole encode: only constants and unassigned names may appear."""
+    def _require_immutable(self, e: ast.Expr) -> Symbol | None:
+        """Bit widths are fixed for a whole call: parameters and at most one once-assigned local.
+
+        Returns that local (the width is computed right after it is assigned), or None.
+        """
+        dep: Symbol | None = None
         for n in _names(e):
             sym = n.sym
-            if sym is not None and not (sym.kind in ("param", "field", "struct") or (sym.immutable and sym.ty.is_scalar)):
-                raise self.err(n, f"a bit width may only use parameters and unassigned scalars, not {n.id!r}")
+            if sym is None or sym.kind in ("param", "field", "struct"):
+                continue
+            if not (sym.kind == "local" and sym.ty.is_scalar and sym.writes == 0):
+                raise self.err(n, f"a bit width may only use parameters and once-assigned scalars, not {n.id!r}")
+            if dep is not None and dep is not sym:
+                raise self.err(n, "a bit width may use at most one local variable")
+            dep = sym
+        return dep
 
     def _decl(self, st: ast.VarDecl, scope: _Scope, host: bool) -> None:
         ty = self._type(st.type, scope)

@@ -1,0 +1,305 @@
+"""The host driver: a plan's steps as a Python function that launches the backend's kernels.
+
+Both backends share it: scalars are computed on the host with C semantics on NumPy scalars (see
+``runtime.host``), vectors live on the device (NumPy arrays for numba kernels, CuPy arrays for
+CUDA ones), and every kernel launch is delegated to the backend. Generated signatures are fixed so
+that one wrapper drives any spec::
+
+    encode(ctx, gradient, states, params, seed)   # states: tuple in the spec's order; ctx.alloc
+    decode(ctx, extra, body, out, add, params)    # out is overwritten, or accumulated into if add
+"""
+
+from __future__ import annotations
+
+from . import ast
+from . import types as T
+from .checker import CheckedSpec, Symbol
+from .emit import Context, ExprEmitter, PyDialect
+from .errors import CompLLError
+from .lower import (
+    IPack,
+    IReduce,
+    Plan,
+    SAlloc,
+    SBind,
+    SConcat,
+    SCopy,
+    SExtract,
+    SFilter,
+    SHost,
+    SIf,
+    SLoop,
+    SRequire,
+    SScan,
+    SScatter,
+    SSort,
+    Step,
+    SWidth,
+    SZero,
+    Vec,
+    _TempSym,
+)
+
+STRUCT_FMT = {"bool": "?", "code": "B", "uint8": "B", "int": "i", "uint": "I", "float": "f", "double": "d"}
+NP_DTYPE = {"bool": "np.bool_", "code": "np.uint8", "uint8": "np.uint8", "int": "np.int32", "uint": "np.uint32",
+            "float": "np.float32", "double": "np.float64"}
+
+
+def storage_bits(elem: T.Type) -> int | str:
+    """Bits per element in a payload: packed for codes, the type's width otherwise."""
+    return elem.elem_bits()
+
+
+def is_packed(elem: T.Type) -> bool:
+    return elem.is_code and elem.bits != 8
+
+
+class HostContext(Context):
+    def __init__(self, plan: Plan, driver: Driver) -> None:
+        self.plan = plan
+        self.driver = driver
+
+    def name(self, sym: Symbol) -> str:
+        if isinstance(sym, _TempSym):
+            return sym.name
+        if sym.kind == "field":
+            return "p_" + sym.name
+        n = self.plan.names.get(id(sym))
+        if n is None:  # pragma: no cover
+            raise CompLLError(f"internal: no variable for {sym.name!r}")
+        return n
+
+    def vec(self, base: ast.Expr) -> Vec:
+        if isinstance(base, ast.Name) and base.sym is not None:
+            v = self.plan.vecs.get(id(base.sym))
+            if v is not None:
+                return v
+            n = self.plan.names[id(base.sym)]
+            return Vec("array", base.sym.ty.elem, "", f"{n}.shape[0]", name=n)  # type: ignore[arg-type]
+        v = self.plan.vecs.get(id(base))
+        if v is None:  # pragma: no cover
+            raise CompLLError("internal: vector not lowered")
+        return v
+
+    def size(self, base: ast.Expr) -> str:
+        if isinstance(base, ast.Name) and base.sym is not None and base.sym.kind in ("input", "state", "output"):
+            return "n_elems"
+        return f"int({self.vec(base).length})"
+
+    def read(self, base: ast.Expr, index: ast.Expr, index_code: str) -> tuple[str, T.Type]:
+        v = self.vec(base)
+        what = repr(base.id if isinstance(base, ast.Name) else "vector")
+        if v.kind != "array":
+            raise CompLLError("a lazily computed vector cannot be read on the host", self.driver.file,
+                              base.pos.line, base.pos.col, "read it inside a lambda")
+        if v.packed is not None:
+            return f"H.rdp({v.name}, {index_code}, {v.length}, {v.packed}, {what})", T.INT
+        return f"H.rd({v.name}, {index_code}, {what})", v.elem.plain()
+
+    def hoisted(self, e: ast.Call):
+        n = self.plan.hoisted.get(id(e))
+        if n is None:
+            return None
+        return n, self.plan.temps[n].plain() if n in self.plan.temps else T.INT
+
+    def call(self, lam, args, arg_nodes):  # pragma: no cover - the checker forbids it
+        raise CompLLError("lambdas are not called on the host")
+
+    def random(self, e, a, b):  # pragma: no cover - the checker forbids it
+        raise CompLLError("random<T> is not drawn on the host")
+
+
+class Driver:
+    """Emits ``encode``/``decode`` for one plan; ``backend`` supplies kernels and array operations."""
+
+    def __init__(self, checked: CheckedSpec, plan: Plan, backend) -> None:
+        self.checked = checked
+        self.plan = plan
+        self.backend = backend
+        self.file = checked.file
+        self.em = ExprEmitter(PyDialect("H.", backend.widths), HostContext(plan, self), self.file)
+        self.lines: list[str] = []
+
+    # ------------------------------------------------------------------ output
+    def emit(self, line: str, ind: int) -> None:
+        self.lines.append("    " * ind + line)
+
+    def function(self) -> str:
+        info = self.plan.info
+        params = self.checked.params
+        if info.role == "encode":
+            head = "def encode(ctx, gradient, states, params, seed):"
+        else:
+            head = "def decode(ctx, extra, body, out, add, params):"
+        doc = f'"""{info.node.name} of {self.checked.spec.file.split("/")[-1]} (generated)."""'
+        self.emit(head, 0)
+        self.emit(doc, 1)
+        names = self.plan.names
+        if info.role == "encode":
+            self.emit(f"{names[id(info.gradient)]} = gradient", 1)
+            for k, s in enumerate(info.states):
+                self.emit(f"{names[id(s)]} = states[{k}]", 1)
+            self.emit(f"n_elems = int({names[id(info.gradient)]}.shape[0])", 1)
+        else:
+            self.emit(f"{names[id(info.gradient)]} = out", 1)
+            self.emit(f"n_elems = int({names[id(info.gradient)]}.shape[0])", 1)
+        for p in params:
+            self.emit(f"p_{p.name} = params[{p.name!r}]", 1)
+        self.emit(f"oob = {self.backend.flag_alloc()}", 1)
+        self.emit('with np.errstate(all="ignore"):  # IEEE results (inf, nan), as in the kernels', 1)
+        start = len(self.lines)
+        self.steps(self.plan.steps, 2)
+        if len(self.lines) == start:
+            self.emit("pass", 2)
+        return "\n".join(self.lines) + "\n"
+
+    # ------------------------------------------------------------------ steps
+    def steps(self, steps: list[Step], ind: int) -> None:
+        for st in steps:
+            self.step(st, ind)
+
+    def step(self, st: Step, ind: int) -> None:  # noqa: C901 - one case per step type
+        em = self.em
+        b = self.backend
+        if isinstance(st, SHost):
+            target = st.target
+            name = target.name if isinstance(target, _TempSym) else self.plan.names[id(target)]
+            self.emit(f"{name} = {em.expr(st.expr, target.ty.plain())}", ind)
+        elif isinstance(st, SWidth):
+            self.emit(f"{st.var} = H.width({em.expr(st.expr, T.INT)})", ind)
+        elif isinstance(st, SIf):
+            self.emit(f"if {em.truthy(st.cond)}:", ind)
+            n = len(self.lines)
+            self.steps(st.then, ind + 1)
+            if len(self.lines) == n:
+                self.emit("pass", ind + 1)
+            if st.other:
+                self.emit("else:", ind)
+                self.steps(st.other, ind + 1)
+        elif isinstance(st, SRequire):
+            self.emit(f"if not {em.truthy(st.cond)}:", ind)
+            self.emit(f"ctx.fail({st.message!r})", ind + 1)
+        elif isinstance(st, SAlloc):
+            self.emit(f"{st.name} = {b.alloc(st.elem, st.length)}", ind)
+        elif isinstance(st, SCopy):
+            self.emit(f"{st.dst}[:] = {st.src}", ind)
+        elif isinstance(st, SBind):
+            self.emit(f"{st.dst} = {st.src}", ind)
+        elif isinstance(st, SZero):
+            self.emit("if not add:", ind)
+            self.emit(f"{st.dst}[:] = 0", ind + 1)
+        elif isinstance(st, SConcat):
+            self.concat(st, ind)
+        elif isinstance(st, SExtract):
+            self.extract(st, ind)
+        elif isinstance(st, SLoop):
+            for it in st.items:
+                if isinstance(it, IReduce):
+                    self.emit(f"init_{it.temp} = {em.expr(it.init, it.lam.params[0].ty.plain())}", ind)
+                if isinstance(it, IPack):
+                    self.emit(f"reg{it.field} = {b.region('body', it.offset, it.nbytes, it.src.elem)}", ind)
+            for line in b.launch_loop(st, self):
+                self.emit(line, ind)
+        elif isinstance(st, SFilter):
+            for line in b.launch_filter(st, self):
+                self.emit(line, ind)
+        elif isinstance(st, SSort):
+            for line in b.launch_sort(st, self):
+                self.emit(line, ind)
+        elif isinstance(st, SScan):
+            self.emit(f"init_{st.dst} = {em.expr(st.init, st.lam.params[0].ty.plain())}", ind)
+            for line in b.launch_scan(st, self):
+                self.emit(line, ind)
+        elif isinstance(st, SScatter):
+            if st.scalar is not None:
+                self.emit(f"val_{st.uid} = {em.expr(st.scalar, st.dst_elem.plain())}", ind)
+            for line in b.launch_scatter(st, self):
+                self.emit(line, ind)
+        else:  # pragma: no cover
+            raise CompLLError(f"internal: cannot drive {type(st).__name__}")
+
+    def oob_check(self, where: list[ast.Pos]) -> list[str]:
+        """Lines that turn the out-of-bounds flag a kernel may have raised into a clear error."""
+        if not where:
+            return []
+        at = ", ".join(f"{p.line}:{p.col}" for p in where[:4])
+        return [f"if {self.backend.flag_read()}:",
+                f"    ctx.fail({('a vector index is out of range (reads at ' + at + ')')!r})"]
+
+    # ------------------------------------------------------------------ payload
+    def concat(self, st: SConcat, ind: int) -> None:
+        em = self.em
+        head = [f for f in st.fields if f.in_header]
+        fmt = "<" + "".join(STRUCT_FMT[f.ty.kind] for f in head)
+        vals = ", ".join(em.expr(f.expr, f.ty) for f in head)
+        self.emit(f"extra = H.pack({fmt!r}{', ' if vals else ''}{vals})", ind)
+        prev = "0"
+        for f in st.fields:
+            if f.in_header:
+                continue
+            self.emit(f"{f.offset} = {prev}", ind)
+            if f.vec is not None:
+                bits = storage_bits(f.ty.elem)  # type: ignore[arg-type]
+                if isinstance(bits, str):
+                    bits = self.backend.widths[bits]
+                self.emit(f"{f.nbytes} = H.nbytes({f.vec.length}, {bits})", ind)
+            else:
+                self.emit(f"{f.nbytes} = {T.SIZES[f.ty.kind]}", ind)
+            prev = f"{f.offset} + {f.nbytes}"
+        self.emit(f"{st.body_len} = {prev}", ind)
+        self.emit(f"body = ctx.alloc(extra, {st.body_len})", ind)
+        for f in st.fields:
+            if not f.in_header and f.vec is None:
+                fmt1 = "<" + STRUCT_FMT[f.ty.kind]
+                self.emit(f"{self.backend.put_bytes('body', f.offset, f'H.pack({fmt1!r}, {em.expr(f.expr, f.ty)})')}",
+                          ind)
+
+    def extract(self, st: SExtract, ind: int) -> None:
+        head = [f for f in st.fields if f.in_header]
+        fmt = "<" + "".join(STRUCT_FMT[f.ty.kind] for f in head)
+        hsize = sum(T.SIZES[f.ty.kind] for f in head)
+        self.emit(f"if len(extra) != {hsize}:", ind)
+        self.emit(f"ctx.fail(f\"payload extra header has {{len(extra)}} bytes, this spec reads {hsize}\")", ind + 1)
+        names = [self.plan.names[id(f.sym)] for f in head]
+        if head:
+            self.emit(f"{', '.join(names)}{',' if len(names) == 1 else ''} = H.unpack({fmt!r}, extra)", ind)
+            for f, n in zip(head, names, strict=True):
+                self.emit(f"{n} = {self.em.d.conv(n, _storage_read_type(f.ty), f.ty)}", ind)
+        for w in st.widths:
+            self.emit(f"{w.var} = H.width({self.em.expr(w.expr, T.INT)})", ind)
+        self.emit("body_n = int(body.shape[0])", ind)
+        self.emit("pos = 0", ind)
+        for f in st.fields:
+            if f.in_header:
+                continue
+            name = self.plan.names[id(f.sym)]
+            if f.length is None:
+                size1 = T.SIZES[f.ty.kind]
+                self.emit(f"if pos + {size1} > body_n:", ind)
+                self.emit(f"ctx.fail('payload truncated: no room for {f.sym.name!r}')", ind + 1)
+                fmt1 = "<" + STRUCT_FMT[f.ty.kind]
+                self.emit(f"({name},) = H.unpack({fmt1!r}, {self.backend.get_bytes('body', 'pos', size1)})", ind)
+                self.emit(f"pos += {size1}", ind)
+                continue
+            vec = self.plan.vecs[id(f.sym)]
+            elem = f.ty.elem
+            assert elem is not None
+            bits = storage_bits(elem)
+            if isinstance(bits, str):
+                bits = self.backend.widths[bits]
+            self.emit(f"{vec.length} = H.length({self.em.expr(f.length, T.INT)}, {f.sym.name!r})", ind)
+            self.emit(f"nb = H.nbytes({vec.length}, {bits})", ind)
+            self.emit("if pos + nb > body_n:", ind)
+            self.emit(f"ctx.fail(f\"payload truncated: {f.sym.name!r} needs {{nb}} bytes at offset {{pos}}, "
+                      f"the body has {{body_n}}\")", ind + 1)
+            self.emit(f"{name} = {self.backend.region('body', 'pos', 'nb', elem, read=True)}", ind)
+            self.emit("pos += nb", ind)
+        self.emit("if pos != body_n:", ind)
+        self.emit("ctx.fail(f\"payload too long: {body_n - pos} bytes after the last field\")", ind + 1)
+
+
+def _storage_read_type(ty: T.Type) -> T.Type:
+    """The type ``struct.unpack`` gives back for a field (ints for all integer kinds)."""
+    if ty.kind in ("float", "double", "bool"):
+        return ty
+    return T.INT

@@ -1,0 +1,465 @@
+"""The CPU backend: a plan's kernels as numba functions, in one generated module.
+
+Kernel shapes (the same as the library's hand-written ones, which is what makes them as fast):
+
+- a loop with reductions runs in parallel over fixed chunks of ``CHUNK`` (65536) elements, folds each
+  chunk from ``init`` in index order and then the chunks' results in chunk order, so the result does
+  not depend on the number of threads (and equals the library's chunked float64 sums);
+- a loop that packs sub-byte codes runs over blocks of 8 elements (one to eight whole bytes of
+  every packed field), so no two threads write the same byte;
+- other loops are a flat ``prange``.
+
+``filter`` counts then gathers per chunk (two passes, as the library's selection does); ``sort`` is a
+stable merge sort, or NumPy's stable argsort when the comparison is ``a < b``/``a > b`` on the
+elements themselves; ``scan`` and ``scatter`` are sequential.
+"""
+
+from __future__ import annotations
+
+import re
+
+from . import ast
+from . import types as T
+from .checker import CheckedSpec, LambdaInfo
+from .driver import NP_DTYPE, Driver, is_packed
+from .emit import ElemContext, ExprEmitter, KernelNames, LambdaTable, NumbaDialect
+from .lower import IPack, IReduce, IStore, Plan, SFilter, SLoop, SScan, SScatter, SSort, Vec
+
+ACC_DTYPE = {"float": "np.float32", "double": "np.float64", "bool": "np.bool_"}
+
+
+def _acc_dtype(ty: T.Type) -> str:
+    return ACC_DTYPE.get(ty.plain().kind, "np.int64")
+
+
+def _to_host(code: str, ty: T.Type) -> str:
+    """A scalar returned by a numba kernel, back in its host representation."""
+    k = ty.plain().kind
+    if k == "float":
+        return f"np.float32({code})"
+    if k == "double":
+        return f"np.float64({code})"
+    if k == "bool":
+        return f"bool({code})"
+    return f"int({code})"
+
+
+def comparison_key(lam: LambdaInfo) -> str | None:
+    """'<' or '>' when a comparison lambda is exactly ``return a < b;`` / ``return a > b;``."""
+    body = lam.node.body.stmts
+    if len(body) != 1 or not isinstance(body[0], ast.Return):
+        return None
+    e = body[0].value
+    a, b = lam.params
+    if (isinstance(e, ast.Binary) and e.op in ("<", ">") and isinstance(e.left, ast.Name)
+            and isinstance(e.right, ast.Name) and e.left.sym is a and e.right.sym is b):
+        return e.op
+    return None
+
+
+class NumbaBackend:
+    """Kernel and array operations for the host driver, as numba code."""
+
+    def __init__(self, checked: CheckedSpec, plan: Plan, prefix: str) -> None:
+        self.checked = checked
+        self.plan = plan
+        self.file = checked.file
+        self.prefix = prefix
+        self.widths = dict(plan.widths)
+        self.dialect = NumbaDialect(self.widths)
+        self.table = LambdaTable(self, plan, f"l{prefix}_")
+        self.kernels: list[str] = []
+
+    # ------------------------------------------------------------------ element code
+    def length_code(self, vec: Vec, uses: KernelNames) -> str:
+        n = vec.length
+        if n.endswith(".shape[0]"):
+            uses.use(n[: -len(".shape[0]")])
+            return n
+        if n.isidentifier():
+            return uses.use(n)
+        return n
+
+    def elem(self, table: LambdaTable, vec: Vec, idx: str, key: str | None, uses: KernelNames,
+             pos: ast.Pos) -> tuple[str, T.Type]:
+        """Element ``idx`` of ``vec``; ``key`` is the length key of the loop ``idx`` indexes, if any."""
+        safe = key is not None and key == vec.key
+        d = self.dialect
+        if vec.kind == "array":
+            name = uses.use(vec.name)
+            elem = vec.elem.plain()
+            if vec.packed is not None:
+                bits = str(vec.packed) if isinstance(vec.packed, int) else uses.use(vec.packed)
+                if safe:
+                    return f"k_unpack({name}, {idx}, {bits})", T.INT
+                uses.checked.append(pos)
+                n = self.length_code(vec, uses)
+                return f"k_rdp({name}, {idx}, {n}, {bits}, {uses.use('oob')})", T.INT
+            if safe:
+                code = f"{name}[{idx}]"
+            else:
+                uses.checked.append(pos)
+                code = f"k_rd({name}, {idx}, {uses.use('oob')}, {d.lit(0, elem if not elem.is_code else T.UINT8)})"
+            if elem.is_int and elem.kind != "bool":
+                return f"np.int64({code})", T.INT
+            return code, elem
+        if vec.kind == "range":
+            if safe:
+                return idx, T.INT
+            uses.checked.append(pos)
+            return f"k_rng({idx}, {self.length_code(vec, uses)}, {uses.use('oob')})", T.INT
+        assert vec.lam is not None and vec.src is not None
+        lam = vec.lam
+        if vec.src.kind == "range":
+            if not safe:
+                uses.checked.append(pos)
+                idx = f"k_rng({idx}, {self.length_code(vec, uses)}, {uses.use('oob')})"
+            fname, names, rnd = table.get(lam, (vec.key if safe else None,))
+            arg = d.conv(idx, T.INT, lam.params[0].ty)
+        else:
+            inner, ity = self.elem(table, vec.src, idx, key, uses, pos)
+            fname, names, rnd = table.get(lam, (None,))
+            arg = d.conv(inner, ity, lam.params[0].ty)
+        extra = [idx, uses.use("seed")] if rnd else []
+        args = [arg] + extra + [uses.use(n) for n in names]
+        return f"{fname}({', '.join(args)})", lam.ret.plain()
+
+    def random_code(self, ty: T.Type, a: str, b: str, ridx: str, seed: str, e: ast.Call) -> str:
+        u = f"k_uniform({seed}, {ridx})"
+        if ty.kind == "float":
+            if a == "np.float32(0.0)" and b == "np.float32(1.0)":
+                return u
+            return f"({a} + (({b} - {a}) * {u}))"
+        if ty.kind == "double":
+            return f"({a} + (({b} - {a}) * np.float64({u})))"
+        return f"({a} + k_f2i(np.float64({u}) * np.float64({b} - {a})))"
+
+    # ------------------------------------------------------------------ lambdas
+    def lambda_code(self, table: LambdaTable, lam: LambdaInfo, safe: tuple, fname: str) -> tuple[list[str], str]:
+        uses = KernelNames()
+        locals_: dict[int, str] = {}
+        used: set[str] = set()
+
+        def local(sym) -> str:
+            base = "a_" + sym.name
+            n, k = base, 2
+            while n in used:
+                n, k = f"{base}_{k}", k + 1
+            used.add(n)
+            locals_[id(sym)] = n
+            return n
+
+        params = [local(p) for p in lam.params]
+        safe_map = {id(p): key for p, key in zip(lam.params, safe, strict=False) if key is not None}
+        ctx = ElemContext(self, table, self.plan, uses, locals_, safe_map, "ridx" if lam.uses_random else None)
+        em = ExprEmitter(self.dialect, ctx, self.file)
+        body = _py_stmts(lam.node.body.stmts, em, lam, local, 1)
+        self.width_uses(body, uses)
+        names = sorted(uses.names - {"seed"})
+        sig = params + (["ridx", "seed"] if lam.uses_random else []) + names
+        code = f"@_ljit\ndef {fname}({', '.join(sig)}):\n" + "\n".join(body) + "\n"
+        return names, code
+
+    def width_uses(self, lines: list[str], uses: KernelNames) -> None:
+        """Symbolic widths appear inside conversions the dialect spells: register them as inputs."""
+        text = "\n".join(lines)
+        for w in self.widths.values():
+            if re.search(rf"\b{w}\b", text):
+                uses.use(w)
+
+    # ------------------------------------------------------------------ driver hooks
+    def flag_alloc(self) -> str:
+        return "np.zeros(1, np.uint8)"
+
+    def flag_read(self) -> str:
+        return "oob[0]"
+
+    def alloc(self, elem: T.Type, length: str) -> str:
+        return f"np.empty({length}, dtype={NP_DTYPE[elem.plain().kind]})"
+
+    def region(self, body: str, off: str, nbytes: str, elem: T.Type, read: bool = False) -> str:
+        raw = f"{body}[{off}:{off} + {nbytes}]"
+        if is_packed(elem) or elem.kind in ("uint8", "code"):
+            return raw
+        return f"{raw}.view({NP_DTYPE[elem.plain().kind]})"
+
+    def put_bytes(self, body: str, off: str, data: str) -> str:
+        return f"H.put({body}, {off}, {data})"
+
+    def get_bytes(self, body: str, pos: str, size: int) -> str:
+        return f"{body}[{pos}:{pos} + {size}].tobytes()"
+
+    # ------------------------------------------------------------------ kernels
+    def _kname(self, kind: str, uid: int) -> str:
+        return f"{kind}{self.prefix}{uid}"
+
+    def launch_loop(self, st: SLoop, drv: Driver) -> list[str]:
+        uses = KernelNames()
+        key = st.key
+        d = self.dialect
+        body: list[str] = []
+        reduces = st.reduces
+        packs = [p for p in st.packs if is_packed(p.src.elem)]
+        for it in st.items:
+            if isinstance(it, IReduce):
+                k = reduces.index(it)
+                x, xt = self.elem(self.table, it.src, "i", key, uses, it.lam.node.pos)
+                a_ty = it.lam.params[0].ty
+                fname, names, _ = self.table.get(it.lam, (None, None))
+                args = [f"acc{k}", d.conv(x, xt, a_ty)] + [uses.use(n) for n in names]
+                body.append(f"acc{k} = {fname}({', '.join(args)})")
+            elif isinstance(it, IStore):
+                x, xt = self.elem(self.table, it.value, "i", key, uses, _pos(it.value))
+                dst = uses.use(it.dst)
+                val = d.conv(x, xt, it.elem)
+                if it.add:
+                    body += [f"x_{dst} = {val}", "if add:", f"    {dst}[i] += x_{dst}", "else:", f"    {dst}[i] = x_{dst}"]
+                    uses.use("add")
+                else:
+                    body.append(f"{dst}[i] = {val}")
+            elif isinstance(it, IPack):
+                x, xt = self.elem(self.table, it.src, "i", key, uses, _pos(it.src))
+                reg = uses.use(f"reg{it.field}")
+                elem = it.src.elem.plain()
+                if is_packed(elem):
+                    bits = str(it.bits) if isinstance(it.bits, int) else uses.use(it.bits)
+                    body.append(f"pk{it.field} |= np.uint64({d.conv(x, xt, elem)}) << np.uint64((i - b0) * {bits})")
+                else:
+                    store = elem if elem.kind != "code" else T.UINT8
+                    body.append(f"{reg}[i] = {d.conv(x, xt, store)}")
+        inner = ["for i in range(b0, be):"] + ["    " + x for x in body] if packs else None
+        flush: list[str] = []
+        for p in packs:
+            bits = str(p.bits) if isinstance(p.bits, int) else p.bits
+            flush += [f"nbk = ((be - b0) * {bits} + 7) >> 3",
+                      f"obk = (b0 >> 3) * {bits}",
+                      "for t in range(nbk):",
+                      f"    reg{p.field}[obk + t] = np.uint8((pk{p.field} >> np.uint64(8 * t)) & np.uint64(255))"]
+        kname = self._kname("loop", st.uid)
+        self.width_uses(body, uses)
+        lines: list[str] = []
+        if reduces:
+            for k, r in enumerate(reduces):
+                uses.use(f"init_{r.temp}")
+            lines += ["nch = (n_loop + CHUNK - 1) // CHUNK"]
+            lines += [f"part{k} = np.empty(nch, dtype={_acc_dtype(r.lam.ret)})" for k, r in enumerate(reduces)]
+            lines += ["for c in prange(nch):", "    s = np.int64(c) * CHUNK", "    e = min(n_loop, s + CHUNK)"]
+            lines += [f"    acc{k} = init_{r.temp}" for k, r in enumerate(reduces)]
+            if packs:
+                lines += ["    for b0 in range(s, e, 8):", "        be = min(e, b0 + 8)"]
+                lines += [f"        pk{p.field} = np.uint64(0)" for p in packs]
+                lines += ["        " + x for x in inner + flush]  # type: ignore[operator]
+            else:
+                lines += ["    for i in range(s, e):"] + ["        " + x for x in body]
+            lines += [f"    part{k}[c] = acc{k}" for k in range(len(reduces))]
+            for k, r in enumerate(reduces):
+                fname, names, _ = self.table.get(r.lam, (None, None))
+                args = ", ".join([f"r{k}", f"part{k}[c]"] + [uses.use(n) for n in names])
+                lines += [f"r{k} = init_{r.temp}", "for c in range(nch):", f"    r{k} = {fname}({args})"]
+            lines.append("return " + ", ".join(f"r{k}" for k in range(len(reduces))) + ("," if len(reduces) == 1 else ""))
+        elif packs:
+            lines += ["for blk in prange((n_loop + 7) // 8):", "    b0 = np.int64(blk) * 8", "    be = min(n_loop, b0 + 8)"]
+            lines += [f"    pk{p.field} = np.uint64(0)" for p in packs]
+            lines += ["    " + x for x in inner + flush]  # type: ignore[operator]
+        else:
+            lines += ["for ii in prange(n_loop):", "    i = np.int64(ii)"] + ["    " + x for x in body]
+        args = sorted(uses.names)
+        decorator = "@_pjit"
+        self.kernels.append(f"{decorator}\ndef {kname}(n_loop, {', '.join(args)}):\n" +
+                            "\n".join("    " + x for x in lines) + "\n")
+        call = f"{kname}({st.length}, {', '.join(args)})"
+        out: list[str] = []
+        if reduces:
+            temps = [r.temp for r in reduces]
+            out.append(f"{', '.join(temps)}, = {call}")
+            for r in reduces:
+                out.append(f"{r.temp} = {_to_host(r.temp, r.lam.ret)}")
+        else:
+            out.append(call)
+        return out + drv.oob_check(uses.checked)
+
+    def launch_filter(self, st: SFilter, drv: Driver) -> list[str]:
+        uses = KernelNames()
+        x, xt = self.elem(self.table, st.src, "i", st.src.key, uses, st.lam.node.pos)
+        fname, names, _ = self.table.get(st.lam, (None,))
+        elem = st.src.elem.plain()
+        store = elem if not elem.is_code else T.UINT8
+        xv = self.dialect.conv(x, xt, elem if elem.kind != "code" else T.INT)
+        px = self.dialect.conv("x", elem if elem.kind != "code" else T.INT, st.lam.params[0].ty)
+        pred = f"{fname}({', '.join([px] + [uses.use(n) for n in names])})"
+        kname = self._kname("filter", st.uid)
+        self.width_uses([xv, pred], uses)
+        args = sorted(uses.names)
+        dtype = NP_DTYPE[store.kind]
+        lines = [
+            "nch = (n_loop + CHUNK - 1) // CHUNK",
+            "counts = np.zeros(nch + 1, dtype=np.int64)",
+            "for c in prange(nch):",
+            "    s = np.int64(c) * CHUNK",
+            "    e = min(n_loop, s + CHUNK)",
+            "    k = 0",
+            "    for i in range(s, e):",
+            f"        x = {xv}",
+            f"        if {pred}:",
+            "            k += 1",
+            "    counts[c + 1] = k",
+            "for c in range(nch):",
+            "    counts[c + 1] += counts[c]",
+            f"out = np.empty(counts[nch], dtype={dtype})",
+            "for c in prange(nch):",
+            "    s = np.int64(c) * CHUNK",
+            "    e = min(n_loop, s + CHUNK)",
+            "    o = counts[c]",
+            "    for i in range(s, e):",
+            f"        x = {xv}",
+            f"        if {pred}:",
+            "            out[o] = x",
+            "            o += 1",
+            "return out",
+        ]
+        self.kernels.append(f"@_pjit\ndef {kname}(n_loop, {', '.join(args)}):\n" +
+                            "\n".join("    " + x for x in lines) + "\n")
+        return [f"{st.dst} = {kname}({st.src.length}, {', '.join(args)})"] + drv.oob_check(uses.checked)
+
+    def launch_sort(self, st: SSort, drv: Driver) -> list[str]:
+        kname = self._kname("sort", st.uid)
+        op = comparison_key(st.lam)
+        if op is not None:
+            neg = "-" if op == ">" else ""
+            src = "src" if st.elem.is_float else "src.astype(np.int64)"
+            lines = [f"order = np.argsort({neg}{src}, kind='mergesort')", "return src[order]"]
+            self.kernels.append(f"@_jit\ndef {kname}(src):\n" + "\n".join("    " + x for x in lines) + "\n")
+            return [f"{st.dst} = {kname}({st.src})"]
+        uses = KernelNames()
+        fname, names, _ = self.table.get(st.lam, (None, None))
+        d = self.dialect
+        elem = st.elem.plain()
+        p0 = st.lam.params[0].ty
+        caps = [uses.use(n) for n in names]
+
+        def less(x: str, y: str) -> str:
+            xe = d.conv(f"np.int64({x})" if elem.is_int else x, T.INT if elem.is_int else elem, p0)
+            ye = d.conv(f"np.int64({y})" if elem.is_int else y, T.INT if elem.is_int else elem, p0)
+            return f"{fname}({', '.join([xe, ye] + caps)})"
+
+        lines = [
+            "n = src.shape[0]",
+            "a = src.copy()",
+            "b = np.empty_like(a)",
+            "w = 1",
+            "while w < n:",
+            "    for lo in range(0, n, 2 * w):",
+            "        mid = min(lo + w, n)",
+            "        hi = min(lo + 2 * w, n)",
+            "        i = lo",
+            "        j = mid",
+            "        k = lo",
+            "        while i < mid and j < hi:",
+            f"            if {less('a[j]', 'a[i]')}:",
+            "                b[k] = a[j]",
+            "                j += 1",
+            "            else:",
+            "                b[k] = a[i]",
+            "                i += 1",
+            "            k += 1",
+            "        while i < mid:",
+            "            b[k] = a[i]",
+            "            i += 1",
+            "            k += 1",
+            "        while j < hi:",
+            "            b[k] = a[j]",
+            "            j += 1",
+            "            k += 1",
+            "    a, b = b, a",
+            "    w *= 2",
+            "return a",
+        ]
+        args = sorted(uses.names)
+        self.kernels.append(f"@_jit\ndef {kname}(src{''.join(', ' + a for a in args)}):\n" +
+                            "\n".join("    " + x for x in lines) + "\n")
+        return [f"{st.dst} = {kname}({st.src}{''.join(', ' + a for a in args)})"] + drv.oob_check(uses.checked)
+
+    def launch_scan(self, st: SScan, drv: Driver) -> list[str]:
+        uses = KernelNames()
+        x, xt = self.elem(self.table, st.src, "i", st.src.key, uses, st.lam.node.pos)
+        fname, names, _ = self.table.get(st.lam, (None, None))
+        a_ty = st.lam.params[0].ty
+        kname = self._kname("scan", st.uid)
+        self.width_uses([x], uses)
+        uses.use(f"init_{st.dst}")
+        args_f = ", ".join(["acc", self.dialect.conv(x, xt, a_ty)] + [uses.use(n) for n in names])
+        dtype = NP_DTYPE[st.lam.ret.plain().kind] if not st.lam.ret.is_code else "np.uint8"
+        lines = [f"out = np.empty(n_loop, dtype={dtype})", f"acc = init_{st.dst}",
+                 "for i in range(n_loop):", f"    acc = {fname}({args_f})", "    out[i] = acc", "return out"]
+        args = sorted(uses.names)
+        self.kernels.append(f"@_jit\ndef {kname}(n_loop, {', '.join(args)}):\n" +
+                            "\n".join("    " + x for x in lines) + "\n")
+        return [f"{st.dst} = {kname}({st.src.length}, {', '.join(args)})"] + drv.oob_check(uses.checked)
+
+    def launch_scatter(self, st: SScatter, drv: Driver) -> list[str]:
+        uses = KernelNames()
+        d = self.dialect
+        i, it = self.elem(self.table, st.idx, "j", st.idx.key, uses, _pos(st.idx))
+        elem = st.dst_elem.plain()
+        if st.val is not None:
+            v, vt = self.elem(self.table, st.val, "j", st.idx.key if st.val.key == st.idx.key else None, uses,
+                              _pos(st.val))
+            val = d.conv(v, vt, elem)
+        else:
+            val = uses.use(f"val_{st.uid}")
+        dst = uses.use(st.dst)
+        uses.use("oob")
+        lines = ["for j in range(n_loop):", f"    i = {d.conv(i, it, T.INT)}", f"    x = {val}",
+                 f"    if i >= 0 and i < {dst}.shape[0]:"]
+        if st.add:
+            uses.use("add")
+            lines += ["        if add:", f"            {dst}[i] += x", "        else:", f"            {dst}[i] = x"]
+        else:
+            lines += [f"        {dst}[i] = x"]
+        lines += ["    else:", "        oob[0] = 1"]
+        kname = self._kname("scatter", st.uid)
+        self.width_uses(lines, uses)
+        args = sorted(uses.names)
+        self.kernels.append(f"@_jit\ndef {kname}(n_loop, {', '.join(args)}):\n" +
+                            "\n".join("    " + x for x in lines) + "\n")
+        return [f"{kname}({st.idx.length}, {', '.join(args)})"] + drv.oob_check(uses.checked + [ast.Pos(0, 0)])
+
+
+def _pos(v: Vec) -> ast.Pos:
+    while v is not None:
+        if v.lam is not None:
+            return v.lam.node.pos
+        v = v.src  # type: ignore[assignment]
+    return ast.Pos(0, 0)
+
+
+def _py_stmts(stmts: list[ast.Stmt], em: ExprEmitter, lam: LambdaInfo, local, ind: int) -> list[str]:
+    """Python statements of a lambda body (numba compiles them)."""
+    out: list[str] = []
+    pad = "    " * ind
+    d = em.d
+    for st in stmts:
+        if isinstance(st, ast.Block):
+            out += _py_stmts(st.stmts, em, lam, local, ind)
+        elif isinstance(st, ast.VarDecl):
+            assert st.sym is not None
+            ty = st.sym.ty.plain()
+            value = em.expr(st.init, ty) if st.init is not None else d.conv(d.lit(0, T.INT), T.INT, ty)
+            out.append(f"{pad}{local(st.sym)} = {value}")
+        elif isinstance(st, ast.Assign):
+            assert isinstance(st.target, ast.Name) and st.target.sym is not None
+            out.append(f"{pad}{em.ctx.locals[id(st.target.sym)]} = {em.expr(st.value, st.target.sym.ty.plain())}")  # type: ignore[attr-defined]
+        elif isinstance(st, ast.If):
+            out.append(f"{pad}if {em.truthy(st.cond)}:")
+            then = _py_stmts([st.then], em, lam, local, ind + 1)
+            out += then or [pad + "    pass"]
+            if st.other is not None:
+                out.append(f"{pad}else:")
+                other = _py_stmts([st.other], em, lam, local, ind + 1)
+                out += other or [pad + "    pass"]
+        elif isinstance(st, ast.Return):
+            assert st.value is not None
+            out.append(f"{pad}return {em.expr(st.value, lam.ret.plain())}")
+        else:  # pragma: no cover - the checker admits nothing else in a lambda
+            raise em.err(st, f"internal: {type(st).__name__} in a lambda")
+    return out

@@ -1,0 +1,252 @@
+"""Spec text -> generated modules: the generator's entry points.
+
+``compile_spec`` parses and checks; ``generate_cpu`` / ``generate_cuda`` give a body module (kernels
+and drivers), ``generate_wrapper`` the ``Compressor`` subclass around them. Generated text is
+deterministic (same spec, same generator version: same bytes), so it can be committed and checked
+for staleness, and numba's on-disk cache keeps working across runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import jinja2
+
+from . import types as T
+from .checker import CheckedSpec, check
+from .errors import CompLLError
+from .lower import lower
+from .parser import parse
+
+VERSION = "0.1"
+TEMPLATES = Path(__file__).with_name("templates")
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    undefined=jinja2.StrictUndefined,
+    autoescape=False,
+)
+
+
+def compile_spec(source: str, file: str = "<spec>") -> CheckedSpec:
+    """Parse and check a spec; raises ``CompLLError`` on any problem."""
+    return check(parse(source, file))
+
+
+def spec_name(file: str) -> str:
+    """The algorithm name a spec registers under: its file name, lower case (``TBQ.pse`` -> ``tbq``)."""
+    stem = Path(file).stem.lower()
+    name = re.sub(r"[^a-z0-9_]", "_", stem)
+    if not name or not name[0].isalpha():
+        name = "spec_" + name
+    return name
+
+
+def digest(checked: CheckedSpec) -> str:
+    return hashlib.sha256((VERSION + "\0" + checked.spec.source).encode()).hexdigest()[:16]
+
+
+def header_bytes(checked: CheckedSpec) -> int:
+    """Bytes of the extra header: the scalars before the first vector of the encoder's concat."""
+    concat = checked.encode.concat
+    assert concat is not None
+    total = 0
+    for a in concat.value.args:  # type: ignore[attr-defined]
+        if a.ty.is_vec:
+            break
+        total += T.SIZES[a.ty.kind]
+    return total
+
+
+def _plans(checked: CheckedSpec):
+    out = []
+    for info in (checked.encode, checked.decode):
+        if info is not None:
+            out.append(lower(checked, info, {}))
+    return out
+
+
+def generate_cpu(checked: CheckedSpec) -> str:
+    """The numba body module of a spec."""
+    from .driver import Driver
+    from .gen_cpu import NumbaBackend
+
+    lambdas: list[str] = []
+    kernels: list[str] = []
+    drivers: list[str] = []
+    for plan in _plans(checked):
+        prefix = "e" if plan.info.role == "encode" else "d"
+        backend = NumbaBackend(checked, plan, prefix)
+        drivers.append(Driver(checked, plan, backend).function())
+        lambdas += backend.table.code
+        kernels += backend.kernels
+    return _env.get_template("cpu_module.py.j2").render(
+        name=spec_name(checked.file), spec_file=Path(checked.file).name, version=VERSION, digest=digest(checked),
+        encode_name=checked.encode.node.name, decode_name=checked.decode.node.name if checked.decode else "",
+        header_bytes=header_bytes(checked), lambdas=lambdas, kernels=kernels, drivers=drivers,
+    )
+
+
+__all__ = ["CompLLError", "compile_spec", "generate_cpu", "spec_name", "VERSION"]
+
+
+# ---------------------------------------------------------------------------- wrapper
+BUILTIN_WIRE_IDS = {"onebit": 3, "tbq": 4, "terngrad": 5, "dgc": 6, "graddrop": 7}
+USER_WIRE_IDS = range(128, 250)
+
+
+def wire_id_for(name: str) -> int:
+    """A stable wire id: the library's for the built-ins, a hash of the name for user specs."""
+    if name in BUILTIN_WIRE_IDS:
+        return BUILTIN_WIRE_IDS[name]
+    import zlib
+
+    return USER_WIRE_IDS.start + zlib.crc32(name.encode()) % len(USER_WIRE_IDS)
+
+
+def class_name(name: str) -> str:
+    return "".join(p.capitalize() for p in name.split("_") if p) + "CompLL"
+
+
+def _doc(checked: CheckedSpec) -> str:
+    lines = []
+    for line in checked.spec.source.splitlines():
+        s = line.strip()
+        if not s.startswith("//"):
+            break
+        lines.append(s[2:].strip())
+    text = " ".join(x for x in lines if x) or f"Generated from {Path(checked.file).name}."
+    text = "".join(c for c in text if c.isprintable()).replace("\\", "/").replace('"""', "'''")
+    return text if not text.endswith('"') else text + " "
+
+
+class _StaticContext:
+    """Host expressions over parameters only (payload sizes, parameter checks)."""
+
+    def __init__(self, decl_of: dict) -> None:
+        self.decl_of = decl_of
+        self.em = None
+
+    def name(self, sym):
+        if sym.kind in ("param", "field"):
+            return "p_" + sym.name
+        decl = self.decl_of.get(id(sym))
+        if decl is not None and decl.init is not None and sym.writes == 0 and self.em is not None:
+            return "(" + self.em.expr(decl.init, sym.ty.plain()) + ")"
+        raise _NotStatic
+
+    def size(self, base):
+        if base.sym is not None and base.sym.kind in ("input", "state", "output"):
+            return "numel"
+        raise _NotStatic
+
+    def read(self, *a):
+        raise _NotStatic
+
+    def call(self, *a):
+        raise _NotStatic
+
+    def random(self, *a):
+        raise _NotStatic
+
+    def hoisted(self, e):
+        if e.func in ("reduce", "map", "filter", "sort", "scan", "scatter", "range"):
+            raise _NotStatic
+        return None
+
+
+class _NotStatic(Exception):
+    pass
+
+
+def _static_expr(checked: CheckedSpec, info, e, ty) -> str | None:
+    from .emit import ExprEmitter, PyDialect
+    from .lower import _all_stmts
+    from . import ast as A
+
+    decl_of = {}
+    if info is not None:
+        for st in _all_stmts(info.node.body):
+            if isinstance(st, A.VarDecl) and st.sym is not None:
+                decl_of[id(st.sym)] = st
+    ctx = _StaticContext(decl_of)
+    em = ExprEmitter(PyDialect("H."), ctx, checked.file)  # type: ignore[arg-type]
+    ctx.em = em  # type: ignore[assignment]
+    try:
+        return em.expr(e, ty)
+    except (_NotStatic, RecursionError):
+        return None
+
+
+def _py_kind(kind: str) -> str:
+    return {"float": "float", "double": "float", "bool": "bool"}.get(kind, "int")
+
+
+def generate_wrapper(checked: CheckedSpec, name: str | None = None, wire_id: int | None = None,
+                     register: bool = False) -> str:
+    """The ``GeneratedCompressor`` subclass of a spec (``-w``), registering itself with ``-r``."""
+    from .emit import ExprEmitter, PyDialect
+
+    if checked.decode is None:
+        raise CompLLError("a wrapper needs a decoder: the spec defines only an encoder", checked.file, 1, 1,
+                          "add a ...Decode function that extracts what the encoder concatenates")
+    name = name or spec_name(checked.file)
+    wire = wire_id if wire_id is not None else wire_id_for(name)
+    plan = lower(checked, checked.encode, {})
+    from .lower import SConcat
+
+    concat = next(st for st in _walk_steps(plan.steps) if isinstance(st, SConcat))
+    sparse = any(f.vec is not None and f.vec.key != "N" for f in concat.fields)
+    terms = []
+    exact = True
+    for f in concat.fields:
+        if f.in_header:
+            continue
+        if f.vec is None:
+            terms.append(str(T.SIZES[f.ty.kind]))
+            continue
+        exact = exact and f.vec.key == "N"
+        bits = f.ty.elem.elem_bits()  # type: ignore[union-attr]
+        if isinstance(bits, str):
+            expr, _dep = checked.encode.widths[bits]
+            code = _static_expr(checked, checked.encode, expr, T.INT)
+            bits = f"H.width({code})" if code is not None else "8"
+            exact = exact and code is not None
+        terms.append(f"H.nbytes(numel, {bits})")
+    params = []
+    for p in checked.params:
+        default = p.default
+        params.append({
+            "name": p.name, "kind": p.ty.kind, "required": not (default is not None),
+            "default": repr(default), "pytype": _py_kind(p.ty.kind),
+            "pydefault": repr(default) if default is not None else "None",
+        })
+    requires = []
+    for blk, req in checked.param_requires:
+        em = ExprEmitter(PyDialect("H."), _StaticContext({}), checked.file)  # type: ignore[arg-type]
+        requires.append((em.truthy(req.cond), req.message))
+    size_doc = ("Exact payload bytes for numel elements." if exact else
+                "An upper bound: data-dependent vectors counted at numel elements.")
+    return _env.get_template("wrapper.py.j2").render(
+        name=name, cls=class_name(name), spec_file=Path(checked.file).name, version=VERSION,
+        digest=digest(checked), register=register, wire_id=wire, doc=_doc(checked),
+        uses_state=bool(checked.encode.states) or checked.encode.uses_random, sparse=sparse,
+        stochastic=checked.encode.uses_random, params=params, states=[s.name for s in checked.encode.states],
+        bodies={"cpu": f"{name}_cpu", "cuda": f"{name}_cupy"}, header_bytes=header_bytes(checked),
+        requires=requires, size_terms=terms, size_doc=size_doc,
+    )
+
+
+def _walk_steps(steps):
+    from .lower import SIf
+
+    for st in steps:
+        yield st
+        if isinstance(st, SIf):
+            yield from _walk_steps(st.then)
+            yield from _walk_steps(st.other)

@@ -1,0 +1,1067 @@
+"""From a checked function to a backend-independent plan of host steps and fused loops.
+
+The three decisions that make generated code as fast as hand-fused kernels are taken here:
+
+- **lazy vectors**: ``float* v = map(range(n), f)`` is not computed into memory; every use of
+  ``v[i]`` calls ``f(i)`` inside the loop that needs it. A lazy vector is materialized only when
+  one of its inputs is overwritten before a use (a residual update), or an operator needs it whole
+  (``sort``), or it is read on the host.
+- **fusion**: consecutive elementwise statements over the same extent (reductions, stores, the
+  packing of ``concat``'s vectors) become one loop, so the data is read once. Two statements fuse
+  only if neither reads, at another index, a vector the other writes, and no statement uses a
+  reduction computed in the same loop. Scalar host statements in between are deferred past the
+  loop when they do not depend on it.
+- **hoisting**: vector operators inside a host expression are computed first, into temporaries.
+
+The plan is a list of ``Step``; both the numba and the CUDA generators walk it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import ast
+from . import types as T
+from .checker import CheckedSpec, FunctionInfo, LambdaInfo, Symbol, subexprs
+from .errors import CompLLError
+
+
+# ---------------------------------------------------------------------------- values
+@dataclass(eq=False)
+class Vec:
+    """A vector value: a materialized ``array``, a ``range``, or a lazy ``map``.
+
+    ``length``: driver code for the element count. ``key``: canonical text of the length, equal for
+    vectors known to have the same length (fusion and bounds-check elision rely on it).
+    """
+
+    kind: str
+    elem: T.Type
+    key: str
+    length: str
+    name: str = ""  # array: the driver (and kernel) variable
+    packed: int | str | None = None  # array: sub-byte elements packed LSB first (width or width variable)
+    src: Vec | None = None  # map
+    lam: LambdaInfo | None = None  # map
+    sym: Symbol | None = None  # the symbol bound to it, if any
+
+    def deps(self) -> set[Symbol]:
+        """Symbols whose values this vector's elements read."""
+        out: set[Symbol] = set()
+        if self.kind == "array" and self.sym is not None:
+            out.add(self.sym)
+        if self.src is not None:
+            out |= self.src.deps()
+        if self.lam is not None:
+            out |= set(self.lam.captures)
+        return out
+
+
+# ---------------------------------------------------------------------------- steps
+@dataclass(eq=False)
+class Step:
+    pass
+
+
+@dataclass(eq=False)
+class SHost(Step):
+    """``target = expr`` on the host (``target`` None: evaluate into ``temp``)."""
+
+    target: Symbol
+    expr: ast.Expr
+
+
+@dataclass(eq=False)
+class SIf(Step):
+    cond: ast.Expr
+    then: list[Step]
+    other: list[Step]
+
+
+@dataclass(eq=False)
+class SRequire(Step):
+    cond: ast.Expr
+    message: str
+    pos: ast.Pos
+
+
+@dataclass(eq=False)
+class SAlloc(Step):
+    name: str
+    elem: T.Type
+    length: str
+
+
+@dataclass(eq=False)
+class SCopy(Step):
+    dst: str
+    src: str
+
+
+@dataclass(eq=False)
+class SBind(Step):
+    """Bind a vector variable to a fresh array (no copy: temporaries are never written again)."""
+
+    dst: str
+    src: str
+
+
+@dataclass(eq=False)
+class SWidth(Step):
+    """Compute and validate a symbolic bit width (``uint<bitwidth>``) once its variable is known."""
+
+    var: str
+    expr: ast.Expr
+
+
+@dataclass(eq=False)
+class IReduce:
+    temp: str  # driver variable receiving the result
+    src: Vec
+    init: ast.Expr
+    lam: LambdaInfo
+
+
+@dataclass(eq=False)
+class IStore:
+    dst: str  # array variable written at the loop index
+    value: Vec
+    elem: T.Type  # the destination's element type
+    add: bool = False  # decoder output: accumulate when the caller asks for it
+
+
+@dataclass(eq=False)
+class IPack:
+    field: int  # index into the concat's fields
+    src: Vec
+    bits: int | str  # element bits (a width variable for uint<expr>)
+    offset: str  # driver variable: byte offset of the field in the body
+    nbytes: str  # driver variable: its byte size
+
+
+@dataclass(eq=False)
+class SLoop(Step):
+    """One fused elementwise loop over ``length`` elements."""
+
+    key: str
+    length: str
+    items: list = field(default_factory=list)
+    uid: int = 0
+
+    @property
+    def reduces(self) -> list[IReduce]:
+        return [i for i in self.items if isinstance(i, IReduce)]
+
+    @property
+    def packs(self) -> list[IPack]:
+        return [i for i in self.items if isinstance(i, IPack)]
+
+
+@dataclass(eq=False)
+class SFilter(Step):
+    dst: str
+    src: Vec
+    lam: LambdaInfo
+    uid: int = 0
+
+
+@dataclass(eq=False)
+class SSort(Step):
+    dst: str
+    src: str  # a materialized array
+    elem: T.Type
+    lam: LambdaInfo
+    uid: int = 0
+
+
+@dataclass(eq=False)
+class SScan(Step):
+    dst: str
+    src: Vec
+    init: ast.Expr
+    lam: LambdaInfo
+    uid: int = 0
+
+
+@dataclass(eq=False)
+class SScatter(Step):
+    """``dst[idx[j]] = val[j]`` (or ``+=`` in decoder add mode), bounds-checked."""
+
+    dst: str
+    dst_elem: T.Type
+    idx: Vec
+    val: Vec | None
+    scalar: ast.Expr | None
+    add: bool = False
+    uid: int = 0
+
+
+@dataclass(eq=False)
+class SZero(Step):
+    """Zero the decoder output unless accumulating (the base of a sparse decode)."""
+
+    dst: str
+
+
+@dataclass(eq=False)
+class ConcatField:
+    expr: ast.Expr
+    ty: T.Type
+    vec: Vec | None  # vectors
+    in_header: bool  # leading scalars form the payload's extra header
+    offset: str = ""  # body offset variable (vectors and body scalars)
+    nbytes: str = ""  # driver code for the byte size
+
+
+@dataclass(eq=False)
+class SConcat(Step):
+    fields: list[ConcatField]
+    body_len: str  # driver variable
+
+
+@dataclass(eq=False)
+class ExtractField:
+    sym: Symbol
+    ty: T.Type
+    in_header: bool
+    length: ast.Expr | None = None  # vectors
+
+
+@dataclass(eq=False)
+class SExtract(Step):
+    fields: list[ExtractField]
+    pos: ast.Pos
+    widths: list[SWidth] = field(default_factory=list)  # computable once the header is read
+
+
+@dataclass(eq=False)
+class Plan:
+    info: FunctionInfo
+    steps: list[Step]
+    names: dict[int, str]  # id(Symbol) -> driver variable
+    hoisted: dict[int, str]  # id(Call node) -> driver temp holding its value
+    vecs: dict[int, Vec]  # id(Symbol) -> its vector value
+    temps: dict[str, T.Type]  # driver temporaries and their types
+    lambdas: list[LambdaInfo]
+    lambda_names: dict[int, str]
+    widths: dict[str, str]  # symbolic bit width text -> driver variable
+
+
+# ---------------------------------------------------------------------------- helpers
+def _walk(e: ast.Expr):
+    yield e
+    for c in subexprs(e):
+        yield from _walk(c)
+
+
+def _stmt_exprs(st: ast.Stmt):
+    """Expressions directly inside a statement (not inside nested statements)."""
+    if isinstance(st, ast.VarDecl):
+        return [st.init] if st.init is not None else []
+    if isinstance(st, ast.Assign):
+        return [st.target, st.value]
+    if isinstance(st, (ast.If,)):
+        return [st.cond]
+    if isinstance(st, ast.Return):
+        return [st.value] if st.value is not None else []
+    if isinstance(st, ast.Require):
+        return [st.cond]
+    if isinstance(st, ast.ExprStmt):
+        return [st.expr]
+    return []
+
+
+def _child_stmts(st: ast.Stmt) -> list[ast.Stmt]:
+    if isinstance(st, ast.Block):
+        return st.stmts
+    if isinstance(st, ast.If):
+        return [st.then] + ([st.other] if st.other is not None else [])
+    return []
+
+
+def _all_stmts(st: ast.Stmt):
+    yield st
+    for c in _child_stmts(st):
+        yield from _all_stmts(c)
+
+
+def is_vector_op(e: ast.Expr) -> bool:
+    return isinstance(e, ast.Call) and e.func in ("map", "reduce", "filter", "sort", "scan", "scatter", "range")
+
+
+class Lowerer:
+    """Lowers one function of a checked spec to a ``Plan``."""
+
+    def __init__(self, checked: CheckedSpec, info: FunctionInfo, lambda_names: dict[int, str]) -> None:
+        self.checked = checked
+        self.info = info
+        self.file = checked.file
+        self.names: dict[int, str] = {}
+        self.used_names: set[str] = set()
+        self.hoisted: dict[int, str] = {}
+        self.vecs: dict[int, Vec] = {}
+        self.temps: dict[str, T.Type] = {}
+        self.lambda_names = lambda_names
+        self.uid = 0
+        self.widths: dict[str, str] = {}
+        for text in info.widths:
+            name = self.fresh("w_" + "".join(c if c.isalnum() else "_" for c in text))
+            self.widths[text] = name
+            self.temps[name] = T.INT
+        self.decl_of: dict[int, ast.VarDecl] = {}
+        for st in _all_stmts(info.node.body):
+            if isinstance(st, ast.VarDecl) and st.sym is not None:
+                self.decl_of[id(st.sym)] = st
+
+    # ------------------------------------------------------------------ names
+    def fresh(self, base: str) -> str:
+        name = base
+        k = 2
+        while name in self.used_names:
+            name = f"{base}_{k}"
+            k += 1
+        self.used_names.add(name)
+        return name
+
+    def name_of(self, sym: Symbol) -> str:
+        n = self.names.get(id(sym))
+        if n is None and sym.kind == "param":
+            n = "p_" + sym.name  # compressor parameters: the driver reads them from params
+            self.names[id(sym)] = n
+        if n is None:
+            n = self.fresh(("s_" if sym.kind == "struct" else "v_") + sym.name)
+            self.names[id(sym)] = n
+        return n
+
+    def temp(self, ty: T.Type, base: str = "t") -> str:
+        n = self.fresh(base)
+        self.temps[n] = ty
+        return n
+
+    def next_uid(self) -> int:
+        self.uid += 1
+        return self.uid
+
+    def err(self, node: ast.Node, msg: str, hint: str = "") -> CompLLError:
+        return CompLLError(msg, self.file, node.pos.line, node.pos.col, hint)
+
+    # ------------------------------------------------------------------ canonical lengths
+    def canon(self, e: ast.Expr) -> str:
+        """Canonical text of a host integer expression: equal text, equal value."""
+        if isinstance(e, ast.Num):
+            return repr(e.value)
+        if isinstance(e, ast.BoolLit):
+            return repr(e.value)
+        if isinstance(e, ast.Name):
+            sym = e.sym
+            if sym is None:
+                return f"?{id(e)}"
+            if sym.kind in ("param", "field"):
+                return "p." + sym.name
+            decl = self.decl_of.get(id(sym))
+            if sym.writes == 0 and decl is not None and decl.init is not None and not sym.ty.is_vec:
+                return self.canon(decl.init)
+            return f"s{id(sym)}"
+        if isinstance(e, ast.Member):
+            if e.field == "size":
+                return self.vec_key_of(e.base)
+            if isinstance(e.base, ast.Name) and e.base.sym is not None and e.base.sym.kind == "struct":
+                return "p." + e.field
+        if isinstance(e, ast.Binary):
+            return f"({self.canon(e.left)}{e.op}{self.canon(e.right)})"
+        if isinstance(e, ast.Unary):
+            return f"{e.op}{self.canon(e.operand)}"
+        if isinstance(e, ast.Cast):
+            return f"({e.to.text()}){self.canon(e.operand)}"
+        if isinstance(e, ast.Ternary):
+            return f"({self.canon(e.cond)}?{self.canon(e.then)}:{self.canon(e.other)})"
+        if isinstance(e, ast.Call) and e.func in ("min", "max", "ceil", "floor", "abs"):
+            return f"{e.func}(" + ",".join(self.canon(a) for a in e.args) + ")"
+        return f"?{id(e)}"
+
+    def vec_key_of(self, e: ast.Expr) -> str:
+        if isinstance(e, ast.Name) and e.sym is not None:
+            sym = e.sym
+            if sym.kind in ("input", "state", "output") and sym.ty == T.vec(T.FLOAT):
+                return "N"
+            v = self.vecs.get(id(sym))
+            if v is not None and sym.writes == 0:
+                return v.key
+            return f"len{id(sym)}"
+        if isinstance(e, ast.Call):
+            if e.func == "range":
+                return self.canon(e.args[0])
+            if e.func in ("map", "sort", "scan"):
+                return self.vec_key_of(e.args[0])
+            if e.func == "scatter":
+                return self.vec_key_of(e.args[0])
+        return f"?{id(e)}"
+
+    # ------------------------------------------------------------------ symbol closures
+    def lazy_init(self, sym: Symbol) -> ast.Expr | None:
+        decl = self.decl_of.get(id(sym))
+        if decl is not None and decl.init is not None and sym.ty.is_vec and is_lazy_expr(decl.init):
+            return decl.init
+        return None
+
+    def expr_syms(self, e: ast.Expr, seen: set | None = None) -> set[Symbol]:
+        """Symbols an expression reads, through lambdas' captures and lazy vectors' definitions."""
+        seen = set() if seen is None else seen
+        out: set[Symbol] = set()
+        for x in _walk(e):
+            syms = []
+            if isinstance(x, ast.Name) and x.sym is not None:
+                syms.append(x.sym)
+            if isinstance(x, ast.Call) and x.sym is not None:
+                syms.append(x.sym)
+            for s in syms:
+                if s.kind == "lambda" and s.lam is not None:
+                    for c in s.lam.captures:
+                        out |= self.sym_closure(c, seen)
+                else:
+                    out |= self.sym_closure(s, seen)
+        return out
+
+    def sym_closure(self, s: Symbol, seen: set) -> set[Symbol]:
+        if id(s) in seen:
+            return {s}
+        seen.add(id(s))
+        out = {s}
+        init = self.lazy_init(s)
+        if init is not None:
+            out |= self.expr_syms(init, seen)
+        return out
+
+    def stmt_reads(self, st: ast.Stmt) -> set[Symbol]:
+        out: set[Symbol] = set()
+        for s in _all_stmts(st):
+            for e in _stmt_exprs(s):
+                if isinstance(s, ast.Assign) and e is s.target:
+                    continue
+                if isinstance(s, ast.ExprStmt):
+                    continue  # extract writes its fields
+                out |= self.expr_syms(e)
+            if isinstance(s, ast.LambdaDef):
+                continue
+        return out
+
+    def stmt_writes(self, st: ast.Stmt) -> set[Symbol]:
+        out: set[Symbol] = set()
+        for s in _all_stmts(st):
+            if isinstance(s, ast.Assign) and isinstance(s.target, ast.Name) and s.target.sym is not None:
+                out.add(s.target.sym)
+        return out
+
+    def dependents(self, targets: set[Symbol]) -> set[Symbol]:
+        """``targets`` and every lazy vector whose definition reads one of them."""
+        out = set(targets)
+        changed = True
+        lazies = [s for s in self.info.symbols if self.lazy_init(s) is not None]
+        while changed:
+            changed = False
+            for s in lazies:
+                if s not in out and self.expr_syms(self.lazy_init(s)) & out:  # type: ignore[arg-type]
+                    out.add(s)
+                    changed = True
+        return out
+
+    # ------------------------------------------------------------------ index safety
+    def lam_safe(self, lam: LambdaInfo, targets: set[Symbol], safe: set[Symbol], depth: int = 0) -> bool:
+        """Whether every read in ``lam`` of a vector in ``targets`` is at a parameter in ``safe``.
+
+        A parameter in ``safe`` holds the index of the element the enclosing loop is at; reads
+        there cannot see another iteration's writes, so a loop may read and write such a vector.
+        """
+        if depth > 50:
+            return False
+        for st in _all_stmts(lam.node.body):
+            for e in _stmt_exprs(st):
+                if not self._expr_safe(e, targets, safe, depth):
+                    return False
+        return True
+
+    def _expr_safe(self, e: ast.Expr, targets: set[Symbol], safe: set[Symbol], depth: int) -> bool:
+        if isinstance(e, ast.Index) and isinstance(e.base, ast.Name) and e.base.sym in targets:
+            at_safe = isinstance(e.index, ast.Name) and e.index.sym in safe
+            if not at_safe:
+                return False
+            init = self.lazy_init(e.base.sym)  # type: ignore[arg-type]
+            if init is not None and not self._lazy_safe(init, targets, depth):
+                return False
+            return self._expr_safe(e.index, targets, safe, depth)
+        if isinstance(e, ast.Member) and e.field == "size":
+            return True
+        if isinstance(e, ast.Name) and e.sym in targets:
+            return False
+        if isinstance(e, ast.Call) and e.sym is not None and e.sym.lam is not None:
+            g = e.sym.lam
+            g_safe = {p for p, a in zip(g.params, e.args, strict=False) if isinstance(a, ast.Name) and a.sym in safe}
+            if not self.lam_safe(g, targets, g_safe, depth + 1):
+                return False
+        return all(self._expr_safe(c, targets, safe, depth) for c in subexprs(e))
+
+    def _lazy_safe(self, init: ast.Expr, targets: set[Symbol], depth: int) -> bool:
+        """A lazy vector read at the loop index: are its own reads at that index too?"""
+        assert isinstance(init, ast.Call)
+        if init.func == "range":
+            return True
+        src, fn = init.args
+        lam = fn.sym.lam  # type: ignore[union-attr]
+        if isinstance(src, ast.Call) and src.func == "range":
+            return self.lam_safe(lam, targets, {lam.params[0]}, depth + 1)
+        if isinstance(src, ast.Name) and src.sym is not None:
+            inner = self.lazy_init(src.sym)
+            if inner is not None and not self._lazy_safe(inner, targets, depth + 1):
+                return False
+        elif is_lazy_expr(src) and not self._lazy_safe(src, targets, depth + 1):
+            return False
+        return self.lam_safe(lam, targets, set(), depth + 1)
+
+    def vec_safe(self, v: Vec, targets: set[Symbol]) -> bool:
+        """Whether reading ``v`` at the loop index reads ``targets`` only at that index."""
+        if v.kind in ("range", "array"):
+            return True
+        assert v.src is not None and v.lam is not None
+        if v.src.kind == "range":
+            return self.lam_safe(v.lam, targets, {v.lam.params[0]})
+        return self.vec_safe(v.src, targets) and self.lam_safe(v.lam, targets, set())
+
+    # ------------------------------------------------------------------ entry
+    def run(self) -> Plan:
+        for s in self.info.symbols:
+            if s.kind in ("input", "state", "output") and s.ty.is_vec:
+                name = self.name_of(s)
+                if s.ty == T.vec(T.FLOAT):
+                    self.vecs[id(s)] = Vec("array", T.FLOAT, "N", "n_elems", name=name, sym=s)
+            elif s.kind in ("param",):
+                self.name_of(s)
+        self.used_names.update({"n_elems", "oob", "add", "seed", "extra", "body", "body_n", "pos", "nb", "ctx",
+                                "gradient", "states", "params", "out", "np", "H"})
+        for p in self.checked.params:
+            self.used_names.add("p_" + p.name)
+        steps = self.width_steps_after(None) + self.block(self.info.node.body.stmts)
+        steps = fuse(steps, self)
+        return Plan(self.info, steps, self.names, self.hoisted, self.vecs, self.temps,
+                    self.info.lambdas, self.lambda_names, self.widths)
+
+    # ------------------------------------------------------------------ statements
+    def block(self, stmts: list[ast.Stmt]) -> list[Step]:
+        out: list[Step] = []
+        for k, st in enumerate(stmts):
+            out += self.stmt(st, stmts[k + 1:])
+        return out
+
+    def stmt(self, st: ast.Stmt, rest: list[ast.Stmt]) -> list[Step]:
+        if isinstance(st, ast.Block):
+            return self.block(st.stmts)
+        if isinstance(st, ast.LambdaDef):
+            return []
+        if isinstance(st, ast.VarDecl):
+            return self.decl(st, rest)
+        if isinstance(st, ast.Assign):
+            return self.assign(st)
+        if isinstance(st, ast.If):
+            pre, cond = self.host_expr(st.cond)
+            then = self.block([st.then])
+            other = self.block([st.other]) if st.other is not None else []
+            return pre + [SIf(cond, fuse(then, self), fuse(other, self))]
+        if isinstance(st, ast.Require):
+            pre, cond = self.host_expr(st.cond)
+            return pre + [SRequire(cond, st.message, st.pos)]
+        if isinstance(st, ast.ExprStmt):
+            return self.extract(st)
+        raise self.err(st, f"internal: cannot lower {type(st).__name__}")  # pragma: no cover
+
+    def decl(self, st: ast.VarDecl, rest: list[ast.Stmt]) -> list[Step]:
+        sym = st.sym
+        assert sym is not None
+        name = self.name_of(sym)
+        if st.init is None:
+            return []
+        if not sym.ty.is_vec:
+            pre, e = self.host_expr(st.init)
+            return pre + [SHost(sym, e)] + self.width_steps_after(sym)
+        if is_lazy_expr(st.init) and sym.writes == 0 and self.may_stay_lazy(sym, st.init, rest):
+            pre, v = self.vec_expr(st.init)
+            v.sym = sym
+            self.vecs[id(sym)] = v
+            return pre
+        pre, v = self.vec_expr(st.init)
+        steps = pre + self.materialize_into(v, name, sym.ty.elem)  # type: ignore[arg-type]
+        self.vecs[id(sym)] = Vec("array", sym.ty.elem, v.key if sym.writes == 0 else f"len{id(sym)}",  # type: ignore[arg-type]
+                                 f"{name}.shape[0]", name=name, sym=sym)
+        return steps
+
+    def may_stay_lazy(self, sym: Symbol, init: ast.Expr, rest: list[ast.Stmt]) -> bool:
+        deps = self.expr_syms(init)
+        deps.discard(sym)
+        written: set[Symbol] = set()
+        for st in rest:
+            if sym in self.stmt_reads(st):
+                if written & deps:
+                    return False
+                w = self.stmt_writes(st) & deps
+                if w:
+                    if not (isinstance(st, ast.Assign) and isinstance(st.value, ast.Call)
+                            and st.value.func == "map" and self.assign_safe(st, self.dependents(w | {sym}))):
+                        return False
+            written |= self.stmt_writes(st)
+        return True
+
+    def assign_safe(self, st: ast.Assign, targets: set[Symbol]) -> bool:
+        """``d = map(...)``: are all reads of ``targets`` in the right side at the element being written?"""
+        call = st.value
+        assert isinstance(call, ast.Call)
+        src, fn = call.args
+        lam = fn.sym.lam  # type: ignore[union-attr]
+        if isinstance(src, ast.Call) and src.func == "range":
+            return self.lam_safe(lam, targets, {lam.params[0]})
+        if isinstance(src, ast.Name) and src.sym is not None:
+            init = self.lazy_init(src.sym)
+            if init is not None and not self._lazy_safe(init, targets, 0):
+                return False
+            return self.lam_safe(lam, targets, set())
+        if is_lazy_expr(src):
+            return self._lazy_safe(src, targets, 0) and self.lam_safe(lam, targets, set())
+        return False
+
+    def assign(self, st: ast.Assign) -> list[Step]:
+        target = st.target
+        assert isinstance(target, ast.Name) and target.sym is not None
+        sym = target.sym
+        name = self.name_of(sym)
+        info = self.info
+        if sym is info.buffer and info.role == "encode":
+            return self.concat(st.value)  # type: ignore[arg-type]
+        if not sym.ty.is_vec:
+            pre, e = self.host_expr(st.value)
+            return pre + [SHost(sym, e)]
+        if sym.kind == "output":
+            return self.output(st.value, name)
+        value = st.value
+        in_place_ok = True
+        if isinstance(value, ast.Call) and value.func == "scatter":
+            base = value.args[0]
+            if isinstance(base, ast.Name) and base.sym is sym:
+                return self.scatter_into(value, name, sym.ty.elem, add=False)  # type: ignore[arg-type]
+        if isinstance(value, ast.Call) and value.func == "map":
+            in_place_ok = self.assign_safe(st, self.dependents({sym}))
+        elif sym in self.expr_syms(value):
+            in_place_ok = False
+        pre, v = self.vec_expr(value)
+        if sym.kind == "state":
+            if in_place_ok and v.kind != "array":
+                return pre + [self.store_loop(name, v, T.FLOAT)]
+            tmp = self.temp(sym.ty, "t_" + sym.name)
+            steps = pre + self.materialize_into(v, tmp, T.FLOAT)
+            return steps + [SCopy(name, tmp)]
+        return pre + self.materialize_into(v, name, sym.ty.elem)  # type: ignore[arg-type]
+
+    def output(self, value: ast.Expr, name: str) -> list[Step]:
+        """The decoder's one assignment of its output: honours accumulate (``add``) mode."""
+        if isinstance(value, ast.Call) and value.func == "scatter":
+            base = value.args[0]
+            if is_lazy_expr(base) and _is_zero_map(base):
+                pre, _ = self.vec_expr(base)
+                return pre + [SZero(name)] + self.scatter_into(value, name, T.FLOAT, add=True, skip_base=True)
+        pre, v = self.vec_expr(value)
+        return pre + [SLoop(v.key if v.kind != "array" else "N", "n_elems",
+                            [IStore(name, v, T.FLOAT, add=True)], self.next_uid())]
+
+    def store_loop(self, dst: str, v: Vec, elem: T.Type) -> SLoop:
+        return SLoop(v.key, v.length, [IStore(dst, v, elem)], self.next_uid())
+
+    def materialize_into(self, v: Vec, name: str, elem: T.Type) -> list[Step]:
+        """Steps that leave ``v``'s elements in a new array bound to the driver variable ``name``."""
+        if v.kind == "array":
+            if v.name == name:
+                return []
+            if v.packed is None and v.sym is None and v.name in self.temps:
+                return [SBind(name, v.name)]  # a fresh temporary: take it over
+            if v.packed is None:
+                return [SAlloc(name, elem, v.length), SCopy(name, v.name)]
+        return [SAlloc(name, elem, v.length), self.store_loop(name, v, elem)]
+
+    def as_array(self, v: Vec, base: str = "t") -> tuple[list[Step], Vec]:
+        if v.kind == "array" and v.packed is None:
+            return [], v
+        tmp = self.temp(T.vec(v.elem), base)
+        steps = self.materialize_into(v, tmp, v.elem)
+        return steps, Vec("array", v.elem, v.key, f"{tmp}.shape[0]", name=tmp)
+
+    # ------------------------------------------------------------------ vector expressions
+    def vec_expr(self, e: ast.Expr) -> tuple[list[Step], Vec]:
+        """Lower a vector-valued expression; returns (steps to run first, its value)."""
+        if isinstance(e, ast.Name):
+            sym = e.sym
+            assert sym is not None
+            v = self.vecs.get(id(sym))
+            if v is None:  # a vector variable assigned at run time (possibly in a branch)
+                name = self.name_of(sym)
+                v = Vec("array", sym.ty.elem, f"len{id(sym)}", f"{name}.shape[0]", name=name, sym=sym)  # type: ignore[arg-type]
+            return [], v
+        if not isinstance(e, ast.Call):  # pragma: no cover - the checker admits no other vector
+            raise self.err(e, "internal: not a vector expression")
+        f = e.func
+        if f == "range":
+            arg = e.args[0]
+            simple = self.simple_length(arg)
+            if simple is not None:
+                return [], Vec("range", T.INT, self.canon(arg), simple)
+            pre, n = self.host_expr(arg)
+            tmp = self.temp(T.INT, "t_n")
+            return pre + [SHost(_TempSym(tmp, T.INT), n)], Vec("range", T.INT, self.canon(arg), tmp)
+        if f == "map":
+            pre, src = self.vec_expr(e.args[0])
+            lam = e.args[1].sym.lam  # type: ignore[union-attr]
+            return pre, Vec("map", lam.ret, src.key, src.length, src=src, lam=lam)
+        if f == "filter":
+            pre, src = self.vec_expr(e.args[0])
+            tmp = self.temp(e.ty, "t_filter")
+            lam = e.args[1].sym.lam  # type: ignore[union-attr]
+            step = SFilter(tmp, src, lam, self.next_uid())
+            return pre + [step], Vec("array", src.elem, f"filter{id(e)}", f"{tmp}.shape[0]", name=tmp)
+        if f == "sort":
+            pre, src = self.vec_expr(e.args[0])
+            more, arr = self.as_array(src, "t_unsorted")
+            tmp = self.temp(e.ty, "t_sorted")
+            lam = e.args[1].sym.lam  # type: ignore[union-attr]
+            step = SSort(tmp, arr.name, src.elem, lam, self.next_uid())
+            return pre + more + [step], Vec("array", src.elem, src.key, f"{tmp}.shape[0]", name=tmp)
+        if f == "scan":
+            pre, src = self.vec_expr(e.args[0])
+            lam = e.args[2].sym.lam  # type: ignore[union-attr]
+            ipre, init = self.host_expr(e.args[1])
+            tmp = self.temp(e.ty, "t_scan")
+            step = SScan(tmp, src, init, lam, self.next_uid())
+            return pre + ipre + [step], Vec("array", lam.ret, src.key, f"{tmp}.shape[0]", name=tmp)
+        if f == "scatter":
+            pre, base = self.vec_expr(e.args[0])
+            tmp = self.temp(e.ty, "t_scatter")
+            steps = pre + self.materialize_into(base, tmp, base.elem)
+            steps += self.scatter_into(e, tmp, base.elem, add=False, skip_base=True)
+            return steps, Vec("array", base.elem, base.key, f"{tmp}.shape[0]", name=tmp)
+        raise self.err(e, f"{f}(...) does not give a vector here")
+
+    def simple_length(self, e: ast.Expr) -> str | None:
+        """Driver code for a length that needs no temporary: a literal, an int variable, a .size."""
+        if isinstance(e, ast.Num) and not e.is_float:
+            return str(max(0, int(e.value)))
+        if isinstance(e, ast.Name) and e.sym is not None and e.sym.ty.is_int and e.sym.kind in ("local", "param"):
+            if e.sym.kind == "local" and e.sym.writes == 0 and id(e.sym) in self.decl_of:
+                return self.name_of(e.sym)
+        if isinstance(e, ast.Member) and e.field == "size" and isinstance(e.base, ast.Name):
+            sym = e.base.sym
+            if sym is not None and sym.kind in ("input", "state", "output") and sym.ty == T.vec(T.FLOAT):
+                return "n_elems"
+        return None
+
+    def scatter_into(self, e: ast.Call, dst: str, elem: T.Type, add: bool, skip_base: bool = True) -> list[Step]:
+        pre, idx = self.vec_expr(e.args[1])
+        val = e.args[2]
+        if val.ty.is_vec:
+            vpre, vv = self.vec_expr(val)
+            return pre + vpre + [SScatter(dst, elem, idx, vv, None, add, self.next_uid())]
+        hpre, he = self.host_expr(val)
+        return pre + hpre + [SScatter(dst, elem, idx, None, he, add, self.next_uid())]
+
+    # ------------------------------------------------------------------ host expressions
+    def host_expr(self, e: ast.Expr) -> tuple[list[Step], ast.Expr]:
+        """Hoist the vector operators out of a host expression; the expression itself is unchanged."""
+        steps: list[Step] = []
+        self._hoist(e, steps, lazy_ctx=False)
+        return steps, e
+
+    def _hoist(self, e: ast.Expr, steps: list[Step], lazy_ctx: bool) -> None:
+        if isinstance(e, ast.Call) and e.func == "reduce":
+            if lazy_ctx:
+                raise self.err(e, "a vector operator inside ?: or after && / || would be computed anyway",
+                               "compute it in a statement of its own, under an if if needed")
+            pre, src = self.vec_expr(e.args[0])
+            ipre, init = self.host_expr(e.args[1])
+            lam = e.args[2].sym.lam  # type: ignore[union-attr]
+            tmp = self.temp(lam.ret, "t_reduce")
+            self.hoisted[id(e)] = tmp
+            steps += pre + ipre + [SLoop(src.key, src.length, [IReduce(tmp, src, init, lam)], self.next_uid())]
+            return
+        if isinstance(e, ast.Call) and is_vector_op(e):
+            if lazy_ctx:
+                raise self.err(e, "a vector operator inside ?: or after && / || would be computed anyway",
+                               "compute it in a statement of its own, under an if if needed")
+            pre, v = self.vec_expr(e)
+            more, arr = self.as_array(v)
+            self.hoisted[id(e)] = arr.name
+            self.vecs[id(e)] = arr
+            steps += pre + more
+            return
+        if isinstance(e, ast.Index) and isinstance(e.base, ast.Name) and e.base.sym is not None:
+            v = self.vecs.get(id(e.base.sym))
+            if v is not None and v.kind != "array":
+                raise self.err(e, f"{e.base.id!r} is computed lazily, element by element, and cannot be read here",
+                               "read it inside a lambda, or build it with a non-lazy operator")
+        if isinstance(e, ast.Ternary):
+            self._hoist(e.cond, steps, lazy_ctx)
+            self._hoist(e.then, steps, True)
+            self._hoist(e.other, steps, True)
+            return
+        if isinstance(e, ast.Binary) and e.op in ("&&", "||"):
+            self._hoist(e.left, steps, lazy_ctx)
+            self._hoist(e.right, steps, True)
+            return
+        for c in subexprs(e):
+            self._hoist(c, steps, lazy_ctx)
+
+    # ------------------------------------------------------------------ payload
+    def concat(self, e: ast.Call) -> list[Step]:
+        steps: list[Step] = []
+        fields: list[ConcatField] = []
+        header = True
+        for a in e.args:
+            if a.ty.is_vec:
+                header = False
+                pre, v = self.vec_expr(a)
+                steps += pre
+                fields.append(ConcatField(a, a.ty, v, False))
+            else:
+                pre, he = self.host_expr(a)
+                steps += pre
+                fields.append(ConcatField(he, a.ty, None, header))
+        body_len = self.fresh("body_len")
+        for k, f in enumerate(fields):
+            if not f.in_header:
+                f.offset = self.fresh(f"off{k}")
+                f.nbytes = self.fresh(f"nb{k}")
+        step = SConcat(fields, body_len)
+        loops: list[Step] = []
+        for k, f in enumerate(fields):
+            if f.vec is None:
+                continue
+            bits = f.ty.elem.elem_bits()  # type: ignore[union-attr]
+            if isinstance(bits, str):
+                bits = self.width_var(f.ty.elem)  # type: ignore[arg-type]
+            loops.append(SLoop(f.vec.key, f.vec.length, [IPack(k, f.vec, bits, f.offset, f.nbytes)], self.next_uid()))
+        return steps + [step] + loops
+
+    def width_var(self, ty: T.Type) -> str:
+        """Driver variable holding a symbolic bit width (see ``SWidth``)."""
+        return self.widths[str(ty.bits)]
+
+    def width_steps_after(self, sym: Symbol | None) -> list[Step]:
+        """``SWidth`` steps for the widths that become computable once ``sym`` is assigned."""
+        out: list[Step] = []
+        for text, (expr, dep) in self.info.widths.items():
+            if dep is sym:
+                out.append(SWidth(self.widths[text], expr))
+        return out
+
+    def extract(self, st: ast.ExprStmt) -> list[Step]:
+        call = st.expr
+        assert isinstance(call, ast.Call)
+        fields: list[ExtractField] = []
+        header = True
+        for a in call.args[1:]:
+            if isinstance(a, ast.Name):
+                sym = a.sym
+                assert sym is not None
+                self.name_of(sym)
+                fields.append(ExtractField(sym, sym.ty, header))
+            else:
+                assert isinstance(a, ast.Index) and isinstance(a.base, ast.Name)
+                sym = a.base.sym
+                assert sym is not None
+                header = False
+                name = self.name_of(sym)
+                elem = sym.ty.elem
+                assert elem is not None
+                packed: int | str | None = None
+                if elem.is_code:
+                    packed = elem.bits if isinstance(elem.bits, int) else self.width_var(elem)
+                    if packed == 8:
+                        packed = None
+                length_var = self.fresh(f"len_{sym.name}")
+                self.temps[length_var] = T.INT
+                self.vecs[id(sym)] = Vec("array", elem, self.canon(a.index), length_var, name=name,
+                                         packed=packed, sym=sym)
+                fields.append(ExtractField(sym, sym.ty, False, a.index))
+        step = SExtract(fields, st.pos)
+        for f in fields:
+            if f.in_header:
+                step.widths += self.width_steps_after(f.sym)  # type: ignore[arg-type]
+        steps: list[Step] = [step]
+        for f in fields:
+            if not f.in_header:
+                steps += self.width_steps_after(f.sym)
+        return steps
+
+
+class _TempSym(Symbol):
+    """A symbol for a driver temporary (range lengths)."""
+
+    def __init__(self, name: str, ty: T.Type) -> None:
+        super().__init__(name, ty, "temp")
+
+
+def is_lazy_expr(e: ast.Expr) -> bool:
+    return isinstance(e, ast.Call) and e.func in ("map", "range")
+
+
+def _is_zero_map(e: ast.Expr) -> bool:
+    """``map(range(n), f)`` where f's body is ``return 0;``: an all-zeros vector."""
+    if not (isinstance(e, ast.Call) and e.func == "map" and isinstance(e.args[0], ast.Call)
+            and e.args[0].func == "range"):
+        return False
+    lam = e.args[1].sym.lam  # type: ignore[union-attr]
+    body = lam.node.body.stmts
+    return (len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Num)
+            and body[0].value.value == 0)
+
+
+# ---------------------------------------------------------------------------- fusion
+def _loop_reads(loop: SLoop, low: Lowerer) -> set[Symbol]:
+    out: set[Symbol] = set()
+    for it in loop.items:
+        v = it.src if isinstance(it, (IReduce, IPack)) else it.value
+        out |= _vec_syms(v, low)
+        if isinstance(it, IReduce):
+            out |= low.expr_syms(it.init)
+            for c in it.lam.captures:
+                out |= low.sym_closure(c, set())
+    return out
+
+
+def _vec_syms(v: Vec, low: Lowerer) -> set[Symbol]:
+    out: set[Symbol] = set()
+    if v.sym is not None:
+        out |= low.sym_closure(v.sym, set())
+    if v.src is not None:
+        out |= _vec_syms(v.src, low)
+    if v.lam is not None:
+        for c in v.lam.captures:
+            out |= low.sym_closure(c, set())
+    return out
+
+
+def _loop_writes(loop: SLoop, low: Lowerer) -> set[str]:
+    return {it.dst for it in loop.items if isinstance(it, IStore)}
+
+
+def _name_syms(names: set[str], low: Lowerer) -> set[Symbol]:
+    by_name = {v: k for k, v in low.names.items()}
+    out = set()
+    for s in low.info.symbols:
+        if id(s) in by_name and low.names[id(s)] in names:
+            out.add(s)
+    return out
+
+
+def _items_safe(loop: SLoop, targets: set[Symbol], low: Lowerer) -> bool:
+    for it in loop.items:
+        v = it.src if isinstance(it, (IReduce, IPack)) else it.value
+        if not low.vec_safe(v, targets):
+            return False
+        if isinstance(it, IReduce) and not low.lam_safe(it.lam, targets, set()):
+            return False
+    return True
+
+
+def _host_reads_names(step: SHost, low: Lowerer) -> set[str]:
+    out = set()
+    for x in _walk(step.expr):
+        if isinstance(x, ast.Name) and x.sym is not None and id(x.sym) in low.names:
+            out.add(low.names[id(x.sym)])
+        if isinstance(x, ast.Call) and id(x) in low.hoisted:
+            out.add(low.hoisted[id(x)])
+    return out
+
+
+def _host_target(step: SHost, low: Lowerer) -> str:
+    t = step.target
+    return t.name if isinstance(t, _TempSym) else low.names.get(id(t), t.name)
+
+
+def fuse(steps: list[Step], low: Lowerer) -> list[Step]:
+    """Merge consecutive compatible loops; see the module docstring for the rules."""
+    out: list[Step] = []
+    group: SLoop | None = None
+    pending: list[SHost] = []
+    for st in steps:
+        if isinstance(st, SLoop):
+            if group is not None and _can_fuse(group, st, pending, low):
+                group.items += st.items
+                continue
+            if group is not None:
+                out.append(group)
+                out += pending
+            group, pending = st, []
+            continue
+        if group is not None and isinstance(st, SHost):
+            pending.append(st)
+            continue
+        if group is not None:
+            out.append(group)
+            out += pending
+            group, pending = None, []
+        out.append(st)
+    if group is not None:
+        out.append(group)
+        out += pending
+    return out
+
+
+def _can_fuse(g: SLoop, l2: SLoop, pending: list[SHost], low: Lowerer) -> bool:
+    if g.key != l2.key or g.key.startswith("?"):
+        return False
+    # inputs of l2 computed by the group's reductions or by deferred host statements
+    produced = {r.temp for r in g.reduces} | {_host_target(p, low) for p in pending}
+    l2_inputs = {low.names.get(id(s), s.name) for s in _loop_reads(l2, low)}
+    l2_inputs |= {it.temp for it in l2.reduces}  # (fresh, never in produced)
+    for it in l2.items:
+        if isinstance(it, IReduce):
+            l2_inputs |= _host_reads_names(SHost(_TempSym("x", T.INT), it.init), low)
+    if l2.length in produced or (l2_inputs & produced):
+        return False
+    for it in l2.items:
+        for x in _captured_names(it, low):
+            if x in produced:
+                return False
+    # deferred host statements must not read what l2 writes
+    w2 = _loop_writes(l2, low)
+    for p in pending:
+        if _host_reads_names(p, low) & w2:
+            return False
+        if _name_syms(w2, low) & low.expr_syms(p.expr):
+            return False
+    # cross reads of written vectors only at the loop index
+    w1 = _name_syms(_loop_writes(g, low), low)
+    ws2 = _name_syms(w2, low)
+    if w1 and not _items_safe(l2, low.dependents(w1), low):
+        return False
+    if ws2 and not _items_safe(g, low.dependents(ws2), low):
+        return False
+    # stores into temporaries not tied to symbols: the later loop must not read them
+    tmp_w1 = _loop_writes(g, low) - {low.names[id(s)] for s in w1 if id(s) in low.names}
+    if tmp_w1 & {_vec_name(it) for it in l2.items}:
+        return False
+    return True
+
+
+def _vec_name(it) -> str:
+    v = it.src if isinstance(it, (IReduce, IPack)) else it.value
+    return v.name
+
+
+def _captured_names(it, low: Lowerer) -> set[str]:
+    out: set[str] = set()
+    v = it.src if isinstance(it, (IReduce, IPack)) else it.value
+    while v is not None:
+        if v.kind == "range":
+            out.add(v.length)
+        if v.lam is not None:
+            for c in v.lam.captures:
+                out.add(low.names.get(id(c), c.name))
+        v = v.src
+    return out
+
+
+def lower(checked: CheckedSpec, info: FunctionInfo, lambda_names: dict[int, str]) -> Plan:
+    return Lowerer(checked, info, lambda_names).run()

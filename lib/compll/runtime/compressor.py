@@ -1,0 +1,220 @@
+"""The ``Compressor`` base class of generated wrappers (``hipress compll gen -w``).
+
+A generated wrapper declares its parameters, state buffers and body modules; this class turns the
+library's ``encode``/``decode`` protocol into calls of the generated drivers:
+
+- tensors reach the kernels without a copy: ``Tensor.numpy()`` on the CPU, DLPack into CuPy on a GPU;
+- the payload is allocated by ``hipress.compress.payload.allocate`` (the library's header, with the
+  spec's leading scalars as the extra header) and the kernels write the body in place;
+- per-gradient state vectors (``residual``, ``momentum``, any other name) live in the caller's
+  ``GradientState``; without one, zeros stand in and nothing is kept;
+- a failed ``require`` or a malformed payload becomes a ``CompressionError`` naming the gradient.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+import torch
+
+from hipress.compress import Capabilities, CompressionError, Compressor, GradientState, register
+from hipress.compress.payload import Header, allocate
+
+from .host import GeneratedError
+
+INT_RANGES = {"int": (-(1 << 31), (1 << 31) - 1), "uint": (0, 0xFFFFFFFF), "uint8": (0, 255)}
+
+
+class ParamSpec(NamedTuple):
+    """A constructor parameter: its name, CompLL type (float, double, int, uint, uint8, bool), default."""
+
+    name: str
+    kind: str
+    default: object
+    required: bool
+
+
+def convert_param(alg: str, p: ParamSpec, value) -> object:
+    """A user's value for ``p`` in the type the spec declares, or a ValueError saying why not."""
+    kind = p.kind
+    if kind == "bool":
+        if isinstance(value, (bool, np.bool_)) or value in (0, 1):
+            return bool(value)
+        raise ValueError(f"{alg}: {p.name} must be true or false, got {value!r}")
+    if kind in INT_RANGES:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer, float)):
+            raise ValueError(f"{alg}: {p.name} must be an integer, got {value!r}")
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"{alg}: {p.name} must be an integer, got {value!r}")
+        lo, hi = INT_RANGES[kind]
+        iv = int(value)
+        if not lo <= iv <= hi:
+            raise ValueError(f"{alg}: {p.name} must be in [{lo}, {hi}], got {iv}")
+        return iv
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{alg}: {p.name} must be a number, got {value!r}")
+    if not math.isfinite(float(value)):
+        raise ValueError(f"{alg}: {p.name} must be finite, got {value!r}")
+    return np.float32(value) if kind == "float" else np.float64(value)
+
+
+def plain(v):
+    """A parameter value as plain Python, for ``params()`` and config files."""
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    return v
+
+
+def load_sibling(module_name: str, sibling: str) -> ModuleType:
+    """Import the body module ``sibling`` that sits beside the wrapper module ``module_name``."""
+    wrapper = sys.modules[module_name]
+    pkg = getattr(wrapper, "__package__", None)
+    if pkg:
+        return importlib.import_module(f"{pkg}.{sibling}")
+    path = Path(wrapper.__file__).with_name(sibling + ".py")  # type: ignore[arg-type]
+    # a name that depends on the file only: numba's cache refers to callees by module name
+    full = f"hipress_compll_body_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]}_{sibling}"
+    if full in sys.modules:
+        return sys.modules[full]
+    spec = importlib.util.spec_from_file_location(full, path)
+    if spec is None or spec.loader is None:  # pragma: no cover
+        raise ImportError(f"cannot load {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[full] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _PayloadContext:
+    """What a generated encoder allocates its payload through and reports errors to."""
+
+    def __init__(self, comp: GeneratedCompressor, dtype: torch.dtype, numel: int, device: torch.device,
+                 cuda: bool) -> None:
+        self.comp = comp
+        self.dtype = dtype
+        self.numel = numel
+        self.device = device
+        self.cuda = cuda
+        self.payload: torch.Tensor | None = None
+
+    def alloc(self, extra: bytes, body_len: int):
+        payload, body = allocate(self.comp.wire_id, self.dtype, self.numel, extra, int(body_len), device=self.device)
+        self.payload = payload
+        return _to_array(body, self.cuda)
+
+    def fail(self, message: str):
+        raise GeneratedError(message)
+
+
+def _to_array(t: torch.Tensor, cuda: bool):
+    if cuda:
+        import cupy
+
+        return cupy.from_dlpack(t.detach())
+    return t.detach().numpy()
+
+
+def _state_buffer(state: GradientState, name: str, like: torch.Tensor) -> torch.Tensor:
+    if name in ("residual", "momentum"):
+        return state.buffer(name, like)
+    cur = state.extra.get(name)
+    if cur is None or cur.numel() != like.numel() or cur.device != like.device:
+        cur = torch.zeros(like.numel(), dtype=torch.float32, device=like.device)
+        state.extra[name] = cur
+    return cur
+
+
+class GeneratedCompressor(Compressor):
+    """Base of the classes ``hipress compll gen -w`` writes; see the module docstring."""
+
+    PARAMS: ClassVar[tuple[ParamSpec, ...]] = ()
+    STATES: ClassVar[tuple[str, ...]] = ()
+    BODIES: ClassVar[dict[str, str]] = {}
+    SPEC_FILE: ClassVar[str] = ""
+    caps = Capabilities()
+
+    def __init__(self, **params) -> None:
+        values = {}
+        for p in self.PARAMS:
+            if p.name in params:
+                values[p.name] = convert_param(self.name, p, params.pop(p.name))
+            elif p.required:
+                raise ValueError(f"{self.name}: parameter {p.name!r} is required")
+            else:
+                values[p.name] = convert_param(self.name, p, p.default)
+        if params:
+            raise ValueError(f"{self.name}: unknown parameter(s) {', '.join(sorted(params))}")
+        problem = self._check_params(values)
+        if problem:
+            raise ValueError(f"{self.name}: {problem} (got {', '.join(f'{k}={plain(v)!r}' for k, v in values.items())})")
+        self._p = values
+
+    # generated subclasses override these two
+    def _check_params(self, params: dict) -> str | None:
+        return None
+
+    def payload_size(self, numel: int) -> int:  # pragma: no cover - always generated
+        raise NotImplementedError
+
+    def params(self) -> dict:
+        return {k: plain(v) for k, v in self._p.items()}
+
+    def body(self, device: torch.device | str) -> ModuleType:
+        """The generated body module for a device type ("cpu" or "cuda")."""
+        kind = torch.device(device).type
+        cache = type(self).__dict__.get("_loaded")
+        if cache is None:
+            cache = {}
+            type(self)._loaded = cache  # type: ignore[attr-defined]
+        if kind not in cache:
+            sibling = self.BODIES.get(kind)
+            if sibling is None:
+                raise CompressionError("<unnamed>", f"{self.name} was not generated for {kind} tensors",
+                                       f"run hipress compll gen {self.SPEC_FILE} -f {'cupy' if kind == 'cuda' else 'cpu'}")
+            try:
+                cache[kind] = load_sibling(type(self).__module__, sibling)
+            except ImportError as e:
+                raise CompressionError("<unnamed>", f"cannot load the {kind} kernels of {self.name}: {e}",
+                                       "install the `gpu` extra (CuPy)" if kind == "cuda" else "") from None
+        return cache[kind]
+
+    def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
+        cuda = x.device.type == "cuda"
+        mod = self.body(x.device)
+        ctx = _PayloadContext(self, dtype, x.numel(), x.device, cuda)
+        bufs = [_state_buffer(state, s, x) if state is not None else torch.zeros_like(x) for s in self.STATES]
+        seed = state.step_seed() if state is not None else 0
+        try:
+            mod.encode(ctx, _to_array(x, cuda), tuple(_to_array(b, cuda) for b in bufs), self._p, seed)
+        except GeneratedError as e:
+            raise CompressionError(name, str(e)) from None
+        if ctx.payload is None:  # pragma: no cover - the checker requires a concat
+            raise CompressionError(name, "generated encoder made no payload")
+        if state is not None:
+            state.step += 1
+        return ctx.payload
+
+    def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
+        cuda = out.device.type == "cuda"
+        mod = self.body(out.device)
+        ctx = _PayloadContext(self, header.dtype, header.numel, out.device, cuda)
+        try:
+            mod.decode(ctx, header.extra, _to_array(body, cuda), _to_array(out, cuda), add, self._p)
+        except GeneratedError as e:
+            raise CompressionError(name, str(e)) from None
+
+
+def register_generated(cls: type[GeneratedCompressor]) -> type[GeneratedCompressor]:
+    """Register a generated class (``-r``); a clear error if its name or wire id is taken."""
+    try:
+        return register(cls)  # type: ignore[return-value]
+    except ValueError as e:
+        raise ValueError(f"cannot register the compressor generated from {cls.SPEC_FILE}: {e}") from None
