@@ -302,6 +302,7 @@ class RemoteJob:
 
     The constructor prepares every host's directory, starts ``mpiexec`` and the proxies, and
     returns once they run (``RemoteLaunchError`` otherwise, with everything started so far stopped).
+    The job owns ``cluster`` from then on: ``stop()`` (or a failed start) closes its connections.
     ``poll()`` mirrors the ``mirror`` files of rank 0's host into ``run_dir`` and returns the exit
     code once the job is over; ``stop()`` ends whatever still runs everywhere, fetches the results
     and closes the connections (idempotent; also what Ctrl-C should call).
@@ -316,11 +317,6 @@ class RemoteJob:
         self.hosts = cluster.hosts
         self.run_dir = Path(run_dir)
         self.run_id = self.run_dir.resolve().name
-        if not _RUN_ID.match(self.run_id):
-            raise RemoteLaunchError(f"run id {self.run_id!r} is not usable as a remote directory name "
-                                    "(letters, digits, '_', '.', '+', '-')")
-        if not argv or not all(isinstance(a, str) for a in argv):
-            raise RemoteLaunchError(f"argv must be a non-empty list of strings, got {argv!r}")
         if remote_dir.startswith("~"):
             remote_dir = remote_dir.lstrip("~").lstrip("/") or "."
         self.keep_remote = keep_remote
@@ -353,6 +349,11 @@ class RemoteJob:
         full_env = {**{str(k): str(v) for k, v in (env or {}).items()}, **interface_env(interface),
                     "HIPRESS_JOB": self.token}
         try:
+            if not _RUN_ID.match(self.run_id):
+                raise RemoteLaunchError(f"run id {self.run_id!r} is not usable as a remote directory name "
+                                        "(letters, digits, '_', '.', '+', '-')")
+            if not argv or not all(isinstance(a, str) for a in argv):
+                raise RemoteLaunchError(f"argv must be a non-empty list of strings, got {argv!r}")
             self._prepare(remote_dir)
             if self._log_path is not None:
                 self._log = open(self._log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in stop)

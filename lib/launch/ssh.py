@@ -149,6 +149,9 @@ def load_key(path: Path, where: str = "local") -> paramiko.PKey:
         raise SSHError(where, "key-file", f"SSH key {path} is encrypted; load it into ssh-agent "
                                           "(ssh-add) and leave --ssh-key out, or use an unencrypted key") from None
     except Exception as e:  # noqa: BLE001 - whatever the parser says, never its input
+        if "encrypted" in str(e).lower():  # PEM keys: cryptography's TypeError, not paramiko's exception
+            raise SSHError(where, "key-file", f"SSH key {path} is encrypted; load it into ssh-agent (ssh-add) "
+                                              "and leave --ssh-key out, or use an unencrypted key") from None
         raise SSHError(where, "key-file", f"SSH key {path} cannot be read as a private key "
                                           f"({type(e).__name__})") from None
 
@@ -224,8 +227,8 @@ def _classify(e: Exception, where: str, name: str, options: SSHOptions) -> SSHEr
                                           "dropping packets)")
     if isinstance(e, paramiko.SSHException):
         msg = str(e)
-        if "banner" in msg.lower():
-            return SSHError(where, "timeout", f"no SSH banner within {t:g} s: is an SSH server listening on "
+        if "banner" in msg.lower() or msg == "No existing session":  # the latter: no handshake in time
+            return SSHError(where, "timeout", f"no SSH handshake within {t:g} s: is an SSH server listening on "
                                               f"port {options.port}?")
         return SSHError(where, "protocol", f"SSH failed: {msg}")
     if isinstance(e, OSError):

@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,3 +121,48 @@ def start_sshd(root: Path) -> Sshd:
             time.sleep(0.1)
     sshd.stop()
     raise RuntimeError(f"sshd did not answer on port {port}: {log.read_text(errors='replace')}")
+
+
+def sshd_children(sshd: Sshd) -> list[int]:
+    """PIDs of processes whose parent is the test's sshd (its per-connection session processes)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == sshd.proc.pid:
+            out.append(int(pid))
+    return out
+
+
+def job_processes(token: str) -> list[int]:
+    """PIDs of this machine's processes that carry ``HIPRESS_JOB=token`` (a job's proxies and ranks)."""
+    needle = f"HIPRESS_JOB={token}".encode()
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    out.append(int(pid))
+        except OSError:
+            continue
+    return out
+
+
+def wait_until(cond, timeout: float = 10.0, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def paramiko_threads() -> int:
+    return sum(1 for t in threading.enumerate() if "paramiko" in type(t).__module__ or t.name.startswith("ssh-"))

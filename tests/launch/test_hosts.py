@@ -1,0 +1,120 @@
+"""Host lists and hostfiles: what is accepted, and clear errors (with line numbers) for the rest."""
+
+from __future__ import annotations
+
+import string
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hipress.launch.hosts import (
+    Host,
+    HostListError,
+    parse_entry,
+    parse_hostfile,
+    parse_hostfile_text,
+    parse_hosts,
+    resolve_host_options,
+    total_slots,
+    validate_name,
+)
+
+SHELL_META = ";|&$`'\"<>(){}*?!~\\ \t\n#=,^"
+
+
+def test_hosts_option_forms():
+    hosts = parse_hosts("node1:2, node2 ,10.0.0.3:4,[2001:db8::7]:3,fe80::1%eth0,n-4.example.org")
+    assert [(h.name, h.slots) for h in hosts] == [
+        ("node1", 2), ("node2", 1), ("10.0.0.3", 4), ("2001:db8::7", 3), ("fe80::1%eth0", 1), ("n-4.example.org", 1)]
+    assert hosts[3].spec == "[2001:db8::7]:3"
+    assert hosts[4].label == "fe80__1_eth0"
+    assert total_slots(hosts) == 12
+
+
+def test_hostfile_comments_blank_lines_and_line_numbers(tmp_path):
+    f = tmp_path / "hosts"
+    f.write_text("# the cluster\n\nnode1:2   # rack A\n  node2:2\n[::1]:1\n")
+    hosts = parse_hostfile(f)
+    assert [h.spec for h in hosts] == ["node1:2", "node2:2", "[::1]:1"]
+    assert hosts[1].where.endswith("line 4")
+    f.write_text("node1:2\nnode2:x\n")
+    with pytest.raises(HostListError, match=r"line 2.*slots 'x' is not a whole number"):
+        parse_hostfile(f)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("node1:0", "between 1 and"),
+    ("node1:99999", "between 1 and"),
+    ("node1:-1", "not a whole number"),
+    ("node1:", "not a whole number"),
+    ("root@node1", "--ssh-user"),
+    ("[node1]:2", "only for IPv6"),
+    ("[::1", "closing"),
+    ("[::1]x", "unexpected"),
+    ("2001:db8::zz", "not a valid IPv6"),
+    ("300.1.1.1", "not a valid IPv4"),
+    ("-node", "label"),
+    ("a" * 64 + ".example", "label"),
+    ("", "empty"),
+])
+def test_bad_entries(text, match):
+    with pytest.raises(HostListError, match=match):
+        parse_entry(text, "test")
+
+
+def test_duplicates_are_refused_with_both_places():
+    with pytest.raises(HostListError, match=r"(?i)listed twice \(hostfile line 1 and hostfile line 3\).*node1:5"):
+        parse_hostfile_text("node1:2\nnode2\nNODE1:3\n")
+
+
+def test_more_than_one_field_and_empty_files():
+    with pytest.raises(HostListError, match=r"line 1.*more than one field"):
+        parse_hostfile_text("node1 slots=2\n")
+    with pytest.raises(HostListError, match="lists no hosts"):
+        parse_hostfile_text("# nothing\n\n")
+    with pytest.raises(HostListError, match="empty"):
+        parse_hosts(" , ")
+
+
+def test_resolve_options(tmp_path):
+    with pytest.raises(HostListError, match="not both"):
+        resolve_host_options("a", tmp_path / "f")
+    with pytest.raises(HostListError, match="no hosts given"):
+        resolve_host_options(None, None)
+    with pytest.raises(HostListError, match="does not exist"):
+        resolve_host_options(None, tmp_path / "missing")
+
+
+@given(st.text(alphabet=string.ascii_letters + string.digits, min_size=1, max_size=8),
+       st.sampled_from(SHELL_META), st.text(alphabet=string.ascii_letters + SHELL_META, max_size=6))
+def test_shell_metacharacters_are_rejected(prefix, meta, suffix):
+    """Whatever surrounds it, a shell metacharacter in a host name never gets through."""
+    name = prefix + meta + suffix
+    with pytest.raises(HostListError):
+        validate_name(name)
+    if meta not in "#\n" and suffix.strip():  # a comment, or a line break, separates hosts in a hostfile
+        with pytest.raises(HostListError):
+            parse_hostfile_text(name + "\n")
+    if name == name.strip():  # parse_entry trims surrounding whitespace, as a hostfile line is trimmed
+        with pytest.raises(HostListError):
+            parse_entry(name)
+
+
+_label = st.from_regex(r"\A[a-z0-9](?:[a-z0-9-]{0,10}[a-z0-9])?\Z")
+_name = st.lists(_label, min_size=1, max_size=3).map(".".join).filter(lambda n: not n.replace(".", "").isdigit())
+_ipv4 = st.ip_addresses(v=4).map(str)
+_ipv6 = st.ip_addresses(v=6).map(str)
+
+
+@given(st.lists(st.tuples(st.one_of(_name, _ipv4, _ipv6), st.integers(1, 64)), min_size=1, max_size=6,
+                unique_by=lambda t: t[0].lower()))
+def test_spec_roundtrip(entries):
+    """``--hosts`` built from Host.spec parses back to the same hosts, as does a hostfile of them."""
+    hosts = [Host(n, s) for n, s in entries]
+    text = ",".join(h.spec for h in hosts)
+    assert [(h.name, h.slots) for h in parse_hosts(text)] == entries
+    file_text = "\n".join(f"{h.spec}  # host {i}" for i, h in enumerate(hosts))
+    assert [(h.name, h.slots) for h in parse_hostfile_text(file_text)] == entries
+    for h in parse_hosts(text):
+        assert all(c.isalnum() or c in "._-" for c in h.label)

@@ -1,0 +1,156 @@
+"""Multi-"host" MPI jobs through a real sshd: 127.0.0.1 and 127.0.0.2 are both this machine.
+
+Each host's ranks run in their own remote directory (not the local run directory), so results can
+only arrive here by SFTP; MPI sees two nodes (one per host name), so ranks on different "hosts"
+talk through the network module, as across real machines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hipress.launch.hosts import parse_hosts
+from hipress.launch.preflight import PreflightError, check_host
+from hipress.launch.remote import Cluster, RemoteJob, RemoteLaunchError, launch_hosts
+
+from .sshd import job_processes, sshd_children, wait_until
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+PROG = str(Path(__file__).with_name("rank_prog.py"))
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run_dir(tmp_path: Path, name: str = "run-1") -> Path:
+    d = tmp_path / "results" / name
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"model": "test", "np": 3}))
+    return d
+
+
+def test_two_host_run_results_arrive_by_sftp(sshd, ssh_opts, tmp_path):
+    run_dir = _run_dir(tmp_path)
+    marker = "hipress-test-pwned"
+    remote = tmp_path / f"remote dir;touch {marker};$(touch {marker})'\"`touch {marker}`"
+    lines: list[str] = []
+    res = launch_hosts(parse_hosts("127.0.0.1:2,127.0.0.2:1"), [sys.executable, PROG, "ok"], ssh_opts,
+                       {"HIPRESS_TEST_VALUE": "a value; $(not expanded)"}, run_dir, remote_dir=str(remote),
+                       on_line=lines.append, mirror=["events.jsonl"], timeout=120)
+    assert res.ok, f"{res.failure}\n" + "\n".join(res.output_tail)
+    ranks = [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(3)]
+    # every rank ran where it should, in its host's own directory, with the uploaded config
+    assert [Path(r["cwd"]).name for r in ranks] == ["0-127.0.0.1", "0-127.0.0.1", "1-127.0.0.2"]
+    assert all(Path(r["cwd"]).parent == remote / "run-1" for r in ranks)
+    assert all(r["config"] == {"model": "test", "np": 3} and r["sum"] == 6 and r["size"] == 3 for r in ranks)
+    assert [r["local_ranks"] for r in ranks] == [2, 2, 1], "MPI should see two nodes"
+    assert all(r["env"] == "a value; $(not expanded)" for r in ranks)
+    assert json.loads((run_dir / "summary.json").read_text()) == {"status": "ok", "sum": 6}
+    assert len((run_dir / "events.jsonl").read_text().splitlines()) == 3  # mirrored, then not duplicated
+    assert res.conflicts == []
+    # logs stream back prefixed by host and rank
+    assert "[127.0.0.1 r0] hello from rank 0 of 3 sum 6" in lines
+    assert "[127.0.0.1 r1] hello from rank 1 of 3 sum 6" in lines
+    assert "[127.0.0.2 r2] hello from rank 2 of 3 sum 6" in lines
+    # the remote directories are gone, nothing ran a metacharacter, nothing is left running
+    assert not (remote / "run-1").exists()
+    assert not any((p / marker).exists() for p in (Path.home(), tmp_path, remote.parent, Path("/")))
+    assert wait_until(lambda: not job_processes(ranks[0]["job"]), 10)
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_crashed_rank_stops_every_host(sshd, ssh_opts, tmp_path):
+    run_dir = _run_dir(tmp_path, "run-crash")
+    t0 = time.monotonic()
+    res = launch_hosts(parse_hosts("127.0.0.1:1,127.0.0.2:1"), [sys.executable, PROG, "crash"], ssh_opts, {},
+                       run_dir, remote_dir=str(tmp_path / "remote"), on_line=lambda _: None, timeout=120)
+    assert time.monotonic() - t0 < 60
+    assert res.returncode != 0 and not res.ok
+    assert "127.0.0.2" in res.failure and "signal 9" in res.failure, res.failure
+    token = json.loads((run_dir / "rank0.json").read_text())["job"]  # partial results were still fetched
+    assert wait_until(lambda: not job_processes(token), 10), "ranks or proxies left running"
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_timeout_stops_every_host(sshd, ssh_opts, tmp_path):
+    run_dir = _run_dir(tmp_path, "run-timeout")
+    res = launch_hosts(parse_hosts("127.0.0.1:1,127.0.0.2:1"), [sys.executable, PROG, "hang"], ssh_opts, {},
+                       run_dir, remote_dir=str(tmp_path / "remote"), on_line=lambda _: None, timeout=6)
+    assert res.timed_out and res.returncode == 124 and "timed out" in res.failure
+    token = json.loads((run_dir / "rank1.json").read_text())["job"]
+    assert wait_until(lambda: not job_processes(token), 10)
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_ctrl_c_stops_every_host(sshd, ssh_opts, tmp_path):
+    """SIGINT to the launcher's process group, as a terminal's Ctrl-C: exit 130, nothing left anywhere."""
+    run_dir = _run_dir(tmp_path, "run-int")
+    cfg = {"port": sshd.port, "key": str(sshd.client_key), "known_hosts": str(ssh_opts.known_hosts),
+           "hosts": "127.0.0.1:1,127.0.0.2:1", "argv": [sys.executable, PROG, "hang"], "run_dir": str(run_dir),
+           "remote_dir": str(tmp_path / "remote")}
+    proc = subprocess.Popen([sys.executable, "-m", "tests.launch.driver", json.dumps(cfg)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    ready = 0
+    out = []
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    for line in proc.stdout:
+        out.append(line)
+        ready += "] ready" in line
+        if ready == 2 or time.monotonic() > deadline:
+            break
+    assert ready == 2, "".join(out)
+    os.killpg(proc.pid, signal.SIGINT)
+    rest, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, "".join(out) + rest
+    assert '"interrupted": true' in rest
+    token = json.loads((run_dir / "rank0.json").read_text())["job"]
+    assert wait_until(lambda: not job_processes(token), 10)
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_preflight_names_every_bad_host_and_starts_nothing(sshd, ssh_opts, tmp_path):
+    run_dir = _run_dir(tmp_path, "run-pre")
+    before = sorted(run_dir.iterdir())
+    t0 = time.monotonic()
+    with pytest.raises(PreflightError) as info:
+        launch_hosts(parse_hosts("127.0.0.1:1,127.0.0.3:1,127.0.0.2:64"), [sys.executable, PROG], ssh_opts, {},
+                     run_dir, remote_dir=str(tmp_path / "remote"), on_line=lambda _: None)
+    assert time.monotonic() - t0 < ssh_opts.connect_timeout + 5
+    msg = str(info.value)
+    assert "2 of 3 host(s) not ready" in msg
+    assert "127.0.0.3" in msg and "refused" in msg
+    assert "127.0.0.2: 64 slots asked but only" in msg
+    assert sorted(run_dir.iterdir()) == before and not (tmp_path / "remote").exists()
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_preflight_reports_version_mismatch(sshd, ssh_opts, tmp_path):
+    """A remote interpreter of another Python and hipress version is named, with both versions."""
+    fake = tmp_path / "python-other"
+    fake.write_text('#!/bin/sh\necho \'HIPRESS-PROBE {"python": "3.9.1", "hipress": "0.0.1", "cpus": 1, '
+                    '"missing": ["/opt/mpi/bin/hydra_pmi_proxy"], "ifaces": ["lo"]}\'\n')
+    fake.chmod(0o755)
+    host = parse_hosts("127.0.0.2:2")[0]
+    r = check_host(host, ssh_opts.with_(python=str(fake)), interface="ib0")
+    assert r.reachable and r.authenticated and not r.ok
+    text = "; ".join(r.problems)
+    assert "Python 3.9.1 there" in text and "hipress 0.0.1 there" in text
+    assert "2 slots asked but only 1" in text and "hydra_pmi_proxy is missing" in text
+    assert "no network interface 'ib0'" in text
+    r = check_host(host, ssh_opts.with_(python=str(tmp_path / "nope")))
+    assert r.error and "not found" in r.error and "--remote-python" in r.error
+
+
+def test_bad_run_id_is_refused_before_anything_starts(sshd, ssh_opts, tmp_path):
+    cluster = Cluster.connect(parse_hosts("127.0.0.1"), ssh_opts)
+    with pytest.raises(RemoteLaunchError, match="run id"):
+        RemoteJob(cluster, [sys.executable, PROG], run_dir=tmp_path / "bad;name", remote_dir=str(tmp_path / "r"))
+    assert not (tmp_path / "r").exists()
+    assert wait_until(lambda: not sshd_children(sshd), 10)
