@@ -24,7 +24,8 @@ local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
 with open(f"rank{rank}.json", "w") as f:
     json.dump({"rank": rank, "size": size, "sum": total, "cwd": os.getcwd(), "local_ranks": local,
                "config": config, "env": os.environ.get("HIPRESS_TEST_VALUE"), "job": os.environ.get("HIPRESS_JOB"),
-               "pid": os.getpid()}, f)
+               "pid": os.getpid(), "fi_tcp_iface": os.environ.get("FI_TCP_IFACE"),
+               "netmod": os.environ.get("MPIR_CVAR_CH4_NETMOD")}, f)
 if rank == 0:
     with open("events.jsonl", "a") as f:
         for i in range(3):

@@ -154,3 +154,17 @@ def test_bad_run_id_is_refused_before_anything_starts(sshd, ssh_opts, tmp_path):
         RemoteJob(cluster, [sys.executable, PROG], run_dir=tmp_path / "bad;name", remote_dir=str(tmp_path / "r"))
     assert not (tmp_path / "r").exists()
     assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_interface_sets_the_mpi_transport(sshd, ssh_opts, tmp_path):
+    run_dir = _run_dir(tmp_path, "run-iface")
+    res = launch_hosts(parse_hosts("127.0.0.1,127.0.0.2"), [sys.executable, PROG], ssh_opts, {}, run_dir,
+                       interface="lo", remote_dir=str(tmp_path / "remote"), on_line=lambda _: None, timeout=120)
+    assert res.ok, res.failure
+    for r in range(2):
+        seen = json.loads((run_dir / f"rank{r}.json").read_text())
+        assert (seen["sum"], seen["fi_tcp_iface"], seen["netmod"]) == (3, "lo", "ofi")
+    with pytest.raises(PreflightError, match="no network interface 'nosuch0'"):
+        launch_hosts(parse_hosts("127.0.0.1"), [sys.executable, PROG], ssh_opts, {}, run_dir, interface="nosuch0")
+    with pytest.raises(RemoteLaunchError, match="not a network interface name"):
+        launch_hosts(parse_hosts("127.0.0.1"), [sys.executable, PROG], ssh_opts, {}, run_dir, interface="lo;id")
