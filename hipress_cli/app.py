@@ -16,6 +16,7 @@ COMMANDS: list[tuple[str, str | None]] = [
     ("run", None),
     ("models", None),
     ("cluster", "cluster"),
+    ("reproduce", "reproduce"),
 ]
 
 
