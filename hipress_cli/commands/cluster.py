@@ -2,9 +2,83 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
+from rich.table import Table
+
+from hipress_cli.options import JsonOpt, console, fail, print_json
 
 app = typer.Typer(help="Clusters: check real hosts over SSH, or emulate hosts on this machine.",
                   no_args_is_help=True)
+emulate_app = typer.Typer(
+    help="An emulated cluster on this machine: network-namespace hosts on a bridge, links shaped by tc "
+         "(needs root). MPI runs between them over TCP, so the shaping applies.",
+    no_args_is_help=True,
+)
+app.add_typer(emulate_app, name="emulate")
+
+PrefixOpt = Annotated[str, typer.Option("--prefix", help="Name prefix of the namespaces ({prefix}-h0, {prefix}-sw).")]
+
+
+def _describe(cluster, json_: bool, state: str) -> None:
+    if json_:
+        print_json({"state": state, **(cluster.as_dict() if cluster is not None else {})})
+        return
+    if cluster is None:
+        console.print("no emulated cluster")
+        return
+    t = Table(title=f"emulated cluster {cluster.prefix!r}: {cluster.hosts} hosts, links {cluster.rate} ({state})")
+    for col in ("host", "namespace", "address", "link"):
+        t.add_column(col)
+    for i in range(cluster.hosts):
+        t.add_row(str(i), cluster.namespace(i), cluster.address(i), cluster.rate)
+    console.print(t)
+
+
+@emulate_app.command("up")
+def up(
+    hosts: Annotated[int, typer.Option("--hosts", min=1, max=64, help="Number of hosts.")] = 4,
+    rate: Annotated[str, typer.Option("--rate", help="Link rate, e.g. 1gbit, 10gbit, 500mbit, or 'unshaped'.")] = (
+        "1gbit"),
+    prefix: PrefixOpt = "hipress",
+    json_: JsonOpt = False,
+) -> None:
+    """Build the hosts (or only re-shape them if they exist with this size): idempotent."""
+    from hipress.launch import emulate
+
+    try:
+        cluster = emulate.up(hosts, rate, prefix)
+    except emulate.EmulationError as e:
+        raise fail(str(e)) from None
+    _describe(cluster, json_, "up")
+
+
+@emulate_app.command("down")
+def down(prefix: PrefixOpt = "hipress", json_: JsonOpt = False) -> None:
+    """Remove the hosts (their links and bridge go with them); nothing to do is not an error."""
+    from hipress.launch import emulate
+
+    try:
+        gone = emulate.down(prefix)
+    except emulate.EmulationError as e:
+        raise fail(str(e)) from None
+    if json_:
+        print_json({"state": "down", "removed": gone})
+    else:
+        console.print(f"removed {len(gone)} namespaces" + (f": {', '.join(gone)}" if gone else ""))
+
+
+@emulate_app.command("status")
+def status(prefix: PrefixOpt = "hipress", json_: JsonOpt = False) -> None:
+    """Show the emulated cluster, if any."""
+    from hipress.launch import emulate
+
+    try:
+        cluster = emulate.status(prefix)
+    except emulate.EmulationError as e:
+        raise fail(str(e)) from None
+    _describe(cluster, json_, "up" if cluster is not None else "down")
+
 
 from hipress_cli.commands import cluster_check  # noqa: E402,F401

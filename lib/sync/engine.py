@@ -28,6 +28,7 @@ from mpi4py import MPI
 
 from hipress.compress import Compressor, StateStore
 
+from . import guard
 from .executor import MPIExecutor
 from .plan import PlanEntry
 from .program import DEFAULT_BULK_BYTES, DEFAULT_PARTITION_BYTES, SyncError, SyncProgram
@@ -113,6 +114,7 @@ class Engine:
         self._lock = threading.Lock()
         self._t0: float | None = None
         self._closed = False
+        guard.track(self)
 
     @property
     def compressor(self) -> Compressor:
@@ -171,6 +173,11 @@ class Engine:
         if not self._closed:
             self._closed = True
             self.executor.close()
+
+    def abort(self, reason: str) -> None:
+        """Fail this engine and tell every peer why (they fail with "rank k failed: reason")."""
+        if not self._closed:
+            self.executor.abort(reason)
 
     def __enter__(self) -> Engine:
         return self

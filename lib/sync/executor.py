@@ -86,7 +86,14 @@ class MPIExecutor:
         self._wake = threading.Event()
         self._stop = False
         self._order = ChannelOrder()
-        self._posted: list[Task] = []  # comm tasks in flight (for diagnostics)
+        # Receives are not all pre-posted: thousands of posted receives make every MPI poll and
+        # every message match scan them all. Each gradient (tag) keeps at most ``recv_window``
+        # posted, in creation order; since a topology creates its receives in time order (a
+        # message never depends on a receive created after the one it matches), a window never
+        # deadlocks, and one window per gradient keeps gradients independent of each other.
+        self.recv_window = max(8, 2 * self.world)
+        self._recv_queue: dict[int, deque[Task]] = defaultdict(deque)
+        self._recv_live: dict[int, int] = defaultdict(int)
         self._worker = threading.Thread(target=self._compute_loop, name="hipress-sync-compute", daemon=True)
         self._comm = threading.Thread(target=self._comm_loop, name="hipress-sync-comm", daemon=True)
         self._worker.start()
@@ -130,6 +137,15 @@ class MPIExecutor:
         if self._error is None:
             for c in (self.p2p, *self.coll, self.ctl):
                 c.Free()
+
+    def abort(self, reason: str) -> None:
+        """Fail now and tell the peers ``reason`` (this rank failed outside the engine)."""
+        if self._stop:
+            return
+        self._fail(SyncError(f"rank {self.rank}: {reason}"), tell_peers=True)
+        deadline = time.monotonic() + 2.0
+        while self._notify is not None and self._comm.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     @property
     def failed(self) -> SyncError | None:
@@ -194,6 +210,7 @@ class MPIExecutor:
         notice_req = self.ctl.Irecv([notice_buf, MPI.BYTE], source=MPI.ANY_SOURCE, tag=NOTICE_TAG)
         reqs: list[MPI.Request] = []
         owners: list[tuple[Task, object]] = []
+        statuses: list[MPI.Status] = []  # reused: building thousands per poll would dominate
         sleep = 0.0
         try:
             while not self._stop:
@@ -202,11 +219,26 @@ class MPIExecutor:
                 while self._inbox and self._error is None:
                     t = self._inbox.popleft()
                     for p in self._order.ready(t):
+                        if p.kind == "recv":
+                            self._recv_queue[p.tag].append(p)
+                            continue
                         reqs.append(self._post(p))
                         owners.append((p, None))
                         progressed = True
+                # receives: a window per gradient, posted in creation order (see __init__)
+                for tag in list(self._recv_queue):
+                    q = self._recv_queue[tag]
+                    while q and self._recv_live[tag] < self.recv_window:
+                        p = q.popleft()
+                        self._recv_live[tag] += 1
+                        reqs.append(self._post(p))
+                        owners.append((p, None))
+                        progressed = True
+                    if not q:
+                        del self._recv_queue[tag]
                 if reqs and self._error is None:
-                    statuses = [MPI.Status() for _ in reqs]
+                    if len(statuses) < len(reqs):
+                        statuses += [MPI.Status() for _ in range(len(reqs) - len(statuses))]
                     idx = MPI.Request.Testsome(reqs, statuses)
                     if idx:
                         progressed = True
@@ -232,7 +264,7 @@ class MPIExecutor:
                 if progressed:
                     sleep = 0.0
                     continue
-                if not reqs and not self._inbox:
+                if not reqs and not self._inbox and not self._recv_queue:
                     self._wake.wait(0.05)
                     self._wake.clear()
                     continue
@@ -322,6 +354,7 @@ class MPIExecutor:
 
     def _finished(self, t: Task, status: MPI.Status) -> None:
         if t.kind == "recv":
+            self._recv_live[t.tag] -= 1
             n = status.Get_count(MPI.BYTE)
             t.slot.value = t.aux[:n]
             t.aux = None

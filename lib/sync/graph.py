@@ -173,17 +173,21 @@ class GraphBuilder:
         add: bool = False,
         after: Sequence[Task | Slot | None] = (),
     ) -> Task:
-        """Decompress ``payload`` into ``out`` (overwrite, or accumulate with ``add``)."""
+        """Decompress ``payload`` into ``out``, overwriting it, or with ``add`` accumulating into it.
+
+        Accumulating is *decode and merge* fused (one pass, no temporary): such tasks count as
+        ``merge`` in the statistics.
+        """
 
         def run() -> None:
             comp.decode(payload.get(), out=out, add=add, name=label)
 
-        return self._add("decode", label, [*after, payload], run=run)
+        return self._add("merge" if add else "decode", label, [*after, payload], run=run)
 
     def merge(
         self, into: torch.Tensor, src: torch.Tensor, label: str, after: Sequence[Task | Slot | None] = ()
     ) -> Task:
-        """``into += src``: a decoded partial aggregate meets the local gradient."""
+        """``into += src`` on decoded tensors (``decode(add=True)`` fuses decode and merge)."""
 
         def run() -> None:
             into.add_(src)

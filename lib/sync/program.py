@@ -21,6 +21,7 @@ from hipress.compress import Compressor, StateStore, create
 from . import topologies
 from .graph import GraphBuilder, Job, Task, split_even
 from .plan import PlanEntry
+from .raw import Raw
 
 RESERVED_TAGS = 16  # tags below this are the executor's (failure notices)
 DEFAULT_PARTITION_BYTES = 4 << 20
@@ -116,9 +117,10 @@ class SyncProgram:
         self.topology = topologies.get(topology)
         if isinstance(compressor, str):
             compressor = create(compressor)
-        none = create("none")
-        self.comp = compressor if (compressor is not None and self.topology.compressed) else none
-        self.none = none
+        raw = Raw()
+        uncompressed = compressor is None or compressor.name == "none" or not self.topology.compressed
+        self.comp = raw if uncompressed else compressor
+        self.none = raw
         self.plan = dict(plan) if plan is not None else None
         self.states = states if states is not None else StateStore()
         if partition_bytes < 0 or bulk_bytes < 0:
@@ -231,7 +233,7 @@ class SyncProgram:
         owners = [self.owners.get((name, i), (name_hash(name) + i) % self.world) for i in range(k)]
         job = Job(name=name, flat=flat, partitions=k, comp=comp, owners=owners)
         b = GraphBuilder(self.rank, self.world, tag, next(self._order), self.states, self._channel_seq)
-        finals = self.topology.build(b, job)
+        self.topology.build(b, job)
         world = self.world
 
         def finish() -> None:
@@ -245,5 +247,6 @@ class SyncProgram:
                     s.tensor.copy_(s.flat.view(s.tensor.shape))
                 off += n
 
-        b.compute(f"{name} average", finish, after=finals)
+        # after *every* task, sends included: raw payloads alias the gradient (see ``raw``)
+        b.compute(f"{name} average", finish, after=list(b.tasks))
         return b.tasks

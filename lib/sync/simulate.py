@@ -89,7 +89,8 @@ def _run(tasks: list[list[Task]], world: int) -> None:
                     continue
                 for p in order[r].ready(t):
                     if p.kind == "send":
-                        mail[(r, p.peer, p.tag)].append(p.slot.get())
+                        # a copy, as MPI's buffer semantics give: raw payloads alias the sender's gradient
+                        mail[(r, p.peer, p.tag)].append(p.slot.get().clone())
                         finish(r, p)
                     elif p.kind == "recv":
                         recvs[r].append(p)
@@ -137,7 +138,7 @@ def _collective(group: list[Task]) -> None:
         for t in group:
             t.buffer.copy_(total)
     elif kind == "allgatherv":
-        payloads = [t.slot.get() for t in group]
+        payloads = [t.slot.get().clone() for t in group]
         for t in group:
             for j, p in enumerate(payloads):
                 t.outs[j].value = p

@@ -1,8 +1,9 @@
 """CaSync-Ring: a compressed ring all-reduce (HiPress section 3).
 
 Each partition is cut into ``world`` chunks. Reduce-scatter: at step s rank r sends chunk
-(r - s) mod N to its right neighbour; every hop *decodes* what it received, *merges* its own chunk
-in, and *encodes* the partial sum again, so only compressed bytes travel. After N-1 steps rank r
+(r - s) mod N to its right neighbour; every hop *decodes* what it received and *merges* it into
+its own chunk (fused, in place: one pass), and *encodes* the partial sum again, so only
+compressed bytes travel. After N-1 steps rank r
 holds the full sum of chunk (r + 1) mod N: it encodes it once more and *decodes its own payload*
 (so it holds exactly what everyone else will). All-gather: the aggregated payloads go round the
 ring unchanged, and every rank decodes each of them into place.
@@ -17,8 +18,6 @@ iteration, so its residual is that position's error), the owner's final encode
 """
 
 from __future__ import annotations
-
-import torch
 
 from ..graph import GraphBuilder, Job, Task, Widened, split_even
 from . import Topology, default_partitions_ring, register
@@ -50,14 +49,11 @@ def build_ring(b: GraphBuilder, job: Job) -> list[Task]:
             if not ch[cr].numel():
                 continue
             got = b.recv(left, wid(s + 1).payload_size(ch[cr].numel()), f"{key} rs{s} recv c{cr}")
-            tmp = torch.empty_like(ch[cr])
-            dec = b.decode(got, wid(s + 1), tmp, f"{key} rs{s} decode c{cr}")
-            mrg = b.merge(tmp, ch[cr], f"{key} rs{s} merge c{cr}", after=[dec])
+            # decode-merge straight into the local chunk: it is not read again before its final decode
+            mrg = b.decode(got, wid(s + 1), ch[cr], f"{key} rs{s} merge c{cr}", add=True)
             readers[(i, cr)] = mrg
             if s < n_ - 2:
-                nxt[i] = b.encode(tmp, wid(s + 2), f"{key}#chunk{cr}", f"{key} rs{s + 1} encode c{cr}", after=[mrg])
-            else:
-                nxt[(i, "sum")] = (tmp, mrg)
+                nxt[i] = b.encode(ch[cr], wid(s + 2), f"{key}#chunk{cr}", f"{key} rs{s + 1} encode c{cr}", after=[mrg])
 
     # -------- the owner's aggregated chunk: encode once, decode own payload into place
     final_payload: dict[tuple[int, int], object] = {}
@@ -66,12 +62,8 @@ def build_ring(b: GraphBuilder, job: Job) -> list[Task]:
         key = job.part_key(i)
         if not ch[owned].numel():
             continue
-        if n_ == 1:
-            src, after = ch[owned].clone(), []
-        else:
-            src, mrg = nxt[(i, "sum")]
-            after = [mrg]
-        p = b.encode(src, wid(n_), f"{key}#chunk{owned}@agg", f"{key} agg encode c{owned}", after=after)
+        after = [readers.get((i, owned))]  # the last merge into it (none when alone)
+        p = b.encode(ch[owned], wid(n_), f"{key}#chunk{owned}@agg", f"{key} agg encode c{owned}", after=after)
         finals.append(b.decode(p, wid(n_), ch[owned], f"{key} agg decode c{owned}"))
         final_payload[(i, owned)] = p
 

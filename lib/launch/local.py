@@ -1,0 +1,198 @@
+"""Start N ranks on this machine with the embedded ``mpiexec`` (the ``mpich`` wheel's Hydra).
+
+API (used by ``hipress bench sync`` and ``hipress run``)::
+
+    launch_local(np, argv, *, env=None, emulated=None, timeout=None, on_line=None, cwd=None,
+                 check=False) -> LaunchResult
+
+* ``argv``: the command every rank runs, as a list (e.g. ``[sys.executable, "-m", "pkg.worker",
+  "--out", path]``). Never a shell string: nothing is interpreted by a shell.
+* ``env``: extra environment variables for the ranks, on top of this process's environment.
+* ``emulated``: an ``EmulatedCluster`` that is up (``hipress.launch.emulate.up``): rank i runs
+  inside host ``i % hosts``'s network namespace and MPICH is forced onto TCP over its shaped link.
+* ``timeout``: seconds; past it every process is killed and the result says ``timed_out``.
+* ``on_line(line)``: receives each output line (stdout and stderr merged, as ranks print them);
+  the default echoes to this process's stderr. The last ``tail_lines`` lines are kept in the result.
+* ``check=True`` raises ``LaunchError`` (exit code and the output's tail) unless all ranks exit 0.
+
+Failures propagate: ``returncode`` is ``mpiexec``'s (non-zero if any rank failed, 128+signal when
+killed). On Ctrl-C, a timeout, or any error here, the whole process group (``mpiexec``, its proxy,
+every rank) gets SIGTERM, then SIGKILL 3 s later, and nothing is left running.
+
+Hydra stops the job when a rank dies from a signal, but *not* when a rank exits with an error
+code: rank programs should therefore exit through ``hipress.sync.guard.abort_on_error`` (which
+calls ``MPI_Abort``), and the sync engine tells peers about its own failures.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import emulate
+from .emulate import EmulatedCluster
+
+
+class LaunchError(RuntimeError):
+    """An MPI job could not start or did not succeed; the message carries its output's tail."""
+
+
+@dataclass
+class LaunchResult:
+    returncode: int
+    elapsed_s: float
+    timed_out: bool
+    output_tail: list[str]
+    command: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.output_tail)
+
+    def check(self) -> LaunchResult:
+        if not self.ok:
+            why = "timed out" if self.timed_out else f"exited with code {self.returncode}"
+            if self.returncode < 0 or self.returncode > 128:
+                sig = -self.returncode if self.returncode < 0 else self.returncode - 128
+                why += f" (signal {sig})"
+            tail = "\n".join(self.output_tail[-40:])
+            raise LaunchError(f"MPI job {why} after {self.elapsed_s:.1f} s; last output:\n{tail}")
+        return self
+
+
+def mpiexec_path() -> str:
+    """The ``mpiexec`` next to this Python (the mpich wheel's), else the first on PATH."""
+    here = Path(sys.executable).parent / "mpiexec"
+    if here.exists():
+        return str(here)
+    real = Path(sys.prefix) / "bin" / "mpiexec"
+    if real.exists():
+        return str(real)
+    import shutil
+
+    found = shutil.which("mpiexec")
+    if not found:
+        raise LaunchError("mpiexec not found; install the mpich wheel (pip install mpich) or an MPI")
+    return found
+
+
+def build_command(
+    np: int, argv: Sequence[str], emulated: EmulatedCluster | None = None
+) -> list[str]:
+    """The ``mpiexec`` command line: plain ``-n np``, or one MPMD block per rank in its namespace."""
+    if np < 1:
+        raise LaunchError(f"np must be >= 1, got {np}")
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise LaunchError(f"argv must be a non-empty list of strings, got {argv!r}")
+    cmd = [mpiexec_path()]
+    if emulated is None:
+        return cmd + ["-n", str(np), *argv]
+    for r in range(np):
+        if r:
+            cmd.append(":")
+        cmd += ["-n", "1", *emulated.wrap(r % emulated.hosts, list(argv))]
+    return cmd
+
+
+def launch_local(
+    np: int,
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    emulated: EmulatedCluster | None = None,
+    timeout: float | None = None,
+    on_line: Callable[[str], None] | None = None,
+    cwd: str | os.PathLike | None = None,
+    check: bool = False,
+    tail_lines: int = 200,
+) -> LaunchResult:
+    """Run ``argv`` on ``np`` ranks; see the module docstring."""
+    cmd = build_command(np, argv, emulated)
+    if emulated is not None:
+        emulate.require(emulated)
+    full_env = dict(os.environ)
+    full_env["PYTHONUNBUFFERED"] = "1"
+    if emulated is not None:
+        full_env.update(emulated.mpi_env())
+    if env:
+        full_env.update({str(k): str(v) for k, v in env.items()})
+    emit = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
+    tail: deque[str] = deque(maxlen=tail_lines)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            cwd=cwd,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,  # its own process group: we can stop every rank at once
+        )
+    except OSError as e:
+        raise LaunchError(f"could not start {cmd[0]}: {e}") from None
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            tail.append(line)
+            try:
+                emit(line)
+            except Exception:  # noqa: BLE001 - a broken consumer must not block the ranks
+                pass
+
+    reader = threading.Thread(target=pump, name="launch-output", daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            tail.append(f"[hipress.launch] timeout after {timeout} s: stopping all ranks")
+            rc = _stop(proc)
+    except BaseException:
+        _stop(proc)
+        reader.join(2)
+        raise
+    if rc != 0:
+        _stop(proc)  # hydra may leave ranks of a failed job behind: stop them all
+    reader.join(5)
+    result = LaunchResult(rc, time.monotonic() - t0, timed_out, list(tail), cmd)
+    return result.check() if check else result
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    """SIGTERM the job's process group, SIGKILL it 3 s later; return the exit code."""
+    if proc.returncode is not None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return proc.returncode
+    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            return proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait()

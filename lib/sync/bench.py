@@ -1,0 +1,160 @@
+"""The worker behind ``hipress bench sync``: run under ``mpiexec``, one process per rank.
+
+    mpiexec -n 4 python -m hipress.sync.bench --topo casync-ring,allreduce --alg tbq \
+        --size 67108864 --out result.json
+
+Every topology runs in the same processes, one after the other, on the same gradient (one tensor
+of ``--size`` bytes of fp32, different random values per rank): warm-up iterations, then
+``--repeat`` measured ones. An iteration's time is the slowest rank's ``submit`` -> ``wait_all``,
+after a barrier. Bytes are what each rank put on the wire (point to point exactly; MPI
+collectives estimated from their usual algorithms); the busiest link is the largest of any host's
+bytes out or bytes in (each emulated link is shaped in both directions), and the wire limit is
+that over the link rate: the time below which no schedule on that link can go.
+
+Rank 0 writes the JSON result (atomically) to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from hipress.compress import create_from_spec
+from hipress.compress.kernels import set_threads
+
+from .engine import Engine
+from .guard import abort_on_error
+from .topologies import available, get
+
+
+def median_ci(xs: list[float], z: float = 1.96) -> tuple[float, float, float]:
+    """Median and a distribution-free ~95% interval for it (order statistics of the sample)."""
+    s = sorted(xs)
+    n = len(s)
+    med = statistics.median(s)
+    if n < 3:
+        return med, s[0], s[-1]
+    half = z * math.sqrt(n) / 2
+    lo = max(0, math.floor(n / 2 - half))
+    hi = min(n - 1, math.ceil(n / 2 + half) - 1)
+    return med, s[lo], s[hi]
+
+
+def run_topology(
+    comm: MPI.Comm, topo: str, alg: str, numel: int, repeat: int, warmup: int, partition_bytes: int, timeout: float
+) -> dict:
+    rank, world = comm.Get_rank(), comm.Get_size()
+    gen = torch.Generator().manual_seed(1234 + rank)
+    grad = torch.randn(numel, generator=gen)
+    work = torch.empty_like(grad)
+    comp = create_from_spec(alg) if get(topo).compressed else None
+    times, walls = [], []
+    sent, outs, ins = [], [], []
+    compute: dict[str, list[float]] = {}
+    with Engine(comm, comp, topo, partition_bytes=partition_bytes, timeout=timeout) as eng:
+        for it in range(warmup + repeat):
+            work.copy_(grad)
+            comm.Barrier()
+            t0 = time.perf_counter()
+            eng.submit("grad", work)
+            st = eng.wait_all()
+            dt = time.perf_counter() - t0
+            slowest = _max(comm, dt)
+            if it < warmup:
+                continue
+            times.append(slowest)
+            walls.append(dt)
+            sent.append(st.bytes_sent)
+            est = st.collective_bytes_est
+            outs.append(sum(st.bytes_to.values()) + est)
+            ins.append(sum(st.bytes_from.values()) + est)
+            for k, v in st.compute_s.items():
+                compute.setdefault(k, []).append(v)
+    # per-rank figures, gathered as numbers (no pickles)
+    mine = np.array([statistics.median(sent), statistics.median(outs), statistics.median(ins)], dtype=np.float64)
+    table = np.empty((world, 3), dtype=np.float64) if rank == 0 else None
+    comm.Gather([mine, MPI.DOUBLE], [table, MPI.DOUBLE] if rank == 0 else None, root=0)
+    med, lo, hi = median_ci(times)
+    out = {
+        "topology": topo,
+        "compressor": comp.name if comp is not None else "none",
+        "median_s": med,
+        "ci95_s": [lo, hi],
+        "min_s": min(times),
+        "times_s": times,
+        "compute_s_median": {k: statistics.median(v) for k, v in compute.items()},
+    }
+    if rank == 0:
+        out["bytes_sent_per_rank"] = [int(x) for x in table[:, 0]]
+        out["busiest_link_bytes"] = int(max(table[:, 1].max(), table[:, 2].max()))
+    return out
+
+
+def _max(comm: MPI.Comm, x: float) -> float:
+    buf = np.array([x])
+    comm.Allreduce(MPI.IN_PLACE, [buf, MPI.DOUBLE], op=MPI.MAX)
+    return float(buf[0])
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m hipress.sync.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--topo", default="all", help="comma-separated topologies, or 'all'")
+    p.add_argument("--alg", default="tbq", help="compressor spec for the compressed topologies")
+    p.add_argument("--size", type=int, required=True, help="gradient size in bytes of fp32")
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--partition-bytes", type=int, default=4 << 20)
+    p.add_argument("--threads", type=int, default=1, help="compressor kernel threads per rank")
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--link-bits", type=float, default=0.0, help="link rate in bit/s (0: not shaped)")
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    set_threads(a.threads)
+    topos = available() if a.topo == "all" else [t.strip() for t in a.topo.split(",") if t.strip()]
+    for t in topos:
+        get(t)  # unknown names fail before anything runs
+    numel = a.size // 4
+    rows = [run_topology(comm, t, a.alg, numel, a.repeat, a.warmup, a.partition_bytes, a.timeout) for t in topos]
+    if comm.Get_rank() != 0:
+        return
+    base = {r["topology"]: r["median_s"] for r in rows}
+    for r in rows:
+        r["wire_limit_s"] = r["busiest_link_bytes"] * 8 / a.link_bits if a.link_bits else None
+        if "allreduce" in base:
+            r["speedup_vs_allreduce"] = base["allreduce"] / r["median_s"]
+        if "allgather" in base:
+            r["speedup_vs_allgather"] = base["allgather"] / r["median_s"]
+    result = {
+        "np": comm.Get_size(),
+        "size_bytes": numel * 4,
+        "alg": a.alg,
+        "repeat": a.repeat,
+        "warmup": a.warmup,
+        "partition_bytes": a.partition_bytes,
+        "threads": a.threads,
+        "link_bits": a.link_bits or None,
+        "mpi": MPI.Get_library_version().splitlines()[0],
+        "netmod": os.environ.get("MPIR_CVAR_CH4_NETMOD", "default (shared memory)"),
+        "load_avg": os.getloadavg(),
+        "topologies": rows,
+    }
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(a.out)), suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(result, f, indent=2)
+    os.replace(tmp, a.out)
+
+
+if __name__ == "__main__":
+    with abort_on_error():
+        main(sys.argv[1:])
