@@ -42,6 +42,8 @@ def profile(
     = "1K,4K,16K,64K,256K,1M,4M",
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions per size.")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured repetitions per size.")] = 1,
+    stat: Annotated[str, typer.Option("--stat", help="median (typical) or min (on a shared, busy machine).")]
+    = "median",
     json_: JsonOpt = False,
 ) -> None:
     """Time encode/decode/merge here and send/gather/broadcast over MPI; fit max(overhead, A + B*x)."""
@@ -75,7 +77,7 @@ def profile(
     nprocs = np_ if np_ is not None else (cluster.hosts if cluster else 2)
     try:
         model = run_profile(alg, nprocs=nprocs, sizes=_sizes(sizes), repeat=repeat, warmup=warmup, hosts=host_list,
-                            ssh_options=ssh, emulated=cluster)
+                            ssh_options=ssh, emulated=cluster, stat=stat)
         save_profile(model, output)
     except PlanError as e:
         raise fail(str(e)) from None
@@ -101,5 +103,5 @@ def profile(
     poor = [name for name, v in rows if v.get("fit", {}).get("r2", 1.0) < 0.9]
     if poor:
         console.print(f"[yellow]poor fit (R² < 0.9):[/] {', '.join(poor)}: the times did not grow linearly with "
-                      "size (a busy machine? too few repetitions?); consider --repeat 20")
+                      "size (a busy machine? too few repetitions?); consider --repeat 20 or --stat min")
     console.print(f"wrote {output}; use it with `hipress plan --profile {output}`")

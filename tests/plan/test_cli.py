@@ -130,11 +130,12 @@ def test_plan_bad_arguments(tmp_path):
 @pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not installed")
 def test_profile_then_plan(tmp_path):
     out = tmp_path / "profile.json"
-    r = hipress("profile", "--np", 2, "--alg", "onebit", "--sizes", "1K,16K,256K", "--repeat", 2, "--output", out)
+    r = hipress("profile", "--np", 2, "--alg", "onebit", "--sizes", "1K,16K,256K", "--repeat", 2, "--stat", "min",
+                "--output", out)
     assert r.returncode == 0, r.stderr
     assert "gather N=2" in r.stdout and "R²" in r.stdout
     model = load_cost_model(out)
-    assert model.alg == "onebit" and set(model.gather) == {2}
+    assert model.alg == "onebit" and set(model.gather) == {2} and model.meta["stat"] == "min"
     inp = tmp_path / "input.txt"
     inp.write_text("w,1000000\nb,10\n")
     r = hipress("plan", "--input", inp, "--profile", out, "--nnodes", 2, "--json")

@@ -65,6 +65,8 @@ def test_profile_fits_saves_and_plans(tmp_path):
     assert plan["b"].compress is False and plan["w"].partitions in (1, 2)
     with pytest.raises(PlanError, match="unknown compression algorithm"):
         profile("nope", nprocs=2, sizes=[1024, 2048])
+    with pytest.raises(PlanError, match="unknown statistic 'mean'"):
+        profile("tbq", nprocs=2, sizes=[1024, 2048], stat="mean")
 
 
 @needs_mpi
