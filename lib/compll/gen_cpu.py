@@ -227,7 +227,12 @@ class NumbaBackend:
                 else:
                     store = elem if elem.kind != "code" else T.UINT8
                     body.append(f"{reg}[i] = {d.conv(x, xt, store)}")
-        inner = ["for i in range(b0, be):"] + ["    " + x for x in body] if packs else None
+        blocked = bool(packs) or any("k_unpack(" in x for x in body)
+        # blocks of 8 elements: whole bytes of every packed field; the full-block path has a
+        # constant trip count, so LLVM unrolls it and folds the bit positions into constants
+        inner = (["if be - b0 == 8:", "    for k in range(8):", "        i = b0 + k"] +
+                 ["        " + x for x in body] +
+                 ["else:", "    for i in range(b0, be):"] + ["        " + x for x in body])
         flush: list[str] = []
         for p in packs:
             bits = str(p.bits) if isinstance(p.bits, int) else p.bits
@@ -245,7 +250,7 @@ class NumbaBackend:
             lines += [f"part{k} = np.empty(nch, dtype={_acc_dtype(r.lam.ret)})" for k, r in enumerate(reduces)]
             lines += ["for c in prange(nch):", "    s = np.int64(c) * CHUNK", "    e = min(n_loop, s + CHUNK)"]
             lines += [f"    acc{k} = init_{r.temp}" for k, r in enumerate(reduces)]
-            if packs:
+            if blocked:
                 lines += ["    for b0 in range(s, e, 8):", "        be = min(e, b0 + 8)"]
                 lines += [f"        pk{p.field} = np.uint64(0)" for p in packs]
                 lines += ["        " + x for x in inner + flush]  # type: ignore[operator]
@@ -257,7 +262,7 @@ class NumbaBackend:
                 args = ", ".join([f"r{k}", f"part{k}[c]"] + [uses.use(n) for n in names])
                 lines += [f"r{k} = init_{r.temp}", "for c in range(nch):", f"    r{k} = {fname}({args})"]
             lines.append("return " + ", ".join(f"r{k}" for k in range(len(reduces))) + ("," if len(reduces) == 1 else ""))
-        elif packs:
+        elif blocked:
             lines += ["for blk in prange((n_loop + 7) // 8):", "    b0 = np.int64(blk) * 8", "    be = min(n_loop, b0 + 8)"]
             lines += [f"    pk{p.field} = np.uint64(0)" for p in packs]
             lines += ["    " + x for x in inner + flush]  # type: ignore[operator]
