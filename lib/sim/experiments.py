@@ -1,0 +1,187 @@
+"""Declarative figure definitions (``experiments/sosp21/fig*.toml``) and the points they expand to.
+
+Three kinds of figure:
+
+- ``scaling`` (7, 8): throughput against GPU count, per model and system, on one cluster;
+- ``breakdown`` (11): one model at one size, a list of ``steps`` (a system and CaSync's switches),
+  reported as synchronization time per iteration;
+- ``rate`` (12): throughput against a compression rate, per model and compressed system.
+
+A :class:`Point` is one simulation (or one real run): everything that determines its result is in
+it, so its :meth:`Point.key` names a cached result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from .reference import Reference
+from .systems import ALL_SYSTEMS
+
+KINDS = ("scaling", "breakdown", "rate")
+
+
+class ExperimentError(ValueError):
+    """A figure definition that cannot be run; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Point:
+    figure: int
+    cluster: str
+    model: str
+    system: str
+    gpus: int
+    algorithm: str | None = None
+    rate: float | None = None
+    step: str | None = None
+    pipeline: bool = True
+    bulk: bool = True
+    secopa: bool = True
+    compute_ms: float | None = None
+
+    def key(self) -> str:
+        """A file-name-safe identity of the point (the cache adds a hash of the model's inputs)."""
+        parts = [f"fig{self.figure}", self.cluster, self.model, self.system, f"{self.gpus}g"]
+        if self.rate is not None:
+            parts.append(f"r{self.rate:g}")
+        if self.step:
+            parts.append(self.step)
+        return "-".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Figure:
+    figure: int
+    kind: str
+    title: str
+    cluster: str
+    source: str
+    points: tuple[Point, ...] = field(default_factory=tuple)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def paper_systems(ref: Reference, model: str) -> list[str]:
+    """The systems the paper ran for ``model``: byteps, ring, its compression baseline, HiPress's."""
+    exp = ref.experiments.get(model, {})
+    systems = ["byteps", "ring"]
+    if exp.get("compression_baseline"):
+        systems.append(exp["compression_baseline"])
+    systems += list(exp.get("hipress_systems", []))
+    return systems + ["linear"]
+
+
+def _need(d: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str) -> Any:
+    if key not in d:
+        raise ExperimentError(f"{where}: missing field {key!r}")
+    val = d[key]
+    if not isinstance(val, typ) or isinstance(val, bool) and typ is not bool:
+        raise ExperimentError(f"{where}: field {key!r} has the wrong type ({type(val).__name__})")
+    return val
+
+
+def load_figure(path: Path, ref: Reference) -> Figure:
+    where = str(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise ExperimentError(f"cannot read {where}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ExperimentError(f"{where}: not valid TOML ({e})") from None
+    fig = _need(raw, "figure", int, where)
+    kind = _need(raw, "kind", str, where)
+    if kind not in KINDS:
+        raise ExperimentError(f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}")
+    cluster = _need(raw, "cluster", str, where)
+    if cluster not in ref.clusters:
+        raise ExperimentError(f"{where}: cluster {cluster!r} is not in sosp21.json ({', '.join(ref.clusters)})")
+    title = str(raw.get("title", f"Figure {fig}"))
+    points: list[Point] = []
+    if kind == "scaling":
+        gpus = _need(raw, "gpus", list, where)
+        for model in _need(raw, "models", list, where):
+            _check_model(model, ref, cluster, where)
+            for system in _systems(raw.get("systems", "paper"), ref, model, where):
+                alg = ref.experiments.get(model, {}).get("algorithm")
+                points += [Point(fig, cluster, model, system, int(g), alg) for g in gpus]
+    elif kind == "breakdown":
+        model = _need(raw, "model", str, where)
+        _check_model(model, ref, cluster, where)
+        gpus = int(_need(raw, "gpus", int, where))
+        compute = raw.get("compute_ms")
+        alg = raw.get("algorithm") or ref.experiments.get(model, {}).get("algorithm")
+        steps = _need(raw, "steps", list, where)
+        for i, st in enumerate(steps):
+            w = f"{where}: steps[{i}]"
+            system = _need(st, "system", str, w)
+            _check_system(system, w)
+            points.append(
+                Point(
+                    fig, cluster, model, system, gpus, alg, None, _need(st, "name", str, w),
+                    bool(st.get("pipeline", True)), bool(st.get("bulk", True)), bool(st.get("secopa", True)),
+                    float(compute) if compute is not None else None,
+                )
+            )
+    else:  # rate
+        gpus = int(_need(raw, "gpus", int, where))
+        alg = _need(raw, "algorithm", str, where)
+        rates = [float(r) for r in _need(raw, "rates", list, where)]
+        for model in _need(raw, "models", list, where):
+            _check_model(model, ref, cluster, where)
+            for system in _need(raw, "systems", list, where):
+                _check_system(system, where)
+                points += [Point(fig, cluster, model, system, gpus, alg, r) for r in rates]
+            for system in raw.get("reference_systems", []):
+                _check_system(system, where)
+                points.append(Point(fig, cluster, model, system, gpus, ref.experiments[model]["algorithm"]))
+    for p in points:
+        if p.gpus < 1:
+            raise ExperimentError(f"{where}: GPU counts must be positive, got {p.gpus}")
+    return Figure(fig, kind, title, cluster, where, tuple(points), raw)
+
+
+def _systems(spec: Any, ref: Reference, model: str, where: str) -> list[str]:
+    if spec == "paper":
+        return paper_systems(ref, model)
+    if not isinstance(spec, list):
+        raise ExperimentError(f"{where}: systems must be \"paper\" or a list of names")
+    for s in spec:
+        _check_system(s, where)
+    return list(spec)
+
+
+def _check_system(system: str, where: str) -> None:
+    if system not in ALL_SYSTEMS:
+        raise ExperimentError(f"{where}: unknown system {system!r}; known: {', '.join(ALL_SYSTEMS)}")
+
+
+def _check_model(model: str, ref: Reference, cluster: str, where: str) -> None:
+    if ref.series(cluster, model, "linear") is None:
+        raise ExperimentError(
+            f"{where}: model {model!r} has no linear series for cluster {cluster!r} in sosp21.json, "
+            "so its per-GPU speed is unknown"
+        )
+
+
+def load_figures(directory: Path, ref: Reference, only: int | None = None) -> list[Figure]:
+    """Every ``fig*.toml`` in ``directory`` (sorted by figure number), or just figure ``only``."""
+    if not directory.is_dir():
+        raise ExperimentError(f"experiment directory {directory} does not exist; pass --experiments DIR")
+    figs = [load_figure(p, ref) for p in sorted(directory.glob("fig*.toml"))]
+    if not figs:
+        raise ExperimentError(f"no fig*.toml in {directory}")
+    figs.sort(key=lambda f: f.figure)
+    if only is not None:
+        chosen = [f for f in figs if f.figure == only]
+        if not chosen:
+            have = ", ".join(str(f.figure) for f in figs)
+            raise ExperimentError(f"no figure {only} in {directory}; defined: {have}")
+        return chosen
+    return figs

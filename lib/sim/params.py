@@ -1,0 +1,121 @@
+"""The simulator's parameters: each one derived from the reference, a documented default, or fitted.
+
+Nothing here is a published throughput. ``derive_params`` fills in what sosp21.json implies (the
+link efficiency and message latency behind SeCoPa's constants); the fitted ones come from
+``data/calibration.json``, written by :mod:`hipress.sim.calibrate` (``hipress reproduce sosp21
+--refit``), which records what it was fitted on and how well. ``explain()`` lists every value with
+where it came from, so a reader of ``--explain`` can audit the model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .costs import CodecCosts
+from .reference import Reference
+
+#: The parameters a calibration may fit, with (lower, upper) bounds and the system they serve.
+FITTABLE: dict[str, tuple[float, float, str]] = {
+    "compute_overhead": (0.001, 0.3, "all (compute slowdown once several GPUs share a host)"),
+    "nccl_step_ms": (0.001, 0.5, "ring, ring-dgc (NCCL per-step latency over TCP sockets)"),
+    "byteps_host_gbytes": (0.3, 20.0, "byteps, byteps-onebit (host memory path: copies, sums, ZMQ)"),
+    "host_jitter": (0.001, 1.0, "byteps, byteps-onebit (spread of CPU speed across nodes, log-normal sigma)"),
+    "cpu_codec_gbytes": (0.2, 50.0, "byteps-onebit (onebit on the CPU, per fp32 byte)"),
+    "oss_codec_work": (0.5, 50.0, "ring-dgc (open-source DGC kernels vs CompLL's, multiplier)"),
+}
+
+
+@dataclass(frozen=True)
+class SimParams:
+    """Everything the systems' task graphs need besides the workload and the cluster."""
+
+    # derived from sosp21.json
+    net_efficiency: float = 0.672  # SeCoPa's ring constant: 37.6 of 56 Gbit/s
+    message_latency_ms: float = 0.203  # SeCoPa's ring_send_one_step A: CaSync's per-message cost
+    # documented defaults of the systems modelled
+    fusion_mb: float = 64.0  # Horovod HOROVOD_FUSION_THRESHOLD
+    cycle_ms: float = 5.0  # Horovod HOROVOD_CYCLE_TIME
+    byteps_partition_mb: float = 4.0  # BytePS BYTEPS_PARTITION_BYTES
+    bulk_kb: float = 256.0  # CaSync bulk synchronization: fuse gradients smaller than this
+    dgc_min_elements: int = 16384  # the open-source DGC leaves smaller tensors dense
+    tcp_latency_ms: float = 0.05  # one TCP message through the kernel stack (BytePS/ZMQ)
+    # fitted (see FITTABLE); these defaults are only a starting point for the fit
+    compute_overhead: float = 0.05
+    nccl_step_ms: float = 0.03
+    byteps_host_gbytes: float = 2.5
+    cpu_codec_gbytes: float = 4.0
+    host_jitter: float = 0.1
+    oss_codec_work: float = 4.0
+
+    def with_values(self, **values: float) -> SimParams:
+        unknown = set(values) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"unknown simulator parameter(s): {', '.join(sorted(unknown))}")
+        return replace(self, **values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+SOURCES: dict[str, str] = {
+    "net_efficiency": "derived: SeCoPa ring_send_one_step B -> link Gbit/s, over the 56 Gbit/s it was fitted on",
+    "message_latency_ms": "derived: SeCoPa ring_send_one_step A",
+    "fusion_mb": "default: Horovod fusion threshold",
+    "cycle_ms": "default: Horovod cycle time",
+    "byteps_partition_mb": "default: BytePS partition bytes",
+    "bulk_kb": "default: CaSync bulk-sync threshold (this model's choice)",
+    "dgc_min_elements": "default: open-source DGC leaves small tensors uncompressed",
+    "tcp_latency_ms": "default: kernel TCP round of one ZMQ message",
+}
+
+
+def derive_params(ref: Reference, secopa_cluster: str = "local") -> SimParams:
+    """The derived parameters from ``ref``, the fitted ones from the packaged calibration.
+
+    SeCoPa's constants were fitted on the authors' own (``local``, 56 Gbit/s RDMA) cluster; the link
+    rate they imply, over that cluster's nominal rate, is the fraction of a nominal rate a
+    transport achieves, applied to every cluster.
+    """
+    costs = CodecCosts.from_secopa(ref.secopa)
+    nominal = float(ref.clusters[secopa_cluster]["network_gbps"])
+    derived = {
+        "net_efficiency": min(1.0, costs.link_gbps / nominal),
+        "message_latency_ms": costs.message_latency_ms,
+    }
+    fitted = load_calibration().get("values", {})
+    return SimParams().with_values(**derived, **{k: v for k, v in fitted.items() if k in FITTABLE})
+
+
+def load_calibration(path: str | Path | None = None) -> dict[str, Any]:
+    """The fitted values and the fit's record; ``{}`` when none has been made."""
+    if path is not None:
+        p = Path(path)
+        return json.loads(p.read_text()) if p.exists() else {}
+    f = resources.files("hipress.sim").joinpath("data/calibration.json")
+    try:
+        return json.loads(f.read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def calibration_path() -> Path:
+    """Where ``--refit`` writes (inside the package, next to sosp21.json)."""
+    return Path(__file__).resolve().parent / "data" / "calibration.json"
+
+
+def explain(params: SimParams) -> list[dict[str, Any]]:
+    """Each parameter, its value, and where it came from (derived, default or fitted)."""
+    cal = load_calibration()
+    rows = []
+    for f in fields(params):
+        if f.name in FITTABLE:
+            src = "fitted" if f.name in cal.get("values", {}) else "unfitted default"
+            src += f" ({FITTABLE[f.name][2]})"
+        else:
+            src = SOURCES.get(f.name, "")
+        rows.append({"name": f.name, "value": getattr(params, f.name), "source": src})
+    return rows

@@ -1,0 +1,193 @@
+"""From point results to what a reader looks at: the error table and one PNG per figure.
+
+Plots are drawn from the result records (the same ones written under ``points/``), never from
+simulator state, with the paper's points from sosp21.json overlaid as hollow markers. ``linear`` is
+the input of the model (the per-GPU speed), so it is drawn but left out of the error table.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from .experiments import Figure
+from .reference import Reference
+from .runner import write_atomic
+
+GOAL_PCT = 15.0
+
+
+def error_rows(fig: Figure, results: list[dict[str, Any]], ref: Reference) -> list[dict[str, Any]]:
+    """Predicted (or measured) against published, for every point sosp21.json has."""
+    rows = []
+    for r in results:
+        p = r["point"]
+        if fig.kind == "scaling" and p["system"] != "linear":
+            pub = ref.published(p["cluster"], p["model"], p["system"], p["gpus"])
+            if pub is not None:
+                rows.append(_row(fig, p, "throughput", r["throughput"], pub, r.get("unit", "")))
+        elif fig.kind == "breakdown" and p["model"] == "vgg19":
+            pub = ref.breakdown.get(p["step"])
+            if pub is not None:
+                rows.append(_row(fig, p, "sync_ms", r["sync_ms"], pub, "ms"))
+    return rows
+
+
+def _row(fig: Figure, p: dict[str, Any], metric: str, pred: float, pub: float, unit: str) -> dict[str, Any]:
+    err = 100.0 * (pred - pub) / pub
+    return {
+        "figure": fig.figure,
+        "cluster": p["cluster"],
+        "model": p["model"],
+        "system": p["system"] if not p.get("step") else f"{p['step']} ({p['system']})",
+        "gpus": p["gpus"],
+        "metric": metric,
+        "predicted": pred,
+        "published": pub,
+        "unit": unit,
+        "error_pct": err,
+        "within_goal": abs(err) <= GOAL_PCT,
+    }
+
+
+def table_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| fig | cluster | model | system | GPUs | predicted | published | error |",
+        "|---:|---|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        mark = "" if r["within_goal"] else " **miss**"
+        lines.append(
+            f"| {r['figure']} | {r['cluster']} | {r['model']} | {r['system']} | {r['gpus']} | "
+            f"{r['predicted']:.1f} | {r['published']:.1f} | {r['error_pct']:+.1f}%{mark} |"
+        )
+    if rows:
+        n_ok = sum(r["within_goal"] for r in rows)
+        worst = max(rows, key=lambda r: abs(r["error_pct"]))
+        mean = sum(abs(r["error_pct"]) for r in rows) / len(rows)
+        lines.append("")
+        lines.append(
+            f"{n_ok}/{len(rows)} points within {GOAL_PCT:.0f}%; mean |error| {mean:.1f}%; worst "
+            f"{worst['error_pct']:+.1f}% ({worst['model']} {worst['system']} {worst['gpus']} GPUs)"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_figure(fig: Figure, results: list[dict[str, Any]], ref: Reference, path: Path, mode: str) -> None:
+    """One PNG for the figure (Agg backend: no display needed), written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if fig.kind == "scaling":
+        f = _plot_scaling(plt, fig, results, ref, mode)
+    elif fig.kind == "breakdown":
+        f = _plot_breakdown(plt, fig, results, ref, mode)
+    else:
+        f = _plot_rate(plt, fig, results, mode)
+    buf = io.BytesIO()
+    f.savefig(buf, format="png", dpi=110)
+    plt.close(f)
+    write_atomic(path, buf.getvalue())
+
+
+_COLORS = {
+    "linear": "#888888",
+    "byteps": "#1f77b4",
+    "ring": "#ff7f0e",
+    "byteps-onebit": "#2ca02c",
+    "ring-dgc": "#9467bd",
+    "casync-ps": "#d62728",
+    "casync-ring": "#8c564b",
+}
+
+
+def _plot_scaling(plt: Any, fig: Figure, results: list[dict[str, Any]], ref: Reference, mode: str) -> Any:
+    by_model: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    units: dict[str, str] = {}
+    for r in results:
+        p = r["point"]
+        by_model[p["model"]][p["system"]].append((p["gpus"], r["throughput"]))
+        units[p["model"]] = r.get("unit", "")
+    models = list(by_model)
+    cols = min(3, len(models))
+    rows = (len(models) + cols - 1) // cols
+    f, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
+    label = "measured" if mode == "real" else "simulated"
+    for ax, model in zip(axes.flat, models, strict=False):
+        for system, pts in by_model[model].items():
+            pts.sort()
+            xs, ys = [x for x, _ in pts], [y for _, y in pts]
+            style = "--" if system == "linear" else "-"
+            marker = "." if system != "linear" else None
+            ax.plot(xs, ys, style, color=_COLORS.get(system), label=system, marker=marker)
+            pub = ref.series(fig.cluster, model, system)
+            if pub is not None and system != "linear":
+                ax.plot(ref.gpu_counts(fig.cluster), pub, "o", mfc="none", color=_COLORS.get(system), ms=7)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(model)
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel(units.get(model, ""))
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(models) :]:
+        ax.axis("off")
+    f.suptitle(
+        f"Figure {fig.figure}: {fig.title}\nlines: {label}; hollow circles: published (sosp21.json)", fontsize=10
+    )
+    f.tight_layout()
+    return f
+
+
+def _plot_breakdown(plt: Any, fig: Figure, results: list[dict[str, Any]], ref: Reference, mode: str) -> Any:
+    steps = [r["point"]["step"] for r in results]
+    pred = [r["sync_ms"] for r in results]
+    comp = [r["compute_ms"] for r in results]
+    pub = [ref.breakdown.get(s) for s in steps]
+    f, ax = plt.subplots(figsize=(9, 4.5))
+    xs = range(len(steps))
+    w = 0.38
+    ax.bar([x - w / 2 for x in xs], pred, w, label=f"sync, {mode}", color="#d62728")
+    ax.bar([x + w / 2 for x in xs], [p or 0 for p in pub], w, label="sync, published",
+           color="none", edgecolor="k", hatch="//")
+    ax.plot(list(xs), comp, "k_", ms=25, label="computation (model)")
+    ax.set_xticks(list(xs), steps, rotation=20, fontsize=8)
+    ax.set_ylabel("ms per iteration")
+    ax.legend(fontsize=8)
+    ax.set_title(f"Figure {fig.figure}: {fig.title}", fontsize=10)
+    f.tight_layout()
+    return f
+
+
+def _plot_rate(plt: Any, fig: Figure, results: list[dict[str, Any]], mode: str) -> Any:
+    by_model: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    flat: dict[str, dict[str, float]] = defaultdict(dict)
+    units: dict[str, str] = {}
+    for r in results:
+        p = r["point"]
+        units[p["model"]] = r.get("unit", "")
+        if p["rate"] is None:
+            flat[p["model"]][p["system"]] = r["throughput"]
+        else:
+            by_model[p["model"]][p["system"]].append((p["rate"], r["throughput"]))
+    models = list(by_model)
+    f, axes = plt.subplots(1, max(1, len(models)), figsize=(5 * max(1, len(models)), 3.8), squeeze=False)
+    for ax, model in zip(axes.flat, models, strict=False):
+        for system, pts in by_model[model].items():
+            pts.sort()
+            ax.plot([x for x, _ in pts], [y for _, y in pts], "-o", color=_COLORS.get(system), label=system, ms=4)
+        for system, y in flat[model].items():
+            ax.axhline(y, ls="--", color=_COLORS.get(system), label=system, lw=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("DGC kept fraction")
+        ax.set_ylabel(units.get(model, ""))
+        ax.set_title(model)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    f.suptitle(f"Figure {fig.figure}: {fig.title} ({mode}; no published points)", fontsize=10)
+    f.tight_layout()
+    return f

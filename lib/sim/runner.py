@@ -1,0 +1,100 @@
+"""Evaluate figure points with the simulator, and keep finished ones on disk.
+
+``PointCache`` stores one JSON file per finished point under ``<out>/points/``, named by the point
+and a digest of everything its result depends on (the parameters, the reference numbers, the
+simulator's version), written atomically; a re-run skips what is there, and a changed calibration
+naturally misses the old entries instead of reusing them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .cluster import Cluster, cluster_from_reference
+from .costs import CodecCosts
+from .experiments import Point
+from .model import Planner, simulate
+from .params import SimParams
+from .reference import Reference
+from .systems import Options
+from .workload import Workload, make_workload
+
+#: Bump when a change to the model changes results, so that caches made before it are ignored.
+SIM_VERSION = 1
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write to a temporary file beside ``path``, then rename it over: readers never see half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+class PointCache:
+    def __init__(self, directory: Path, salt: dict[str, Any]) -> None:
+        self.directory = directory
+        self.digest = hashlib.sha256(json.dumps(salt, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+    def path(self, point: Point) -> Path:
+        return self.directory / f"{point.key()}-{self.digest}.json"
+
+    def get(self, point: Point) -> dict[str, Any] | None:
+        p = self.path(point)
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        return data if data.get("point") == point.to_dict() else None
+
+    def put(self, point: Point, result: dict[str, Any]) -> None:
+        write_atomic(self.path(point), json.dumps({"point": point.to_dict(), **result}, indent=1))
+
+
+class SimRunner:
+    """Runs points through :func:`hipress.sim.simulate`, caching workloads and clusters."""
+
+    def __init__(self, ref: Reference, params: SimParams, planner: Planner | None = None) -> None:
+        self.ref = ref
+        self.params = params
+        self.planner = planner
+        self.costs = CodecCosts.from_secopa(ref.secopa)
+        self._workloads: dict[tuple[str, str, float | None], Workload] = {}
+        self._clusters: dict[str, Cluster] = {}
+
+    def salt(self) -> dict[str, Any]:
+        return {"version": SIM_VERSION, "params": self.params.to_dict(), "reference": self.ref.raw,
+                "planner": getattr(self.planner, "__name__", str(self.planner))}
+
+    def workload(self, cluster: str, model: str, compute_ms: float | None = None) -> Workload:
+        key = (cluster, model, compute_ms)
+        if key not in self._workloads:
+            self._workloads[key] = make_workload(model, self.ref.per_gpu_rate(cluster, model), compute_ms=compute_ms)
+        return self._workloads[key]
+
+    def cluster(self, name: str) -> Cluster:
+        if name not in self._clusters:
+            self._clusters[name] = cluster_from_reference(self.ref, name)
+        return self._clusters[name]
+
+    def run(self, p: Point) -> dict[str, Any]:
+        w = self.workload(p.cluster, p.model, p.compute_ms)
+        r = simulate(
+            p.system, w, self.cluster(p.cluster), p.gpus, self.params, self.costs,
+            alg=p.algorithm, rate=p.rate, planner=self.planner,
+            options=Options(pipeline=p.pipeline, bulk=p.bulk, secopa=p.secopa),
+        )
+        return {**r.to_dict(), "unit": f"{w.unit}/s", "mode": "sim"}

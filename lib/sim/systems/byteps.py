@@ -1,0 +1,91 @@
+"""BytePS (co-located parameter servers on the hosts' CPUs), plain and with on-CPU onebit.
+
+BytePS reduces a node's gradients onto one GPU (NCCL), copies them to host memory in partitions of
+``byteps_partition_mb``, and pushes each partition to the server that owns it (round robin over the
+nodes); the server sums the pushes on the CPU and answers the pulls; the result is copied back and
+broadcast over the node's GPUs. Every byte of gradient passes the host once per node and iteration
+whatever the node count: a worker pushes and pulls the whole gradient, a server takes ``n`` pushes
+of ``1/n`` of it and answers ``n`` pulls, the local server included (it is reached through ZMQ
+like the others). That message path (ZMQ and the kernel's TCP stack, ``byteps_host_gbytes`` per
+byte at each end, fitted) and the CPU summation (``cpu_codec_gbytes`` per fp32 byte, fitted) are
+why BytePS scales flat but low over TCP. CPU work is uneven across nodes (``host_jitter``, fitted, see
+:func:`host_slowdown`): a synchronous PS runs at its slowest node's pace, which costs more the
+more nodes there are.
+
+``byteps-onebit`` is BytePS's compression plug-in: the worker encodes on the CPU after the copy,
+the server decodes each push into its sum, re-encodes, and the worker decodes the pull, all on the
+CPU at ``cpu_codec_gbytes`` -- figure 11's "on-CPU compression" bar. Only compressed bytes take the
+message path.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+from hipress.sync.graph import split_even
+
+from ..engine import Task
+from .base import Context
+
+
+def host_slowdown(n: int, jitter: float) -> list[float]:
+    """How much slower each node's CPU path runs: ``exp(jitter * z)`` at the normal quantiles
+    ``z`` of ``(i + 1/2) / n``. Deterministic, no random draw: with more nodes the slowest one is
+    further out in the tail, which is what a synchronous PS waits for on every partition."""
+    if jitter <= 0 or n == 1:
+        return [1.0] * n
+    dist = NormalDist()
+    return [math.exp(jitter * dist.inv_cdf((i + 0.5) / n)) for i in range(n)]
+
+
+def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
+    n = ctx.nodes
+    finals: list[Task] = []
+    if n == 1:
+        for g, r in zip(ctx.workload.gradients, ctx.ready, strict=True):
+            finals.append(ctx.intra_allreduce(0, g.nbytes, [r]))
+        return finals
+    p = ctx.params
+    part_elems = max(1, int(p.byteps_partition_mb * (1 << 20) / 4))
+    lat = p.tcp_latency_ms
+    counter = 0
+
+    slow = host_slowdown(n, p.host_jitter)
+
+    def host(kind: str, node: int, nbytes: float, rate: float, deps: list[Task | None]) -> Task:
+        return ctx.sim.task(kind, nbytes / rate * slow[node], (ctx.res("host", node),), deps)
+
+    for g, r in zip(ctx.workload.gradients, ctx.ready, strict=True):
+        k = max(1, math.ceil(g.size / part_elems))
+        for _off, ln in split_even(g.size, k):
+            s = counter % n
+            counter += 1
+            nbytes = 4.0 * ln
+            wire = ctx.alg.payload_bytes(ln) if compressed else nbytes
+            arrived: list[Task | None] = []
+            for w in range(n):
+                x = ctx.intra_reduce(w, nbytes, [r])
+                x = ctx.sim.task("d2h", nbytes / ctx.pcie_rate, (ctx.res("pcie", w),), [x])
+                if compressed:
+                    x = host("cpu-encode", w, nbytes, ctx.cpu_codec_rate, [x])
+                x = host("zmq-send", w, wire, ctx.host_rate, [x])
+                if w != s:
+                    x = ctx.transfer(w, s, wire, [x], latency=lat)
+                x = host("zmq-recv", s, wire, ctx.host_rate, [x])
+                # the server sums (a compressed push is decoded into the sum: one streaming pass)
+                arrived.append(host("sum", s, nbytes, ctx.cpu_codec_rate, [x]))
+            agg: Task = ctx.after(arrived)
+            if compressed:
+                agg = host("cpu-encode", s, nbytes, ctx.cpu_codec_rate, [agg])
+            for w in range(n):
+                y: Task = agg
+                y = host("zmq-send", s, wire, ctx.host_rate, [agg])
+                if w != s:
+                    y = ctx.transfer(s, w, wire, [y], latency=lat)
+                y = host("zmq-recv", w, wire, ctx.host_rate, [y])
+                if compressed:
+                    y = host("cpu-decode", w, nbytes, ctx.cpu_codec_rate, [y])
+                y = ctx.sim.task("h2d", nbytes / ctx.pcie_rate, (ctx.res("pcie", w),), [y])
+                finals.append(ctx.intra_broadcast(w, nbytes, [y]))
+    return finals

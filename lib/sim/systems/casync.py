@@ -1,0 +1,181 @@
+"""CaSync-PS and CaSync-Ring, the same task graphs as ``hipress.sync.topologies`` at cluster scale.
+
+The real engine's graphs (``casync_ps.py``, ``casync_ring.py``) run on tensors over MPI; here the
+same steps are tasks with costs. Reused from the engine as they are: the partition split
+(``split_even``) and the PS aggregator placement (``assign_owners``: largest partition onto the
+least-loaded node). CaSync synchronizes *between nodes*: a node's GPUs first reduce onto one
+(NCCL), and the result is broadcast back after.
+
+CaSync-PS, per partition of ``ln`` elements owned by node ``s``: every other node encodes and sends
+its payload to ``s``; ``s`` decodes each into its sum (decode-merge), re-encodes the sum once (a
+sparse algorithm with the budget widened by the node count), decodes its own copy, and sends the
+payload to all; each decodes it. CaSync-Ring, per partition (cut into ``N`` chunks of ``q``): ``N-1``
+reduce-scatter hops of encode -> send -> decode-merge, one final encode, then ``N-1`` all-gather hops
+forwarding the payload unchanged, each received payload decoded.
+
+``Options`` switches figure 11's optimizations: without ``pipeline`` a gradient's synchronization
+starts only once the previous one's is done; without ``bulk`` small gradients travel alone; without
+``secopa`` every gradient is compressed and cut into 4 MiB partitions (the engine's default).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hipress.sync.graph import split_even
+from hipress.sync.plan import PlanEntry
+from hipress.sync.program import assign_owners
+from hipress.sync.topologies import default_partitions_ps, default_partitions_ring
+
+from ..engine import Task
+from .base import Context
+
+NAIVE_PARTITION_BYTES = 4 << 20
+
+
+@dataclass
+class Unit:
+    """What is synchronized as one job: a gradient, or a bulk group of small ones."""
+
+    name: str
+    members: list[int]
+    size: int
+    compress: bool
+    partitions: int
+
+
+def naive_plan(grads: list[tuple[str, int]], nodes: int, topology: str) -> dict[str, PlanEntry]:
+    """Compress everything, partitions as the engine does without a plan (figure 11 pre-SeCoPa)."""
+    rule = default_partitions_ps if topology == "ps" else default_partitions_ring
+    return {
+        name: PlanEntry(name, size, True, min(nodes, rule(size, nodes, NAIVE_PARTITION_BYTES)) or 1)
+        for name, size in grads
+    }
+
+
+def _units(ctx: Context, topology: str) -> list[Unit]:
+    grads = ctx.workload.gradients
+    plan = ctx.plan if (ctx.options.secopa and ctx.plan is not None) else None
+    if plan is None:
+        plan = naive_plan([(g.name, g.size) for g in grads], ctx.nodes, topology)
+    units: list[Unit] = []
+    bulk = ctx.params.bulk_kb * 1024 if ctx.options.bulk else 0.0
+    group: list[int] = []
+    group_bytes = 0.0
+    group_compress = False
+
+    def close() -> None:
+        nonlocal group, group_bytes
+        if group:
+            size = sum(grads[i].size for i in group)
+            name = grads[group[0]].name if len(group) == 1 else f"bulk[{grads[group[0]].name}..]x{len(group)}"
+            units.append(Unit(name, group, size, group_compress, 1))
+        group, group_bytes = [], 0.0
+
+    for i, g in enumerate(grads):
+        e = plan.get(g.name)
+        if e is None:
+            raise ValueError(f"the plan has no entry for gradient {g.name!r} of {ctx.workload.model}")
+        k = max(1, min(e.partitions, ctx.nodes))
+        if bulk and k == 1 and g.nbytes < bulk:
+            if group and (group_compress != e.compress or group_bytes + g.nbytes > bulk):
+                close()
+            group_compress = e.compress
+            group.append(i)
+            group_bytes += g.nbytes
+            continue
+        close()
+        units.append(Unit(g.name, [i], g.size, e.compress, k))
+    close()
+    return units
+
+
+def build_casync(ctx: Context, topology: str) -> list[Task]:
+    finals: list[Task] = []
+    if ctx.nodes == 1:
+        for g, r in zip(ctx.workload.gradients, ctx.ready, strict=True):
+            finals.append(ctx.intra_allreduce(0, g.nbytes, [r]))
+        return finals
+    units = _units(ctx, topology)
+    owners = None
+    if topology == "ps":
+        owners = assign_owners({u.name: PlanEntry(u.name, u.size, u.compress, u.partitions) for u in units}, ctx.nodes)
+    previous: Task | None = None
+    for u in units:
+        deps: list[Task | None] = [ctx.ready[i] for i in u.members]
+        if not ctx.options.pipeline:
+            deps.append(previous)
+        done: list[Task] = []
+        for part, (_off, ln) in enumerate(split_even(u.size, u.partitions)):
+            if ln == 0:
+                continue
+            if topology == "ps":
+                assert owners is not None
+                done += _ps_partition(ctx, ln, u.compress, owners[(u.name, part)], deps)
+            else:
+                done.append(_ring_partition(ctx, ln, u.compress, deps))
+        finals += done
+        if not ctx.options.pipeline:
+            previous = ctx.after(done)
+    return finals
+
+
+def _ps_partition(ctx: Context, ln: int, compress: bool, s: int, deps: list[Task | None]) -> list[Task]:
+    n = ctx.nodes
+    nbytes = 4.0 * ln
+    reduced = [ctx.intra_reduce(w, nbytes, deps) for w in range(n)]
+    wire = ctx.alg.payload_bytes(ln) if compress else nbytes
+    merged: Task | None = reduced[s]
+    sent: dict[int, Task] = {}
+    for w in range(n):
+        if w == s:
+            continue
+        x = reduced[w]
+        if compress:
+            x = ctx.encode(w, ln, [x])
+        x = ctx.transfer(w, s, wire, [x])
+        sent[w] = x
+        # decode-merge into the aggregator's sum, in rank order (one GPU stream serializes them anyway)
+        merged = ctx.decode(s, ln, [x, merged]) if compress else ctx.after([x, merged])
+    out: list[Task] = []
+    agg_alg = ctx.alg.widened(n)
+    agg: Task | None = merged
+    if compress:
+        agg = ctx.encode(s, ln, [merged], agg_alg)
+        own = ctx.decode(s, ln, [agg], agg_alg)
+    else:
+        own = agg
+    agg_wire = agg_alg.payload_bytes(ln) if compress else nbytes
+    for w in range(n):
+        if w == s:
+            y = own
+        else:
+            y = ctx.transfer(s, w, agg_wire, [agg])
+            if compress:
+                y = ctx.decode(w, ln, [y, sent[w]], agg_alg)
+        out.append(ctx.intra_broadcast(w, nbytes, [y]))
+    return out
+
+
+def _ring_partition(ctx: Context, ln: int, compress: bool, deps: list[Task | None]) -> Task:
+    n = ctx.nodes
+    q = math.ceil(ln / n)
+    x = ctx.intra_reduce(0, 4.0 * ln, deps)
+    if not compress:
+        for _ in range(2 * (n - 1)):
+            x = ctx.transfer(0, 0, 4.0 * q, [x])
+        return ctx.intra_broadcast(0, 4.0 * ln, [x])
+    for hop in range(n - 1):
+        alg = ctx.alg.widened(hop + 1)
+        e = ctx.encode(0, q, [x], alg)
+        snd = ctx.transfer(0, 0, alg.payload_bytes(q), [e])
+        x = ctx.decode(0, q, [snd, x], alg)
+    agg_alg = ctx.alg.widened(n)
+    fin = ctx.encode(0, q, [x], agg_alg)
+    decoded = [ctx.decode(0, q, [fin], agg_alg)]
+    prev: Task = fin
+    for _ in range(n - 1):
+        prev = ctx.transfer(0, 0, agg_alg.payload_bytes(q), [prev])
+        decoded.append(ctx.decode(0, q, [prev], agg_alg))
+    return ctx.intra_broadcast(0, 4.0 * ln, decoded)

@@ -1,0 +1,94 @@
+"""Horovod on NCCL: ``ring`` (all-reduce) and ``ring-dgc`` (open-source DGC, sparse all-gather).
+
+Horovod wakes every ``cycle_ms``, takes the gradients that became ready since, packs them into
+fusion buffers of at most ``fusion_mb`` and runs one collective per buffer, one after another on
+NCCL's stream. NCCL's ring spans every GPU of the job (not just the nodes): an all-reduce of ``b``
+bytes over ``N`` GPUs is ``2(N-1)`` steps, each moving ``b/N`` bytes over the slowest hop (the NIC
+once the job spans nodes) plus a fixed per-step latency ``nccl_step_ms`` (fitted). That latency,
+times hundreds of steps at 128 GPUs, is what bends the ring's curve down at scale.
+
+``ring-dgc`` compresses tensors of at least ``dgc_min_elements`` (the others are all-reduced): each
+is encoded on the GPU (SeCoPa's encode cost times ``oss_codec_work``, fitted: the open-source kernels
+sort where CompLL samples), the payloads all-gathered (``N-1`` steps of one rank's payload), and
+every rank scatter-adds all ``N`` payloads back into a dense gradient.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..engine import Task
+from .base import Context
+
+
+def _allreduce_ms(ctx: Context, nbytes: float) -> float:
+    n_gpus = ctx.layout.gpus
+    if n_gpus == 1:
+        return 0.0
+    rate = ctx.net_rate if ctx.nodes > 1 else ctx.intra_rate
+    return 2 * (n_gpus - 1) * (nbytes / n_gpus / rate + ctx.params.nccl_step_ms)
+
+
+def _allgather_ms(ctx: Context, per_rank_bytes: float) -> float:
+    n_gpus = ctx.layout.gpus
+    if n_gpus == 1:
+        return 0.0
+    rate = ctx.net_rate if ctx.nodes > 1 else ctx.intra_rate
+    return (n_gpus - 1) * (per_rank_bytes / rate + ctx.params.nccl_step_ms)
+
+
+def build_horovod(ctx: Context, dgc: bool = False) -> list[Task]:
+    p = ctx.params
+    grads = ctx.workload.gradients
+    ready_at = [m.ready for m in ctx.ready]
+    fusion = p.fusion_mb * (1 << 20)
+    nccl = ctx.res("nccl", 0)
+    n_gpus = ctx.layout.gpus
+    finals: list[Task] = []
+    i = 0
+    while i < len(grads):
+        tick = math.ceil(ready_at[i] / p.cycle_ms - 1e-9) * p.cycle_ms
+        j = i
+        while j < len(grads) and ready_at[j] <= tick + 1e-9:
+            j += 1
+        # pack grads[i:j] into fusion buffers, in ready order
+        buffers: list[list[int]] = [[]]
+        size = 0.0
+        for idx in range(i, j):
+            nb = grads[idx].nbytes
+            if buffers[-1] and size + nb > fusion:
+                buffers.append([])
+                size = 0.0
+            buffers[-1].append(idx)
+            size += nb
+        for buf in buffers:
+            marks = [ctx.ready[idx] for idx in buf]
+            start = ctx.sim.task("cycle", 0.0, at=tick, deps=marks)
+            if not dgc:
+                nbytes = sum(grads[idx].nbytes for idx in buf)
+                finals.append(ctx.sim.task("allreduce", _allreduce_ms(ctx, nbytes), (nccl,), [start]))
+                continue
+            sparse = [idx for idx in buf if grads[idx].size >= p.dgc_min_elements]
+            dense = [idx for idx in buf if grads[idx].size < p.dgc_min_elements]
+            if dense:
+                nbytes = sum(grads[idx].nbytes for idx in dense)
+                finals.append(ctx.sim.task("allreduce", _allreduce_ms(ctx, nbytes), (nccl,), [start]))
+            if sparse:
+                encs = [
+                    ctx.sim.task(
+                        "encode",
+                        ctx.costs.encode_ms(grads[idx].size, ctx.alg) * p.oss_codec_work,
+                        (ctx.res("gpu", 0),),
+                        [start],
+                    )
+                    for idx in sparse
+                ]
+                payload = sum(ctx.alg.payload_bytes(grads[idx].size) for idx in sparse)
+                gathered = ctx.sim.task("allgather", _allgather_ms(ctx, payload), (nccl,), encs)
+                for idx in sparse:
+                    size = grads[idx].size
+                    kept = size * ctx.alg.bytes_per_element / 8.0
+                    dur = (ctx.costs.decode_ms(size, ctx.alg) + ctx.costs.decode.B * kept * n_gpus) * p.oss_codec_work
+                    finals.append(ctx.sim.task("decode", dur, (ctx.res("gpu", 0),), [gathered]))
+        i = j
+    return finals

@@ -1,0 +1,138 @@
+"""One model's training step as a timeline: forward, then gradients becoming ready in backward.
+
+The layer shapes and the ready order come from the model zoo (``hipress.models.gradient_sizes``);
+how long the step computes comes from the paper's ``linear`` series (per-GPU throughput) and the
+batch size; how that time spreads over the layers comes from each layer's floating-point work,
+counted by PyTorch's ``FlopCounterMode`` on the ``meta`` device (no memory, no arithmetic). That
+matters: VGG19's fully-connected layers hold 86% of the gradient bytes but do 1% of the work, so
+their gradients are ready almost as soon as backward starts, and a system can hide their transfer
+behind the convolutions' backward pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+#: Backward costs about twice the forward (two matrix products per forward one).
+BACKWARD_SHARE = 2.0 / 3.0
+
+
+@dataclass(frozen=True)
+class Gradient:
+    name: str
+    size: int  # fp32 elements
+    ready_ms: float  # since the start of backward
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * self.size
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a data-parallel system has to synchronize, and when, for one step on one GPU."""
+
+    model: str
+    unit: str
+    batch_size: int
+    units_per_sample: int
+    compute_ms: float
+    forward_ms: float
+    backward_ms: float
+    gradients: tuple[Gradient, ...]
+
+    @property
+    def total_elements(self) -> int:
+        return sum(g.size for g in self.gradients)
+
+    def throughput(self, gpus: int, iteration_ms: float) -> float:
+        """Units per second of ``gpus`` GPUs each doing one step per ``iteration_ms``."""
+        return gpus * self.batch_size * self.units_per_sample * 1000.0 / iteration_ms
+
+
+def make_workload(
+    model: str,
+    per_gpu_rate: float,
+    batch_size: int | None = None,
+    gradients: list[tuple[str, int]] | None = None,
+    compute_ms: float | None = None,
+) -> Workload:
+    """The step of ``model`` on a GPU that trains ``per_gpu_rate`` units/s.
+
+    ``gradients`` overrides the zoo's list (e.g. a HiPress ``input.txt``); then work is spread in
+    proportion to size, as no layer shapes are known. ``compute_ms`` overrides the rate-derived
+    step time (figure 11 states its own).
+    """
+    from hipress.models import get
+
+    spec = get(model)
+    opts = spec.options("paper", batch_size=batch_size)
+    batch = opts["batch_size"]
+    units = spec.units(opts)
+    if compute_ms is None:
+        if per_gpu_rate <= 0:
+            raise ValueError(f"{model}: per-GPU throughput must be positive, got {per_gpu_rate}")
+        compute_ms = batch * units * 1000.0 / per_gpu_rate
+    if gradients is None:
+        grads, work = _zoo_profile(model)
+    else:
+        grads = tuple(gradients)
+        work = tuple(float(n) for _, n in grads)
+    backward = compute_ms * BACKWARD_SHARE
+    total = sum(work) or 1.0
+    t = 0.0
+    out = []
+    for (name, size), w in zip(grads, work, strict=True):
+        t += backward * w / total
+        out.append(Gradient(name, int(size), t))
+    return Workload(model, spec.unit, batch, units, compute_ms, compute_ms - backward, backward, tuple(out))
+
+
+@lru_cache(maxsize=16)
+def _zoo_profile(model: str) -> tuple[tuple[tuple[str, int], ...], tuple[float, ...]]:
+    """Gradients in ready order and the backward work that precedes each one becoming ready.
+
+    A parameter's gradient is ready when its module's backward has run; we charge each module's
+    forward FLOPs (the backward is proportional) to the first of its parameters to become ready, and
+    spread work done outside parameterised modules (attention products, pooling) in proportion.
+    Models whose layers the counter cannot see (fused RNN kernels) fall back to size-proportional.
+    """
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from hipress.models import get, gradient_sizes
+
+    grads = tuple(gradient_sizes(model))
+    spec = get(model)
+    opts = spec.options("paper")
+    with torch.device("meta"):
+        net = spec.build(**opts)
+    batch = spec.make_batch(1, opts, torch.device("meta"), None)
+    counter = FlopCounterMode(display=False, depth=None)
+    with counter:
+        spec.loss(net, batch)
+    counts = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
+    root = type(net).__name__
+    total = float(counter.get_total_flops())
+    work: list[float] = []
+    charged: set[str] = set()
+    for name, _ in grads:
+        module = name.rsplit(".", 1)[0] if "." in name else ""
+        key = f"{root}.{module}" if module else root
+        if module and key not in charged and key in counts and not _has_counted_child(key, counts):
+            charged.add(key)
+            work.append(float(counts[key]))
+        else:
+            work.append(0.0)
+    attributed = sum(work)
+    if total <= 0 or attributed <= 0 or attributed < 0.2 * total:
+        return grads, tuple(float(n) for _, n in grads)
+    # spread the unattributed remainder in proportion to what was attributed
+    scale = total / attributed
+    return grads, tuple(w * scale for w in work)
+
+
+def _has_counted_child(key: str, counts: dict[str, int]) -> bool:
+    prefix = key + "."
+    return any(k.startswith(prefix) for k in counts)
