@@ -170,11 +170,12 @@ def register(app: typer.Typer) -> None:
 
 def _launch_and_watch(cfg: Any, run_dir: Path, out: Any) -> tuple[int, str]:
     """Start the ranks, render progress from rank 0's events, return (exit code, failure message)."""
-    from hipress.train.supervise import Job
+    from hipress.train.supervise import Job, thread_env, threads_per_rank
 
     tail = _Tail(run_dir / "events.jsonl")
     total = cfg.warmup + cfg.iters
-    job = Job(cfg.np, ["-m", "hipress.train.worker", str(run_dir)], log=run_dir / "output.log")
+    env = thread_env(threads_per_rank(cfg.np, cfg.threads))
+    job = Job(cfg.np, ["-m", "hipress.train.worker", str(run_dir)], log=run_dir / "output.log", env=env)
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("iter {task.completed:.0f}/{task.total:.0f}"),
         TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[sync]}"), TimeElapsedColumn(),

@@ -13,7 +13,6 @@ and GRACE -- the baseline CaSync improves on -- offered inside DDP; the state ob
 PyTorch's PowerSGD hook: documented hyper-parameters, per-bucket state, picklable for checkpoints.
 """
 
-from __future__ import annotations
 
 from typing import Any
 

@@ -49,6 +49,22 @@ def mpiexec_path() -> str:
     return found
 
 
+def threads_per_rank(np: int, requested: int = 0) -> int:
+    """This host's cores shared among ``np`` local ranks (at least one each), unless ``requested``."""
+    return requested if requested > 0 else max(1, len(os.sched_getaffinity(0)) // max(1, np))
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment that caps every thread pool of a rank before it starts.
+
+    It has to be set before the rank imports numba (``hipress.compress`` does, at import time):
+    numba's OpenMP pool, sized for the whole machine, spins in every parallel region, and with more
+    ranks than cores a decode of a few kilobytes then waits tens of milliseconds for time slices.
+    """
+    n = str(threads)
+    return {"NUMBA_NUM_THREADS": n, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
+
+
 class Job:
     """``np`` ranks of ``python ARGS...`` under ``mpiexec``; output goes to ``log``."""
 
