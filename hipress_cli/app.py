@@ -17,6 +17,7 @@ COMMANDS: list[tuple[str, str | None]] = [
     ("models", None),
     ("cluster", "cluster"),
     ("reproduce", "reproduce"),
+    ("compll", "compll"),
 ]
 
 
