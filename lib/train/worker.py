@@ -55,6 +55,30 @@ def _set_threads(comm: Any, requested: int) -> int:
     return n
 
 
+def _maybe_fault(rank: int, it: int) -> None:
+    """Failure drills: ``HIPRESS_FAULT=RANK:ITER[:raise|exit|kill]`` makes that rank fail at that iteration.
+
+    Used by the tests (and by anyone checking how a cluster reacts) to exercise the three ways a
+    rank dies: an exception (reported with its message), an abrupt exit, and SIGKILL.
+    """
+    spec = os.environ.get("HIPRESS_FAULT")
+    if not spec:
+        return
+    parts = spec.split(":")
+    try:
+        f_rank, f_iter = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"HIPRESS_FAULT={spec!r}: expected RANK:ITER[:raise|exit|kill]") from None
+    if (f_rank, f_iter) != (rank, it):
+        return
+    kind = parts[2] if len(parts) > 2 else "raise"
+    if kind == "exit":
+        os._exit(3)
+    if kind == "kill":
+        os.kill(os.getpid(), 9)
+    raise RuntimeError(f"fault injected by HIPRESS_FAULT={spec} at iteration {it}")
+
+
 def _finite(x: float) -> float | None:
     return x if np.isfinite(x) else None
 
@@ -151,6 +175,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
     sent_before = 0
     try:
         for it in range(total):
+            _maybe_fault(rank, it)
             t0 = time.perf_counter()
             opt.zero_grad()
             loss = spec.loss(net, next(batches))
