@@ -158,6 +158,54 @@ print(n)
 """
 
 
+#: Runs on each host in place of the proxy and starts it as a child. When the SSH session's stdin
+#: reaches EOF (the launcher closed it, died, or the connection was lost and sshd closed the
+#: session) or the guard gets SIGTERM/SIGINT/SIGHUP, it ends every process of the job on that host
+#: (found by the token, as ``KILLER`` does): a launcher killed with SIGKILL leaves nothing running.
+GUARD = r"""
+import os, signal, subprocess, sys, threading, time
+token, argv = sys.argv[1], sys.argv[2:]
+needle = ("HIPRESS_JOB=" + token).encode()
+me, uid = os.getpid(), os.getuid()
+def job_pids():
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != me:
+            try:
+                if os.stat("/proc/" + pid).st_uid == uid:
+                    with open("/proc/" + pid + "/environ", "rb") as f:
+                        if needle in f.read().split(b"\0"):
+                            out.append(int(pid))
+            except OSError:
+                pass
+    return out
+def end_job(*_):
+    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 1.0)):
+        for pid in job_pids():
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + wait
+        while job_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    os._exit(143)
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, end_job)
+child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=dict(os.environ, HIPRESS_JOB=token))
+def watch_stdin():
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    end_job()
+threading.Thread(target=watch_stdin, daemon=True).start()
+rc = child.wait()
+sys.exit(rc if rc >= 0 else 128 - rc)
+"""
+
+
 def signal_job(client: paramiko.SSHClient, python: str, token: str, sig: str, timeout: float = 15.0) -> int | None:
     """Send ``sig`` (``TERM``, ``KILL``, or ``0`` to count) to the job's processes on a host; how many, or None."""
     transport = client.get_transport()
@@ -185,9 +233,10 @@ def signal_job(client: paramiko.SSHClient, python: str, token: str, sig: str, ti
 class RemoteProcess:
     """One command on one host, started over SSH, stoppable with everything it started.
 
-    The command runs with ``HIPRESS_JOB=<token>`` in its environment; ``stop`` signals the process
-    group of the command (the shell ``exec``s it, so its PID is the session's group) and every
-    process of the job found by that token, TERM first and KILL after a grace period.
+    The command runs under ``GUARD`` with ``HIPRESS_JOB=<token>`` in its environment; ``stop``
+    closes the guard's stdin, signals its process group (the shell ``exec``s it, so its PID is the
+    session's group) and every process of the job found by that token, TERM first and KILL after
+    a grace period.
     """
 
     def __init__(self, client: paramiko.SSHClient, argv: Sequence[str], cwd: str, name: str,
@@ -199,11 +248,11 @@ class RemoteProcess:
         if transport is None or not transport.is_active():
             raise RemoteLaunchError(f"{name}: the SSH connection is closed")
         self.channel = transport.open_session(timeout=start_timeout)
-        # the shell reports its PID, then becomes the program (exec): same PID, and since sshd puts
-        # every session in a new session/process group, that PID is the group we kill first.
-        full = ["env", f"HIPRESS_JOB={token}", *argv]
+        # the shell reports its PID, then becomes the guard (exec): same PID, and since sshd puts
+        # every session in a new session/process group, that PID is the group we kill first. The
+        # channel's stdin stays open: its EOF tells the guard to end the job.
+        full = [python, "-c", GUARD, token, *argv]
         self.channel.exec_command(f"echo {_PID_MARK}$$ && {command(full, cwd=cwd, exec_=True)}")
-        self.channel.shutdown_write()
         self._pid_ready = threading.Event()
         self._threads = [threading.Thread(target=self._pump, args=(stderr,), daemon=True, name=f"ssh-{name}")
                          for stderr in (False, True)]
@@ -258,6 +307,10 @@ class RemoteProcess:
         None when the host cannot be asked, e.g. the connection is lost).
         """
         if self.poll() is None:
+            try:
+                self.channel.shutdown_write()  # EOF on the guard's stdin: it ends the job on its host
+            except (OSError, EOFError, paramiko.SSHException):
+                pass
             self._kill_group("TERM")
         left = signal_job(self.client, self.python, self.token, "TERM")
         deadline = time.monotonic() + grace
@@ -731,7 +784,11 @@ def _makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
             if not stat.S_ISDIR(st.st_mode or 0):
                 raise OSError(f"{cur} exists and is not a directory")
         except FileNotFoundError:
-            sftp.mkdir(cur, mode=0o700)
+            try:
+                sftp.mkdir(cur, mode=0o700)
+            except OSError:  # made meanwhile by another host's setup (shared file system)?
+                if not stat.S_ISDIR(sftp.stat(cur).st_mode or 0):
+                    raise
 
 
 def _safe_name(name: str) -> bool:

@@ -88,16 +88,15 @@ def test_timeout_stops_every_host(sshd, ssh_opts, tmp_path):
     assert wait_until(lambda: not sshd_children(sshd), 10)
 
 
-def test_ctrl_c_stops_every_host(sshd, ssh_opts, tmp_path):
-    """SIGINT to the launcher's process group, as a terminal's Ctrl-C: exit 130, nothing left anywhere."""
-    run_dir = _run_dir(tmp_path, "run-int")
+def _start_driver(sshd, ssh_opts, tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path, list[str]]:
+    """``launch_hosts`` of a hanging job in a process of its own; returns once both ranks are ready."""
+    run_dir = _run_dir(tmp_path, name)
     cfg = {"port": sshd.port, "key": str(sshd.client_key), "known_hosts": str(ssh_opts.known_hosts),
            "hosts": "127.0.0.1:1,127.0.0.2:1", "argv": [sys.executable, PROG, "hang"], "run_dir": str(run_dir),
            "remote_dir": str(tmp_path / "remote")}
     proc = subprocess.Popen([sys.executable, "-m", "tests.launch.driver", json.dumps(cfg)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    ready = 0
-    out = []
+    ready, out = 0, []
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
     for line in proc.stdout:
@@ -106,12 +105,30 @@ def test_ctrl_c_stops_every_host(sshd, ssh_opts, tmp_path):
         if ready == 2 or time.monotonic() > deadline:
             break
     assert ready == 2, "".join(out)
+    return proc, run_dir, out
+
+
+def test_ctrl_c_stops_every_host(sshd, ssh_opts, tmp_path):
+    """SIGINT to the launcher's process group, as a terminal's Ctrl-C: exit 130, nothing left anywhere."""
+    proc, run_dir, out = _start_driver(sshd, ssh_opts, tmp_path, "run-int")
     os.killpg(proc.pid, signal.SIGINT)
     rest, _ = proc.communicate(timeout=30)
     assert proc.returncode == 130, "".join(out) + rest
     assert '"interrupted": true' in rest
-    token = json.loads((run_dir / "rank0.json").read_text())["job"]
+    token = json.loads((run_dir / "rank0.json").read_text())["job"]  # fetched after the interrupt
     assert wait_until(lambda: not job_processes(token), 10)
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_killed_launcher_leaves_nothing_running(sshd, ssh_opts, tmp_path):
+    """SIGKILL of the launcher (no cleanup possible here): the hosts' guards end the job themselves."""
+    proc, _, _ = _start_driver(sshd, ssh_opts, tmp_path, "run-kill")
+    wdir = next((tmp_path / "remote" / "run-kill").glob("0-*"))
+    token = json.loads((wdir / "rank0.json").read_text())["job"]
+    assert len(job_processes(token)) >= 4  # mpiexec here; a proxy and a rank on each host
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    assert wait_until(lambda: not job_processes(token), 15), "ranks, proxies or mpiexec outlived the launcher"
     assert wait_until(lambda: not sshd_children(sshd), 10)
 
 
