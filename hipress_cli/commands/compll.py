@@ -1,0 +1,153 @@
+"""``hipress compll ...``: the CompLL generator (gen, check), its productivity (stats), its speed (bench)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from hipress_cli.options import JsonOpt, console, err_console, fail, parse_size, print_json
+
+app = typer.Typer(help="CompLL: compression algorithms written in a DSL, compiled to CPU and GPU code.",
+                  no_args_is_help=True)
+
+FLAVORS = ("cpu", "cupy")
+
+
+@app.command("gen")
+def gen(
+    spec: Annotated[Path, typer.Argument(help="The .pse spec file.", show_default=False)],
+    body: Annotated[bool, typer.Option("-b", "--body", help="Kernels and drivers (the default if no flag is given).")] = False,
+    wrapper: Annotated[bool, typer.Option("-w", "--wrapper", help="The Compressor subclass around them.")] = False,
+    register: Annotated[bool, typer.Option("-r", "--register", help="The wrapper registers itself under the spec's name.")] = False,
+    flavor: Annotated[str, typer.Option("-f", "--flavor", help="cpu (numba) or cupy (CUDA C via CuPy).")] = "cpu",
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output directory.")] = Path("."),
+    name: Annotated[str, typer.Option("--name", help="Algorithm name (default: the spec's file name).")] = "",
+    ptx: Annotated[bool, typer.Option("--ptx", help="With -f cupy: also compile the CUDA with nvcc -ptx.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Generate code from a spec: ``hipress compll gen SPEC.pse [-b] [-w] [-r] -f cpu|cupy [-o DIR]``."""
+    from hipress.compll import CompLLError
+    from hipress.compll.loader import read_spec, write_modules
+
+    if flavor not in FLAVORS:
+        raise fail(f"--flavor must be one of {', '.join(FLAVORS)}, got {flavor!r}")
+    if not (body or wrapper or register):
+        body = True
+    try:
+        _, checked = read_spec(spec)
+        paths = write_modules(checked, out, body=body, wrapper=wrapper, register=register, flavors=(flavor,),
+                              name=name or None)
+    except CompLLError as e:
+        raise fail(str(e)) from None
+    except OSError as e:
+        raise fail(f"cannot write to {out}: {e.strerror or e}") from None
+    ptx_files = []
+    if ptx and flavor == "cupy" and body:
+        ptx_files = _nvcc_ptx([p for p in paths if p.suffix == ".cu"])
+    if json_:
+        print_json({"spec": str(spec), "files": [str(p) for p in paths + ptx_files]})
+        return
+    for p in paths + ptx_files:
+        console.print(f"wrote {p} ({sum(1 for _ in p.open())} lines)")
+
+
+def _nvcc_ptx(sources: list[Path]) -> list[Path]:
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise fail("--ptx: nvcc is not on PATH")
+    out = []
+    for src in sources:
+        ptx = src.with_suffix(".ptx")
+        r = subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-fmad=false", "--std=c++14", "-o", str(ptx), str(src)],
+                           capture_output=True, text=True)
+        if r.returncode:
+            raise fail(f"nvcc failed on {src}:\n{r.stderr.strip()}")
+        out.append(ptx)
+    return out
+
+
+@app.command("check")
+def check(
+    specs: Annotated[list[Path], typer.Argument(help="Spec files to parse and type-check.", show_default=False)],
+) -> None:
+    """Parse and check specs; report each problem as file:line:col."""
+    from hipress.compll import CompLLError
+    from hipress.compll.loader import read_spec
+
+    bad = 0
+    for s in specs:
+        try:
+            _, checked = read_spec(s)
+        except CompLLError as e:
+            err_console.print(f"[bold red]error:[/] {e}")
+            bad += 1
+            continue
+        roles = "encoder" + (" and decoder" if checked.decode is not None else " only")
+        params = ", ".join(p.name for p in checked.params) or "none"
+        console.print(f"{s}: ok ({roles}; parameters: {params})")
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command("stats")
+def stats(json_: JsonOpt = False) -> None:
+    """Lines of DSL against lines generated and lines hand-written, per built-in algorithm."""
+    from hipress.compll.stats import builtin_stats
+
+    rows = builtin_stats()
+    if json_:
+        print_json({"algorithms": rows, "counting": "non-blank lines that are not comments or docstrings"})
+        return
+    t = Table(title="CompLL productivity: lines of code per algorithm")
+    for col in ("alg", "DSL", "gen CPU", "gen CUDA C", "gen CUDA py", "wrapper", "hand-written", "hand / DSL"):
+        t.add_column(col, justify="right" if col != "alg" else "left")
+    for r in rows:
+        t.add_row(r["alg"], str(r["dsl"]), str(r["generated_cpu"]), str(r["generated_cuda_c"]),
+                  str(r["generated_cuda_py"]), str(r["generated_wrapper"]), str(r["handwritten"]),
+                  f"{r['handwritten'] / r['dsl']:.1f}x")
+    console.print(t)
+    console.print("Lines: non-blank, not comments or docstrings. Hand-written: the algorithm's file, the kernel "
+                  "functions it calls in compress/kernels/cpu.py and, for dgc/graddrop, compress/sparse.py "
+                  "(shared code counted for each algorithm that uses it; no CUDA hand-written exists).")
+
+
+@app.command("bench")
+def bench(
+    alg: Annotated[str, typer.Option("--alg", help="Built-ins to compare, comma-separated, or 'all'.")] = "all",
+    size: Annotated[str, typer.Option("--size", help="Gradient size in bytes of fp32 (e.g. 64M).")] = "64M",
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions (interleaved).")] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured warm-up runs.")] = 2,
+    threads: Annotated[int, typer.Option("--threads", min=0, help="Kernel threads (0: all cores).")] = 0,
+    json_: JsonOpt = False,
+) -> None:
+    """Generated against hand-written compressors, side by side in one run (interleaved repetitions)."""
+    from hipress.compll.bench import bench_builtins
+    from hipress.compll.builtins import BUILTINS
+
+    names = list(BUILTINS) if alg == "all" else [a.strip() for a in alg.split(",") if a.strip()]
+    unknown = [n for n in names if n not in BUILTINS]
+    if unknown:
+        raise fail(f"unknown built-in(s) {', '.join(unknown)}; choose from {', '.join(BUILTINS)}")
+    result = bench_builtins(names, parse_size(size), repeat=repeat, warmup=warmup, threads=threads)
+    if json_:
+        print_json(result)
+        return
+    t = Table(title=f"generated vs hand-written on {result['size_bytes'] / 2**20:.0f} MiB fp32, "
+                    f"{result['threads']} threads (median of {repeat}, interleaved)")
+    for col in ("alg", "lib enc GB/s", "gen enc GB/s", "enc gen/lib", "lib dec GB/s", "gen dec GB/s",
+                "dec gen/lib", "same bytes"):
+        t.add_column(col, justify="right" if col != "alg" else "left")
+    for r in result["algorithms"]:
+        t.add_row(r["alg"], f"{r['lib_encode_gbps']:.2f}", f"{r['gen_encode_gbps']:.2f}",
+                  f"{r['encode_ratio']:.2f} [{r['encode_ratio_ci95'][0]:.2f}, {r['encode_ratio_ci95'][1]:.2f}]",
+                  f"{r['lib_decode_gbps']:.2f}", f"{r['gen_decode_gbps']:.2f}",
+                  f"{r['decode_ratio']:.2f} [{r['decode_ratio_ci95'][0]:.2f}, {r['decode_ratio_ci95'][1]:.2f}]",
+                  "yes" if r["same_payload"] else "NO")
+    console.print(t)
+    console.print("gen/lib > 1: the generated code is faster; [lo, hi]: bootstrap 95% CI of the ratio of medians.")

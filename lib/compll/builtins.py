@@ -1,0 +1,103 @@
+"""The five built-in algorithms written in CompLL, their generated code, and where it is used.
+
+``lib/compll/specs/*.pse`` are the specs; ``lib/compll/generated/`` holds what the generator makes
+of them (committed, so it can be read and diffed; ``tests/compll`` fails when it is stale:
+regenerate with ``python -m hipress.compll.builtins``). The generated classes carry the library's
+names and wire ids, so their payloads are interchangeable with the hand-written ones.
+
+``install_builtins()`` puts a generated class in the registry in place of the hand-written one, for
+the algorithms in ``REPLACE``: those measured (``hipress compll bench``) as fast as or faster than the
+hand-written path, on both encode and decode, with the same capabilities. See ``REPLACE``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+BUILTINS = ("onebit", "tbq", "terngrad", "dgc", "graddrop")
+SPECS = Path(__file__).with_name("specs")
+GENERATED = Path(__file__).with_name("generated")
+
+# Measured with `hipress compll bench --size 64M --repeat 15` on this 2-core machine; see the
+# module docstring. An algorithm is listed only if the generated code is not slower on encode and
+# decode (ratio CI not below 1) and keeps the hand-written class's capabilities.
+REPLACE: tuple[str, ...] = ()
+
+
+def spec_path(name: str) -> Path:
+    if name not in BUILTINS:
+        raise KeyError(f"{name!r} is not a built-in CompLL spec; built-ins: {', '.join(BUILTINS)}")
+    return SPECS / f"{name}.pse"
+
+
+def generated_class(name: str):
+    """The generated compressor class of a built-in (not registered)."""
+    from .generate import class_name
+
+    spec_path(name)
+    mod = importlib.import_module(f"hipress.compll.generated.{name}")
+    return getattr(mod, class_name(name))
+
+
+def expected_files() -> dict[str, str]:
+    """File name -> the text the generator makes now, for every generated built-in file."""
+    from .gen_cuda import generate_cuda
+    from .generate import compile_spec, generate_cpu, generate_wrapper
+
+    out = {}
+    for name in BUILTINS:
+        p = spec_path(name)
+        checked = compile_spec(p.read_text(), str(p))
+        out[f"{name}_cpu.py"] = generate_cpu(checked)
+        out[f"{name}_cupy.py"] = generate_cuda(checked)
+        out[f"{name}.py"] = generate_wrapper(checked)
+    return out
+
+
+def stale() -> list[str]:
+    """Generated files that differ from what the generator makes now."""
+    bad = []
+    for fname, text in expected_files().items():
+        p = GENERATED / fname
+        if not p.exists() or p.read_text() != text:
+            bad.append(fname)
+    return bad
+
+
+def regenerate() -> list[Path]:
+    GENERATED.mkdir(exist_ok=True)
+    init = GENERATED / "__init__.py"
+    if not init.exists():
+        init.write_text('"""Code generated from lib/compll/specs by `python -m hipress.compll.builtins`."""\n')
+    paths = []
+    for fname, text in expected_files().items():
+        p = GENERATED / fname
+        if not p.exists() or p.read_text() != text:
+            p.write_text(text)
+        paths.append(p)
+    return paths
+
+
+def install_builtins(names: tuple[str, ...] | list[str] | None = None) -> list[str]:
+    """Register the generated classes in place of the hand-written ones; returns the names replaced.
+
+    By default only ``REPLACE`` (measured not slower); name others explicitly to use them anyway.
+    """
+    from hipress.compress.registry import get_class, register, unregister
+
+    chosen = REPLACE if names is None else tuple(names)
+    done = []
+    for name in chosen:
+        cls = generated_class(name)
+        if get_class(name) is cls:
+            continue
+        unregister(name)
+        register(cls)
+        done.append(name)
+    return done
+
+
+if __name__ == "__main__":  # pragma: no cover
+    for p in regenerate():
+        print(p)

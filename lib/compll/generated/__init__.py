@@ -1,0 +1,1 @@
+"""Code generated from lib/compll/specs by `python -m hipress.compll.builtins`."""
