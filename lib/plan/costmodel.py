@@ -55,10 +55,11 @@ class Linear:
     fit: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        # A may be negative (a line that starts where it crosses the floor); the cost never is
         for k in ("B", "A", "overhead"):
             v = getattr(self, k)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise PlanError(f"cost constant {k}={v!r} must be a finite number >= 0")
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or (v < 0 and k != "A"):
+                raise PlanError(f"cost constant {k}={v!r} must be a finite number" + (" >= 0" if k != "A" else ""))
 
     def __call__(self, x: float) -> float:
         """Scalar cost (the brute-force checker's path)."""

@@ -4,9 +4,9 @@ Compute primitives (encode, decode, merge) are timed here with the real compress
 sizes; transport primitives (send, gather, broadcast) by N real MPI processes exchanging real
 buffers (``profile_worker``, an MPI job started by ``hipress.launch``: locally, in an emulated
 cluster, or on a host list over SSH). Each curve ``max(overhead, A + B*x)`` is
-fitted to the median times by least squares weighted by 1/t, i.e. on relative error -- otherwise the
-largest size alone decides the fit and A, which decides SeCoPa for small gradients, is noise.
-``overhead`` is the median time at the smallest size (the floor). Fit quality -- R^2 and the relative
+fitted to the times (median, or min on a shared machine) by least squares on relative error --
+otherwise the largest size alone decides the fit and A, which decides SeCoPa for small gradients,
+is noise -- with the floor found by trying every split (``fit_linear``). Fit quality -- R^2 and the relative
 residual at every size -- is kept in the profile, so a poor fit is visible rather than silently used.
 """
 
@@ -37,30 +37,52 @@ QUICK_SIZES = [1 << 10, 1 << 13, 1 << 16, 1 << 19, 1 << 21]
 WORKER = Path(__file__).with_name("profile_worker.py")
 
 
+def _weighted_line(x: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """Least squares of ``t = A + B*x`` on relative error (weights 1/t); B >= 0."""
+    w = 1.0 / np.maximum(t, 1e-9)
+    (a, b), *_ = np.linalg.lstsq(np.stack([w, x * w], axis=1), t * w, rcond=None)
+    if b < 0:  # flat within noise
+        return float(np.average(t, weights=w * w)), 0.0
+    return float(a), float(b)
+
+
 def fit_linear(points: Sequence[tuple[float, float]]) -> Linear:
-    """Fit ``max(overhead, A + B*x)`` to ``[(x, median ms)]``; B, A >= 0; fit quality attached."""
+    """Fit ``max(overhead, A + B*x)`` to ``[(x, ms)]``, minimising the squared relative error.
+
+    The curve is a floor, then a line: a kernel launch or a message costs a constant up to some size
+    (or, on a shaped link, a burst passes at line rate), then time grows with bytes. Every split of
+    the sizes into floor and line is tried: the line is fitted to the points above the split, the
+    floor is the median time below it (the smallest size's time when there are none below, so the
+    model never predicts less than was measured), and the split with the least relative error wins.
+    A may come out negative when there is a floor (HiPress's form allows it: the line starts where it
+    crosses the floor). Fit quality (R^2, relative residuals, the points) is attached.
+    """
     pts = sorted((float(x), float(t)) for x, t in points)
     if len(pts) < 2:
         raise PlanError("a cost curve needs measurements at two sizes at least")
     x = np.array([p[0] for p in pts])
     t = np.array([p[1] for p in pts])
-    w = 1.0 / np.maximum(t, 1e-9)
-    (a, b), *_ = np.linalg.lstsq(np.stack([w, x * w], axis=1), t * w, rcond=None)
-    if b < 0:  # flat within noise
-        a, b = float(np.average(t, weights=w * w)), 0.0
-    if a < 0:  # through the origin
-        a, b = 0.0, float(np.sum(w * w * x * t) / np.sum(w * w * x * x))
-    overhead = float(t[0])
+    tt = np.maximum(t, 1e-12)
+    best: tuple[float, float, float, float] | None = None
+    for j in range(len(x) - 1):
+        a, b = _weighted_line(x[j:], t[j:])
+        floor = float(np.median(t[:j])) if j else float(t[0])
+        err = float(np.sum(((np.maximum(floor, a + b * x) - t) / tt) ** 2))
+        if best is None or err < best[0]:
+            best = (err, a, b, floor)
+    assert best is not None
+    _, a, b, overhead = best
+    overhead = max(overhead, 0.0)
     pred = np.maximum(overhead, a + b * x)
     ss_tot = float(np.sum((t - t.mean()) ** 2))
     r2 = 1.0 - float(np.sum((t - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
-    rel = (pred - t) / np.maximum(t, 1e-12)
+    rel = (pred - t) / tt
     fit = {
         "r2": r2,
         "max_rel_residual": float(np.max(np.abs(rel))),
         "points": [[int(xi), float(ti), float(pi)] for xi, ti, pi in zip(x, t, pred, strict=True)],
     }
-    return Linear(float(b), float(a), overhead, fit)
+    return Linear(b, a, overhead, fit)
 
 
 def measure_compute(alg: str, sizes: Sequence[int], repeat: int = 5, warmup: int = 1) -> dict[str, list]:

@@ -29,12 +29,21 @@ def test_fit_keeps_the_floor_and_reports_a_poor_fit():
     assert noisy.B >= 0 and noisy.A >= 0 and noisy.fit["r2"] < 0.5  # no linear trend: visible in R^2
 
 
-def test_fit_clamps_negative_slope_and_intercept():
+def test_fit_negative_slope_and_intercept():
     assert fit_linear([(1, 3.0), (1000, 2.0)]).B == 0.0
-    f = fit_linear([(1000, 0.001), (2000, 0.0025), (4000, 0.0055)])  # extrapolates below zero at x=0
-    assert f.A == 0.0 and f.B > 0
+    f = fit_linear([(1000, 0.001), (2000, 0.0025), (4000, 0.0055)])  # the line crosses zero at x=333
+    assert f.A == pytest.approx(-0.0005) and f.B == pytest.approx(1.5e-6)
+    assert f(1) == 0.001 and f(4000) == pytest.approx(0.0055)  # never below the smallest time measured
     with pytest.raises(PlanError, match="two sizes"):
         fit_linear([(1, 1.0)])
+
+
+def test_fit_finds_the_floor_of_a_shaped_link():
+    """Times measured on a 1 Gbit/s link with a 256 KiB burst: flat, then 32 ns an element."""
+    pts = [(4096, 0.019), (16384, 0.03), (65536, 1.369), (262144, 7.921), (1048576, 34.877), (4194304, 140.606)]
+    f = fit_linear(pts)
+    assert 3.0e-5 < f.B < 3.7e-5 and f.overhead < 0.05  # the link's slope (within 10%), not the burst's
+    assert f.fit["r2"] > 0.99 and f(4096) == 0.019
 
 
 @needs_mpi
@@ -55,7 +64,8 @@ def test_profile_fits_saves_and_plans(tmp_path):
     model = profile("tbq", nprocs=2, sizes=[1024, 16384, 1 << 18], repeat=2, warmup=1)
     assert model.alg == "tbq" and model.ratio is None and set(model.gather) == {2} == set(model.broadcast)
     for prim in (model.encode, model.decode, model.send, model.gather[2]):
-        assert prim.B >= 0 and prim.A >= 0 and "r2" in prim.fit and len(prim.fit["points"]) == 3
+        assert prim.B >= 0 and prim.overhead >= 0 and "r2" in prim.fit and len(prim.fit["points"]) == 3
+        assert prim(1) > 0
     assert model.encode(1 << 18) > model.encode(1024) * 0.5  # bigger is not much cheaper
     path = tmp_path / "profile.json"
     save_profile(model, path)

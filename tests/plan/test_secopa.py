@@ -99,7 +99,9 @@ def linears(max_b=1e-5, max_a=2.0):
     """Random constants, often round ones (0, 0.5, ...) so that exact ties between choices happen."""
     b = st.one_of(st.sampled_from([0.0, 1e-6]), st.floats(0, max_b))
     a = st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0, max_a))
-    return st.one_of(st.sampled_from([Linear(0.0, 0.0, 0.0), Linear(0.0, 1.0, 0.0)]), st.builds(Linear, b, a, a))
+    neg = st.floats(-max_a, max_a)  # a fitted line may start below zero and cross a floor
+    return st.one_of(st.sampled_from([Linear(0.0, 0.0, 0.0), Linear(0.0, 1.0, 0.0)]), st.builds(Linear, b, a, a),
+                     st.builds(Linear, b, neg, a))
 
 
 ROUND = [Linear(0.0, 0.0, 0.0), Linear(0.0, 1.0, 0.0), Linear(1e-6, 0.0, 0.0), Linear(1e-6, 0.5, 1.0)]
@@ -250,6 +252,7 @@ def test_profile_json_round_trip(tmp_path):
     ("[]", "is a JSON object"),
     ('{"encode": {"B": 1, "A": 0}}', "no cost constants for 'decode'"),
     ('{"encode": {"B": -1, "A": 0}, "decode": {}, "merge": {}, "send": {}}', "finite number >= 0"),
+    ('{"encode": {"B": 1, "A": 0, "overhead": -2}}', "overhead=-2.0 must be a finite number >= 0"),
     ('{"encode": {"B": "x", "A": 0}}', "expected a number"),
 ])
 def test_bad_cost_model_files(tmp_path, content, what):
