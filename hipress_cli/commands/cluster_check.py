@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from hipress_cli.commands.cluster import app
-from hipress_cli.options import JsonOpt, console, fail, print_json
+from hipress_cli.options import JsonOpt, console, err_console, fail, print_json
 
 HostsOpt = Annotated[str | None, typer.Option(
     "--hosts", help="Hosts and their slots (ranks), comma-separated: node1:2,node2:2 (IPv6: [2001:db8::2]:2).")]
@@ -62,6 +62,71 @@ def ssh_options_from_cli(user: str | None, port: int, key: Path | None, known_ho
                           connect_timeout=timeout, **kwargs)
     except ValueError as e:
         raise fail(str(e)) from None
+
+
+def hosts_for_run(hosts: str | None, hostfile: Path | None, np_: int) -> list | None:
+    """``hipress run``'s host list (None without ``--hosts``/``--hostfile``): the slots decide the ranks."""
+    if not hosts and not hostfile:
+        return None
+    host_list = hosts_from_cli(hosts, hostfile)
+    total = sum(h.slots for h in host_list)
+    if np_ not in (2, total):  # 2 is --np's default
+        raise fail(f"--np {np_} disagrees with the {total} slot(s) of the host list; with --hosts or --hostfile "
+                   f"the slots decide the number of ranks (leave --np out)")
+    return host_list
+
+
+def connect_for_run(host_list: list, ssh_user: str | None, ssh_port: int, ssh_key: Path | None,
+                    known_hosts: Path | None, accept_new: bool, interface: str | None, remote_python: str | None):
+    """Pre-flight every host of a run and keep the connections (``hipress.launch.remote.Cluster``)."""
+    from hipress.launch.preflight import PreflightError
+    from hipress.launch.remote import Cluster, RemoteLaunchError
+
+    opts = ssh_options_from_cli(ssh_user, ssh_port, ssh_key, known_hosts, accept_new, python=remote_python)
+    err_console.print(f"[dim]pre-flight on {len(host_list)} host(s) over SSH...[/]")
+    try:
+        return Cluster.connect(host_list, opts, interface=interface)
+    except (PreflightError, RemoteLaunchError) as e:
+        raise fail(str(e)) from None
+
+
+class _FailedStart:
+    """Stands in for a job that could not start, so that ``hipress run`` reports it like a failed run."""
+
+    def __init__(self, message: str) -> None:
+        self.message, self.returncode = message, 1
+
+    def poll(self) -> int:
+        return 1
+
+    def watch(self, pids: object) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def failure_message(self, run_dir: Path) -> str:
+        return self.message
+
+
+def start_remote_job(cluster, cfg, run_dir: Path, interface: str | None):
+    """The training ranks on the cluster's hosts (``RemoteJob``, driven like ``supervise.Job``).
+
+    Each host's copy of the run directory is the ranks' working directory, hence the worker's ``.``;
+    rank 0's ``events.jsonl`` is mirrored here while the run goes, for the progress bar.
+    """
+    import sys
+
+    from hipress.launch.remote import RemoteJob, RemoteLaunchError
+    from hipress.train.supervise import thread_env
+
+    per_rank = [max(1, int(r.facts.get("cpus") or 1) // r.host.slots) for r in cluster.reports]
+    env = thread_env(cfg.threads if cfg.threads > 0 else min(per_rank))
+    try:
+        return RemoteJob(cluster, [sys.executable, "-m", "hipress.train.worker", "."], run_dir=run_dir, env=env,
+                         interface=interface, log=run_dir / "output.log", mirror=["events.jsonl"])
+    except RemoteLaunchError as e:
+        return _FailedStart(f"the ranks could not be started on the hosts: {e}")
 
 
 @app.command("check")

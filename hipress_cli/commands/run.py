@@ -17,6 +17,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from hipress_cli.commands import cluster_check as ssh_cli
 from hipress_cli.options import JsonOpt, console, err_console, fail, print_json
 
 _TOPO_HELP = ("ring|ps: CaSync-Ring / CaSync-PS (with --alg none: the same engine uncompressed). "
@@ -124,11 +125,22 @@ def register(app: typer.Typer) -> None:
                                              "ranks on it).")] = 0,
         results: Annotated[Path, typer.Option("--results", help="Where run directories go.")] = Path("results"),
         run_id: Annotated[str | None, typer.Option("--run-id", help="Name of the run directory.")] = None,
+        hosts: ssh_cli.HostsOpt = None,
+        hostfile: ssh_cli.HostfileOpt = None,
+        ssh_user: ssh_cli.SshUserOpt = None,
+        ssh_port: ssh_cli.SshPortOpt = 22,
+        ssh_key: ssh_cli.SshKeyOpt = None,
+        known_hosts: ssh_cli.KnownHostsOpt = None,
+        accept_new_host_keys: ssh_cli.AcceptNewOpt = False,
+        interface: ssh_cli.InterfaceOpt = None,
+        remote_python: ssh_cli.RemotePythonOpt = None,
         json_: JsonOpt = False,
     ) -> None:
         """Train MODEL data-parallel on the local MPI; write results/<run-id>/ (config, events, summary)."""
         from hipress.train.config import ConfigError, make_config
 
+        host_list = ssh_cli.hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
+        np_ = sum(h.slots for h in host_list) if host_list else np_
         try:
             cfg = make_config(
                 model, topo, alg, np_, iters, batch_size=batch_size, input_size=input_size, seq_len=seq_len,
@@ -137,6 +149,8 @@ def register(app: typer.Typer) -> None:
             )
         except ConfigError as e:
             raise fail(str(e)) from None
+        cluster = ssh_cli.connect_for_run(host_list, ssh_user, ssh_port, ssh_key, known_hosts,
+                                          accept_new_host_keys, interface, remote_python) if host_list else None
         run_dir = results / cfg.run_id
         try:
             run_dir.mkdir(parents=True, exist_ok=False)
@@ -153,7 +167,7 @@ def register(app: typer.Typer) -> None:
         out.print(_what_runs(cfg))
         out.print(f"[dim]results: {run_dir}/[/]")
 
-        code, failure = _launch_and_watch(cfg, run_dir, out)
+        code, failure = _launch_and_watch(cfg, run_dir, out, cluster, interface)
         from hipress.train.results import summarize
 
         if code != 0:
@@ -168,14 +182,17 @@ def register(app: typer.Typer) -> None:
             _render_summary(summary)
 
 
-def _launch_and_watch(cfg: Any, run_dir: Path, out: Any) -> tuple[int, str]:
-    """Start the ranks, render progress from rank 0's events, return (exit code, failure message)."""
+def _launch_and_watch(cfg: Any, run_dir: Path, out: Any, cluster: Any = None,
+                      interface: str | None = None) -> tuple[int, str]:
+    """Start the ranks (here, or on ``cluster``'s hosts), render progress from rank 0's events, return
+    (exit code, failure message)."""
     from hipress.train.supervise import Job, thread_env, threads_per_rank
 
     tail = _Tail(run_dir / "events.jsonl")
     total = cfg.warmup + cfg.iters
     env = thread_env(threads_per_rank(cfg.np, cfg.threads))
-    job = Job(cfg.np, ["-m", "hipress.train.worker", str(run_dir)], log=run_dir / "output.log", env=env)
+    job = Job(cfg.np, ["-m", "hipress.train.worker", str(run_dir)], log=run_dir / "output.log", env=env) \
+        if cluster is None else ssh_cli.start_remote_job(cluster, cfg, run_dir, interface)
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("iter {task.completed:.0f}/{task.total:.0f}"),
         TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[sync]}"), TimeElapsedColumn(),
