@@ -118,15 +118,17 @@ def fit(
     models: Sequence[str] = ("vgg19", "resnet50"),
     cluster: str = "aws",
     progress: Callable[[str], None] | None = None,
+    steps_to_fit: Sequence[Step] = FIT_STEPS,
 ) -> dict:
-    """Fit :data:`FIT_STEPS` in order; returns ``{"values", "steps", "fitted_on"}``."""
+    """Fit ``steps_to_fit`` (default :data:`FIT_STEPS`) in order; returns ``{"values", "steps",
+    "fitted_on"}``."""
     from scipy.optimize import minimize, minimize_scalar
 
     ev = Evaluator(ref)
     params = start
     steps = []
     one_node = ref.clusters[cluster]["gpus_per_node"]
-    for step in FIT_STEPS:
+    for step in steps_to_fit:
         pts = [
             p
             for p in published_points(ref, cluster, models, step.systems)

@@ -31,7 +31,7 @@ def error_rows(fig: Figure, results: list[dict[str, Any]], ref: Reference) -> li
         elif fig.kind == "breakdown" and p["model"] == "vgg19":
             pub = ref.breakdown.get(p["step"])
             if pub is not None:
-                rows.append(_row(fig, p, "sync_ms", r["sync_ms"], pub, "ms"))
+                rows.append(_row(fig, p, "sync_span_ms", r["sync_span_ms"], pub, "ms"))
     return rows
 
 
@@ -145,7 +145,7 @@ def _plot_scaling(plt: Any, fig: Figure, results: list[dict[str, Any]], ref: Ref
 
 def _plot_breakdown(plt: Any, fig: Figure, results: list[dict[str, Any]], ref: Reference, mode: str) -> Any:
     steps = [r["point"]["step"] for r in results]
-    pred = [r["sync_ms"] for r in results]
+    pred = [r["sync_span_ms"] for r in results]
     comp = [r["compute_ms"] for r in results]
     pub = [ref.breakdown.get(s) for s in steps]
     f, ax = plt.subplots(figsize=(9, 4.5))
@@ -154,7 +154,7 @@ def _plot_breakdown(plt: Any, fig: Figure, results: list[dict[str, Any]], ref: R
     ax.bar([x - w / 2 for x in xs], pred, w, label=f"sync, {mode}", color="#d62728")
     ax.bar([x + w / 2 for x in xs], [p or 0 for p in pub], w, label="sync, published",
            color="none", edgecolor="k", hatch="//")
-    ax.plot(list(xs), comp, "k_", ms=25, label="computation (model)")
+    ax.plot(list(xs), comp, "k_", ms=25, label="computation")
     ax.set_xticks(list(xs), steps, rotation=20, fontsize=8)
     ax.set_ylabel("ms per iteration")
     ax.legend(fontsize=8)

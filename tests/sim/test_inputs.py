@@ -1,0 +1,87 @@
+"""Figure definitions, the reference file, the calibration: bad input gives a clear error."""
+
+import json
+
+import pytest
+
+from hipress.sim import load_reference
+from hipress.sim.calibrate import Evaluator, Step, fit, published_points
+from hipress.sim.experiments import ExperimentError, load_figure, load_figures, paper_systems
+from hipress.sim.params import SimParams, explain
+from hipress.sim.reference import Reference, ReferenceError
+from hipress.sim.runner import write_atomic
+
+REF = load_reference()
+
+
+def test_packaged_figures_load(experiments_dir):
+    figs = load_figures(experiments_dir, REF)
+    assert [f.figure for f in figs] == [7, 8, 11, 12]
+    fig7 = figs[0]
+    assert {p.system for p in fig7.points if p.model == "resnet50"} == {"byteps", "ring", "ring-dgc",
+                                                                         "casync-ring", "linear"}
+    assert paper_systems(REF, "ugatit") == ["byteps", "ring", "casync-ps", "linear"]
+    with pytest.raises(ExperimentError, match="no figure 9"):
+        load_figures(experiments_dir, REF, 9)
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("figure = 7\nkind = 'scaling'\ncluster = 'aws'\nmodels = ['vgg19']\n", "missing field 'gpus'"),
+        ("figure = 7\nkind = 'bars'\ncluster = 'aws'\n", "kind 'bars'"),
+        ("figure = 7\nkind = 'scaling'\ncluster = 'mars'\n", "cluster 'mars'"),
+        ("figure = 7\nkind = 'scaling'\ncluster = 'aws'\ngpus = [8]\nmodels = ['vgg19']\nsystems = ['nccl']\n",
+         "unknown system 'nccl'"),
+        ("figure = 7\nkind = 'scaling'\ncluster = 'aws'\ngpus = [8]\nmodels = ['mlp']\n", "no linear series"),
+        ("figure = [\n", "not valid TOML"),
+    ],
+)
+def test_bad_figure_definitions(tmp_path, text, match):
+    f = tmp_path / "fig7.toml"
+    f.write_text(text)
+    with pytest.raises(ExperimentError, match=match) as e:
+        load_figure(f, REF)
+    assert str(f) in str(e.value)
+
+
+def test_bad_reference(tmp_path):
+    raw = json.loads(json.dumps(REF.raw))
+    raw["throughput"]["aws"]["vgg19"]["ring"] = [1, 2]
+    p = tmp_path / "ref.json"
+    p.write_text(json.dumps(raw))
+    with pytest.raises(ReferenceError, match="throughput.aws.vgg19.ring must list 5"):
+        load_reference(p)
+    p.write_text("{")
+    with pytest.raises(ReferenceError, match="not JSON"):
+        load_reference(p)
+    with pytest.raises(ReferenceError, match="cannot read"):
+        load_reference(tmp_path / "missing.json")
+
+
+def test_fit_recovers_a_planted_parameter():
+    """Published ring points made by the model itself with nccl_step_ms = 0.05: the fit must find it."""
+    planted = SimParams(nccl_step_ms=0.05)
+    ev = Evaluator(REF)
+    raw = json.loads(json.dumps(REF.raw))
+    for p in published_points(REF, "aws", ["resnet50"], ["ring"]):
+        i = REF.gpu_counts("aws").index(p.gpus)
+        raw["throughput"]["aws"]["resnet50"]["ring"][i] = ev.predict(p, planted)
+    result = fit(Reference(raw), SimParams(nccl_step_ms=0.01), models=["resnet50"],
+                 steps_to_fit=[Step(("nccl_step_ms",), ("ring",), False)])
+    assert result["values"]["nccl_step_ms"] == pytest.approx(0.05, rel=0.05)
+    assert result["steps"][0]["rms_log_error"] < 0.01
+
+
+def test_explain_names_every_source():
+    rows = explain(SimParams())
+    assert {r["name"] for r in rows} >= {"net_efficiency", "nccl_step_ms", "host_jitter"}
+    assert all(r["source"] for r in rows)
+
+
+def test_write_atomic_leaves_no_temporary(tmp_path):
+    target = tmp_path / "sub" / "x.json"
+    write_atomic(target, "{}")
+    write_atomic(target, b"[1]")
+    assert target.read_text() == "[1]"
+    assert [p.name for p in target.parent.iterdir()] == ["x.json"]

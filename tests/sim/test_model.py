@@ -1,0 +1,127 @@
+"""The simulator against physics it must respect, not against the numbers it was fitted to."""
+
+import math
+
+import pytest
+
+from hipress.sim import (
+    CodecCosts,
+    Primitive,
+    SimParams,
+    algorithm,
+    cluster_from_reference,
+    derive_params,
+    load_reference,
+    make_workload,
+    simulate,
+)
+from hipress.sim.systems import Options
+from hipress.sync.plan import PlanEntry
+
+REF = load_reference()
+AWS = cluster_from_reference(REF, "aws")
+
+
+@pytest.fixture(scope="module")
+def vgg():
+    return make_workload("vgg19", REF.per_gpu_rate("aws", "vgg19"))
+
+
+def test_secopa_constants_read_as_a_link():
+    costs = CodecCosts.from_secopa(REF.secopa)
+    assert costs.link_gbps == pytest.approx(37.6, rel=0.01)
+    p = Primitive(B=1e-3, A=1.0, overhead=2.0)
+    assert p(0) == 0.0 and p(10) == 2.0 and p(5000) == pytest.approx(6.0)
+    assert derive_params(REF).net_efficiency == pytest.approx(37.6 / 56, rel=0.01)
+
+
+def test_algorithms_and_rates():
+    assert algorithm("onebit").payload_bytes(32_000) == pytest.approx(4000)
+    assert algorithm("dgc", 0.01).bytes_per_element == pytest.approx(0.08)
+    assert algorithm("dgc", 0.01).widened(1000).bytes_per_element == 4.0  # capped at dense
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        algorithm("zip")
+    with pytest.raises(ValueError):
+        algorithm("dgc", 2.0)
+
+
+def test_workload_follows_the_zoo_and_the_linear_series(vgg):
+    assert vgg.compute_ms == pytest.approx(32 / (1652 / 8) * 1000, rel=0.01)
+    ready = [g.ready_ms for g in vgg.gradients]
+    assert ready == sorted(ready) and ready[-1] == pytest.approx(vgg.backward_ms)
+    # the fully-connected layers (86% of the bytes) are ready within the first tenth of backward
+    early = sum(g.size for g in vgg.gradients if g.ready_ms <= 0.1 * vgg.backward_ms)
+    assert early / vgg.total_elements > 0.8
+
+
+def test_linear_is_the_input_not_a_prediction(vgg):
+    for i, g in enumerate(AWS.gpu_counts):
+        r = simulate("linear", vgg, AWS, g, derive_params(REF), REF)
+        assert r.throughput == pytest.approx(REF.series("aws", "vgg19", "linear")[i], rel=0.01)
+
+
+@pytest.mark.parametrize("system", ["byteps", "ring", "byteps-onebit", "ring-dgc", "casync-ps", "casync-ring"])
+def test_no_system_beats_linear(vgg, system):
+    params = derive_params(REF)
+    lin = simulate("linear", vgg, AWS, 32, params, REF).throughput
+    r = simulate(system, vgg, AWS, 32, params, REF, alg="onebit")
+    assert 0 < r.throughput <= lin * 1.0001
+    assert r.iteration_ms >= r.compute_ms
+
+
+def test_faster_network_never_slows_casync(vgg):
+    params = derive_params(REF)
+    t = [simulate("casync-ring", vgg, AWS.with_network(g), 64, params, REF, alg="onebit").throughput
+         for g in (1, 10, 100, 400)]
+    # FIFO list scheduling has (tiny) anomalies: a faster link can reorder a queue; allow 0.5%
+    assert all(b >= a * 0.995 for a, b in zip(t, t[1:]))
+    assert t[-1] > 2 * t[0]
+
+
+def test_compression_wins_on_a_slow_network_and_not_on_one_node(vgg):
+    params = derive_params(REF)
+    slow = AWS.with_network(10)
+    assert (simulate("casync-ps", vgg, slow, 32, params, REF, alg="onebit").throughput
+            > 2 * simulate("ring", vgg, slow, 32, params, REF).throughput)
+    one = [simulate(s, vgg, AWS, 8, params, REF, alg="onebit").throughput for s in ("casync-ps", "casync-ring")]
+    assert one[0] == pytest.approx(one[1])
+
+
+def test_uncompressed_ps_puts_the_expected_bytes_on_each_link(vgg):
+    """A PS with every gradient in n partitions, uncompressed: each node sends (n-1)/n of the model
+    as a worker and (n-1)/n as a server -- the link busy time must say exactly that."""
+    n = 4
+    params = derive_params(REF).with_values(bulk_kb=0)
+
+    def planner(grads, nodes, alg, topology):
+        return {name: PlanEntry(name, size, False, nodes) for name, size in grads}
+
+    r = simulate("casync-ps", vgg, AWS, 8 * n, params, REF, alg="onebit", planner=planner)
+    rate = AWS.network_gbps * params.net_efficiency * 1e9 / 8 / 1e3
+    expected = 2 * (n - 1) / n * 4 * vgg.total_elements / rate
+    assert r.busy_ms["out"] == pytest.approx(expected, rel=0.02)
+
+
+def test_figure11_switches_order(vgg):
+    """Each of CaSync's optimizations may only help: no pipeline >= pipeline >= + bulk."""
+    params = derive_params(REF)
+    w = make_workload("vgg19", REF.per_gpu_rate("aws", "vgg19"), compute_ms=278.0)
+    sync = [
+        simulate("casync-ps", w, AWS, 128, params, REF, alg="onebit",
+                 options=Options(pipeline=p, bulk=b, secopa=False)).sync_ms
+        for p, b in ((False, False), (True, False), (True, True))
+    ]
+    assert sync[0] >= sync[1] - 1e-6 and sync[1] >= sync[2] - 1e-6
+
+
+def test_bad_input_is_clear(vgg):
+    params = SimParams()
+    with pytest.raises(ValueError, match="unknown system"):
+        simulate("nccl", vgg, AWS, 16, params, REF)
+    with pytest.raises(ValueError, match="whole nodes"):
+        simulate("ring", vgg, AWS, 12, params, REF)
+    with pytest.raises(ValueError, match="needs an algorithm"):
+        simulate("casync-ps", vgg, AWS, 16, params, REF)
+    with pytest.raises(ValueError, match="unknown simulator parameter"):
+        params.with_values(bandwidth=3)
+    assert math.isfinite(simulate("ring", vgg, AWS, 16, params, REF).throughput)

@@ -1,0 +1,42 @@
+"""``hipress reproduce sosp21`` end to end (figure 11: six simulations), resumability, bad input."""
+
+import json
+
+from typer.testing import CliRunner
+
+from hipress_cli.app import build
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(build(), list(args))
+
+
+def test_figure11_json_resumes_from_cache(tmp_path):
+    out = tmp_path / "out"
+    r = invoke("reproduce", "sosp21", "--figure", "11", "--out", str(out), "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    steps = report["breakdown_ms"]["vgg19"]
+    assert list(steps) == ["default", "on_cpu_compression", "on_gpu_compression", "pipeline", "bulk_sync", "secopa"]
+    assert steps["secopa"]["sync_span_ms"] < steps["default"]["sync_span_ms"]
+    assert {e["system"].split()[0] for e in report["errors"]} == set(steps)
+    assert (out / "fig11.png").stat().st_size > 1000 and (out / "errors.md").exists()
+    cached = sorted((out / "points").iterdir())
+    assert len(cached) == 6
+    mtimes = [p.stat().st_mtime_ns for p in cached]
+    r2 = invoke("reproduce", "sosp21", "--figure", "11", "--out", str(out), "--json")
+    assert r2.exit_code == 0
+    assert "already done" in r2.stderr
+    assert [p.stat().st_mtime_ns for p in sorted((out / "points").iterdir())] == mtimes
+    assert json.loads(r2.stdout)["breakdown_ms"] == report["breakdown_ms"]
+
+
+def test_bad_options(tmp_path):
+    r = invoke("reproduce", "sosp21", "--mode", "magic", "--out", str(tmp_path))
+    assert r.exit_code == 2 and "--mode must be sim or real" in r.output
+    r = invoke("reproduce", "sosp21", "--figure", "9", "--out", str(tmp_path))
+    assert r.exit_code == 2 and "no figure 9" in r.output
+    r = invoke("reproduce", "sosp21", "--experiments", str(tmp_path / "none"), "--out", str(tmp_path))
+    assert r.exit_code == 2 and "does not exist" in r.output
