@@ -237,7 +237,18 @@ class RealRunnerError(RuntimeError):
 
 
 class RealRunner:
-    """Runs figure points on the emulated cluster (placeholder until implemented below)."""
+    """Would run figure points on the emulated cluster with the real engine: not written yet.
+
+    The pieces it needs have landed (``hipress.launch.emulate`` for the shaped namespaces,
+    ``hipress.launch.launch_local(..., emulated=)``, ``hipress.train`` for a measured iteration);
+    what is missing is the mapping of each figure point onto them (byteps -> uncompressed ``ps``,
+    ring -> ``allreduce``, ring-dgc -> ``allgather`` with dgc, casync-* -> ``ps``/``ring`` with a
+    SeCoPa plan; byteps-onebit has no counterpart) and the per-point run directory.
+    """
 
     def __init__(self, out_dir: Path, hosts: int, rate: str, iters: int) -> None:
-        raise RealRunnerError("--mode real is not implemented yet")
+        raise RealRunnerError(
+            "--mode real is not implemented in this version of `hipress reproduce`; "
+            f"measure points by hand meanwhile: `hipress cluster emulate up --hosts {hosts} --rate {rate}`, "
+            "then `hipress run MODEL --topo ring|ps --alg ALG --np N`, or use --mode sim"
+        )

@@ -70,7 +70,7 @@ def test_schedule_invariants(spec):
         ds = [tasks[d] for d in deps if d < i]
         tasks.append(sim.task("t", dur, (res[r],), ds, at=at, delay=0.25))
     makespan = sim.run()
-    for i, (_dur, r, at, deps) in enumerate(spec):
+    for i, (_dur, _r, at, deps) in enumerate(spec):
         t = tasks[i]
         assert t.start >= at - 1e-9
         for d in deps:
@@ -78,6 +78,6 @@ def test_schedule_invariants(spec):
                 assert t.start >= tasks[d].done - 1e-9
     for r in res:
         spans = sorted((t.start, t.end) for t in tasks if t.resources[0] is r)
-        for (_s0, e0), (s1, _e1) in zip(spans, spans[1:]):
+        for (_s0, e0), (s1, _e1) in zip(spans, spans[1:], strict=False):
             assert s1 >= e0 - 1e-9
     assert makespan == pytest.approx(max(t.done for t in tasks))

@@ -40,3 +40,8 @@ def test_bad_options(tmp_path):
     assert r.exit_code == 2 and "no figure 9" in r.output
     r = invoke("reproduce", "sosp21", "--experiments", str(tmp_path / "none"), "--out", str(tmp_path))
     assert r.exit_code == 2 and "does not exist" in r.output
+
+
+def test_real_mode_says_it_is_not_there(tmp_path):
+    r = invoke("reproduce", "sosp21", "--mode", "real", "--out", str(tmp_path))
+    assert r.exit_code == 2 and "--mode real is not implemented" in r.output
