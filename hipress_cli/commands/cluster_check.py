@@ -113,15 +113,20 @@ def start_remote_job(cluster, cfg, run_dir: Path, interface: str | None):
     """The training ranks on the cluster's hosts (``RemoteJob``, driven like ``supervise.Job``).
 
     Each host's copy of the run directory is the ranks' working directory, hence the worker's ``.``;
-    rank 0's ``events.jsonl`` is mirrored here while the run goes, for the progress bar.
+    rank 0's ``events.jsonl`` is mirrored here while the run goes, for the progress bar. The ranks
+    get this machine's ``HIPRESS_*`` variables (e.g. ``HIPRESS_FAULT`` drills), thread caps for their
+    host's cores, and ``HIPRESS_DDP_ADDR`` = the first host (rank 0's), for ``--topo ddp``.
     """
+    import os
     import sys
 
     from hipress.launch.remote import RemoteJob, RemoteLaunchError
     from hipress.train.supervise import thread_env
 
     per_rank = [max(1, int(r.facts.get("cpus") or 1) // r.host.slots) for r in cluster.reports]
-    env = thread_env(cfg.threads if cfg.threads > 0 else min(per_rank))
+    env = {k: v for k, v in os.environ.items() if k.startswith("HIPRESS_") and k != "HIPRESS_JOB"}
+    env.setdefault("HIPRESS_DDP_ADDR", cluster.hosts[0].name)
+    env.update(thread_env(cfg.threads if cfg.threads > 0 else min(per_rank)))
     try:
         return RemoteJob(cluster, [sys.executable, "-m", "hipress.train.worker", "."], run_dir=run_dir, env=env,
                          interface=interface, log=run_dir / "output.log", mirror=["events.jsonl"])
