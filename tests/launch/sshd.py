@@ -22,6 +22,16 @@ import paramiko
 ADDRESSES = ("127.0.0.1", "127.0.0.2")
 
 
+def ipv6_loopback() -> bool:
+    """Whether ::1 can be bound here (containers sometimes have no IPv6)."""
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
 def sshd_binary() -> str | None:
     for cand in (shutil.which("sshd"), "/usr/sbin/sshd"):
         if cand and os.access(cand, os.X_OK):
@@ -57,7 +67,7 @@ class Sshd:
     def known_hosts_line(self, address: str) -> str:
         return f"[{address}]:{self.port} {self.host_key.get_name()} {self.host_key.get_base64()}\n"
 
-    def write_known_hosts(self, path: Path, addresses=ADDRESSES) -> Path:
+    def write_known_hosts(self, path: Path, addresses=ADDRESSES + ("::1",)) -> Path:
         path.write_text("".join(self.known_hosts_line(a) for a in addresses))
         return path
 
@@ -88,6 +98,7 @@ def start_sshd(root: Path) -> Sshd:
     config.write_text("\n".join([
         f"Port {port}",
         *[f"ListenAddress {a}" for a in ADDRESSES],
+        *(["ListenAddress ::1"] if ipv6_loopback() else []),
         f"HostKey {root / 'ssh_host_ecdsa_key'}",
         f"AuthorizedKeysFile {root / 'authorized_keys'}",
         f"PidFile {root / 'sshd.pid'}",

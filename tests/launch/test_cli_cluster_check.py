@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from hipress_cli.app import build
 
-from .sshd import sshd_children, wait_until
+from .sshd import ipv6_loopback, sshd_children, wait_until
 
 runner = CliRunner()
 
@@ -73,3 +74,13 @@ def test_bad_input_is_a_clear_error(sshd, known_hosts, tmp_path):
     assert r.exit_code == 2 and "no such file" in _text(r)
     r = _check(sshd, known_hosts, "--hosts", "127.0.0.1", "--interface", "eth0 ; id")
     assert r.exit_code == 2 and "not a network interface name" in _text(r)
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback (::1) here")
+def test_check_ipv6_pair(sshd, known_hosts):
+    r = _check(sshd, known_hosts, "--hosts", "[::1],127.0.0.2", "--json", "--both-directions")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert [h["host"] for h in data["hosts"]] == ["::1", "127.0.0.2"]
+    assert [(p["src"], p["dst"]) for p in data["bandwidth"]] == [("::1", "127.0.0.2"), ("127.0.0.2", "::1")]
+    assert all(p["gbit_per_s"] > 0 for p in data["bandwidth"])

@@ -21,7 +21,7 @@ from hipress.launch.hosts import parse_hosts
 from hipress.launch.preflight import PreflightError, check_host
 from hipress.launch.remote import Cluster, RemoteJob, RemoteLaunchError, launch_hosts
 
-from .sshd import job_processes, sshd_children, wait_until
+from .sshd import ipv6_loopback, job_processes, sshd_children, wait_until
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 PROG = str(Path(__file__).with_name("rank_prog.py"))
@@ -51,6 +51,7 @@ def test_two_host_run_results_arrive_by_sftp(sshd, ssh_opts, tmp_path):
     assert all(r["config"] == {"model": "test", "np": 3} and r["sum"] == 6 and r["size"] == 3 for r in ranks)
     assert [r["local_ranks"] for r in ranks] == [2, 2, 1], "MPI should see two nodes"
     assert all(r["env"] == "a value; $(not expanded)" for r in ranks)
+    assert not any("not expanded" in line for line in lines), "environment values must not be logged"
     assert json.loads((run_dir / "summary.json").read_text()) == {"status": "ok", "sum": 6}
     assert len((run_dir / "events.jsonl").read_text().splitlines()) == 3  # mirrored, then not duplicated
     assert res.conflicts == []
@@ -185,3 +186,14 @@ def test_interface_sets_the_mpi_transport(sshd, ssh_opts, tmp_path):
         launch_hosts(parse_hosts("127.0.0.1"), [sys.executable, PROG], ssh_opts, {}, run_dir, interface="nosuch0")
     with pytest.raises(RemoteLaunchError, match="not a network interface name"):
         launch_hosts(parse_hosts("127.0.0.1"), [sys.executable, PROG], ssh_opts, {}, run_dir, interface="lo;id")
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback (::1) here")
+def test_ipv6_host(sshd, ssh_opts, tmp_path):
+    run_dir = _run_dir(tmp_path, "run-v6")
+    lines: list[str] = []
+    res = launch_hosts(parse_hosts("[::1]:1,127.0.0.2:1"), [sys.executable, PROG], ssh_opts, {}, run_dir,
+                       remote_dir=str(tmp_path / "remote"), on_line=lines.append, timeout=120)
+    assert res.ok, res.failure
+    assert Path(json.loads((run_dir / "rank0.json").read_text())["cwd"]).name == "0-__1"
+    assert "[::1 r0] hello from rank 0 of 2 sum 3" in lines
