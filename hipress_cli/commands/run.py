@@ -134,6 +134,10 @@ def register(app: typer.Typer) -> None:
         accept_new_host_keys: ssh_cli.AcceptNewOpt = False,
         interface: ssh_cli.InterfaceOpt = None,
         remote_python: ssh_cli.RemotePythonOpt = None,
+        emulate: Annotated[str | None, typer.Option("--emulate", help="Run on an emulated cluster on this machine "
+                                                    "(rank i in network-namespace host i) with this link rate, "
+                                                    "e.g. 1gbit; needs root.")] = None,
+        prefix: Annotated[str, typer.Option("--prefix", help="The emulated cluster's name prefix.")] = "hipress",
         json_: JsonOpt = False,
     ) -> None:
         """Train MODEL data-parallel on the local MPI; write results/<run-id>/ (config, events, summary)."""
@@ -167,14 +171,33 @@ def register(app: typer.Typer) -> None:
         out.print(_what_runs(cfg))
         out.print(f"[dim]results: {run_dir}/[/]")
 
-        code, failure = _launch_and_watch(cfg, run_dir, out, cluster, interface)
+        emulated, restore = None, None
+        if emulate is not None:
+            if cluster is not None:
+                raise fail("--emulate runs on this machine; it cannot be combined with --hosts/--hostfile")
+            from hipress.launch import EmulationError
+
+            try:
+                emulated, restore = _emulated(cfg.np, emulate, prefix)
+            except EmulationError as e:
+                raise fail(str(e)) from None
+            out.print(f"[dim]emulated cluster {emulated.prefix!r}: rank i on host i, links {emulated.rate}[/]")
+        try:
+            code, failure = _launch_and_watch(cfg, run_dir, out, cluster, interface, emulated)
+        finally:
+            if restore is not None:
+                try:
+                    restore()
+                except Exception as e:  # noqa: BLE001 - report it; the run's own result matters more
+                    err_console.print(f"[yellow]warning:[/] could not restore the emulated cluster: {e}")
         from hipress.train.results import summarize
 
         if code != 0:
             summary = summarize(run_dir, status="failed", error=failure)
             n = summary["iterations"]
             raise fail(f"{failure}\nthe run stopped after {n} iteration(s); its events are in "
-                       f"{run_dir / 'events.jsonl'}, worker output in {run_dir / 'output.log'}", code=1)
+                       f"{run_dir / 'events.jsonl'}, worker output in {run_dir / 'output.log'}",
+                       code=130 if code == 130 else 1)
         summary = summarize(run_dir, status="ok")
         if json_:
             print_json(summary)
@@ -182,17 +205,38 @@ def register(app: typer.Typer) -> None:
             _render_summary(summary)
 
 
+def _emulated(np_: int, rate: str, prefix: str):
+    """An emulated cluster of at least ``np_`` hosts at ``rate``, and how to put things back after."""
+    from hipress.launch import emulate as emu
+
+    bits = emu.parse_rate(rate)
+    existing = emu.status(prefix)
+    if existing is None:
+        return emu.up(np_, bits, prefix), lambda: emu.down(prefix)
+    if existing.hosts < np_:
+        raise emu.EmulationError(f"emulated cluster {prefix!r} has {existing.hosts} hosts, {np_} are needed; "
+                                 f"run `hipress cluster emulate up --hosts {np_}` (or down) first")
+    return emu.up(existing.hosts, bits, prefix), lambda: emu.up(existing.hosts, existing.rate_bits, prefix)
+
+
 def _launch_and_watch(cfg: Any, run_dir: Path, out: Any, cluster: Any = None,
-                      interface: str | None = None) -> tuple[int, str]:
+                      interface: str | None = None, emulated: Any = None) -> tuple[int, str]:
     """Start the ranks (here, or on ``cluster``'s hosts), render progress from rank 0's events, return
     (exit code, failure message)."""
+    import sys
+
     from hipress.train.supervise import Job, thread_env, threads_per_rank
 
     tail = _Tail(run_dir / "events.jsonl")
     total = cfg.warmup + cfg.iters
-    env = thread_env(threads_per_rank(cfg.np, cfg.threads))
-    job = Job(cfg.np, ["-m", "hipress.train.worker", str(run_dir)], log=run_dir / "output.log", env=env) \
-        if cluster is None else ssh_cli.start_remote_job(cluster, cfg, run_dir, interface)
+    if cluster is None:
+        env = thread_env(threads_per_rank(cfg.np, cfg.threads))
+        if emulated is not None:  # DDP's gloo rendezvous: rank 0's address on the emulated network
+            env.update({"HIPRESS_DDP_ADDR": emulated.address(0), "GLOO_SOCKET_IFNAME": "eth0"})
+        argv = [sys.executable, "-m", "hipress.train.worker", str(run_dir.resolve())]
+        job = Job(cfg.np, argv, log=run_dir / "output.log", env=env, emulated=emulated)
+    else:
+        job = ssh_cli.start_remote_job(cluster, cfg, run_dir, interface)
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("iter {task.completed:.0f}/{task.total:.0f}"),
         TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[sync]}"), TimeElapsedColumn(),

@@ -83,7 +83,9 @@ def read_events(path: Path) -> Iterator[dict[str, Any]]:
 
 def append_error(run_dir: Path, rank: int, error: str) -> None:
     """Record why ``rank`` failed (one short line per failing rank; O_APPEND keeps lines whole)."""
-    line = json.dumps({"rank": rank, "error": error}) + "\n"
+    import time
+
+    line = json.dumps({"rank": rank, "error": error, "time": time.time()}) + "\n"
     fd = os.open(Path(run_dir) / ERRORS, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, line.encode())

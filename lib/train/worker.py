@@ -15,7 +15,6 @@ import argparse
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -223,32 +222,33 @@ def main(argv: list[str] | None = None) -> int:
 
     from mpi4py import MPI
 
+    from hipress.sync.guard import abort_on_error
+
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     run_dir: Path | None = args.run_dir if args.run_dir.is_dir() else None
-    try:
-        text = None
-        if rank == 0:
-            if run_dir is None:
-                raise FileNotFoundError(f"run directory {args.run_dir} does not exist; create it with `hipress run`")
-            text = (run_dir / "config.json").read_bytes()
-        cfg = RunConfig.from_json(_bcast_bytes(comm, text).decode())
-        train(comm, cfg, run_dir)
-        comm.Barrier()
-        if rank == 0 and run_dir is not None:
-            summarize(run_dir, status="ok")
-        return 0
-    except BaseException as e:  # noqa: BLE001 - any failure must end every rank, not only this one
-        msg = f"{type(e).__name__}: {e}"
-        sys.stderr.write(f"hipress worker rank {rank} failed: {msg}\n{traceback.format_exc()}")
-        sys.stderr.flush()
-        if run_dir is not None:
-            try:
-                append_error(run_dir, rank, msg)
-            except OSError:
-                pass
-        comm.Abort(1)
-        return 1
+    # abort_on_error prints the traceback prefixed with the rank, tells the peers' sync engines,
+    # and MPI_Aborts the job: a failing rank ends the run instead of leaving the others waiting.
+    with abort_on_error(comm):
+        try:
+            text = None
+            if rank == 0:
+                if run_dir is None:
+                    raise FileNotFoundError(f"run directory {args.run_dir} does not exist; make it with `hipress run`")
+                text = (run_dir / "config.json").read_bytes()
+            cfg = RunConfig.from_json(_bcast_bytes(comm, text).decode())
+            train(comm, cfg, run_dir)
+            comm.Barrier()
+            if rank == 0 and run_dir is not None:
+                summarize(run_dir, status="ok")
+        except BaseException as e:
+            if run_dir is not None:
+                try:
+                    append_error(run_dir, rank, f"{type(e).__name__}: {e}")
+                except OSError:
+                    pass
+            raise
+    return 0
 
 
 if __name__ == "__main__":
