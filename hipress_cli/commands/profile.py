@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from hipress_cli.commands import cluster_check as ssh_cli
 from hipress_cli.options import JsonOpt, console, fail, parse_size, print_json
 
 
@@ -31,11 +32,16 @@ def profile(
     output: Annotated[Path, typer.Option("--output", help="Where to save the profile JSON.")] = Path("profile.json"),
     np_: Annotated[int | None, typer.Option("--np", min=2, help="MPI processes for the transport (default 2, "
                                                    "or one per host).")] = None,
-    hosts: Annotated[str | None, typer.Option("--hosts", help="host[:slots],... to profile over SSH.")] = None,
-    ssh_user: Annotated[str | None, typer.Option("--ssh-user", help="SSH user on the hosts.")] = None,
-    ssh_port: Annotated[int, typer.Option("--ssh-port", help="SSH port of the hosts.")] = 22,
-    ssh_key: Annotated[Path | None, typer.Option("--ssh-key", help="SSH private key.")] = None,
-    ssh_known_hosts: Annotated[Path | None, typer.Option("--ssh-known-hosts", help="known_hosts file.")] = None,
+    hosts: ssh_cli.HostsOpt = None,
+    hostfile: ssh_cli.HostfileOpt = None,
+    ssh_user: ssh_cli.SshUserOpt = None,
+    ssh_port: ssh_cli.SshPortOpt = 22,
+    ssh_key: ssh_cli.SshKeyOpt = None,
+    known_hosts: ssh_cli.KnownHostsOpt = None,
+    accept_new_host_keys: ssh_cli.AcceptNewOpt = False,
+    interface: ssh_cli.InterfaceOpt = None,
+    remote_python: ssh_cli.RemotePythonOpt = None,
+    connect_timeout: ssh_cli.ConnectTimeoutOpt = 10.0,
     emulated: Annotated[bool, typer.Option(
         "--emulated", help="Run the ranks in the emulated cluster that is up (shaped network namespaces).")] = False,
     sizes: Annotated[str, typer.Option("--sizes", help="Element counts to measure, comma-separated.")]
@@ -52,19 +58,15 @@ def profile(
     from hipress.plan.profile import save_profile
 
     host_list, ssh, cluster = None, None, None
-    if hosts and emulated:
-        raise fail("give --hosts or --emulated, not both")
-    if hosts:
-        from hipress.launch.hosts import HostListError, parse_hosts
-        from hipress.launch.ssh import SSHOptions
-
-        try:
-            host_list = parse_hosts(hosts)
-            ssh = SSHOptions(user=ssh_user, port=ssh_port, key=ssh_key, known_hosts=ssh_known_hosts)
-        except (HostListError, ValueError) as e:
-            raise fail(str(e)) from None
+    remote = bool(hosts or hostfile)
+    if remote and emulated:
+        raise fail("give --hosts/--hostfile or --emulated, not both")
+    if remote:
         if np_ is not None:
             raise fail("--np and --hosts: the ranks are the hosts' slots (host:slots)")
+        host_list = ssh_cli.hosts_from_cli(hosts, hostfile)
+        ssh = ssh_cli.ssh_options_from_cli(ssh_user, ssh_port, ssh_key, known_hosts, accept_new_host_keys,
+                                           python=remote_python, timeout=connect_timeout)
     if emulated:
         from hipress.launch.emulate import EmulationError, status
 
@@ -77,7 +79,7 @@ def profile(
     nprocs = np_ if np_ is not None else (cluster.hosts if cluster else 2)
     try:
         model = run_profile(alg, nprocs=nprocs, sizes=_sizes(sizes), repeat=repeat, warmup=warmup, hosts=host_list,
-                            ssh_options=ssh, emulated=cluster, stat=stat)
+                            ssh_options=ssh, emulated=cluster, stat=stat, interface=interface)
         save_profile(model, output)
     except PlanError as e:
         raise fail(str(e)) from None

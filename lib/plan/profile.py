@@ -129,6 +129,7 @@ def measure_transport(
     ssh_options: SSHOptions | None = None,
     emulated: EmulatedCluster | None = None,
     timeout: float = 300.0,
+    interface: str | None = None,
 ) -> dict:
     """Run ``profile_worker`` as an MPI job and return rank 0's JSON result.
 
@@ -152,7 +153,7 @@ def measure_transport(
             argv = [sys.executable, "-m", "hipress.plan.profile_worker", *args, "--output", "transport.json"]
             try:
                 res = launch_hosts(hosts, argv, ssh_options or SSHOptions(), None, tmp, timeout=timeout,
-                                   on_line=lines.append)
+                                   on_line=lines.append, interface=interface)
             except Exception as e:  # noqa: BLE001 - pre-flight, SSH and launch errors all end the profile
                 raise PlanError(f"transport profiling on {', '.join(map(str, hosts))} could not start: {e}") from None
             ok, what = res.ok, f"on hosts {', '.join(h.spec for h in hosts)}"
@@ -193,6 +194,7 @@ def profile(
     emulated: EmulatedCluster | None = None,
     transport: bool = True,
     stat: str = "median",
+    interface: str | None = None,
 ) -> CostModel:
     """Measure and fit every primitive; the result plugs into ``plan_gradients`` like ``sosp21``.
 
@@ -222,7 +224,7 @@ def profile(
     gather: dict[int, Linear] = {}
     bcast: dict[int, Linear] = {}
     if transport:
-        tr = measure_transport(nprocs, sizes, repeat, warmup, hosts, ssh_options, emulated)
+        tr = measure_transport(nprocs, sizes, repeat, warmup, hosts, ssh_options, emulated, interface=interface)
         nprocs = tr["nprocs"]
         fits["send"] = fit_linear(_summarize(tr["ops"]["send"], stat))
         gather[nprocs] = fit_linear(_summarize(tr["ops"]["gather"], stat))

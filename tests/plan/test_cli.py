@@ -153,7 +153,7 @@ def test_profile_bad_launch_options(tmp_path):
         (["--hosts", "a,b", "--np", 2], "--np and --hosts"),
         (["--hosts", "a,a"], "listed twice"),
         (["--hosts", "a", "--emulated"], "not both"),
-        (["--hosts", "a,b", "--ssh-port", 0], "SSH port"),
+        (["--hosts", "a,b", "--ssh-key", tmp_path / "nokey"], "no such file"),
     ]
     for extra, msg in cases:
         r = hipress("profile", "--output", out, *extra)
