@@ -28,7 +28,7 @@ def parse_size(text: str) -> int:
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print a clear error and return the Exit to raise: ``raise fail("...")``."""
-    err_console.print(f"[bold red]error:[/] {message}")
+    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False)
     return typer.Exit(code)
 
 
