@@ -93,7 +93,7 @@ def test_shell_metacharacters_are_rejected(prefix, meta, suffix):
     name = prefix + meta + suffix
     with pytest.raises(HostListError):
         validate_name(name)
-    if meta not in "#\n" and suffix.strip():  # a comment, or a line break, separates hosts in a hostfile
+    if "#" not in name and "\n" not in name and name == name.strip():  # comments, line breaks, trimming
         with pytest.raises(HostListError):
             parse_hostfile_text(name + "\n")
     if name == name.strip():  # parse_entry trims surrounding whitespace, as a hostfile line is trimmed
