@@ -13,6 +13,8 @@ API (used by ``hipress bench sync`` and ``hipress run``)::
 * ``timeout``: seconds; past it every process is killed and the result says ``timed_out``.
 * ``on_line(line)``: receives each output line (stdout and stderr merged, as ranks print them);
   the default echoes to this process's stderr. The last ``tail_lines`` lines are kept in the result.
+  A Python rank program (``argv[0]`` named python*) runs through ``hipress.launch.rank_entry`` so
+  that its output is line-buffered: lines arrive live and whole, never interleaved mid-line.
 * ``check=True`` raises ``LaunchError`` (exit code and the output's tail) unless all ranks exit 0.
 
 Failures propagate: ``returncode`` is ``mpiexec``'s (non-zero if any rank failed, 128+signal when
@@ -94,8 +96,7 @@ def build_command(
     """The ``mpiexec`` command line: plain ``-n np``, or one MPMD block per rank in its namespace."""
     if np < 1:
         raise LaunchError(f"np must be >= 1, got {np}")
-    if not argv or not all(isinstance(a, str) for a in argv):
-        raise LaunchError(f"argv must be a non-empty list of strings, got {argv!r}")
+    argv = _check_argv(argv)
     cmd = [mpiexec_path()]
     if emulated is None:
         return cmd + ["-n", str(np), *argv]
@@ -119,11 +120,10 @@ def launch_local(
     tail_lines: int = 200,
 ) -> LaunchResult:
     """Run ``argv`` on ``np`` ranks; see the module docstring."""
-    cmd = build_command(np, argv, emulated)
+    cmd = build_command(np, _line_buffered(_check_argv(argv)), emulated)
     if emulated is not None:
         emulate.require(emulated)
     full_env = dict(os.environ)
-    full_env["PYTHONUNBUFFERED"] = "1"
     if emulated is not None:
         full_env.update(emulated.mpi_env())
     if env:
@@ -176,6 +176,26 @@ def launch_local(
     reader.join(5)
     result = LaunchResult(rc, time.monotonic() - t0, timed_out, list(tail), cmd)
     return result.check() if check else result
+
+
+def _check_argv(argv: Sequence[str]) -> list[str]:
+    if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
+        raise LaunchError(f"argv must be a non-empty list of strings (no shell string), got {argv!r}")
+    return list(argv)
+
+
+def _line_buffered(argv: Sequence[str]) -> list[str]:
+    """Python rank programs run through ``hipress.launch.rank_entry``: one write per line.
+
+    Hydra forwards every write of a rank as it comes; unbuffered Python writes a line's text and
+    its newline separately, so lines of different ranks interleave mid-line, and block-buffered
+    output arrives only at exit. Line buffering keeps each line whole and live.
+    """
+    argv = list(argv)
+    if argv and isinstance(argv[0], str) and Path(argv[0]).name.startswith("python") and len(argv) > 1:
+        if argv[1:3] != ["-m", "hipress.launch.rank_entry"]:
+            return [argv[0], "-m", "hipress.launch.rank_entry", *argv[1:]]
+    return argv
 
 
 def _stop(proc: subprocess.Popen) -> int:

@@ -252,7 +252,8 @@ class MPIExecutor:
                 if notice_req.Test(st):
                     n = st.Get_count(MPI.BYTE)
                     msg = bytes(notice_buf[:n]).decode("utf-8", "replace")
-                    self._fail(SyncError(f"rank {st.Get_source()} failed during gradient sync: {msg}"), False)
+                    mine = f" [rank {self.rank} was waiting on: {self._pending(owners)}]" if owners else ""
+                    self._fail(SyncError(f"rank {st.Get_source()} failed during gradient sync: {msg}{mine}"), False)
                     notice_req = None
                     break
                 if self._notify is not None:
@@ -293,6 +294,19 @@ class MPIExecutor:
                 break
             time.sleep(0.001)
 
+    def _pending(self, owners: list) -> str:
+        """What this rank still waits for, in words (the diagnosis of a hang)."""
+        pending = [o[0] for o in owners][:6]
+        what = "; ".join(
+            f"{t.kind} {'with' if t.peer < 0 else ('to' if t.kind == 'send' else 'from')} "
+            f"{'all ranks' if t.peer < 0 else f'rank {t.peer}'} ({t.label})"
+            for t in pending
+        )
+        held = len(self._order.stuck()) + sum(len(q) for q in self._recv_queue.values())
+        if len(owners) > len(pending):
+            what += f"; {len(owners) - len(pending)} more in flight"
+        return (what or "compute tasks") + (f"; {held} more not posted yet" if held else "")
+
     def _watchdog(self, reqs: list, owners: list) -> None:
         since = self._waiting_since
         if since is None or not (reqs or self._outstanding):
@@ -300,17 +314,10 @@ class MPIExecutor:
         idle = time.monotonic() - max(since, self._last_progress)
         if idle < self.timeout:
             return
-        pending = [o[0] for o in owners][:6]
-        what = "; ".join(
-            f"{t.kind} {'with' if t.peer < 0 else ('to' if t.kind == 'send' else 'from')} "
-            f"{'all ranks' if t.peer < 0 else f'rank {t.peer}'} ({t.label})"
-            for t in pending
-        )
-        held = len(self._order.stuck())
         self._fail(
             SyncError(
                 f"rank {self.rank}: no progress for {idle:.1f} s (timeout {self.timeout:g} s); waiting on: "
-                f"{what or 'compute tasks'}{f'; {held} more held back' if held else ''}",
+                f"{self._pending(owners)}",
                 "a peer died, is stuck, or submitted different gradients; raise `timeout` for very slow peers",
             ),
             tell_peers=True,

@@ -1,0 +1,141 @@
+"""``hipress bench sync``: gradient synchronization time per topology, side by side, on real ranks.
+
+Starts ``--np`` ranks with the embedded ``mpiexec`` (inside an emulated cluster with
+``--emulate RATE``) running ``hipress.sync.bench``; every topology runs in the same processes on the
+same gradient, so the ratios compare like with like.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from hipress_cli.commands.bench import app
+from hipress_cli.options import JsonOpt, console, err_console, fail, parse_size, print_json
+
+
+@app.command("sync")
+def sync(
+    np_: Annotated[int, typer.Option("--np", min=1, max=64, help="Number of ranks.")] = 4,
+    topo: Annotated[str, typer.Option("--topo", help="Topology, comma-separated list, or 'all'.")] = "casync-ring",
+    alg: Annotated[str, typer.Option(
+        "--alg", help="Compressor spec for compressed topologies (tbq, dgc:ratio=0.01).")] = "tbq",
+    size: Annotated[str, typer.Option("--size", help="Gradient size in bytes of fp32 (e.g. 64M).")] = "64M",
+    emulate: Annotated[str | None, typer.Option(
+        "--emulate", help="Run on an emulated cluster with this link rate (1gbit, 10gbit, unshaped); needs root. "
+                          "Without it ranks talk through shared memory.")] = None,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured iterations per topology.")] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured iterations per topology.")] = 2,
+    partition_bytes: Annotated[str, typer.Option(
+        "--partition-bytes", help="Target bytes per message when partitioning (0: one partition).")] = "4M",
+    threads: Annotated[int, typer.Option("--threads", min=1, help="Compressor kernel threads per rank.")] = 1,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before the whole run is stopped.")] = 900,
+    prefix: Annotated[str, typer.Option("--prefix", help="Emulated cluster name prefix.")] = "hipress",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Echo the ranks' output.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Median sync time, bytes sent per rank and the wire limit (busiest link bytes / rate) per topology."""
+    from hipress.compress import UnknownAlgorithm, create_from_spec
+    from hipress.sync import topologies
+
+    names = topologies.available() if topo == "all" else [t.strip() for t in topo.split(",") if t.strip()]
+    try:
+        for t in names:
+            topologies.get(t)
+        create_from_spec(alg)
+    except (UnknownAlgorithm, ValueError) as e:
+        raise fail(str(e)) from None
+    nbytes = parse_size(size)
+    if nbytes < 4:
+        raise fail(f"--size {size!r} is smaller than one fp32 element")
+    pbytes = parse_size(partition_bytes)
+
+    from hipress.launch import emulate as emu
+    from hipress.launch import launch_local
+
+    cluster, restore = None, None
+    if emulate is not None:
+        try:
+            cluster, restore = _emulated(emu, np_, emulate, prefix)
+        except emu.EmulationError as e:
+            raise fail(str(e)) from None
+    try:
+        with tempfile.TemporaryDirectory(prefix="hipress-bench-sync-") as tmp:
+            out = Path(tmp) / "result.json"
+            argv = [
+                sys.executable, "-m", "hipress.sync.bench",
+                "--topo", ",".join(names), "--alg", alg, "--size", str(nbytes),
+                "--repeat", str(repeat), "--warmup", str(warmup), "--partition-bytes", str(pbytes),
+                "--threads", str(threads), "--out", str(out),
+                "--link-bits", str(cluster.rate_bits or 0) if cluster is not None else "0",
+            ]
+            lines: list[str] = []
+            echo = (lambda line: err_console.print(line, markup=False, highlight=False)) if verbose else lines.append
+            res = launch_local(np_, argv, emulated=cluster, timeout=timeout, on_line=echo)
+            if not res.ok or not out.exists():
+                why = "timed out" if res.timed_out else f"exited with code {res.returncode}"
+                tail = "\n".join(res.output_tail[-25:])
+                raise fail(f"the benchmark ranks {why}; last output:\n{tail}", code=1)
+            result = json.loads(out.read_text())
+    finally:
+        if restore is not None:
+            try:
+                restore()
+            except emu.EmulationError as e:
+                err_console.print(f"[yellow]warning:[/] could not restore the emulated cluster: {e}")
+    result["emulated"] = cluster.as_dict() if cluster is not None else None
+    if json_:
+        print_json(result)
+        return
+    _render(result)
+
+
+def _emulated(emu, np_: int, rate: str, prefix: str):
+    """An emulated cluster of at least ``np_`` hosts at ``rate``, and how to put things back after."""
+    bits = emu.parse_rate(rate)
+    existing = emu.status(prefix)
+    if existing is None:
+        cluster = emu.up(np_, bits, prefix)
+        return cluster, lambda: emu.down(prefix)
+    if existing.hosts < np_:
+        raise emu.EmulationError(
+            f"emulated cluster {prefix!r} has {existing.hosts} hosts, {np_} are needed; "
+            f"run `hipress cluster emulate up --hosts {np_}` (or down) first"
+        )
+    cluster = emu.up(existing.hosts, bits, prefix)
+    return cluster, lambda: emu.up(existing.hosts, existing.rate_bits, prefix)
+
+
+def _render(r: dict) -> None:
+    em = r.get("emulated")
+    where = f"emulated {em['rate']} links" if em else "shared memory (no --emulate)"
+    t = Table(title=f"sync of {r['size_bytes'] / 2**20:.0f} MiB fp32 on {r['np']} ranks, {where}; "
+                    f"median of {r['repeat']}")
+    for col in ("topology", "alg", "median ms", "95% CI ms", "MB/rank", "link MB", "wire ms", "vs AR", "vs AG"):
+        t.add_column(col, justify="left" if col in ("topology", "alg") else "right")
+    for row in r["topologies"]:
+        wl = row.get("wire_limit_s")
+        lo, hi = row["ci95_s"]
+        t.add_row(
+            row["topology"],
+            row["compressor"],
+            f"{row['median_s'] * 1e3:.1f}",
+            f"{lo * 1e3:.1f}-{hi * 1e3:.1f}",
+            f"{max(row['bytes_sent_per_rank']) / 1e6:.2f}",
+            f"{row['busiest_link_bytes'] / 1e6:.2f}",
+            f"{wl * 1e3:.1f}" if wl is not None else "-",
+            f"{row['speedup_vs_allreduce']:.2f}" if "speedup_vs_allreduce" in row else "-",
+            f"{row['speedup_vs_allgather']:.2f}" if "speedup_vs_allgather" in row else "-",
+        )
+    console.print(t)
+    console.print(
+        "time = slowest rank, submit -> wait_all; MB/rank = sent per rank (MPI collectives estimated); link MB = "
+        "busiest link's bytes, wire ms = link MB / rate; vs AR/AG = speedup over allreduce/allgather; "
+        f"load average at the end {', '.join(f'{x:.1f}' for x in r['load_avg'])}"
+    )

@@ -1,0 +1,104 @@
+"""``hipress bench sync`` and ``hipress cluster emulate``, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hipress.launch import emulate
+from hipress.launch.emulate import EmulationError
+
+
+def hipress(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hipress_cli.app", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def can_emulate() -> bool:
+    try:
+        emulate.check_support()
+        return True
+    except EmulationError:
+        return False
+
+
+@pytest.mark.mpi
+def test_bench_sync_json_side_by_side():
+    r = hipress("bench", "sync", "--np", "2", "--topo", "casync-ring,allgather,allreduce", "--alg", "tbq",
+                "--size", "1M", "--repeat", "3", "--warmup", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["np"] == 2 and out["size_bytes"] == 1 << 20 and out["emulated"] is None
+    rows = {row["topology"]: row for row in out["topologies"]}
+    assert set(rows) == {"casync-ring", "allgather", "allreduce"}
+    for row in rows.values():
+        assert row["median_s"] > 0 and len(row["times_s"]) == 3 and row["wire_limit_s"] is None
+        assert row["ci95_s"][0] <= row["median_s"] <= row["ci95_s"][1]
+    # bytes are what went on the wire: tbq is 2 bits an element, allreduce sends fp32
+    assert rows["allreduce"]["bytes_sent_per_rank"][0] == 1 << 20  # 2(N-1)/N of 1 MiB, N=2
+    assert rows["casync-ring"]["bytes_sent_per_rank"][0] < (1 << 20) / 10
+    assert rows["casync-ring"]["speedup_vs_allreduce"] > 0
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--topo", "tree"], "unknown topology 'tree'"),
+        (["--alg", "zip"], "unknown compression algorithm 'zip'"),
+        (["--size", "lots"], "is not a size"),
+        (["--emulate", "fast"], "rate 'fast' is not understood"),
+    ],
+)
+def test_bench_sync_bad_input(args, match):
+    r = hipress("bench", "sync", "--np", "2", *args)
+    assert r.returncode == 2
+    assert match in " ".join((r.stderr + r.stdout).split())
+
+
+@pytest.mark.root
+@pytest.mark.mpi
+@pytest.mark.skipif(not can_emulate(), reason="needs root, ip and tc for network namespaces")
+def test_bench_sync_on_an_emulated_cluster_cleans_up():
+    prefix = f"hpb{os.getpid() % 100000}"
+    try:
+        r = hipress("bench", "sync", "--np", "2", "--topo", "casync-ring,allreduce", "--size", "2M",
+                    "--repeat", "2", "--warmup", "1", "--emulate", "1gbit", "--prefix", prefix, "--json")
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["emulated"]["rate"] == "1gbit" and out["link_bits"] == 1e9
+        rows = {row["topology"]: row for row in out["topologies"]}
+        assert rows["allreduce"]["wire_limit_s"] == pytest.approx(rows["allreduce"]["busiest_link_bytes"] * 8 / 1e9)
+        assert emulate.status(prefix) is None  # the bench made it, the bench removed it
+    finally:
+        emulate.down(prefix)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not can_emulate(), reason="needs root, ip and tc for network namespaces")
+def test_cluster_emulate_up_status_down():
+    prefix = f"hpc{os.getpid() % 100000}"
+    try:
+        r = hipress("cluster", "emulate", "up", "--hosts", "3", "--rate", "500mbit", "--prefix", prefix, "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["hosts"] == 3
+        r = hipress("cluster", "emulate", "up", "--hosts", "3", "--rate", "500mbit", "--prefix", prefix)
+        assert r.returncode == 0 and "500mbit" in r.stdout  # again: idempotent
+        st = json.loads(hipress("cluster", "emulate", "status", "--prefix", prefix, "--json").stdout)
+        assert st["state"] == "up" and st["rate"] == "500mbit" and st["addresses"][2] == "10.77.0.3"
+        r = hipress("cluster", "emulate", "down", "--prefix", prefix, "--json")
+        assert r.returncode == 0 and len(json.loads(r.stdout)["removed"]) == 4
+        st = json.loads(hipress("cluster", "emulate", "status", "--prefix", prefix, "--json").stdout)
+        assert st["state"] == "down"
+        r = hipress("cluster", "emulate", "down", "--prefix", prefix)
+        assert r.returncode == 0  # nothing to remove is fine
+    finally:
+        emulate.down(prefix)
+
+
+def test_cluster_emulate_bad_rate():
+    r = hipress("cluster", "emulate", "up", "--rate", "warp9", "--prefix", "hpbad")
+    assert r.returncode == 2 and "warp9" in r.stderr

@@ -1,0 +1,94 @@
+"""The emulated cluster: namespaces, shaping, MPI over TCP between them (root only)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from hipress.launch import emulate
+from hipress.launch.emulate import EmulationError, parse_rate
+
+from .conftest import run_mpi
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A 2-host cluster with a test-only prefix, always removed at the end."""
+    try:
+        emulate.check_support()
+    except EmulationError as e:
+        pytest.skip(f"no emulated cluster here: {e}")
+    prefix = f"hpt{os.getpid() % 100000}"
+    try:
+        c = emulate.up(2, "1gbit", prefix)
+    except EmulationError as e:
+        emulate.down(prefix)
+        pytest.skip(f"network namespaces cannot be created here: {e}")
+    yield c
+    emulate.down(prefix)
+    assert emulate.status(prefix) is None
+
+
+pytestmark = pytest.mark.root
+
+
+def sent_bytes(ns: str) -> int:
+    out = subprocess.run(["ip", "netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", "eth0"],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.split("Sent ")[1].split()[0])
+
+
+def test_up_is_idempotent_and_reshapes(cluster):
+    again = emulate.up(2, "1gbit", cluster.prefix)
+    assert again == cluster
+    assert emulate.status(cluster.prefix) == cluster
+    faster = emulate.up(2, "10gbit", cluster.prefix)
+    assert emulate.status(cluster.prefix).rate_bits == 10**10 == faster.rate_bits
+    emulate.up(2, "1gbit", cluster.prefix)
+    assert emulate.status(cluster.prefix).rate == "1gbit"
+
+
+def test_mpi_runs_over_the_shaped_links(cluster):
+    """The engine across namespaces: correct results, and the bytes went through tc, not shm."""
+    before = [sent_bytes(cluster.namespace(i)) for i in range(2)]
+    res = run_mpi(2, "env", emulated=cluster, timeout=240)
+    assert res.ok, res.output
+    assert "ENV ofi tcp" in res.output and "PASS exact np=2" in res.output
+    after = [sent_bytes(cluster.namespace(i)) for i in range(2)]
+    # the exact scenario moves well over 100 kB per rank; all of it crossed the shaped eth0
+    assert all(a - b > 100_000 for a, b in zip(after, before, strict=True)), (before, after)
+
+
+def test_launch_refuses_a_cluster_that_is_not_up(cluster):
+    from hipress.launch import launch_local
+
+    ghost = emulate.EmulatedCluster(2, None, "hpghost")
+    with pytest.raises(EmulationError, match="not up"):
+        launch_local(2, ["true"], emulated=ghost)
+
+
+def test_rates_parse():
+    assert parse_rate("1gbit") == 10**9 and parse_rate("500mbit") == 5 * 10**8 and parse_rate("10GBIT") == 10**10
+    assert parse_rate("unshaped") is None and parse_rate(None) is None
+    for bad in ("fast", "1gbps", "10"):
+        with pytest.raises(EmulationError):
+            parse_rate(bad)
+
+
+def test_non_root_is_refused_clearly(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(EmulationError, match="needs root"):
+        emulate.up(2, "1gbit", "hpnope")
+
+
+def test_bad_prefix_and_host_count():
+    try:
+        emulate.check_support()
+    except EmulationError as e:
+        pytest.skip(str(e))
+    with pytest.raises(EmulationError, match="prefix"):
+        emulate.up(2, "1gbit", "Bad Prefix!")
+    with pytest.raises(EmulationError, match="between 1 and 64"):
+        emulate.up(0, "1gbit", "hpzero")

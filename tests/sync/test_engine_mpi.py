@@ -1,0 +1,61 @@
+"""The engine under real ``mpiexec -n 2/3/4``: exactness, reference equality, failures.
+
+The scenarios live in ``mpi_worker.py`` (each rank checks, then the job exits 0 or aborts with
+the failing check printed).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import run_mpi
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+SUBSET = "tbq,dgc,terngrad,topk,onebit,randomk"
+
+
+@pytest.mark.parametrize("np", [2, 3, 4])
+def test_uncompressed_topologies_equal_mpi_allreduce(np):
+    res = run_mpi(np, "exact")
+    assert res.ok, res.output
+    assert f"PASS exact np={np}" in res.output
+
+
+@pytest.mark.parametrize("np, algs", [(2, SUBSET), (3, "all"), (4, SUBSET)])
+def test_compressed_topologies_equal_the_reference(np, algs):
+    """Every rank ends with identical bits, equal to the single-process reference run."""
+    res = run_mpi(np, "reference", algs)
+    assert res.ok, res.output
+    assert f"PASS reference np={np}" in res.output
+
+
+def test_plan_partitions_and_uncompressed_entries():
+    res = run_mpi(3, "plan")
+    assert res.ok, res.output
+    assert "PASS plan np=3" in res.output
+
+
+def test_failing_rank_makes_the_others_fail_clearly():
+    """Rank 1 submits a NaN: every rank reports rank 1's error, within seconds."""
+    res = run_mpi(3, "fail", "nan", timeout=60)
+    assert res.returncode != 0 and not res.timed_out
+    assert res.elapsed_s < 40, res.elapsed_s
+    out = res.output
+    assert "[rank 1] error: rank 1: encode of g2" in out and "NaN" in out
+    for r in (0, 2):
+        assert f"[rank {r}] error: rank 1 failed during gradient sync" in out, out
+
+
+def test_killed_rank_ends_the_job():
+    res = run_mpi(3, "fail", "kill", timeout=60)
+    assert res.returncode != 0 and not res.timed_out
+    assert res.elapsed_s < 40
+
+
+def test_stuck_rank_trips_the_watchdog():
+    """Rank 1 hangs without a word: the others time out (3 s here) naming what they wait for."""
+    res = run_mpi(3, "fail", "hang", timeout=90)
+    assert res.returncode != 0 and not res.timed_out
+    assert res.elapsed_s < 60
+    assert "no progress for" in res.output
+    assert "waiting on: recv from rank 1" in res.output or "waiting on: recv from rank 2" in res.output

@@ -1,0 +1,188 @@
+"""The task graphs, run by the single-process reference: semantics, edge cases, bad input.
+
+The MPI tests compare the engine with ``simulate``; these check that ``simulate`` itself computes
+the right thing (independently of the graphs: sums done here by hand) for any world size and any
+gradient size, and that misuse fails clearly.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hipress.compress import StateStore, create
+from hipress.sync import PlanEntry, SyncError, SyncProgram, simulate
+from hipress.sync.program import assign_owners
+from hipress.sync.topologies import available
+
+TOPOLOGIES = available()
+
+
+def int_inputs(world: int, sizes: list[int], seed: int) -> list[dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    return [{f"g{i}": torch.randint(-1000, 1000, (n,), generator=g).float() for i, n in enumerate(sizes)}
+            for _ in range(world)]
+
+
+def test_registry_lists_every_topology():
+    assert set(TOPOLOGIES) >= {"casync-ring", "casync-ps", "ring", "ps", "allreduce", "allgather"}
+
+
+@given(
+    world=st.integers(1, 5),
+    sizes=st.lists(st.integers(0, 300), min_size=1, max_size=5),
+    topo=st.sampled_from(TOPOLOGIES),
+    partition_bytes=st.sampled_from([0, 16, 100, 4096]),
+    bulk_bytes=st.sampled_from([0, 64, 1024]),
+    seed=st.integers(0, 10**6),
+)
+def test_uncompressed_sync_is_the_exact_average(world, sizes, topo, partition_bytes, bulk_bytes, seed):
+    """Any world size, sizes 0, 1, < partitions, any partitioning or bulk fusion: exact average."""
+    inputs = int_inputs(world, sizes, seed)
+    outs = simulate(inputs, None, topo, partition_bytes=partition_bytes, bulk_bytes=bulk_bytes)
+    for name in inputs[0]:
+        expect = sum(inp[name] for inp in inputs) / world
+        for r in range(world):
+            assert torch.equal(outs[r][name], expect), (r, name)
+
+
+@given(
+    world=st.integers(1, 5),
+    n=st.integers(0, 2000),
+    topo=st.sampled_from(["casync-ring", "casync-ps", "allgather"]),
+    alg=st.sampled_from(["tbq", "dgc", "topk", "terngrad", "onebit", "randomk", "qsgd", "fp16"]),
+    seed=st.integers(0, 10**6),
+)
+def test_compressed_sync_gives_every_rank_the_same_bits(world, n, topo, alg, seed):
+    g = torch.Generator().manual_seed(seed)
+    inputs = [{"w": torch.randn(n, generator=g)} for _ in range(world)]
+    outs = simulate(inputs, alg, topo, partition_bytes=512)
+    for r in range(1, world):
+        assert torch.equal(outs[r]["w"], outs[0]["w"])
+
+
+@pytest.mark.parametrize("topo", ["casync-ring", "casync-ps", "allgather"])
+def test_fp16_sync_is_close_to_the_average(topo):
+    """A near-lossless codec through every hop stays within fp16 rounding of the true average."""
+    g = torch.Generator().manual_seed(0)
+    inputs = [{"w": torch.randn(5000, generator=g)} for _ in range(4)]
+    out = simulate(inputs, "fp16", topo, partition_bytes=4096)[0]["w"]
+    expect = sum(i["w"] for i in inputs) / 4
+    assert (out - expect).abs().max() < 5e-3
+
+
+@pytest.mark.parametrize("topo", ["casync-ring", "casync-ps", "allgather"])
+def test_error_feedback_carries_what_was_not_sent(topo):
+    """TBQ with residuals: over many iterations the summed updates track the summed averages.
+
+    Each encode position (worker, ring hop, aggregator) keeps its own residual, so what one
+    iteration could not send goes out in the next: the accumulated error stays bounded, far below
+    what fresh states every iteration (no memory) give.
+    """
+    world, n, iters = 3, 2000, 30
+    states = [StateStore() for _ in range(world)]
+    g = torch.Generator().manual_seed(1)
+    got, fresh, want = torch.zeros(n), torch.zeros(n), torch.zeros(n)
+    tbq = create("tbq", tau=0.1)
+    for _ in range(iters):
+        inputs = [{"w": 0.05 * torch.randn(n, generator=g)} for _ in range(world)]
+        got += simulate(inputs, tbq, topo, states=states, partition_bytes=2048)[0]["w"]
+        fresh += simulate(inputs, tbq, topo, partition_bytes=2048)[0]["w"]
+        want += sum(i["w"] for i in inputs) / world
+    rel = float((got - want).norm() / want.norm())
+    rel_fresh = float((fresh - want).norm() / want.norm())
+    assert rel < 0.3 and rel < rel_fresh / 3, (rel, rel_fresh)
+
+
+def test_states_are_keyed_by_stable_names():
+    world = 3
+    states = [StateStore() for _ in range(world)]
+    inputs = [{"fc.weight": torch.randn(3000)} for _ in range(world)]
+    simulate(inputs, "tbq", "casync-ring", states=states, partition_bytes=1024)
+    names = set(states[0].names())
+    assert any(n.startswith("fc.weight#part0#chunk") for n in names)
+    assert any(n.endswith("@agg") for n in names)
+    states_ps = [StateStore() for _ in range(world)]
+    simulate(inputs, "tbq", "casync-ps", states=states_ps, partition_bytes=4096)
+    all_names = set().union(*(s.names() for s in states_ps))
+    assert "fc.weight#part0" in all_names and "fc.weight#part0@agg" in all_names
+
+
+def test_sparse_aggregates_get_a_widened_budget():
+    """DGC through the PS: the aggregate keeps up to world x the workers' budget (HiPress)."""
+    world = 4
+    g = torch.Generator().manual_seed(2)
+    inputs = [{"w": torch.randn(10000, generator=g)} for _ in range(world)]
+    out = simulate(inputs, create("dgc", ratio=0.01), "casync-ps", partition_bytes=0)[0]["w"]
+    nz = int((out != 0).sum())
+    assert 100 < nz <= 4 * 100
+
+
+def test_owners_balance_a_plan():
+    plan = {f"g{i}": PlanEntry(f"g{i}", 1000 * (i + 1), True, 2) for i in range(8)}
+    owners = assign_owners(plan, 4)
+    load = [0] * 4
+    for (name, _i), r in owners.items():
+        load[r] += plan[name].size // 2
+    assert max(load) - min(load) <= 1000
+    assert owners == assign_owners(dict(reversed(plan.items())), 4)  # order does not matter
+
+
+def test_plan_entries_are_respected():
+    plan = {"a": PlanEntry("a", 100, False, 1), "b": PlanEntry("b", 4000, True, 5)}
+    g = torch.Generator().manual_seed(3)
+    inputs = [{"a": torch.randn(100, generator=g), "b": torch.randn(4000, generator=g)} for _ in range(2)]
+    outs = simulate(inputs, "tbq", "casync-ps", plan=plan)
+    assert torch.equal(outs[0]["a"], (inputs[0]["a"] + inputs[1]["a"]) / 2)  # 'n': uncompressed, exact
+    assert not torch.equal(outs[0]["b"], (inputs[0]["b"] + inputs[1]["b"]) / 2)
+
+
+# ---------------------------------------------------------------------------- bad input
+def program(**kw) -> SyncProgram:
+    return SyncProgram(0, 2, kw.pop("comp", "tbq"), kw.pop("topo", "casync-ring"), kw.pop("plan", None), None, **kw)
+
+
+def test_unknown_topology_lists_the_known_ones():
+    with pytest.raises(ValueError, match="unknown topology 'tree'.*casync-ring"):
+        program(topo="tree")
+
+
+@pytest.mark.parametrize(
+    "name, tensor, match",
+    [
+        ("", torch.zeros(3), "non-empty string"),
+        ("x", [1.0, 2.0], "expected a torch.Tensor"),
+        ("x", torch.zeros(3, dtype=torch.int64), "not a floating type"),
+    ],
+)
+def test_bad_submissions_are_refused(name, tensor, match):
+    with pytest.raises(SyncError, match=match):
+        program().submit(name, tensor)
+
+
+def test_same_gradient_twice_in_one_iteration():
+    p = program()
+    p.submit("w", torch.zeros(4))
+    with pytest.raises(SyncError, match="submitted twice"):
+        p.submit("w", torch.zeros(4))
+
+
+def test_plan_mismatches_name_the_gradient():
+    p = program(plan={"w": PlanEntry("w", 4, True, 1)})
+    with pytest.raises(SyncError, match="'v' is not in the plan"):
+        p.submit("v", torch.zeros(4))
+    with pytest.raises(SyncError, match="'w' has 5 elements but the plan says 4"):
+        p.submit("w", torch.zeros(5))
+
+
+def test_non_cpu_tensors_are_refused_clearly():
+    t = torch.zeros(3, device="meta")
+    with pytest.raises(SyncError, match="copy it to the CPU"):
+        program().submit("w", t)
+
+
+def test_negative_sizes_are_refused():
+    with pytest.raises(SyncError, match=">= 0"):
+        program(partition_bytes=-1)
