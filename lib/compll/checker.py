@@ -636,12 +636,17 @@ class Checker:
         if isinstance(e, ast.Binary):
             lt = self._expr(e.left, scope, host)
             rt = self._expr(e.right, scope, host)
+            if host and e.op in ("&&", "||"):
+                self._no_vector_op(e.right)
             return self._binary_types(e, lt, rt)
         if isinstance(e, ast.Ternary):
             self._expr(e.cond, scope, host)
             self._truthy(e.cond)
             a = self._expr(e.then, scope, host)
             b = self._expr(e.other, scope, host)
+            if host:
+                self._no_vector_op(e.then)
+                self._no_vector_op(e.other)
             if a.is_vec or b.is_vec:
                 raise self.err(e, "?: chooses between scalars; for vectors use if/else")
             self._need_scalar(e.then, a, "?: branch")
@@ -662,6 +667,13 @@ class Checker:
         if isinstance(e, ast.Call):
             return self._call(e, scope, host, want)
         raise self.err(e, f"unsupported expression {type(e).__name__}")  # pragma: no cover
+
+    def _no_vector_op(self, e: ast.Expr) -> None:
+        """Host code computes vector operators before the statement: not conditionally."""
+        for x in _walk_all(e):
+            if isinstance(x, ast.Call) and x.func in VECTOR_OPS:
+                raise self.err(x, f"{x.func}(...) inside ?: or after && / || would be computed unconditionally",
+                               "compute it in a statement of its own (under an if if needed)")
 
     def _capture(self, sym: Symbol) -> None:
         lam = self.lam
@@ -1029,6 +1041,12 @@ def _names(e: ast.Expr):
         yield e
     for c in _subexprs(e):
         yield from _names(c)
+
+
+def _walk_all(e: ast.Expr):
+    yield e
+    for c in _subexprs(e):
+        yield from _walk_all(c)
 
 
 def _subexprs(e: ast.Expr) -> list[ast.Expr]:

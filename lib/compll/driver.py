@@ -276,7 +276,7 @@ class Driver:
             if f.length is None:
                 size1 = T.SIZES[f.ty.kind]
                 self.emit(f"if pos + {size1} > body_n:", ind)
-                self.emit(f"ctx.fail('payload truncated: no room for {f.sym.name!r}')", ind + 1)
+                self.emit(f"ctx.fail({'payload truncated: no room for ' + repr(f.sym.name)!r})", ind + 1)
                 fmt1 = "<" + STRUCT_FMT[f.ty.kind]
                 self.emit(f"({name},) = H.unpack({fmt1!r}, {self.backend.get_bytes('body', 'pos', size1)})", ind)
                 self.emit(f"pos += {size1}", ind)
@@ -290,8 +290,8 @@ class Driver:
             self.emit(f"{vec.length} = H.length({self.em.expr(f.length, T.INT)}, {f.sym.name!r})", ind)
             self.emit(f"nb = H.nbytes({vec.length}, {bits})", ind)
             self.emit("if pos + nb > body_n:", ind)
-            self.emit(f"ctx.fail(f\"payload truncated: {f.sym.name!r} needs {{nb}} bytes at offset {{pos}}, "
-                      f"the body has {{body_n}}\")", ind + 1)
+            msg = "payload truncated: " + repr(f.sym.name) + " needs {nb} bytes at offset {pos}, the body has {body_n}"
+            self.emit(f"ctx.fail(f{msg!r})", ind + 1)
             self.emit(f"{name} = {self.backend.region('body', 'pos', 'nb', elem, read=True)}", ind)
             self.emit("pos += nb", ind)
         self.emit("if pos != body_n:", ind)

@@ -117,7 +117,7 @@ def _load_checked(checked: CheckedSpec, *, register: bool, cache: Path | None):
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-    mod = _import_wrapper(root / f"{name}.py", f"hipress_compll_user.{name}_{digest(checked)}")
+    mod = _import_wrapper(root / f"{name}.py", f"hipress_compll_user_{name}_{digest(checked)}")
     from .generate import class_name
 
     cls = getattr(mod, class_name(name))

@@ -77,7 +77,7 @@ def load_sibling(module_name: str, sibling: str) -> ModuleType:
     """Import the body module ``sibling`` that sits beside the wrapper module ``module_name``."""
     wrapper = sys.modules[module_name]
     pkg = getattr(wrapper, "__package__", None)
-    if pkg:
+    if pkg and pkg in sys.modules:  # a wrapper inside a package (the built-ins)
         return importlib.import_module(f"{pkg}.{sibling}")
     path = Path(wrapper.__file__).with_name(sibling + ".py")  # type: ignore[arg-type]
     # a name that depends on the file only: numba's cache refers to callees by module name
@@ -89,7 +89,11 @@ def load_sibling(module_name: str, sibling: str) -> ModuleType:
         raise ImportError(f"cannot load {path}")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[full] = mod
-    spec.loader.exec_module(mod)
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(full, None)
+        raise
     return mod
 
 
