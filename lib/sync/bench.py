@@ -51,7 +51,15 @@ def median_ci(xs: list[float], z: float = 1.96) -> tuple[float, float, float]:
 
 
 def run_topology(
-    comm: MPI.Comm, topo: str, alg: str, numel: int, repeat: int, warmup: int, partition_bytes: int, timeout: float
+    comm: MPI.Comm,
+    topo: str,
+    alg: str,
+    numel: int,
+    repeat: int,
+    warmup: int,
+    partition_bytes: int,
+    timeout: float,
+    trace: str | None = None,
 ) -> dict:
     rank, world = comm.Get_rank(), comm.Get_size()
     gen = torch.Generator().manual_seed(1234 + rank)
@@ -61,7 +69,8 @@ def run_topology(
     times, walls = [], []
     sent, outs, ins = [], [], []
     compute: dict[str, list[float]] = {}
-    with Engine(comm, comp, topo, partition_bytes=partition_bytes, timeout=timeout) as eng:
+    traced = []
+    with Engine(comm, comp, topo, partition_bytes=partition_bytes, timeout=timeout, trace=bool(trace)) as eng:
         for it in range(warmup + repeat):
             work.copy_(grad)
             comm.Barrier()
@@ -72,6 +81,7 @@ def run_topology(
             slowest = _max(comm, dt)
             if it < warmup:
                 continue
+            traced.append(st.trace)
             times.append(slowest)
             walls.append(dt)
             sent.append(st.bytes_sent)
@@ -80,10 +90,14 @@ def run_topology(
             ins.append(sum(st.bytes_from.values()) + est)
             for k, v in st.compute_s.items():
                 compute.setdefault(k, []).append(v)
+            compute.setdefault("comm_thread_cpu", []).append(st.comm_cpu_s)
     # per-rank figures, gathered as numbers (no pickles)
     mine = np.array([statistics.median(sent), statistics.median(outs), statistics.median(ins)], dtype=np.float64)
     table = np.empty((world, 3), dtype=np.float64) if rank == 0 else None
     comm.Gather([mine, MPI.DOUBLE], [table, MPI.DOUBLE] if rank == 0 else None, root=0)
+    if trace:
+        with open(f"{trace}.{topo}.rank{rank}.json", "w") as f:
+            json.dump(traced, f)
     med, lo, hi = median_ci(times)
     out = {
         "topology": topo,
@@ -118,6 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--link-bits", type=float, default=0.0, help="link rate in bit/s (0: not shaped)")
     p.add_argument("--out", required=True)
+    p.add_argument("--trace", default=None, help="write every rank's task trace to TRACE.<topo>.rank<r>.json")
     a = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     set_threads(a.threads)
@@ -125,7 +140,9 @@ def main(argv: list[str] | None = None) -> None:
     for t in topos:
         get(t)  # unknown names fail before anything runs
     numel = a.size // 4
-    rows = [run_topology(comm, t, a.alg, numel, a.repeat, a.warmup, a.partition_bytes, a.timeout) for t in topos]
+    rows = [
+        run_topology(comm, t, a.alg, numel, a.repeat, a.warmup, a.partition_bytes, a.timeout, a.trace) for t in topos
+    ]
     if comm.Get_rank() != 0:
         return
     base = {r["topology"]: r["median_s"] for r in rows}

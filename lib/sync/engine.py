@@ -55,6 +55,8 @@ class SyncStats:
     collective_bytes_est: int = 0
     messages: int = 0
     compute_s: dict[str, float] = field(default_factory=dict)
+    comm_cpu_s: float = 0.0
+    trace: list[tuple] = field(default_factory=list)
     tasks: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -78,6 +80,8 @@ class Engine:
       partition_bytes, bulk_bytes: see ``SyncProgram``.
       timeout: seconds without any progress, while ``wait_all`` waits, before giving up with an
         error naming what is pending (a peer that failed *with* an error is reported at once).
+      trace: record every task's (kind, label, start, end, cpu seconds) in ``SyncStats.trace``
+        (times from ``time.perf_counter``, relative to the first submit): where the time went.
     """
 
     def __init__(
@@ -91,9 +95,10 @@ class Engine:
         partition_bytes: int = DEFAULT_PARTITION_BYTES,
         bulk_bytes: int = DEFAULT_BULK_BYTES,
         timeout: float = 60.0,
+        trace: bool = False,
     ) -> None:
         self.states = states if states is not None else StateStore()
-        self.executor = MPIExecutor(comm, timeout=timeout)
+        self.executor = MPIExecutor(comm, timeout=timeout, trace=trace)
         try:
             self.program = SyncProgram(
                 comm.Get_rank(),
@@ -165,6 +170,8 @@ class Engine:
             collective_bytes_est=ex.collective_bytes_est,
             messages=ex.messages,
             compute_s=dict(ex.compute_s),
+            comm_cpu_s=ex.comm_cpu_s,
+            trace=[(k, lb, a - t0, b - t0, c) for k, lb, a, b, c in ex.trace],
             tasks=dict(ex.tasks),
         )
 

@@ -32,6 +32,8 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
+from hipress.compress.kernels import set_threads
+
 from .graph import ChannelOrder, Task, complete, roots
 from .program import SyncError
 
@@ -50,13 +52,17 @@ class ExecStats:
     collective_bytes_est: int = 0  # MPI collectives: an estimate (the algorithm is MPI's choice)
     messages: int = 0
     compute_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    comm_cpu_s: float = 0.0  # CPU time of the communication thread (polling included)
+    trace: list[tuple] = field(default_factory=list)  # (kind, label, start, end, cpu_s) if tracing
     tasks: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
 class MPIExecutor:
     """Executes ``Task`` graphs on ``comm`` (see the module docstring)."""
 
-    def __init__(self, comm: MPI.Comm, timeout: float = 60.0, poll_max_s: float = 0.001) -> None:
+    def __init__(
+        self, comm: MPI.Comm, timeout: float = 60.0, poll_max_s: float = 0.001, trace: bool = False
+    ) -> None:
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             raise SyncError(
                 "MPI was initialized without MPI_THREAD_MULTIPLE; the sync engine polls MPI from its own thread",
@@ -67,6 +73,7 @@ class MPIExecutor:
         self.rank, self.world = comm.Get_rank(), comm.Get_size()
         self.timeout = float(timeout)
         self.poll_max_s = poll_max_s
+        self.trace = trace  # record every task's start/end (time.perf_counter) in the stats
         # own communicators: our traffic never matches the caller's, collectives never cross
         self.p2p = comm.Dup()
         self.coll = [comm.Dup(), comm.Dup()]  # COLL_SIZES, COLL_DATA channels
@@ -94,6 +101,11 @@ class MPIExecutor:
         self.recv_window = max(8, 2 * self.world)
         self._recv_queue: dict[int, deque[Task]] = defaultdict(deque)
         self._recv_live: dict[int, int] = defaultdict(int)
+        # numba's thread count is per thread: the worker must take the caller's setting (a rank
+        # that called hipress.compress.kernels.set_threads(1) means it for the engine's kernels too)
+        import numba
+
+        self._kernel_threads = numba.get_num_threads()
         self._worker = threading.Thread(target=self._compute_loop, name="hipress-sync-compute", daemon=True)
         self._comm = threading.Thread(target=self._comm_loop, name="hipress-sync-comm", daemon=True)
         self._worker.start()
@@ -184,6 +196,7 @@ class MPIExecutor:
 
     # ------------------------------------------------------------------ compute worker
     def _compute_loop(self) -> None:
+        set_threads(self._kernel_threads)
         while True:
             _prio, _n, t = self._work.get()
             if t is None:
@@ -191,6 +204,7 @@ class MPIExecutor:
             if self._error is not None:
                 continue
             t0 = time.perf_counter()
+            c0 = time.thread_time()
             try:
                 t.run()
             except Exception as e:  # noqa: BLE001 - any failure of a task fails the sync, clearly
@@ -198,10 +212,12 @@ class MPIExecutor:
                 err.__cause__ = e
                 self._fail(err, tell_peers=True)
                 continue
-            dt = time.perf_counter() - t0
+            t1 = time.perf_counter()
             with self._lock:
-                self.stats.compute_s[t.kind] += dt
+                self.stats.compute_s[t.kind] += t1 - t0
                 self.stats.tasks[t.kind] += 1
+                if self.trace:
+                    self.stats.trace.append((t.kind, t.label, t0, t1, time.thread_time() - c0))
             self._done(t)
 
     # ------------------------------------------------------------------ communication thread
@@ -212,8 +228,14 @@ class MPIExecutor:
         owners: list[tuple[Task, object]] = []
         statuses: list[MPI.Status] = []  # reused: building thousands per poll would dominate
         sleep = 0.0
+        cpu0 = time.thread_time()
         try:
             while not self._stop:
+                cpu = time.thread_time()
+                if cpu - cpu0 > 0.01:
+                    with self._lock:
+                        self.stats.comm_cpu_s += cpu - cpu0
+                    cpu0 = cpu
                 progressed = False
                 # post what became ready, channel by channel in creation order
                 while self._inbox and self._error is None:
@@ -325,6 +347,8 @@ class MPIExecutor:
 
     def _post(self, t: Task) -> MPI.Request:
         st = self.stats
+        if self.trace:
+            t.t_posted = time.perf_counter()
         if t.kind == "send":
             payload = t.slot.get()
             t.nbytes = payload.numel()
@@ -360,6 +384,9 @@ class MPIExecutor:
         raise SyncError(f"internal error: cannot post a {t.kind} task")
 
     def _finished(self, t: Task, status: MPI.Status) -> None:
+        if self.trace:
+            with self._lock:
+                self.stats.trace.append((t.kind, t.label, t.t_posted, time.perf_counter(), 0.0))
         if t.kind == "recv":
             self._recv_live[t.tag] -= 1
             n = status.Get_count(MPI.BYTE)

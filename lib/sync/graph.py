@@ -78,6 +78,7 @@ class Task:
     done: bool = False
     nbytes: int = 0  # bytes this task put on the wire (sends; estimates for collectives)
     aux: object = None  # the executor's scratch (receive buffer, gathered sizes)
+    t_posted: float = 0.0  # when a communication task was handed to MPI (tracing)
 
     @property
     def is_comm(self) -> bool:
