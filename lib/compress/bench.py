@@ -95,6 +95,8 @@ def bench_compress(
         enc = _gbps(4 * n, timeit(lambda c=comp, s=state, nm=spec: c.encode(x, s, name=nm), repeat, warmup))
         out = torch.empty_like(x)
         dec = _gbps(4 * n, timeit(lambda c=comp, p=payload, o=out: c.decode(p, out=o), repeat, warmup))
+        # decode-accumulate: what CaSync's merge does on every hop (values grow; timing does not care)
+        dadd = _gbps(4 * n, timeit(lambda c=comp, p=payload, o=out: c.decode(p, out=o, add=True), repeat, warmup))
         row = {
             "alg": spec,
             "params": comp.params(),
@@ -102,6 +104,8 @@ def bench_compress(
             "encode_ci95_gbps": enc["ci95_gbps"],
             "decode_gbps": dec["gbps"],
             "decode_ci95_gbps": dec["ci95_gbps"],
+            "decode_add_gbps": dadd["gbps"],
+            "decode_add_ci95_gbps": dadd["ci95_gbps"],
             "payload_bytes": int(payload.numel()),
             "ratio": payload.numel() / (4 * n),
             "rel_l2_error": err,

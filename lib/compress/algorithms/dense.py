@@ -6,6 +6,7 @@ import torch
 
 from ..base import Capabilities, Compressor, nonfinite
 from ..errors import CompressionError
+from ..kernels import backend_for
 from ..payload import Header, allocate, seal
 from ..registry import register
 from ..state import GradientState
@@ -25,8 +26,13 @@ class _Cast(Compressor):
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
         payload, body = allocate(self.wire_id, dtype, x.numel(), b"", x.numel() * self.wire_dtype.itemsize)
         vals = body.view(self.wire_dtype)
+        k = backend_for(x, name)
+        if self.wire_dtype == torch.float32:
+            if not k.copy_check(x, vals):  # copy and finiteness check in one pass
+                raise nonfinite(name)
+            return payload
         vals.copy_(x)
-        if x.numel() and not bool(torch.isfinite(vals).all()):
+        if not k.half_finite(vals):  # the check reads the (smaller) cast values as bits
             if bool(torch.isfinite(x).all()):
                 raise CompressionError(name, f"values overflow {self.wire_dtype}", "scale the gradient down first")
             raise nonfinite(name)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import struct
 
-import numpy as np
 import torch
 
 from ..base import Capabilities, Compressor, nonfinite
@@ -38,15 +37,14 @@ class OneBit(Compressor):
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
         k = backend_for(x, name)
         r = state.buffer("residual", x) if state is not None else None
-        sp, cp, sn, cn, _, _, bad = k.stats(x, r)
-        if bad:
+        scales = k.onebit_scales(x, r)  # pass 1: the scales; leaves v = x + r in r
+        if scales is None:
             if r is not None:
                 r.zero_()
             raise nonfinite(name, state_reset=r is not None)
-        pos = float(np.float32(sp / cp)) if cp else 0.0
-        neg = float(np.float32(sn / cn)) if cn else 0.0
+        pos, neg = scales
         payload, body = allocate(self.wire_id, dtype, x.numel(), _EXTRA.pack(pos, neg), (x.numel() + 7) // 8)
-        k.sign_encode(x, r, pos, neg, body)
+        k.onebit_encode(x, r, pos, neg, body)  # pass 2: the bits; r <- v - scale
         if state is not None:
             state.step += 1
         return payload

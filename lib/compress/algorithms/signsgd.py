@@ -43,12 +43,12 @@ class SignSGD(Compressor):
 
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
         k = backend_for(x, name)
-        st = k.stats(x, None)
-        if st[6]:
+        sp, sn, finite = k.sign_sums(x)
+        if not finite:
             raise nonfinite(name)
-        scale = float(np.float32(st[4] / x.numel())) if (self.scaled and x.numel()) else 1.0
+        scale = float(np.float32((sp - sn) / x.numel())) if (self.scaled and x.numel()) else 1.0
         payload, body = allocate(self.wire_id, dtype, x.numel(), _EXTRA.pack(scale), (x.numel() + 7) // 8)
-        k.sign_encode(x, None, scale, -scale, body)
+        k.sign_encode(x, body)
         return payload
 
     def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:

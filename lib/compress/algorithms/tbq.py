@@ -7,8 +7,10 @@ Extra header: tau (f32).
 
 from __future__ import annotations
 
+import math
 import struct
 
+import numpy as np
 import torch
 
 from ..base import Capabilities, Compressor, nonfinite
@@ -28,8 +30,8 @@ class TBQ(Compressor):
     caps = Capabilities(uses_state=True)
 
     def __init__(self, tau: float = 0.5) -> None:
-        if not tau > 0:
-            raise ValueError(f"tbq: tau must be > 0, got {tau}")
+        if not (tau > 0 and math.isfinite(float(np.float32(tau)))):
+            raise ValueError(f"tbq: tau must be > 0 and finite in float32, got {tau}")
         self.tau = float(tau)
 
     def params(self) -> dict:
@@ -45,10 +47,11 @@ class TBQ(Compressor):
         k = backend_for(x, name)
         tau = struct.unpack("<f", struct.pack("<f", self.tau))[0]
         payload, body = allocate(self.wire_id, dtype, x.numel(), _EXTRA.pack(tau), (x.numel() + 3) // 4)
-        r = state.buffer("residual", x) if state is not None else torch.zeros_like(x)
+        r = state.buffer("residual", x) if state is not None else None
         if not k.tbq_encode(x, r, tau, body):
-            r.zero_()
-            raise nonfinite(name, state_reset=state is not None)
+            if r is not None:
+                r.zero_()
+            raise nonfinite(name, state_reset=r is not None)
         if state is not None:
             state.step += 1
         return payload

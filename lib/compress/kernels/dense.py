@@ -1,0 +1,53 @@
+"""Uncompressed and cast payloads (none, fp16, bf16): copy and check in one pass.
+
+The check is on the bits (exponent all ones), an integer OR-reduction that runs at memory speed,
+instead of ``torch.isfinite(...).all()``, which materialises a bool tensor and reads it back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from .common import TASK, jit, nonfinite_bits, pjit
+
+
+@jit
+def copy_check_range(src, dst, s, e):
+    """dst[s:e] = src[s:e] (uint32 views of float32); 1 if a copied value is Inf or NaN."""
+    a = src[s:e]
+    b = dst[s:e]
+    for i in range(a.size):
+        b[i] = a[i]
+    return np.int64(nonfinite_bits(b))
+
+
+@pjit
+def copy_check_par(src, dst):
+    n = src.size
+    bad = 0
+    for t in prange((n + TASK - 1) // TASK):
+        s = t * TASK
+        bad += copy_check_range(src, dst, s, min(n, s + TASK))
+    return bad
+
+
+@jit
+def half_nonfinite_range(h, exp_mask, s, e):
+    """1 if a 16-bit float in h[s:e] (uint16 view) has an all-ones exponent (``exp_mask``)."""
+    a = h[s:e]
+    m = np.uint64(exp_mask)
+    acc = np.uint64(0)
+    for i in range(a.size):
+        acc = max(acc, np.uint64(a[i]) & m)
+    return np.int64(acc == m)
+
+
+@pjit
+def half_nonfinite_par(h, exp_mask):
+    n = h.size
+    bad = 0
+    for t in prange((n + TASK - 1) // TASK):
+        s = t * TASK
+        bad += half_nonfinite_range(h, exp_mask, s, min(n, s + TASK))
+    return bad

@@ -1,0 +1,353 @@
+"""Dense quantizers: TBQ (2-bit threshold), sign bits (onebit, signSGD), b-bit linear (TernGrad), QSGD.
+
+Each encoder is a ``*_range(..., s, e)`` function that encodes elements [s, e) block by block (see
+``common``: element math into a codes buffer, then word-parallel packing); ``s`` is always a
+multiple of ``BLOCK``, so every block starts on a byte boundary of the body. The serial path calls
+the range function on [0, n); the parallel drivers (``*_par``) run one task of ``TASK`` elements per
+``prange`` iteration. Every element is computed the same way on either path, so payloads do not
+depend on the number of threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from .common import (
+    BLOCK,
+    CODES_LEN,
+    TASK,
+    inline,
+    jit,
+    nonfinite_bits,
+    pack_codes,
+    pjit,
+    uniform01,
+    unpack_codes,
+    zero_tail,
+)
+
+_F0 = np.float32(0.0)
+_F1 = np.float32(1.0)
+_FM1 = np.float32(-1.0)
+_HALF = np.float32(0.5)
+_U0 = np.uint8(0)
+_U1 = np.uint8(1)
+
+
+# ---------------------------------------------------------------------------- TBQ
+@inline
+def _tbq_codes_res(g, r, tau, codes):
+    ntau = -tau
+    for i in range(g.size):
+        v = g[i] + r[i]
+        q = _F1 if v >= tau else _F0
+        q = _FM1 if v <= ntau else q
+        r[i] = v - q * tau
+        codes[i] = np.uint8(np.int32(q) + np.int32(1))
+
+
+@inline
+def _tbq_codes(g, tau, codes):
+    ntau = -tau
+    for i in range(g.size):
+        v = g[i]
+        q = _F1 if v >= tau else _F0
+        q = _FM1 if v <= ntau else q
+        codes[i] = np.uint8(np.int32(q) + np.int32(1))
+
+
+@jit
+def tbq_encode_range(g, r, use_r, tau, out, s, e):
+    """Codes 2 / 0 / 1 for v = g (+ r) >= tau / <= -tau / else; r <- v - (code - 1) * tau.
+
+    Returns 1 if some v was Inf or NaN. With a finite tau the new residual is non-finite exactly
+    when v was, so the check reads the residual just written (or g) as integers.
+    """
+    codes = np.empty(CODES_LEN, np.uint8)
+    bad = np.uint64(0)
+    for b0 in range(s, e, BLOCK):
+        b1 = min(e, b0 + BLOCK)
+        gs = g[b0:b1]
+        if use_r:
+            rs = r[b0:b1]
+            _tbq_codes_res(gs, rs, tau, codes)
+            bad |= nonfinite_bits(rs.view(np.uint32))
+        else:
+            _tbq_codes(gs, tau, codes)
+            bad |= nonfinite_bits(gs.view(np.uint32))
+        zero_tail(codes, b1 - b0, 2)
+        pack_codes(codes, out[b0 // 4 : (b1 + 3) // 4], 2)
+    return np.int64(bad)
+
+
+@pjit
+def tbq_encode_par(g, r, use_r, tau, out):
+    n = g.size
+    bad = 0
+    for t in prange((n + TASK - 1) // TASK):
+        s = t * TASK
+        bad += tbq_encode_range(g, r, use_r, tau, out, s, min(n, s + TASK))
+    return bad
+
+
+@inline
+def _code3(body):
+    """Non-zero if a 2-bit field of some byte holds 3 (never written by the encoder)."""
+    acc = np.uint64(0)
+    for j in range(body.size):
+        b = np.uint64(body[j])
+        acc |= b & (b >> np.uint64(1))
+    return acc & np.uint64(0x55)
+
+
+@jit
+def tbq_decode_range(p, tau, out, add, s, e):
+    codes = np.empty(CODES_LEN, np.uint8)
+    bad = np.uint64(0)
+    for b0 in range(s, e, BLOCK):
+        b1 = min(e, b0 + BLOCK)
+        body = p[b0 // 4 : (b1 + 3) // 4]
+        unpack_codes(body, codes, 2)
+        bad |= _code3(body)
+        o = out[b0:b1]
+        if add:
+            for i in range(o.size):
+                o[i] += (np.float32(codes[i]) - _F1) * tau
+        else:
+            for i in range(o.size):
+                o[i] = (np.float32(codes[i]) - _F1) * tau
+    return np.int64(bad != 0)
+
+
+@pjit
+def tbq_decode_par(p, tau, out, add):
+    n = out.size
+    bad = 0
+    for t in prange((n + TASK - 1) // TASK):
+        s = t * TASK
+        bad += tbq_decode_range(p, tau, out, add, s, min(n, s + TASK))
+    return bad
+
+
+# ---------------------------------------------------------------------------- sign bits
+@inline
+def _sign_codes_res(r, pos, neg, codes):
+    """r holds v = g + residual; bit = v >= 0; r <- v - (pos if bit else neg)."""
+    for i in range(r.size):
+        v = r[i]
+        ge = v >= _F0
+        r[i] = v - (pos if ge else neg)
+        codes[i] = _U1 if ge else _U0
+
+
+@inline
+def _sign_codes(g, codes):
+    for i in range(g.size):
+        codes[i] = _U1 if g[i] >= _F0 else _U0
+
+
+@jit
+def sign_encode_range(g, r, use_r, pos, neg, out, s, e):
+    """Bit 1 where v >= 0, LSB first. With ``use_r``, r already holds v (the stats pass wrote it)."""
+    codes = np.empty(CODES_LEN, np.uint8)
+    for b0 in range(s, e, BLOCK):
+        b1 = min(e, b0 + BLOCK)
+        if use_r:
+            _sign_codes_res(r[b0:b1], pos, neg, codes)
+        else:
+            _sign_codes(g[b0:b1], codes)
+        zero_tail(codes, b1 - b0, 1)
+        pack_codes(codes, out[b0 // 8 : (b1 + 7) // 8], 1)
+    return 0
+
+
+@pjit
+def sign_encode_par(g, r, use_r, pos, neg, out):
+    n = g.size
+    for t in prange((n + TASK - 1) // TASK):
+        s = t * TASK
+        sign_encode_range(g, r, use_r, pos, neg, out, s, min(n, s + TASK))
+    return 0
+
+
+@jit
+def sign_decode_range(p, pos, neg, out, add, s, e):
+    codes = np.empty(CODES_LEN, np.uint8)
+    for b0 in range(s, e, BLOCK):
+        b1 = min(e, b0 + BLOCK)
+        unpack_codes(p[b0 // 8 : (b1 + 7) // 8], codes, 1)
+        o = out[b0:b1]
+        if add:
+            for i in range(o.size):
+                o[i] += pos if codes[i] != _U0 else neg
+        else:
+            for i in range(o.size):
+                o[i] = pos if codes[i] != _U0 else neg
+    return 0
+
+
+@pjit
+def sign_decode_par(p, pos, neg, out, add):
+    n = out.size
+    for t in prange((n + TASK - 1) // TASK):
+        s = t * TASK
+        sign_decode_range(p, pos, neg, out, add, s, min(n, s + TASK))
+    return 0
+
+
+# ---------------------------------------------------------------------------- b-bit linear (TernGrad)
+@inline
+def _linear_codes_stochastic(g, base, lo, gap, qmax, seed, codes):
+    for i in range(g.size):
+        x = (g[i] - lo) / gap + uniform01(seed, base + i)
+        q = np.int32(np.floor(x))
+        codes[i] = np.uint8(max(np.int32(0), min(qmax, q)))
+
+
+@inline
+def _linear_codes_nearest(g, lo, gap, qmax, codes):
+    for i in range(g.size):
+        x = (g[i] - lo) / gap + _HALF
+        q = np.int32(np.floor(x))
+        codes[i] = np.uint8(max(np.int32(0), min(qmax, q)))
+
+
+@jit
+def linear_encode_range(g, lo, gap, bits, stochastic, seed, out, s, e):
+    """q = floor((g - lo) / gap + u) clipped to [0, 2^bits - 1], u = uniform01(seed, i) or 0.5."""
+    codes = np.empty(CODES_LEN, np.uint8)
+    qmax = np.int32((1 << bits) - 1)
+    for b0 in range(s, e, BLOCK):
+        b1 = min(e, b0 + BLOCK)
+        m = b1 - b0
+        if gap > _F0:
+            if stochastic:
+                _linear_codes_stochastic(g[b0:b1], b0, lo, gap, qmax, seed, codes)
+            else:
+                _linear_codes_nearest(g[b0:b1], lo, gap, qmax, codes)
+        else:
+            codes[:m] = 0
+        zero_tail(codes, m, bits)
+        pack_codes(codes, out[(b0 * bits) // 8 : (b1 * bits + 7) // 8], bits)
+    return 0
+
+
+@pjit
+def linear_encode_par(g, lo, gap, bits, stochastic, seed, out):
+    n = g.size
+    for t in prange((n + TASK - 1) // TASK):
+        s = t * TASK
+        linear_encode_range(g, lo, gap, bits, stochastic, seed, out, s, min(n, s + TASK))
+    return 0
+
+
+@jit
+def linear_decode_range(p, lo, gap, bits, out, add, s, e):
+    """v = lo + q * gap."""
+    codes = np.empty(CODES_LEN, np.uint8)
+    for b0 in range(s, e, BLOCK):
+        b1 = min(e, b0 + BLOCK)
+        unpack_codes(p[(b0 * bits) // 8 : (b1 * bits + 7) // 8], codes, bits)
+        o = out[b0:b1]
+        if add:
+            for i in range(o.size):
+                o[i] += lo + np.float32(codes[i]) * gap
+        else:
+            for i in range(o.size):
+                o[i] = lo + np.float32(codes[i]) * gap
+    return 0
+
+
+@pjit
+def linear_decode_par(p, lo, gap, bits, out, add):
+    n = out.size
+    for t in prange((n + TASK - 1) // TASK):
+        s = t * TASK
+        linear_decode_range(p, lo, gap, bits, out, add, s, min(n, s + TASK))
+    return 0
+
+
+# ---------------------------------------------------------------------------- QSGD (bucketed)
+@inline
+def _qsgd_codes(g, base, norm, levels, sbit, seed, codes):
+    """code = sign << (bits-1) | level, level = min(s, floor(|g| / norm * s + u))."""
+    if norm > _F0:
+        sf = np.float32(levels)
+        for i in range(g.size):
+            x = g[i]
+            y = abs(x) / norm * sf + uniform01(seed, base + i)
+            lvl = min(levels, np.int32(np.floor(y)))
+            codes[i] = np.uint8(lvl | (sbit if x < _F0 else np.int32(0)))
+    else:
+        for i in range(g.size):
+            codes[i] = np.uint8(sbit if g[i] < _F0 else np.int32(0))
+
+
+@jit
+def qsgd_encode_range(g, norms, bucket, levels, bits, seed, out, s, e):
+    codes = np.empty(CODES_LEN, np.uint8)
+    lv = np.int32(levels)
+    sbit = np.int32(1 << (bits - 1))
+    for b0 in range(s, e, BLOCK):
+        b1 = min(e, b0 + BLOCK)
+        i = b0
+        while i < b1:  # one bucket segment at a time: its norm is loop-invariant
+            k = i // bucket
+            j = min(b1, (k + 1) * bucket)
+            _qsgd_codes(g[i:j], i, norms[k], lv, sbit, seed, codes[i - b0 : j - b0])
+            i = j
+        zero_tail(codes, b1 - b0, bits)
+        pack_codes(codes, out[(b0 * bits) // 8 : (b1 * bits + 7) // 8], bits)
+    return 0
+
+
+@pjit
+def qsgd_encode_par(g, norms, bucket, levels, bits, seed, out):
+    n = g.size
+    for t in prange((n + TASK - 1) // TASK):
+        s = t * TASK
+        qsgd_encode_range(g, norms, bucket, levels, bits, seed, out, s, min(n, s + TASK))
+    return 0
+
+
+@inline
+def _qsgd_values(codes, scale, lmask, sbit, out, add):
+    if add:
+        for i in range(out.size):
+            c = codes[i]
+            v = np.float32(c & lmask) * scale
+            out[i] += -v if c & sbit else v
+    else:
+        for i in range(out.size):
+            c = codes[i]
+            v = np.float32(c & lmask) * scale
+            out[i] = -v if c & sbit else v
+
+
+@jit
+def qsgd_decode_range(p, norms, bucket, levels, bits, out, add, s, e):
+    """v = +-level * (norm / s) with the element's bucket norm."""
+    codes = np.empty(CODES_LEN, np.uint8)
+    sbit = np.uint8(1 << (bits - 1))
+    lmask = np.uint8((1 << (bits - 1)) - 1)
+    sf = np.float32(levels)
+    for b0 in range(s, e, BLOCK):
+        b1 = min(e, b0 + BLOCK)
+        unpack_codes(p[(b0 * bits) // 8 : (b1 * bits + 7) // 8], codes, bits)
+        i = b0
+        while i < b1:
+            k = i // bucket
+            j = min(b1, (k + 1) * bucket)
+            _qsgd_values(codes[i - b0 : j - b0], norms[k] / sf, lmask, sbit, out[i:j], add)
+            i = j
+    return 0
+
+
+@pjit
+def qsgd_decode_par(p, norms, bucket, levels, bits, out, add):
+    n = out.size
+    for t in prange((n + TASK - 1) // TASK):
+        s = t * TASK
+        qsgd_decode_range(p, norms, bucket, levels, bits, out, add, s, min(n, s + TASK))
+    return 0
