@@ -10,8 +10,9 @@ from rich.table import Table
 
 from hipress_cli.options import JsonOpt, console, err_console, fail, parse_size, print_json
 
-app = typer.Typer(help="CompLL: compression algorithms written in a DSL, compiled to CPU and GPU code.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="CompLL: compression algorithms written in a DSL, compiled to CPU and GPU code.", no_args_is_help=True
+)
 
 FLAVORS = ("cpu", "cupy")
 
@@ -19,9 +20,13 @@ FLAVORS = ("cpu", "cupy")
 @app.command("gen")
 def gen(
     spec: Annotated[Path, typer.Argument(help="The .pse spec file.", show_default=False)],
-    body: Annotated[bool, typer.Option("-b", "--body", help="Kernels and drivers (the default if no flag is given).")] = False,
+    body: Annotated[
+        bool, typer.Option("-b", "--body", help="Kernels and drivers (the default if no flag is given).")
+    ] = False,
     wrapper: Annotated[bool, typer.Option("-w", "--wrapper", help="The Compressor subclass around them.")] = False,
-    register: Annotated[bool, typer.Option("-r", "--register", help="The wrapper registers itself under the spec's name.")] = False,
+    register: Annotated[
+        bool, typer.Option("-r", "--register", help="The wrapper registers itself under the spec's name.")
+    ] = False,
     flavor: Annotated[str, typer.Option("-f", "--flavor", help="cpu (numba) or cupy (CUDA C via CuPy).")] = "cpu",
     out: Annotated[Path, typer.Option("-o", "--out", help="Output directory.")] = Path("."),
     name: Annotated[str, typer.Option("--name", help="Algorithm name (default: the spec's file name).")] = "",
@@ -38,8 +43,9 @@ def gen(
         body = True
     try:
         _, checked = read_spec(spec)
-        paths = write_modules(checked, out, body=body, wrapper=wrapper, register=register, flavors=(flavor,),
-                              name=name or None)
+        paths = write_modules(
+            checked, out, body=body, wrapper=wrapper, register=register, flavors=(flavor,), name=name or None
+        )
     except CompLLError as e:
         raise fail(str(e)) from None
     except OSError as e:
@@ -64,8 +70,11 @@ def _nvcc_ptx(sources: list[Path]) -> list[Path]:
     out = []
     for src in sources:
         ptx = src.with_suffix(".ptx")
-        r = subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-fmad=false", "--std=c++14", "-o", str(ptx), str(src)],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            [nvcc, "-ptx", "-arch=sm_90", "-fmad=false", "--std=c++14", "-o", str(ptx), str(src)],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode:
             raise fail(f"nvcc failed on {src}:\n{r.stderr.strip()}")
         out.append(ptx)
@@ -108,13 +117,22 @@ def stats(json_: JsonOpt = False) -> None:
     for col in ("alg", "DSL", "gen CPU", "gen CUDA C", "gen CUDA py", "wrapper", "hand-written", "hand / DSL"):
         t.add_column(col, justify="right" if col != "alg" else "left")
     for r in rows:
-        t.add_row(r["alg"], str(r["dsl"]), str(r["generated_cpu"]), str(r["generated_cuda_c"]),
-                  str(r["generated_cuda_py"]), str(r["generated_wrapper"]), str(r["handwritten"]),
-                  f"{r['handwritten'] / r['dsl']:.1f}x")
+        t.add_row(
+            r["alg"],
+            str(r["dsl"]),
+            str(r["generated_cpu"]),
+            str(r["generated_cuda_c"]),
+            str(r["generated_cuda_py"]),
+            str(r["generated_wrapper"]),
+            str(r["handwritten"]),
+            f"{r['handwritten'] / r['dsl']:.1f}x",
+        )
     console.print(t)
-    console.print("Lines: non-blank, not comments or docstrings. Hand-written: the algorithm's file, the kernel "
-                  "functions it calls in compress/kernels/cpu.py and, for dgc/graddrop, compress/sparse.py "
-                  "(shared code counted for each algorithm that uses it; no CUDA hand-written exists).")
+    console.print(
+        "Lines: non-blank, not comments or docstrings. Hand-written: the algorithm's file, the kernel "
+        "functions it calls in compress/kernels/cpu.py and, for dgc/graddrop, compress/sparse.py "
+        "(shared code counted for each algorithm that uses it; no CUDA hand-written exists)."
+    )
 
 
 @app.command("bench")
@@ -138,16 +156,31 @@ def bench(
     if json_:
         print_json(result)
         return
-    t = Table(title=f"generated vs hand-written on {result['size_bytes'] / 2**20:.0f} MiB fp32, "
-                    f"{result['threads']} threads (median of {repeat}, interleaved)")
-    for col in ("alg", "lib enc GB/s", "gen enc GB/s", "enc gen/lib", "lib dec GB/s", "gen dec GB/s",
-                "dec gen/lib", "same bytes"):
+    t = Table(
+        title=f"generated vs hand-written on {result['size_bytes'] / 2**20:.0f} MiB fp32, "
+        f"{result['threads']} threads (median of {repeat}, interleaved)"
+    )
+    for col in (
+        "alg",
+        "lib enc GB/s",
+        "gen enc GB/s",
+        "enc gen/lib",
+        "lib dec GB/s",
+        "gen dec GB/s",
+        "dec gen/lib",
+        "same bytes",
+    ):
         t.add_column(col, justify="right" if col != "alg" else "left")
     for r in result["algorithms"]:
-        t.add_row(r["alg"], f"{r['lib_encode_gbps']:.2f}", f"{r['gen_encode_gbps']:.2f}",
-                  f"{r['encode_ratio']:.2f} [{r['encode_ratio_ci95'][0]:.2f}, {r['encode_ratio_ci95'][1]:.2f}]",
-                  f"{r['lib_decode_gbps']:.2f}", f"{r['gen_decode_gbps']:.2f}",
-                  f"{r['decode_ratio']:.2f} [{r['decode_ratio_ci95'][0]:.2f}, {r['decode_ratio_ci95'][1]:.2f}]",
-                  "yes" if r["same_payload"] else "NO")
+        t.add_row(
+            r["alg"],
+            f"{r['lib_encode_gbps']:.2f}",
+            f"{r['gen_encode_gbps']:.2f}",
+            f"{r['encode_ratio']:.2f} [{r['encode_ratio_ci95'][0]:.2f}, {r['encode_ratio_ci95'][1]:.2f}]",
+            f"{r['lib_decode_gbps']:.2f}",
+            f"{r['gen_decode_gbps']:.2f}",
+            f"{r['decode_ratio']:.2f} [{r['decode_ratio_ci95'][0]:.2f}, {r['decode_ratio_ci95'][1]:.2f}]",
+            "yes" if r["same_payload"] else "NO",
+        )
     console.print(t)
     console.print("gen/lib > 1: the generated code is faster; [lo, hi]: bootstrap 95% CI of the ratio of medians.")

@@ -29,8 +29,9 @@ def _ratio_ci(lib: list[float], gen: list[float], n_boot: int = 2000, seed: int 
     return float(np.median(a) / np.median(b)), float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
 
 
-def bench_builtins(names: list[str], nbytes: int, repeat: int = 10, warmup: int = 2, threads: int = 0,
-                   seed: int = 0) -> dict:
+def bench_builtins(
+    names: list[str], nbytes: int, repeat: int = 10, warmup: int = 2, threads: int = 0, seed: int = 0
+) -> dict:
     import numba
 
     from hipress.compress.kernels import set_threads
@@ -69,5 +70,10 @@ def bench_builtins(names: list[str], nbytes: int, repeat: int = 10, warmup: int 
             row[f"{what}_ratio"] = ratio
             row[f"{what}_ratio_ci95"] = [rlo, rhi]
         rows.append(row)
-    return {"size_bytes": 4 * n, "repeat": repeat, "warmup": warmup, "threads": numba.get_num_threads(),
-            "algorithms": rows}
+    return {
+        "size_bytes": 4 * n,
+        "repeat": repeat,
+        "warmup": warmup,
+        "threads": numba.get_num_threads(),
+        "algorithms": rows,
+    }

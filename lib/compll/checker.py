@@ -125,8 +125,17 @@ class _Scope:
 
 
 def _scalar_type(tn: ast.TypeName) -> T.Type | None:
-    return {"float": T.FLOAT, "double": T.DOUBLE, "int": T.INT, "uint": T.UINT, "uint8": T.UINT8,
-            "bool": T.BOOL, "uint1": T.code(1), "uint2": T.code(2), "uint4": T.code(4)}.get(tn.name)
+    return {
+        "float": T.FLOAT,
+        "double": T.DOUBLE,
+        "int": T.INT,
+        "uint": T.UINT,
+        "uint8": T.UINT8,
+        "bool": T.BOOL,
+        "uint1": T.code(1),
+        "uint2": T.code(2),
+        "uint4": T.code(4),
+    }.get(tn.name)
 
 
 class Checker:
@@ -169,10 +178,17 @@ class Checker:
                     raise self.err(fn, f"a second decoder {fn.name!r}; a spec holds one encoder and one decoder")
                 dec = fn
             else:
-                raise self.err(fn, f"function {fn.name!r} is neither an encoder nor a decoder",
-                               "name the encoder ...Encode and the decoder ...Decode")
+                raise self.err(
+                    fn,
+                    f"function {fn.name!r} is neither an encoder nor a decoder",
+                    "name the encoder ...Encode and the decoder ...Decode",
+                )
         if enc is None:
-            raise self.err(ast.Pos(1, 1), "the spec has no encoder", "define e.g. void MyEncode(float* gradient, uint8* compressed)")
+            raise self.err(
+                ast.Pos(1, 1),
+                "the spec has no encoder",
+                "define e.g. void MyEncode(float* gradient, uint8* compressed)",
+            )
         enc_info = self._function(enc, "encode")
         dec_info = self._function(dec, "decode") if dec is not None else None
         params += self._scalar_params(enc_info, dec_info)
@@ -193,7 +209,10 @@ class Checker:
                 raise self.err(f.type, f"parameter {f.name!r} must be a scalar (float, double, int, uint, uint8, bool)")
             ty = _scalar_type(f.type) if f.type.name != "uint" else T.UINT
             if ty is None or ty.kind == "code":
-                raise self.err(f.type, f"parameter {f.name!r} has type {f.type.text()}; use float, double, int, uint, uint8 or bool")
+                raise self.err(
+                    f.type,
+                    f"parameter {f.name!r} has type {f.type.text()}; use float, double, int, uint, uint8 or bool",
+                )
             if f.name in fields:
                 raise self.err(f, f"parameter {f.name!r} is declared twice in {blk.name}")
             fields[f.name] = ty
@@ -264,8 +283,11 @@ class Checker:
                 sym = Symbol(p.name, ty, "param", p)
                 scalars.append(sym)
             elif not tn.pointer and _scalar_type(tn) is None and tn.name not in ("uint", "void"):
-                raise self.err(tn, f"unknown type {tn.name!r}",
-                               f"declare it with param {tn.name} {{ ... }}" if tn.name[:1].isupper() else "")
+                raise self.err(
+                    tn,
+                    f"unknown type {tn.name!r}",
+                    f"declare it with param {tn.name} {{ ... }}" if tn.name[:1].isupper() else "",
+                )
             else:
                 what = "the gradient and state (float*), the payload (uint8*) and scalar parameters"
                 raise self.err(tn, f"parameter {p.name!r} of type {tn.text()} has no role in a {role}r", f"use {what}")
@@ -278,7 +300,9 @@ class Checker:
         if not floats:
             raise self.err(fn, f"{fn.name} must take a float* parameter (the gradient)")
         if role == "decode" and len(floats) != 1:
-            raise self.err(floats[1].node, f"a decoder takes one float* (the decoded gradient), {fn.name} takes {len(floats)}")
+            raise self.err(
+                floats[1].node, f"a decoder takes one float* (the decoded gradient), {fn.name} takes {len(floats)}"
+            )
         info = FunctionInfo(fn, role, bufs[0], floats[0], floats[1:], scalars, structs, symbols=syms)
         if role == "encode":
             for s in floats[1:]:
@@ -292,8 +316,11 @@ class Checker:
         self.fn = info
         self._block(fn.body, scope, top=True)
         if role == "encode" and info.concat is None:
-            raise self.err(fn, f"{fn.name} never assigns its payload {bufs[0].name!r}",
-                           f"end it with {bufs[0].name} = concat(...);")
+            raise self.err(
+                fn,
+                f"{fn.name} never assigns its payload {bufs[0].name!r}",
+                f"end it with {bufs[0].name} = concat(...);",
+            )
         if role == "decode":
             if info.extract is None:
                 raise self.err(fn, f"{fn.name} never reads its payload", f"use extract({bufs[0].name}, ...)")
@@ -315,7 +342,9 @@ class Checker:
                     raise self.err(s.node, f"parameter {s.name!r} is also a field of param {fields[s.name]}")
                 if s.name in seen:
                     if seen[s.name].ty != s.ty:
-                        raise self.err(s.node, f"parameter {s.name!r} is {s.ty} here but {seen[s.name].ty} in the encoder")
+                        raise self.err(
+                            s.node, f"parameter {s.name!r} is {s.ty} here but {seen[s.name].ty} in the encoder"
+                        )
                     continue
                 seen[s.name] = s
                 out.append(ParamInfo(s.name, s.ty, None, True, s.node.pos))  # type: ignore[union-attr]
@@ -347,8 +376,11 @@ class Checker:
             self.assigned = after_then & self.assigned if st.other is not None else before
         elif isinstance(st, ast.Return):
             if host:
-                raise self.err(st, "encoders and decoders return nothing",
-                               "to stop on bad input use require(condition, \"message\");")
+                raise self.err(
+                    st,
+                    "encoders and decoders return nothing",
+                    'to stop on bad input use require(condition, "message");',
+                )
             assert self.lam is not None
             if st.value is None:
                 raise self.err(st, f"lambda {self.lam.node.name!r} must return a {self.lam.ret}")
@@ -460,8 +492,11 @@ class Checker:
     def _assign(self, st: ast.Assign, scope: _Scope, host: bool, top: bool) -> None:  # noqa: C901
         if not isinstance(st.target, ast.Name):
             if isinstance(st.target, ast.Index):
-                raise self.err(st.target, "vector elements cannot be assigned one by one",
-                               "build a new vector with map(...) or scatter(v, idx, values)")
+                raise self.err(
+                    st.target,
+                    "vector elements cannot be assigned one by one",
+                    "build a new vector with map(...) or scatter(v, idx, values)",
+                )
             raise self.err(st.target, "only a variable can be assigned")
         name = st.target
         sym = scope.lookup(name.id)
@@ -472,7 +507,8 @@ class Checker:
         if sym.kind in ("param", "field", "struct"):
             raise self.err(name, f"parameter {name.id!r} is read only")
         if sym.kind == "input":
-            raise self.err(name, f"{name.id!r} is the {'gradient' if self.fn and self.fn.role == 'encode' else 'payload'} and is read only")
+            what = "gradient" if self.fn and self.fn.role == "encode" else "payload"
+            raise self.err(name, f"{name.id!r} is the {what} and is read only")
         if sym.kind == "lambda":
             raise self.err(name, f"{name.id!r} is a lambda and cannot be assigned")
         if not host and sym.kind != "local":
@@ -485,7 +521,9 @@ class Checker:
             if st.op != "=" or not (isinstance(st.value, ast.Call) and st.value.func == "concat"):
                 raise self.err(st, f"the payload {name.id!r} is assigned once, with concat(...)")
             if not top or fn.concat is not None:
-                raise self.err(st, f"the payload {name.id!r} must be assigned exactly once, at the top level of {fn.node.name}")
+                raise self.err(
+                    st, f"the payload {name.id!r} must be assigned exactly once, at the top level of {fn.node.name}"
+                )
             self._concat(st.value, scope)
             fn.concat = st
             self.assigned.add(id(sym))
@@ -527,8 +565,9 @@ class Checker:
             raise self.err(e, f"expected a vector {want}, got {got}")
         assert want.elem is not None and got.elem is not None
         if not T.same(got.elem, want.elem):
-            raise self.err(e, f"type mismatch: {want} expected, got {got}",
-                           "make the lambda return the vector's element type")
+            raise self.err(
+                e, f"type mismatch: {want} expected, got {got}", "make the lambda return the vector's element type"
+            )
 
     # ------------------------------------------------------------------ lambdas
     _lam_locals: set = set()
@@ -562,8 +601,9 @@ class Checker:
             for s in st.body.stmts:
                 self._stmt(s, inner, top=False)
             if not _returns(st.body):
-                raise self.err(st.body, f"lambda {st.name!r} may end without returning a {ret}",
-                               "end every path with return")
+                raise self.err(
+                    st.body, f"lambda {st.name!r} may end without returning a {ret}", "end every path with return"
+                )
         finally:
             self.lam, self._lam_locals, self.assigned = saved
         fn.lambdas.append(info)
@@ -599,8 +639,11 @@ class Checker:
             if sym.kind == "struct":
                 raise self.err(e, f"{e.id!r} is a param block: use its fields, e.g. {e.id}.field")
             if sym.kind == "output":
-                raise self.err(e, f"{e.id!r} is written by this function, not read",
-                               f"{e.id}.size is allowed" if sym.ty == T.vec(T.FLOAT) else "")
+                raise self.err(
+                    e,
+                    f"{e.id!r} is written by this function, not read",
+                    f"{e.id}.size is allowed" if sym.ty == T.vec(T.FLOAT) else "",
+                )
             if sym.kind == "input" and sym.ty == T.vec(T.UINT8):
                 raise self.err(e, f"the payload {e.id!r} is read with extract({e.id}, ...)")
             if id(sym) not in self.assigned and not self._in_width:
@@ -672,8 +715,11 @@ class Checker:
         """Host code computes vector operators before the statement: not conditionally."""
         for x in _walk_all(e):
             if isinstance(x, ast.Call) and x.func in VECTOR_OPS:
-                raise self.err(x, f"{x.func}(...) inside ?: or after && / || would be computed unconditionally",
-                               "compute it in a statement of its own (under an if if needed)")
+                raise self.err(
+                    x,
+                    f"{x.func}(...) inside ?: or after && / || would be computed unconditionally",
+                    "compute it in a statement of its own (under an if if needed)",
+                )
 
     def _capture(self, sym: Symbol) -> None:
         lam = self.lam
@@ -689,8 +735,11 @@ class Checker:
                 fields = self.fields[sym.struct]
                 if e.field not in fields:
                     close = difflib.get_close_matches(e.field, list(fields), n=1)
-                    raise self.err(e, f"param {sym.struct} has no field {e.field!r}",
-                                   f"did you mean {close[0]!r}?" if close else "")
+                    raise self.err(
+                        e,
+                        f"param {sym.struct} has no field {e.field!r}",
+                        f"did you mean {close[0]!r}?" if close else "",
+                    )
                 self._capture(sym)
                 return fields[e.field]
             if sym is not None and sym.kind == "output" and e.field == "size" and sym.ty == T.vec(T.FLOAT):
@@ -748,7 +797,9 @@ class Checker:
     # ------------------------------------------------------------------ calls
     def _lambda_arg(self, e: ast.Expr, scope: _Scope, nparams: int, opname: str) -> LambdaInfo:
         if not isinstance(e, ast.Name):
-            raise self.err(e, f"{opname} takes a lambda here: define it with lambda_func name = [&](...) -> type {{ ... }}")
+            raise self.err(
+                e, f"{opname} takes a lambda here: define it with lambda_func name = [&](...) -> type {{ ... }}"
+            )
         sym = scope.lookup(e.id)
         if sym is None:
             raise self._undefined(e, scope)
@@ -758,7 +809,9 @@ class Checker:
         e.ty = sym.ty
         assert sym.lam is not None
         if len(sym.lam.params) != nparams:
-            raise self.err(e, f"{opname} needs a lambda of {nparams} parameter(s); {e.id!r} takes {len(sym.lam.params)}")
+            raise self.err(
+                e, f"{opname} needs a lambda of {nparams} parameter(s); {e.id!r} takes {len(sym.lam.params)}"
+            )
         return sym.lam
 
     def _args(self, e: ast.Call, n: int | tuple[int, ...]) -> None:
@@ -873,8 +926,11 @@ class Checker:
             lam = self._lambda_arg(e.args[2], scope, 2, f)
             a, b = lam.params
             if not T.same(a.ty, b.ty) or not T.same(lam.ret, a.ty):
-                raise self.err(e.args[2], f"{f} needs a lambda (A, A) -> A; {lam.node.name!r} is {e.args[2].ty}",
-                               "its result is folded again with the partial results of other chunks")
+                raise self.err(
+                    e.args[2],
+                    f"{f} needs a lambda (A, A) -> A; {lam.node.name!r} is {e.args[2].ty}",
+                    "its result is folded again with the partial results of other chunks",
+                )
             if lam.uses_random:
                 raise self.err(e.args[2], f"{f}'s lambda cannot draw random numbers")
             self._bind(e.args[0], vt.elem, b, f)
@@ -924,10 +980,17 @@ class Checker:
         assert elem is not None
         if not elem.is_scalar:
             raise self.err(src, f"{op} works on vectors of numbers")
-        if not (T.same(elem, p.ty) or (elem.is_int and p.ty.is_int) or (p.ty.is_float and not elem.is_float)
-                or (elem.kind == "float" and p.ty.kind == "double")):
-            raise self.err(src, f"{op}: the lambda's parameter {p.name!r} is {p.ty} but the vector holds {elem}",
-                           f"declare it as {elem} {p.name}")
+        if not (
+            T.same(elem, p.ty)
+            or (elem.is_int and p.ty.is_int)
+            or (p.ty.is_float and not elem.is_float)
+            or (elem.kind == "float" and p.ty.kind == "double")
+        ):
+            raise self.err(
+                src,
+                f"{op}: the lambda's parameter {p.name!r} is {p.ty} but the vector holds {elem}",
+                f"declare it as {elem} {p.name}",
+            )
 
     def _concat(self, e: ast.Call, scope: _Scope) -> None:
         if not e.args:
@@ -965,8 +1028,11 @@ class Checker:
                 if sym is None:
                     raise self._undefined(a, scope)
                 if sym.kind != "local" or sym.ty.is_vec or id(sym) in self.assigned:
-                    raise self.err(a, f"extract fills declared, unassigned scalars and vectors; {a.id!r} is not one",
-                                   f"declare it first: float {a.id};" if not sym.ty.is_vec else f"give its length: {a.id}[n]")
+                    raise self.err(
+                        a,
+                        f"extract fills declared, unassigned scalars and vectors; {a.id!r} is not one",
+                        f"declare it first: float {a.id};" if not sym.ty.is_vec else f"give its length: {a.id}[n]",
+                    )
                 a.sym = sym
                 a.ty = sym.ty
                 self.assigned.add(id(sym))
@@ -982,8 +1048,11 @@ class Checker:
                 if sym.ty.elem.is_code and isinstance(sym.ty.elem.bits, str):
                     for n in _names(sym.node.type.width):  # type: ignore[union-attr]
                         if n.sym is not None and n.sym.kind == "local" and id(n.sym) not in self.assigned:
-                            raise self.err(a, f"the bit width of {a.base.id!r} uses {n.id!r}, extracted only later",
-                                           f"extract {n.id!r} before {a.base.id!r}")
+                            raise self.err(
+                                a,
+                                f"the bit width of {a.base.id!r} uses {n.id!r}, extracted only later",
+                                f"extract {n.id!r} before {a.base.id!r}",
+                            )
                 lt = self._expr(a.index, scope, True)
                 if not lt.is_int:
                     raise self.err(a.index, f"a vector's length must be an integer, got {lt}")

@@ -41,8 +41,15 @@ from .lower import (
 )
 
 STRUCT_FMT = {"bool": "?", "code": "B", "uint8": "B", "int": "i", "uint": "I", "float": "f", "double": "d"}
-NP_DTYPE = {"bool": "np.bool_", "code": "np.uint8", "uint8": "np.uint8", "int": "np.int32", "uint": "np.uint32",
-            "float": "np.float32", "double": "np.float64"}
+NP_DTYPE = {
+    "bool": "np.bool_",
+    "code": "np.uint8",
+    "uint8": "np.uint8",
+    "int": "np.int32",
+    "uint": "np.uint32",
+    "float": "np.float32",
+    "double": "np.float64",
+}
 
 
 def storage_bits(elem: T.Type) -> int | str:
@@ -90,8 +97,13 @@ class HostContext(Context):
         v = self.vec(base)
         what = repr(base.id if isinstance(base, ast.Name) else "vector")
         if v.kind != "array":
-            raise CompLLError("a lazily computed vector cannot be read on the host", self.driver.file,
-                              base.pos.line, base.pos.col, "read it inside a lambda")
+            raise CompLLError(
+                "a lazily computed vector cannot be read on the host",
+                self.driver.file,
+                base.pos.line,
+                base.pos.col,
+                "read it inside a lambda",
+            )
         if v.packed is not None:
             return f"H.rdp({v.name}, {index_code}, {v.length}, {v.packed}, {what})", T.INT
         return f"H.rd({v.name}, {index_code}, {what})", v.elem.plain()
@@ -223,8 +235,10 @@ class Driver:
         if not where:
             return []
         at = ", ".join(f"{p.line}:{p.col}" for p in where[:4])
-        return [f"if {self.backend.flag_read()}:",
-                f"    ctx.fail({('a vector index is out of range (reads at ' + at + ')')!r})"]
+        return [
+            f"if {self.backend.flag_read()}:",
+            f"    ctx.fail({('a vector index is out of range (reads at ' + at + ')')!r})",
+        ]
 
     # ------------------------------------------------------------------ payload
     def concat(self, st: SConcat, ind: int) -> None:
@@ -251,15 +265,16 @@ class Driver:
         for f in st.fields:
             if not f.in_header and f.vec is None:
                 fmt1 = "<" + STRUCT_FMT[f.ty.kind]
-                self.emit(f"{self.backend.put_bytes('body', f.offset, f'H.pack({fmt1!r}, {em.expr(f.expr, f.ty)})')}",
-                          ind)
+                self.emit(
+                    f"{self.backend.put_bytes('body', f.offset, f'H.pack({fmt1!r}, {em.expr(f.expr, f.ty)})')}", ind
+                )
 
     def extract(self, st: SExtract, ind: int) -> None:
         head = [f for f in st.fields if f.in_header]
         fmt = "<" + "".join(STRUCT_FMT[f.ty.kind] for f in head)
         hsize = sum(T.SIZES[f.ty.kind] for f in head)
         self.emit(f"if len(extra) != {hsize}:", ind)
-        self.emit(f"ctx.fail(f\"payload extra header has {{len(extra)}} bytes, this spec reads {hsize}\")", ind + 1)
+        self.emit(f'ctx.fail(f"payload extra header has {{len(extra)}} bytes, this spec reads {hsize}")', ind + 1)
         names = [self.plan.names[id(f.sym)] for f in head]
         if head:
             self.emit(f"{', '.join(names)}{',' if len(names) == 1 else ''} = H.unpack({fmt!r}, extra)", ind)
@@ -295,7 +310,7 @@ class Driver:
             self.emit(f"{name} = {self.backend.region('body', 'pos', 'nb', elem, read=True)}", ind)
             self.emit("pos += nb", ind)
         self.emit("if pos != body_n:", ind)
-        self.emit("ctx.fail(f\"payload too long: {body_n - pos} bytes after the last field\")", ind + 1)
+        self.emit('ctx.fail(f"payload too long: {body_n - pos} bytes after the last field")', ind + 1)
 
 
 def _storage_read_type(ty: T.Type) -> T.Type:

@@ -157,8 +157,15 @@ class NumbaDialect(PyDialect):
         return super().conv(code, src, dst)
 
 
-_C_TYPES = {"float": "float", "double": "double", "int": "long long", "bool": "bool", "uint8": "long long",
-            "uint": "long long", "code": "long long"}
+_C_TYPES = {
+    "float": "float",
+    "double": "double",
+    "int": "long long",
+    "bool": "bool",
+    "uint8": "long long",
+    "uint": "long long",
+    "code": "long long",
+}
 
 
 class CudaDialect(Dialect):
@@ -394,8 +401,16 @@ class LambdaTable:
 class ElemContext(Context):
     """Element-level code: inside a lambda or a loop body, in a kernel."""
 
-    def __init__(self, backend, table: LambdaTable, plan: Plan, uses: KernelNames,
-                 locals_: dict[int, str], safe: dict[int, str], ridx: str | None) -> None:
+    def __init__(
+        self,
+        backend,
+        table: LambdaTable,
+        plan: Plan,
+        uses: KernelNames,
+        locals_: dict[int, str],
+        safe: dict[int, str],
+        ridx: str | None,
+    ) -> None:
         self.backend = backend
         self.table = table
         self.plan = plan

@@ -51,8 +51,14 @@ def comparison_key(lam: LambdaInfo) -> str | None:
         return None
     e = body[0].value
     a, b = lam.params
-    if (isinstance(e, ast.Binary) and e.op in ("<", ">") and isinstance(e.left, ast.Name)
-            and isinstance(e.right, ast.Name) and e.left.sym is a and e.right.sym is b):
+    if (
+        isinstance(e, ast.Binary)
+        and e.op in ("<", ">")
+        and isinstance(e.left, ast.Name)
+        and isinstance(e.right, ast.Name)
+        and e.left.sym is a
+        and e.right.sym is b
+    ):
         return e.op
     return None
 
@@ -80,8 +86,9 @@ class NumbaBackend:
             return uses.use(n)
         return n
 
-    def elem(self, table: LambdaTable, vec: Vec, idx: str, key: str | None, uses: KernelNames,
-             pos: ast.Pos) -> tuple[str, T.Type]:
+    def elem(
+        self, table: LambdaTable, vec: Vec, idx: str, key: str | None, uses: KernelNames, pos: ast.Pos
+    ) -> tuple[str, T.Type]:
         """Element ``idx`` of ``vec``; ``key`` is the length key of the loop ``idx`` indexes, if any."""
         safe = key is not None and key == vec.key
         d = self.dialect
@@ -213,7 +220,13 @@ class NumbaBackend:
                 dst = uses.use(it.dst)
                 val = d.conv(x, xt, it.elem)
                 if it.add:
-                    body += [f"x_{dst} = {val}", "if add:", f"    {dst}[i] += x_{dst}", "else:", f"    {dst}[i] = x_{dst}"]
+                    body += [
+                        f"x_{dst} = {val}",
+                        "if add:",
+                        f"    {dst}[i] += x_{dst}",
+                        "else:",
+                        f"    {dst}[i] = x_{dst}",
+                    ]
                     uses.use("add")
                 else:
                     body.append(f"{dst}[i] = {val}")
@@ -230,21 +243,26 @@ class NumbaBackend:
         blocked = bool(packs) or any("k_unpack(" in x for x in body)
         # blocks of 8 elements: whole bytes of every packed field; the full-block path has a
         # constant trip count, so LLVM unrolls it and folds the bit positions into constants
-        inner = (["if be - b0 == 8:", "    for k in range(8):", "        i = b0 + k"] +
-                 ["        " + x for x in body] +
-                 ["else:", "    for i in range(b0, be):"] + ["        " + x for x in body])
+        inner = (
+            ["if be - b0 == 8:", "    for k in range(8):", "        i = b0 + k"]
+            + ["        " + x for x in body]
+            + ["else:", "    for i in range(b0, be):"]
+            + ["        " + x for x in body]
+        )
         flush: list[str] = []
         for p in packs:
             bits = str(p.bits) if isinstance(p.bits, int) else p.bits
-            flush += [f"nbk = ((be - b0) * {bits} + 7) >> 3",
-                      f"obk = (b0 >> 3) * {bits}",
-                      "for t in range(nbk):",
-                      f"    reg{p.field}[obk + t] = np.uint8((pk{p.field} >> np.uint64(8 * t)) & np.uint64(255))"]
+            flush += [
+                f"nbk = ((be - b0) * {bits} + 7) >> 3",
+                f"obk = (b0 >> 3) * {bits}",
+                "for t in range(nbk):",
+                f"    reg{p.field}[obk + t] = np.uint8((pk{p.field} >> np.uint64(8 * t)) & np.uint64(255))",
+            ]
         kname = self._kname("loop", st.uid)
         self.width_uses(body, uses)
         lines: list[str] = []
         if reduces:
-            for k, r in enumerate(reduces):
+            for r in reduces:
                 uses.use(f"init_{r.temp}")
             lines += ["nch = (n_loop + CHUNK - 1) // CHUNK"]
             lines += [f"part{k} = np.empty(nch, dtype={_acc_dtype(r.lam.ret)})" for k, r in enumerate(reduces)]
@@ -261,17 +279,24 @@ class NumbaBackend:
                 fname, names, _ = self.table.get(r.lam, (None, None))
                 args = ", ".join([f"r{k}", f"part{k}[c]"] + [uses.use(n) for n in names])
                 lines += [f"r{k} = init_{r.temp}", "for c in range(nch):", f"    r{k} = {fname}({args})"]
-            lines.append("return " + ", ".join(f"r{k}" for k in range(len(reduces))) + ("," if len(reduces) == 1 else ""))
+            lines.append(
+                "return " + ", ".join(f"r{k}" for k in range(len(reduces))) + ("," if len(reduces) == 1 else "")
+            )
         elif blocked:
-            lines += ["for blk in prange((n_loop + 7) // 8):", "    b0 = np.int64(blk) * 8", "    be = min(n_loop, b0 + 8)"]
+            lines += [
+                "for blk in prange((n_loop + 7) // 8):",
+                "    b0 = np.int64(blk) * 8",
+                "    be = min(n_loop, b0 + 8)",
+            ]
             lines += [f"    pk{p.field} = np.uint64(0)" for p in packs]
             lines += ["    " + x for x in inner + flush]  # type: ignore[operator]
         else:
             lines += ["for ii in prange(n_loop):", "    i = np.int64(ii)"] + ["    " + x for x in body]
         args = sorted(uses.names)
         decorator = "@_pjit"
-        self.kernels.append(f"{decorator}\ndef {kname}(n_loop, {', '.join(args)}):\n" +
-                            "\n".join("    " + x for x in lines) + "\n")
+        self.kernels.append(
+            f"{decorator}\ndef {kname}(n_loop, {', '.join(args)}):\n" + "\n".join("    " + x for x in lines) + "\n"
+        )
         call = f"{kname}({st.length}, {', '.join(args)})"
         out: list[str] = []
         if reduces:
@@ -322,8 +347,9 @@ class NumbaBackend:
             "            o += 1",
             "return out",
         ]
-        self.kernels.append(f"@_pjit\ndef {kname}(n_loop, {', '.join(args)}):\n" +
-                            "\n".join("    " + x for x in lines) + "\n")
+        self.kernels.append(
+            f"@_pjit\ndef {kname}(n_loop, {', '.join(args)}):\n" + "\n".join("    " + x for x in lines) + "\n"
+        )
         return [f"{st.dst} = {kname}({st.src.length}, {', '.join(args)})"] + drv.oob_check(uses.checked)
 
     def launch_sort(self, st: SSort, drv: Driver) -> list[str]:
@@ -380,8 +406,9 @@ class NumbaBackend:
             "return a",
         ]
         args = sorted(uses.names)
-        self.kernels.append(f"@_jit\ndef {kname}(src{''.join(', ' + a for a in args)}):\n" +
-                            "\n".join("    " + x for x in lines) + "\n")
+        self.kernels.append(
+            f"@_jit\ndef {kname}(src{''.join(', ' + a for a in args)}):\n" + "\n".join("    " + x for x in lines) + "\n"
+        )
         return [f"{st.dst} = {kname}({st.src}{''.join(', ' + a for a in args)})"] + drv.oob_check(uses.checked)
 
     def launch_scan(self, st: SScan, drv: Driver) -> list[str]:
@@ -394,11 +421,18 @@ class NumbaBackend:
         uses.use(f"init_{st.dst}")
         args_f = ", ".join(["acc", self.dialect.conv(x, xt, a_ty)] + [uses.use(n) for n in names])
         dtype = NP_DTYPE[st.lam.ret.plain().kind] if not st.lam.ret.is_code else "np.uint8"
-        lines = [f"out = np.empty(n_loop, dtype={dtype})", f"acc = init_{st.dst}",
-                 "for i in range(n_loop):", f"    acc = {fname}({args_f})", "    out[i] = acc", "return out"]
+        lines = [
+            f"out = np.empty(n_loop, dtype={dtype})",
+            f"acc = init_{st.dst}",
+            "for i in range(n_loop):",
+            f"    acc = {fname}({args_f})",
+            "    out[i] = acc",
+            "return out",
+        ]
         args = sorted(uses.names)
-        self.kernels.append(f"@_jit\ndef {kname}(n_loop, {', '.join(args)}):\n" +
-                            "\n".join("    " + x for x in lines) + "\n")
+        self.kernels.append(
+            f"@_jit\ndef {kname}(n_loop, {', '.join(args)}):\n" + "\n".join("    " + x for x in lines) + "\n"
+        )
         return [f"{st.dst} = {kname}({st.src.length}, {', '.join(args)})"] + drv.oob_check(uses.checked)
 
     def launch_scatter(self, st: SScatter, drv: Driver) -> list[str]:
@@ -407,15 +441,20 @@ class NumbaBackend:
         i, it = self.elem(self.table, st.idx, "j", st.idx.key, uses, _pos(st.idx))
         elem = st.dst_elem.plain()
         if st.val is not None:
-            v, vt = self.elem(self.table, st.val, "j", st.idx.key if st.val.key == st.idx.key else None, uses,
-                              _pos(st.val))
+            v, vt = self.elem(
+                self.table, st.val, "j", st.idx.key if st.val.key == st.idx.key else None, uses, _pos(st.val)
+            )
             val = d.conv(v, vt, elem)
         else:
             val = uses.use(f"val_{st.uid}")
         dst = uses.use(st.dst)
         uses.use("oob")
-        lines = ["for j in range(n_loop):", f"    i = {d.conv(i, it, T.INT)}", f"    x = {val}",
-                 f"    if i >= 0 and i < {dst}.shape[0]:"]
+        lines = [
+            "for j in range(n_loop):",
+            f"    i = {d.conv(i, it, T.INT)}",
+            f"    x = {val}",
+            f"    if i >= 0 and i < {dst}.shape[0]:",
+        ]
         if st.add:
             uses.use("add")
             lines += ["        if add:", f"            {dst}[i] += x", "        else:", f"            {dst}[i] = x"]
@@ -425,8 +464,9 @@ class NumbaBackend:
         kname = self._kname("scatter", st.uid)
         self.width_uses(lines, uses)
         args = sorted(uses.names)
-        self.kernels.append(f"@_jit\ndef {kname}(n_loop, {', '.join(args)}):\n" +
-                            "\n".join("    " + x for x in lines) + "\n")
+        self.kernels.append(
+            f"@_jit\ndef {kname}(n_loop, {', '.join(args)}):\n" + "\n".join("    " + x for x in lines) + "\n"
+        )
         return [f"{kname}({st.idx.length}, {', '.join(args)})"] + drv.oob_check(uses.checked + [ast.Pos(0, 0)])
 
 

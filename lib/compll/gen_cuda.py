@@ -24,10 +24,24 @@ from .driver import Driver, is_packed
 from .emit import CudaDialect, ElemContext, ExprEmitter, KernelNames, LambdaTable
 from .lower import IPack, IReduce, IStore, Plan, SFilter, SLoop, SScan, SScatter, SSort, Vec
 
-ELEM_C = {"float": "float", "double": "double", "int": "int", "uint": "unsigned int", "uint8": "u8",
-          "code": "u8", "bool": "bool"}
-NP_OF_C = {"float": "np.float32", "double": "np.float64", "int": "np.int32", "unsigned int": "np.uint32",
-           "u8": "np.uint8", "bool": "np.bool_", "long long": "np.int64"}
+ELEM_C = {
+    "float": "float",
+    "double": "double",
+    "int": "int",
+    "uint": "unsigned int",
+    "uint8": "u8",
+    "code": "u8",
+    "bool": "bool",
+}
+NP_OF_C = {
+    "float": "np.float32",
+    "double": "np.float64",
+    "int": "np.int32",
+    "unsigned int": "np.uint32",
+    "u8": "np.uint8",
+    "bool": "np.bool_",
+    "long long": "np.int64",
+}
 
 
 def _scalar_c(ty: T.Type) -> str:
@@ -62,8 +76,14 @@ class CudaBackend:
             self._register("p_" + p.name, p.ty)
         for w in self.widths.values():
             self.types[w] = ("long long", False)
-        self.types.update({"oob": ("int", True), "seed": ("unsigned int", False), "add": ("bool", False),
-                           "n_elems": ("long long", False)})
+        self.types.update(
+            {
+                "oob": ("int", True),
+                "seed": ("unsigned int", False),
+                "add": ("bool", False),
+                "n_elems": ("long long", False),
+            }
+        )
 
     def _register(self, name: str, ty: T.Type) -> None:
         if ty.is_vec:
@@ -98,8 +118,9 @@ class CudaBackend:
             return uses.use(n)
         return f"{n}LL" if n.isdigit() else n
 
-    def elem(self, table: LambdaTable, vec: Vec, idx: str, key: str | None, uses: KernelNames,
-             pos: ast.Pos) -> tuple[str, T.Type]:
+    def elem(
+        self, table: LambdaTable, vec: Vec, idx: str, key: str | None, uses: KernelNames, pos: ast.Pos
+    ) -> tuple[str, T.Type]:
         safe = key is not None and key == vec.key
         d = self.dialect
         if vec.kind == "array":
@@ -116,8 +137,11 @@ class CudaBackend:
                 code = f"{name}[{idx}]"
             else:
                 uses.checked.append(pos)
-                n = self.length_code(vec, uses) if vec.length.endswith(".shape[0]") else \
-                    self.length_code(Vec("array", elem, "", f"{vec.name}.shape[0]"), uses)
+                n = (
+                    self.length_code(vec, uses)
+                    if vec.length.endswith(".shape[0]")
+                    else self.length_code(Vec("array", elem, "", f"{vec.name}.shape[0]"), uses)
+                )
                 code = f"cl_rd({name}, {idx}, {n}, {uses.use('oob')}, ({ELEM_C[elem.kind]}) 0)"
             if elem.is_int and elem.kind != "bool":
                 return f"((long long) {code})", T.INT
@@ -182,9 +206,16 @@ class CudaBackend:
         body = _c_stmts(lam.node.body.stmts, em, lam, local, ltypes, 1)
         self.width_uses(body, uses)
         names = sorted(uses.names - {"seed"})
-        sig = params + (["long long ridx", "unsigned int seed"] if lam.uses_random else []) + [self.decl(n) for n in names]
-        code = (f"__device__ __forceinline__ {_scalar_c(lam.ret)} {fname}({', '.join(sig)}) {{\n" +
-                "\n".join(body) + "\n}\n")
+        sig = (
+            params
+            + (["long long ridx", "unsigned int seed"] if lam.uses_random else [])
+            + [self.decl(n) for n in names]
+        )
+        code = (
+            f"__device__ __forceinline__ {_scalar_c(lam.ret)} {fname}({', '.join(sig)}) {{\n"
+            + "\n".join(body)
+            + "\n}\n"
+        )
         return names, code
 
     # ------------------------------------------------------------------ driver hooks
@@ -212,8 +243,11 @@ class CudaBackend:
         return f"{kind}{self.prefix}{uid}"
 
     def _kernel(self, name: str, params: list[str], lines: list[str]) -> None:
-        self.kernels.append(f'extern "C" __global__ void {name}({", ".join(params)}) {{\n' +
-                            "\n".join("    " + x for x in lines) + "\n}\n")
+        self.kernels.append(
+            f'extern "C" __global__ void {name}({", ".join(params)}) {{\n'
+            + "\n".join("    " + x for x in lines)
+            + "\n}\n"
+        )
 
     def _launch(self, name: str, count: str, args: list[str]) -> str:
         return f"_K({name!r})(CR.grid({count}), (CR.BLOCK,), ({', '.join(args)},))"
@@ -257,16 +291,26 @@ class CudaBackend:
         flush = []
         for p in packs:
             bits = str(p.bits) if isinstance(p.bits, int) else p.bits
-            flush += [f"{{ i64 nbk = ((be - b0) * {bits} + 7) >> 3; i64 obk = (b0 >> 3) * {bits};",
-                      f"  for (i64 t = 0; t < nbk; ++t) reg{p.field}[obk + t] = (u8) ((pk{p.field} >> (8 * t)) & 255ULL); }}"]
-        block_body = ([f"u64 pk{p.field} = 0;" for p in packs] +
-                      ["for (i64 i = b0; i < be; ++i) {"] + ["    " + x for x in body] + ["}"] + flush)
+            flush += [
+                f"{{ i64 nbk = ((be - b0) * {bits} + 7) >> 3; i64 obk = (b0 >> 3) * {bits};",
+                f"  for (i64 t = 0; t < nbk; ++t) reg{p.field}[obk + t] = (u8) ((pk{p.field} >> (8 * t)) & 255ULL); }}",
+            ]
+        block_body = (
+            [f"u64 pk{p.field} = 0;" for p in packs]
+            + ["for (i64 i = b0; i < be; ++i) {"]
+            + ["    " + x for x in body]
+            + ["}"]
+            + flush
+        )
         kname = self._kname("loop", st.uid)
         out: list[str] = []
         if reduces:
-            lines = ["i64 c = (i64) blockIdx.x * blockDim.x + threadIdx.x;",
-                     "i64 nch = (n_loop + CL_CHUNK - 1) / CL_CHUNK;", "if (c >= nch) return;",
-                     "i64 s = c * CL_CHUNK, e = cl_mini(n_loop, s + CL_CHUNK);"]
+            lines = [
+                "i64 c = (i64) blockIdx.x * blockDim.x + threadIdx.x;",
+                "i64 nch = (n_loop + CL_CHUNK - 1) / CL_CHUNK;",
+                "if (c >= nch) return;",
+                "i64 s = c * CL_CHUNK, e = cl_mini(n_loop, s + CL_CHUNK);",
+            ]
             for k, r in enumerate(reduces):
                 uses.use(f"init_{r.temp}")
                 self.types[f"init_{r.temp}"] = (_scalar_c(r.lam.ret), False)
@@ -278,8 +322,11 @@ class CudaBackend:
                 lines += ["for (i64 i = s; i < e; ++i) {"] + ["    " + x for x in body] + ["}"]
             lines += [f"part{k}[c] = acc{k};" for k in range(len(reduces))]
             args = sorted(uses.names)
-            params = ["long long n_loop"] + [self.decl(a) for a in args] + \
-                [f"{_scalar_c(r.lam.ret)}* part{k}" for k, r in enumerate(reduces)]
+            params = (
+                ["long long n_loop"]
+                + [self.decl(a) for a in args]
+                + [f"{_scalar_c(r.lam.ret)}* part{k}" for k, r in enumerate(reduces)]
+            )
             self._kernel(kname, params, lines)
             # the chunks' results, folded in order by one thread
             cuses = KernelNames()
@@ -287,13 +334,19 @@ class CudaBackend:
             for k, r in enumerate(reduces):
                 fname, names, _ = self.table.get(r.lam, (None, None))
                 cargs = ", ".join([f"r{k}", f"part{k}[c]"] + [cuses.use(n) for n in names])
-                comb += [f"{_scalar_c(r.lam.ret)} r{k} = init_{r.temp};", f"for (i64 c = 0; c < nch; ++c) r{k} = {fname}({cargs});",
-                         f"res{k}[0] = r{k};"]
+                comb += [
+                    f"{_scalar_c(r.lam.ret)} r{k} = init_{r.temp};",
+                    f"for (i64 c = 0; c < nch; ++c) r{k} = {fname}({cargs});",
+                    f"res{k}[0] = r{k};",
+                ]
                 cuses.use(f"init_{r.temp}")
             cnames = sorted(cuses.names)
-            cparams = ["long long nch"] + [self.decl(a) for a in cnames] + \
-                [f"{_scalar_c(r.lam.ret)}* part{k}" for k, r in enumerate(reduces)] + \
-                [f"{_scalar_c(r.lam.ret)}* res{k}" for k, r in enumerate(reduces)]
+            cparams = (
+                ["long long nch"]
+                + [self.decl(a) for a in cnames]
+                + [f"{_scalar_c(r.lam.ret)}* part{k}" for k, r in enumerate(reduces)]
+                + [f"{_scalar_c(r.lam.ret)}* res{k}" for k, r in enumerate(reduces)]
+            )
             self._kernel(kname + "_fold", cparams, comb)
             out.append(f"n_loop = int({st.length})")
             out.append("nch = (n_loop + 65535) // 65536")
@@ -302,15 +355,19 @@ class CudaBackend:
                 out += [f"part{k} = CR.empty(nch, {dt})", f"res{k} = CR.empty(1, {dt})"]
             parts = [f"part{k}" for k in range(len(reduces))]
             out.append(self._launch(kname, "nch", ["np.int64(n_loop)"] + [self.host_arg(a) for a in args] + parts))
-            out.append(f"_K({kname + '_fold'!r})((1,), (1,), (np.int64(nch), "
-                       f"{', '.join([self.host_arg(a) for a in cnames] + parts + [f'res{k}' for k in range(len(reduces))])},))")
+            out.append(
+                f"_K({kname + '_fold'!r})((1,), (1,), (np.int64(nch), "
+                f"{', '.join([self.host_arg(a) for a in cnames] + parts + [f'res{k}' for k in range(len(reduces))])},))"
+            )
             for k, r in enumerate(reduces):
                 out.append(f"{r.temp} = CR.scalar(res{k}, {r.lam.ret.plain().kind!r})")
         else:
             if blocked:
-                lines = ["i64 blk = (i64) blockIdx.x * blockDim.x + threadIdx.x;",
-                         "if (blk >= (n_loop + 7) / 8) return;",
-                         "i64 b0 = blk * 8, be = cl_mini(n_loop, b0 + 8);"] + block_body
+                lines = [
+                    "i64 blk = (i64) blockIdx.x * blockDim.x + threadIdx.x;",
+                    "if (blk >= (n_loop + 7) / 8) return;",
+                    "i64 b0 = blk * 8, be = cl_mini(n_loop, b0 + 8);",
+                ] + block_body
                 count = "(n_loop + 7) // 8"
             else:
                 lines = ["i64 i = (i64) blockIdx.x * blockDim.x + threadIdx.x;", "if (i >= n_loop) return;"] + body
@@ -337,19 +394,32 @@ class CudaBackend:
         self.width_uses([xv, pred], uses)
         args = sorted(uses.names)
         k1, k2 = self._kname("filter", st.uid), self._kname("gather", st.uid)
-        head = ["i64 i = (i64) blockIdx.x * blockDim.x + threadIdx.x;", "if (i >= n_loop) return;",
-                f"{_scalar_c(vty)} x = {xv};"]
-        self._kernel(k1, ["long long n_loop"] + [self.decl(a) for a in args] + ["int* flags"],
-                     head + [f"flags[i] = {pred} ? 1 : 0;"])
+        head = [
+            "i64 i = (i64) blockIdx.x * blockDim.x + threadIdx.x;",
+            "if (i >= n_loop) return;",
+            f"{_scalar_c(vty)} x = {xv};",
+        ]
+        self._kernel(
+            k1,
+            ["long long n_loop"] + [self.decl(a) for a in args] + ["int* flags"],
+            head + [f"flags[i] = {pred} ? 1 : 0;"],
+        )
         ctype = ELEM_C[store.kind]
-        self._kernel(k2, ["long long n_loop"] + [self.decl(a) for a in args] + ["int* flags", "long long* where", f"{ctype}* out"],
-                     head[:2] + ["if (!flags[i]) return;", f"{_scalar_c(vty)} x = {xv};", f"out[where[i] - 1] = ({ctype}) x;"])
+        self._kernel(
+            k2,
+            ["long long n_loop"] + [self.decl(a) for a in args] + ["int* flags", "long long* where", f"{ctype}* out"],
+            head[:2] + ["if (!flags[i]) return;", f"{_scalar_c(vty)} x = {xv};", f"out[where[i] - 1] = ({ctype}) x;"],
+        )
         hargs = [self.host_arg(a) for a in args]
-        return [f"n_loop = int({st.src.length})", "flags = CR.empty(n_loop, np.int32)",
-                self._launch(k1, "n_loop", ["np.int64(n_loop)"] + hargs + ["flags"]),
-                "where = CR.cumsum(flags)", "total = int(where[-1].get()) if n_loop else 0",
-                f"{st.dst} = CR.empty(total, {_host_np(ctype)})",
-                self._launch(k2, "n_loop", ["np.int64(n_loop)"] + hargs + ["flags", "where", st.dst])] + drv.oob_check(uses.checked)
+        return [
+            f"n_loop = int({st.src.length})",
+            "flags = CR.empty(n_loop, np.int32)",
+            self._launch(k1, "n_loop", ["np.int64(n_loop)"] + hargs + ["flags"]),
+            "where = CR.cumsum(flags)",
+            "total = int(where[-1].get()) if n_loop else 0",
+            f"{st.dst} = CR.empty(total, {_host_np(ctype)})",
+            self._launch(k2, "n_loop", ["np.int64(n_loop)"] + hargs + ["flags", "where", st.dst]),
+        ] + drv.oob_check(uses.checked)
 
     def launch_sort(self, st: SSort, drv: Driver) -> list[str]:
         uses = KernelNames()
@@ -368,7 +438,8 @@ class CudaBackend:
         args = sorted(uses.names)
         kname = self._kname("merge", st.uid)
         lines = [
-            "i64 i = (i64) blockIdx.x * blockDim.x + threadIdx.x;", "if (i >= n) return;",
+            "i64 i = (i64) blockIdx.x * blockDim.x + threadIdx.x;",
+            "if (i >= n) return;",
             "i64 lo = (i / (2 * w)) * (2 * w), mid = cl_mini(lo + w, n), hi = cl_mini(lo + 2 * w, n);",
             f"{_scalar_c(vty)} x = ({_scalar_c(vty)}) a[i];",
             "if (i < mid) {",
@@ -383,13 +454,22 @@ class CudaBackend:
             "    b[lo + (i - mid) + (l - lo)] = a[i];",
             "}",
         ]
-        self._kernel(kname, ["long long n", "long long w", f"{ctype}* a", f"{ctype}* b"] + [self.decl(a) for a in args], lines)
+        self._kernel(
+            kname, ["long long n", "long long w", f"{ctype}* a", f"{ctype}* b"] + [self.decl(a) for a in args], lines
+        )
         hargs = [self.host_arg(a) for a in args]
-        return [f"{st.dst} = {st.src}.copy()", f"tmp = CR.empty({st.dst}.shape[0], {st.dst}.dtype)", "w = 1",
-                f"while w < {st.dst}.shape[0]:",
-                "    " + self._launch(kname, f"{st.dst}.shape[0]",
-                                      [f"np.int64({st.dst}.shape[0])", "np.int64(w)", st.dst, "tmp"] + hargs),
-                f"    {st.dst}, tmp = tmp, {st.dst}", "    w *= 2"] + drv.oob_check(uses.checked)
+        return [
+            f"{st.dst} = {st.src}.copy()",
+            f"tmp = CR.empty({st.dst}.shape[0], {st.dst}.dtype)",
+            "w = 1",
+            f"while w < {st.dst}.shape[0]:",
+            "    "
+            + self._launch(
+                kname, f"{st.dst}.shape[0]", [f"np.int64({st.dst}.shape[0])", "np.int64(w)", st.dst, "tmp"] + hargs
+            ),
+            f"    {st.dst}, tmp = tmp, {st.dst}",
+            "    w *= 2",
+        ] + drv.oob_check(uses.checked)
 
     def launch_scan(self, st: SScan, drv: Driver) -> list[str]:
         uses = KernelNames()
@@ -404,12 +484,20 @@ class CudaBackend:
         args = sorted(uses.names)
         ctype = ELEM_C[st.lam.ret.plain().kind if not st.lam.ret.is_code else "uint8"]
         kname = self._kname("scan", st.uid)
-        self._kernel(kname, ["long long n_loop"] + [self.decl(a) for a in args] + [f"{ctype}* out"],
-                     ["if (blockIdx.x != 0 || threadIdx.x != 0) return;", f"{_scalar_c(st.lam.ret)} acc = init_{st.dst};",
-                      f"for (i64 i = 0; i < n_loop; ++i) {{ acc = {call}; out[i] = ({ctype}) acc; }}"])
-        return [f"n_loop = int({st.src.length})", f"{st.dst} = CR.empty(n_loop, {_host_np(ctype)})",
-                f"_K({kname!r})((1,), (1,), (np.int64(n_loop), "
-                f"{', '.join([self.host_arg(a) for a in args] + [st.dst])},))"] + drv.oob_check(uses.checked)
+        self._kernel(
+            kname,
+            ["long long n_loop"] + [self.decl(a) for a in args] + [f"{ctype}* out"],
+            [
+                "if (blockIdx.x != 0 || threadIdx.x != 0) return;",
+                f"{_scalar_c(st.lam.ret)} acc = init_{st.dst};",
+                f"for (i64 i = 0; i < n_loop; ++i) {{ acc = {call}; out[i] = ({ctype}) acc; }}",
+            ],
+        )
+        return [
+            f"n_loop = int({st.src.length})",
+            f"{st.dst} = CR.empty(n_loop, {_host_np(ctype)})",
+            f"_K({kname!r})((1,), (1,), (np.int64(n_loop), {', '.join([self.host_arg(a) for a in args] + [st.dst])},))",
+        ] + drv.oob_check(uses.checked)
 
     def launch_scatter(self, st: SScatter, drv: Driver) -> list[str]:
         uses = KernelNames()
@@ -417,7 +505,9 @@ class CudaBackend:
         i, it = self.elem(self.table, st.idx, "j", st.idx.key, uses, _pos(st.idx))
         elem = st.dst_elem.plain()
         if st.val is not None:
-            v, vt = self.elem(self.table, st.val, "j", st.idx.key if st.val.key == st.idx.key else None, uses, _pos(st.val))
+            v, vt = self.elem(
+                self.table, st.val, "j", st.idx.key if st.val.key == st.idx.key else None, uses, _pos(st.val)
+            )
             val = d.conv(v, vt, elem)
         else:
             val = uses.use(f"val_{st.uid}")
@@ -425,19 +515,24 @@ class CudaBackend:
         dst = uses.use(st.dst)
         uses.use(st.dst + "_n")
         uses.use("oob")
-        write = (f"if (add) {dst}[i] += x; else {dst}[i] = x;" if st.add else f"{dst}[i] = x;")
+        write = f"if (add) {dst}[i] += x; else {dst}[i] = x;" if st.add else f"{dst}[i] = x;"
         if st.add:
             uses.use("add")
-        lines = ["i64 j = (i64) blockIdx.x * blockDim.x + threadIdx.x;", "if (j >= n_loop) return;",
-                 f"i64 i = {d.conv(i, it, T.INT)};", f"{_scalar_c(elem)} x = {val};",
-                 f"if (i >= 0 && i < {dst}_n) {{ {write} }} else {{ *oob = 1; }}"]
+        lines = [
+            "i64 j = (i64) blockIdx.x * blockDim.x + threadIdx.x;",
+            "if (j >= n_loop) return;",
+            f"i64 i = {d.conv(i, it, T.INT)};",
+            f"{_scalar_c(elem)} x = {val};",
+            f"if (i >= 0 && i < {dst}_n) {{ {write} }} else {{ *oob = 1; }}",
+        ]
         self.width_uses(lines, uses)
         args = sorted(uses.names)
         kname = self._kname("scatter", st.uid)
         self._kernel(kname, ["long long n_loop"] + [self.decl(a) for a in args], lines)
-        return [f"n_loop = int({st.idx.length})",
-                self._launch(kname, "n_loop", ["np.int64(n_loop)"] + [self.host_arg(a) for a in args])] + \
-            drv.oob_check(uses.checked + [ast.Pos(0, 0)])
+        return [
+            f"n_loop = int({st.idx.length})",
+            self._launch(kname, "n_loop", ["np.int64(n_loop)"] + [self.host_arg(a) for a in args]),
+        ] + drv.oob_check(uses.checked + [ast.Pos(0, 0)])
 
 
 def _pos(v: Vec) -> ast.Pos:
@@ -514,8 +609,10 @@ def generate_cuda_source(checked: CheckedSpec) -> str:
     from .generate import VERSION, digest, spec_name
 
     src, _ = _build(checked)
-    return (f"// {spec_name(checked.file)}: CUDA kernels generated by hipress compll {VERSION} from "
-            f"{Path(checked.file).name} (spec sha256 {digest(checked)}); do not edit.\n" + src)
+    return (
+        f"// {spec_name(checked.file)}: CUDA kernels generated by hipress compll {VERSION} from "
+        f"{Path(checked.file).name} (spec sha256 {digest(checked)}); do not edit.\n" + src
+    )
 
 
 def generate_cuda(checked: CheckedSpec) -> str:
@@ -524,7 +621,13 @@ def generate_cuda(checked: CheckedSpec) -> str:
 
     src, drivers = _build(checked)
     return _env.get_template("cupy_module.py.j2").render(
-        name=spec_name(checked.file), spec_file=Path(checked.file).name, version=VERSION, digest=digest(checked),
-        encode_name=checked.encode.node.name, decode_name=checked.decode.node.name if checked.decode else "",
-        header_bytes=header_bytes(checked), source=src, drivers=drivers,
+        name=spec_name(checked.file),
+        spec_file=Path(checked.file).name,
+        version=VERSION,
+        digest=digest(checked),
+        encode_name=checked.encode.node.name,
+        decode_name=checked.decode.node.name if checked.decode else "",
+        header_bytes=header_bytes(checked),
+        source=src,
+        drivers=drivers,
     )

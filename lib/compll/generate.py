@@ -86,9 +86,16 @@ def generate_cpu(checked: CheckedSpec) -> str:
         lambdas += backend.table.code
         kernels += backend.kernels
     return _env.get_template("cpu_module.py.j2").render(
-        name=spec_name(checked.file), spec_file=Path(checked.file).name, version=VERSION, digest=digest(checked),
-        encode_name=checked.encode.node.name, decode_name=checked.decode.node.name if checked.decode else "",
-        header_bytes=header_bytes(checked), lambdas=lambdas, kernels=kernels, drivers=drivers,
+        name=spec_name(checked.file),
+        spec_file=Path(checked.file).name,
+        version=VERSION,
+        digest=digest(checked),
+        encode_name=checked.encode.node.name,
+        decode_name=checked.decode.node.name if checked.decode else "",
+        header_bytes=header_bytes(checked),
+        lambdas=lambdas,
+        kernels=kernels,
+        drivers=drivers,
     )
 
 
@@ -165,9 +172,9 @@ class _NotStatic(Exception):
 
 
 def _static_expr(checked: CheckedSpec, info, e, ty) -> str | None:
+    from . import ast as A
     from .emit import ExprEmitter, PyDialect
     from .lower import _all_stmts
-    from . import ast as A
 
     decl_of = {}
     if info is not None:
@@ -187,14 +194,20 @@ def _py_kind(kind: str) -> str:
     return {"float": "float", "double": "float", "bool": "bool"}.get(kind, "int")
 
 
-def generate_wrapper(checked: CheckedSpec, name: str | None = None, wire_id: int | None = None,
-                     register: bool = False) -> str:
+def generate_wrapper(
+    checked: CheckedSpec, name: str | None = None, wire_id: int | None = None, register: bool = False
+) -> str:
     """The ``GeneratedCompressor`` subclass of a spec (``-w``), registering itself with ``-r``."""
     from .emit import ExprEmitter, PyDialect
 
     if checked.decode is None:
-        raise CompLLError("a wrapper needs a decoder: the spec defines only an encoder", checked.file, 1, 1,
-                          "add a ...Decode function that extracts what the encoder concatenates")
+        raise CompLLError(
+            "a wrapper needs a decoder: the spec defines only an encoder",
+            checked.file,
+            1,
+            1,
+            "add a ...Decode function that extracts what the encoder concatenates",
+        )
     name = name or spec_name(checked.file)
     wire = wire_id if wire_id is not None else wire_id_for(name)
     plan = lower(checked, checked.encode, {})
@@ -221,24 +234,44 @@ def generate_wrapper(checked: CheckedSpec, name: str | None = None, wire_id: int
     params = []
     for p in checked.params:
         default = p.default
-        params.append({
-            "name": p.name, "kind": p.ty.kind, "required": not (default is not None),
-            "default": repr(default), "pytype": _py_kind(p.ty.kind),
-            "pydefault": repr(default) if default is not None else "None",
-        })
+        params.append(
+            {
+                "name": p.name,
+                "kind": p.ty.kind,
+                "required": not (default is not None),
+                "default": repr(default),
+                "pytype": _py_kind(p.ty.kind),
+                "pydefault": repr(default) if default is not None else "None",
+            }
+        )
     requires = []
-    for blk, req in checked.param_requires:
+    for _blk, req in checked.param_requires:
         em = ExprEmitter(PyDialect("H."), _StaticContext({}), checked.file)  # type: ignore[arg-type]
         requires.append((em.truthy(req.cond), req.message))
-    size_doc = ("Exact payload bytes for numel elements." if exact else
-                "An upper bound: data-dependent vectors counted at numel elements.")
+    size_doc = (
+        "Exact payload bytes for numel elements."
+        if exact
+        else "An upper bound: data-dependent vectors counted at numel elements."
+    )
     return _env.get_template("wrapper.py.j2").render(
-        name=name, cls=class_name(name), spec_file=Path(checked.file).name, version=VERSION,
-        digest=digest(checked), register=register, wire_id=wire, doc=_doc(checked),
-        uses_state=bool(checked.encode.states) or checked.encode.uses_random, sparse=sparse,
-        stochastic=checked.encode.uses_random, params=params, states=[s.name for s in checked.encode.states],
-        bodies={"cpu": f"{name}_cpu", "cuda": f"{name}_cupy"}, header_bytes=header_bytes(checked),
-        requires=requires, size_terms=terms, size_doc=size_doc,
+        name=name,
+        cls=class_name(name),
+        spec_file=Path(checked.file).name,
+        version=VERSION,
+        digest=digest(checked),
+        register=register,
+        wire_id=wire,
+        doc=_doc(checked),
+        uses_state=bool(checked.encode.states) or checked.encode.uses_random,
+        sparse=sparse,
+        stochastic=checked.encode.uses_random,
+        params=params,
+        states=[s.name for s in checked.encode.states],
+        bodies={"cpu": f"{name}_cpu", "cuda": f"{name}_cupy"},
+        header_bytes=header_bytes(checked),
+        requires=requires,
+        size_terms=terms,
+        size_doc=size_doc,
     )
 
 

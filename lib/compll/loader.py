@@ -42,9 +42,17 @@ def read_spec(path: str | Path) -> tuple[str, CheckedSpec]:
     return text, compile_spec(text, str(p))
 
 
-def write_modules(checked: CheckedSpec, out_dir: str | Path, *, body: bool = True, wrapper: bool = False,
-                  register: bool = False, flavors: tuple[str, ...] = ("cpu",), name: str | None = None,
-                  wire_id: int | None = None) -> list[Path]:
+def write_modules(
+    checked: CheckedSpec,
+    out_dir: str | Path,
+    *,
+    body: bool = True,
+    wrapper: bool = False,
+    register: bool = False,
+    flavors: tuple[str, ...] = ("cpu",),
+    name: str | None = None,
+    wire_id: int | None = None,
+) -> list[Path]:
     """Write the generated files of a spec into ``out_dir``; returns their paths."""
     from .gen_cuda import generate_cuda, generate_cuda_source
 
@@ -130,7 +138,9 @@ def _load_checked(checked: CheckedSpec, *, register: bool, cache: Path | None):
             try:
                 register_generated(cls)
             except ValueError as e:
-                raise CompLLError(str(e), checked.file, 1, 1, "rename the spec file (its name is the algorithm's)") from None
+                raise CompLLError(
+                    str(e), checked.file, 1, 1, "rename the spec file (its name is the algorithm's)"
+                ) from None
     return cls
 
 

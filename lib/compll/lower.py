@@ -535,20 +535,47 @@ class Lowerer:
                     self.vecs[id(s)] = Vec("array", T.FLOAT, "N", "n_elems", name=name, sym=s)
             elif s.kind in ("param",):
                 self.name_of(s)
-        self.used_names.update({"n_elems", "oob", "add", "seed", "extra", "body", "body_n", "pos", "nb", "ctx",
-                                "gradient", "states", "params", "out", "np", "H"})
+        self.used_names.update(
+            {
+                "n_elems",
+                "oob",
+                "add",
+                "seed",
+                "extra",
+                "body",
+                "body_n",
+                "pos",
+                "nb",
+                "ctx",
+                "gradient",
+                "states",
+                "params",
+                "out",
+                "np",
+                "H",
+            }
+        )
         for p in self.checked.params:
             self.used_names.add("p_" + p.name)
         steps = self.width_steps_after(None) + self.block(self.info.node.body.stmts)
         steps = fuse(steps, self)
-        return Plan(self.info, steps, self.names, self.hoisted, self.vecs, self.temps,
-                    self.info.lambdas, self.lambda_names, self.widths)
+        return Plan(
+            self.info,
+            steps,
+            self.names,
+            self.hoisted,
+            self.vecs,
+            self.temps,
+            self.info.lambdas,
+            self.lambda_names,
+            self.widths,
+        )
 
     # ------------------------------------------------------------------ statements
     def block(self, stmts: list[ast.Stmt]) -> list[Step]:
         out: list[Step] = []
         for k, st in enumerate(stmts):
-            out += self.stmt(st, stmts[k + 1:])
+            out += self.stmt(st, stmts[k + 1 :])
         return out
 
     def stmt(self, st: ast.Stmt, rest: list[ast.Stmt]) -> list[Step]:
@@ -588,8 +615,14 @@ class Lowerer:
             return pre
         pre, v = self.vec_expr(st.init)
         steps = pre + self.materialize_into(v, name, sym.ty.elem)  # type: ignore[arg-type]
-        self.vecs[id(sym)] = Vec("array", sym.ty.elem, v.key if sym.writes == 0 else f"len{id(sym)}",  # type: ignore[arg-type]
-                                 f"{name}.shape[0]", name=name, sym=sym)
+        self.vecs[id(sym)] = Vec(
+            "array",
+            sym.ty.elem,
+            v.key if sym.writes == 0 else f"len{id(sym)}",  # type: ignore[arg-type]
+            f"{name}.shape[0]",
+            name=name,
+            sym=sym,
+        )
         return steps
 
     def may_stay_lazy(self, sym: Symbol, init: ast.Expr, rest: list[ast.Stmt]) -> bool:
@@ -602,8 +635,12 @@ class Lowerer:
                     return False
                 w = self.stmt_writes(st) & deps
                 if w:
-                    if not (isinstance(st, ast.Assign) and isinstance(st.value, ast.Call)
-                            and st.value.func == "map" and self.assign_safe(st, self.dependents(w | {sym}))):
+                    if not (
+                        isinstance(st, ast.Assign)
+                        and isinstance(st.value, ast.Call)
+                        and st.value.func == "map"
+                        and self.assign_safe(st, self.dependents(w | {sym}))
+                    ):
                         return False
             written |= self.stmt_writes(st)
         return True
@@ -665,8 +702,9 @@ class Lowerer:
                 pre, _ = self.vec_expr(base)
                 return pre + [SZero(name)] + self.scatter_into(value, name, T.FLOAT, add=True, skip_base=True)
         pre, v = self.vec_expr(value)
-        return pre + [SLoop(v.key if v.kind != "array" else "N", "n_elems",
-                            [IStore(name, v, T.FLOAT, add=True)], self.next_uid())]
+        return pre + [
+            SLoop(v.key if v.kind != "array" else "N", "n_elems", [IStore(name, v, T.FLOAT, add=True)], self.next_uid())
+        ]
 
     def store_loop(self, dst: str, v: Vec, elem: T.Type) -> SLoop:
         return SLoop(v.key, v.length, [IStore(dst, v, elem)], self.next_uid())
@@ -775,8 +813,11 @@ class Lowerer:
     def _hoist(self, e: ast.Expr, steps: list[Step], lazy_ctx: bool) -> None:
         if isinstance(e, ast.Call) and e.func == "reduce":
             if lazy_ctx:
-                raise self.err(e, "a vector operator inside ?: or after && / || would be computed anyway",
-                               "compute it in a statement of its own, under an if if needed")
+                raise self.err(
+                    e,
+                    "a vector operator inside ?: or after && / || would be computed anyway",
+                    "compute it in a statement of its own, under an if if needed",
+                )
             pre, src = self.vec_expr(e.args[0])
             ipre, init = self.host_expr(e.args[1])
             lam = e.args[2].sym.lam  # type: ignore[union-attr]
@@ -786,8 +827,11 @@ class Lowerer:
             return
         if isinstance(e, ast.Call) and is_vector_op(e):
             if lazy_ctx:
-                raise self.err(e, "a vector operator inside ?: or after && / || would be computed anyway",
-                               "compute it in a statement of its own, under an if if needed")
+                raise self.err(
+                    e,
+                    "a vector operator inside ?: or after && / || would be computed anyway",
+                    "compute it in a statement of its own, under an if if needed",
+                )
             pre, v = self.vec_expr(e)
             more, arr = self.as_array(v)
             self.hoisted[id(e)] = arr.name
@@ -797,8 +841,11 @@ class Lowerer:
         if isinstance(e, ast.Index) and isinstance(e.base, ast.Name) and e.base.sym is not None:
             v = self.vecs.get(id(e.base.sym))
             if v is not None and v.kind != "array":
-                raise self.err(e, f"{e.base.id!r} is computed lazily, element by element, and cannot be read here",
-                               "read it inside a lambda, or build it with a non-lazy operator")
+                raise self.err(
+                    e,
+                    f"{e.base.id!r} is computed lazily, element by element, and cannot be read here",
+                    "read it inside a lambda, or build it with a non-lazy operator",
+                )
         if isinstance(e, ast.Ternary):
             self._hoist(e.cond, steps, lazy_ctx)
             self._hoist(e.then, steps, True)
@@ -880,8 +927,9 @@ class Lowerer:
                         packed = None
                 length_var = self.fresh(f"len_{sym.name}")
                 self.temps[length_var] = T.INT
-                self.vecs[id(sym)] = Vec("array", elem, self.canon(a.index), length_var, name=name,
-                                         packed=packed, sym=sym)
+                self.vecs[id(sym)] = Vec(
+                    "array", elem, self.canon(a.index), length_var, name=name, packed=packed, sym=sym
+                )
                 fields.append(ExtractField(sym, sym.ty, False, a.index))
         step = SExtract(fields, st.pos)
         for f in fields:
@@ -907,13 +955,18 @@ def is_lazy_expr(e: ast.Expr) -> bool:
 
 def _is_zero_map(e: ast.Expr) -> bool:
     """``map(range(n), f)`` where f's body is ``return 0;``: an all-zeros vector."""
-    if not (isinstance(e, ast.Call) and e.func == "map" and isinstance(e.args[0], ast.Call)
-            and e.args[0].func == "range"):
+    if not (
+        isinstance(e, ast.Call) and e.func == "map" and isinstance(e.args[0], ast.Call) and e.args[0].func == "range"
+    ):
         return False
     lam = e.args[1].sym.lam  # type: ignore[union-attr]
     body = lam.node.body.stmts
-    return (len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Num)
-            and body[0].value.value == 0)
+    return (
+        len(body) == 1
+        and isinstance(body[0], ast.Return)
+        and isinstance(body[0].value, ast.Num)
+        and body[0].value.value == 0
+    )
 
 
 # ---------------------------------------------------------------------------- fusion

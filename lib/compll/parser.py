@@ -71,7 +71,10 @@ def _lark_error(e: UnexpectedInput, file: str, source: str) -> CompLLError:
         lines = source.split("\n")
         return CompLLError(
             f"unexpected end of file, expected {_expected(getattr(e, 'expected', []))}",
-            file, len(lines), len(lines[-1]) + 1, "a '}' or ';' may be missing",
+            file,
+            len(lines),
+            len(lines[-1]) + 1,
+            "a '}' or ';' may be missing",
         )
     if isinstance(e, UnexpectedToken):
         tok = e.token

@@ -21,8 +21,16 @@ COMPRESS = Path(__file__).resolve().parent.parent / "compress"
 KERNELS = {
     "onebit": ["_chunk_stats", "stats", "_sign_encode", "_sign_decode", "sign_encode", "sign_decode"],
     "tbq": ["_tbq_encode", "_tbq_decode", "tbq_encode", "tbq_decode"],
-    "terngrad": ["hash32", "uniform01", "_minmax", "minmax", "_quant_encode", "_quant_decode", "quant_encode",
-                 "quant_decode"],
+    "terngrad": [
+        "hash32",
+        "uniform01",
+        "_minmax",
+        "minmax",
+        "_quant_encode",
+        "_quant_decode",
+        "quant_encode",
+        "quant_decode",
+    ],
     "dgc": ["uniform_numpy", "_count_ge", "_gather_ge", "select_abs_ge", "_scatter", "scatter"],
     "graddrop": ["uniform_numpy", "_count_ge", "_gather_ge", "select_abs_ge", "_scatter", "scatter"],
 }
@@ -40,8 +48,12 @@ def _docstring_lines(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = getattr(node, "body", [])
-            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-                    and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(getattr(body[0], "value", None), ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 out.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
     return out
 
@@ -92,13 +104,15 @@ def builtin_stats() -> list[dict]:
         for shared in SHARED.get(name, []):
             hand += python_lines((COMPRESS / shared).read_text())
         cuda_c, cuda_py = cuda_lines((GENERATED / f"{name}_cupy.py").read_text())
-        rows.append({
-            "alg": name,
-            "dsl": dsl_lines(spec_path(name).read_text()),
-            "generated_cpu": python_lines((GENERATED / f"{name}_cpu.py").read_text()),
-            "generated_cuda_c": cuda_c,
-            "generated_cuda_py": cuda_py,
-            "generated_wrapper": python_lines((GENERATED / f"{name}.py").read_text()),
-            "handwritten": hand,
-        })
+        rows.append(
+            {
+                "alg": name,
+                "dsl": dsl_lines(spec_path(name).read_text()),
+                "generated_cpu": python_lines((GENERATED / f"{name}_cpu.py").read_text()),
+                "generated_cuda_c": cuda_c,
+                "generated_cuda_py": cuda_py,
+                "generated_wrapper": python_lines((GENERATED / f"{name}.py").read_text()),
+                "handwritten": hand,
+            }
+        )
     return rows

@@ -28,8 +28,15 @@ FORMATS = {"bool": "?", "code": "B", "uint8": "B", "int": "i", "uint": "I", "flo
 SIZES = {"bool": 1, "code": 1, "uint8": 1, "int": 4, "uint": 4, "float": 4, "double": 8}
 # bits per element when stored in a vector (codes are packed, see ``Type.elem_bits``)
 VEC_BITS = {"bool": 8, "uint8": 8, "int": 32, "uint": 32, "float": 32, "double": 64}
-NUMPY = {"bool": "np.bool_", "code": "np.uint8", "uint8": "np.uint8", "int": "np.int32", "uint": "np.uint32",
-         "float": "np.float32", "double": "np.float64"}
+NUMPY = {
+    "bool": "np.bool_",
+    "code": "np.uint8",
+    "uint8": "np.uint8",
+    "int": "np.int32",
+    "uint": "np.uint32",
+    "float": "np.float32",
+    "double": "np.float64",
+}
 
 
 @dataclass(frozen=True)

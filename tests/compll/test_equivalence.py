@@ -27,7 +27,7 @@ PARAMS = {
 def _sparse(p: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     k = int(p[20:24].view(torch.int32)[0])
     body = p[24:]
-    return body[: 4 * k].view(torch.int32).numpy(), body[4 * k: 8 * k].view(torch.float32).numpy()
+    return body[: 4 * k].view(torch.int32).numpy(), body[4 * k : 8 * k].view(torch.float32).numpy()
 
 
 def _dgc_tie(v: torch.Tensor, lib: torch.Tensor, gen: torch.Tensor, ratio: float) -> bool:
@@ -71,8 +71,10 @@ def _check(name: str, params: dict, x_steps: list[torch.Tensor], generated, use_
             if name == "dgc" and _dgc_tie(v_before, pl, pg, params.get("ratio", 0.001)):
                 return  # a tie broken differently: states diverge from here on
             diff = int((pl != pg).nonzero()[0]) if pl.numel() == pg.numel() else -1
-            raise AssertionError(f"{name}{params} step {step} n={x.numel()}: payloads differ "
-                                 f"(sizes {pl.numel()} vs {pg.numel()}, first differing byte {diff})")
+            raise AssertionError(
+                f"{name}{params} step {step} n={x.numel()}: payloads differ "
+                f"(sizes {pl.numel()} vs {pg.numel()}, first differing byte {diff})"
+            )
         if sl is not None and x.numel():
             for attr in ("residual", "momentum"):
                 a, b = getattr(sl, attr), getattr(sg, attr)

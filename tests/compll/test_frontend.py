@@ -51,22 +51,33 @@ def _error(src: str) -> CompLLError:
 ENC = "void Encode(float* g, uint8* out) {{\n{}\n}}"
 
 
-@pytest.mark.parametrize("body, line, col, words", [
-    ("    out = concat(h);", 2, 18, "undefined name 'h'"),
-    ("    float x = 1.0;\n    out = concat(y);", 3, 18, "undefined name 'y'"),
-    ("    int k = g;\n    out = concat(k);", 2, 13, "type mismatch"),
-    ("    float* v = mapp(range(3), f);\n    out = concat(v);", 2, 16, "unknown function or operator 'mapp'"),
-    ("    float x = g[1.5];\n    out = concat(x);", 2, 17, "index must be an integer"),
-    ("    lambda_func f = [&](int i) -> float { return g[i]; }\n    float* v = map(g, f);\n    out = concat(v);",
-     3, 20, "parameter 'i' is int but the vector holds float"),
-    ("    float x = 1 % 2.0;\n    out = concat(x);", 2, 19, "% needs integers"),
-    ("    out = concat(g);\n    out = concat(g);", 3, 5, "exactly once"),
-    ("    float x = random<float>(0, 1);\n    out = concat(x);", 2, 15, "inside a lambda"),
-    ("    lambda_func f = [&](int i) -> float { if (i > 0) { return 1.0; } }\n    out = concat(g);",
-     2, 41, "may end without returning"),
-    ("    g = map(range(3), f);", 2, 5, "read only"),
-    ("    float x;\n    out = concat(x);", 3, 18, "used before it is assigned"),
-])
+@pytest.mark.parametrize(
+    "body, line, col, words",
+    [
+        ("    out = concat(h);", 2, 18, "undefined name 'h'"),
+        ("    float x = 1.0;\n    out = concat(y);", 3, 18, "undefined name 'y'"),
+        ("    int k = g;\n    out = concat(k);", 2, 13, "type mismatch"),
+        ("    float* v = mapp(range(3), f);\n    out = concat(v);", 2, 16, "unknown function or operator 'mapp'"),
+        ("    float x = g[1.5];\n    out = concat(x);", 2, 17, "index must be an integer"),
+        (
+            "    lambda_func f = [&](int i) -> float { return g[i]; }\n    float* v = map(g, f);\n    out = concat(v);",
+            3,
+            20,
+            "parameter 'i' is int but the vector holds float",
+        ),
+        ("    float x = 1 % 2.0;\n    out = concat(x);", 2, 19, "% needs integers"),
+        ("    out = concat(g);\n    out = concat(g);", 3, 5, "exactly once"),
+        ("    float x = random<float>(0, 1);\n    out = concat(x);", 2, 15, "inside a lambda"),
+        (
+            "    lambda_func f = [&](int i) -> float { if (i > 0) { return 1.0; } }\n    out = concat(g);",
+            2,
+            41,
+            "may end without returning",
+        ),
+        ("    g = map(range(3), f);", 2, 5, "read only"),
+        ("    float x;\n    out = concat(x);", 3, 18, "used before it is assigned"),
+    ],
+)
 def test_errors_point_at_the_problem(body, line, col, words):
     e = _error(ENC.format(body))
     assert (e.line, e.col) == (line, col), str(e)
@@ -107,10 +118,41 @@ def _must_be_clean(src: str) -> None:
         pass
 
 
-ALPHABET = st.sampled_from(list("(){}[]<>;,.=+-*/%&|^!~?: \n\t0123456789abcdefxyz_\"'#@$\\") +
-                           ["float", "int", "uint", "uint<", "uint8", "void", "map", "reduce", "concat", "extract",
-                            "lambda_func", "[&]", "->", "return", "if", "else", "random<float>", "param", "require",
-                            "filter", "sort", "scan", "scatter", "range", ".size", "//", "/*", "*/", "1.5e3", "0x1F"])
+ALPHABET = st.sampled_from(
+    list("(){}[]<>;,.=+-*/%&|^!~?: \n\t0123456789abcdefxyz_\"'#@$\\")
+    + [
+        "float",
+        "int",
+        "uint",
+        "uint<",
+        "uint8",
+        "void",
+        "map",
+        "reduce",
+        "concat",
+        "extract",
+        "lambda_func",
+        "[&]",
+        "->",
+        "return",
+        "if",
+        "else",
+        "random<float>",
+        "param",
+        "require",
+        "filter",
+        "sort",
+        "scan",
+        "scatter",
+        "range",
+        ".size",
+        "//",
+        "/*",
+        "*/",
+        "1.5e3",
+        "0x1F",
+    ]
+)
 
 
 @settings(max_examples=400, deadline=None)

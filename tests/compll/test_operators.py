@@ -29,8 +29,14 @@ def _fields(payload: torch.Tensor, n: int):
     nk, ni = struct.unpack_from("<II", raw, 20)
     pos = 28
     out = {}
-    for name, dtype, count in [("kept", "<f4", nk), ("idx", "<i4", ni), ("ranked", "<i4", ni),
-                               ("ascending", "<f4", n), ("ranks", "<i4", ni), ("draws", "<i4", n)]:
+    for name, dtype, count in [
+        ("kept", "<f4", nk),
+        ("idx", "<i4", ni),
+        ("ranked", "<i4", ni),
+        ("ascending", "<f4", n),
+        ("ranks", "<i4", ni),
+        ("draws", "<i4", n),
+    ]:
         out[name] = np.frombuffer(raw, dtype, count, pos)
         pos += 4 * count
     packed = np.frombuffer(raw, np.uint8, (n * 4 + 7) // 8, pos)
@@ -50,8 +56,11 @@ def _c_div(a: np.ndarray, b: int) -> np.ndarray:
 
 
 @settings(max_examples=30, deadline=None)
-@given(n=st.one_of(st.sampled_from([0, 1, 7]), st.integers(0, 3000)), kind=st.sampled_from(KINDS),
-       seed=st.integers(0, 2**31))
+@given(
+    n=st.one_of(st.sampled_from([0, 1, 7]), st.integers(0, 3000)),
+    kind=st.sampled_from(KINDS),
+    seed=st.integers(0, 2**31),
+)
 def test_operators_match_numpy(ops, n, kind, seed):
     x = gradient(n, kind, seed)
     st_ = GradientState(seed=seed % 1000)
@@ -80,7 +89,7 @@ def test_operators_match_numpy(ops, n, kind, seed):
     total = 0.0
     for s in range(0, n, 65536):  # per chunk: from 0.0, left to right; chunks folded in order
         part = 0.0
-        for v in g[s:s + 65536].astype(np.float64).tolist():
+        for v in g[s : s + 65536].astype(np.float64).tolist():
             part += v
         total += part
     assert f["total"] == total

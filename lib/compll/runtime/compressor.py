@@ -100,8 +100,9 @@ def load_sibling(module_name: str, sibling: str) -> ModuleType:
 class _PayloadContext:
     """What a generated encoder allocates its payload through and reports errors to."""
 
-    def __init__(self, comp: GeneratedCompressor, dtype: torch.dtype, numel: int, device: torch.device,
-                 cuda: bool) -> None:
+    def __init__(
+        self, comp: GeneratedCompressor, dtype: torch.dtype, numel: int, device: torch.device, cuda: bool
+    ) -> None:
         self.comp = comp
         self.dtype = dtype
         self.numel = numel
@@ -158,7 +159,9 @@ class GeneratedCompressor(Compressor):
             raise ValueError(f"{self.name}: unknown parameter(s) {', '.join(sorted(params))}")
         problem = self._check_params(values)
         if problem:
-            raise ValueError(f"{self.name}: {problem} (got {', '.join(f'{k}={plain(v)!r}' for k, v in values.items())})")
+            raise ValueError(
+                f"{self.name}: {problem} (got {', '.join(f'{k}={plain(v)!r}' for k, v in values.items())})"
+            )
         self._p = values
 
     # generated subclasses override these two
@@ -181,13 +184,19 @@ class GeneratedCompressor(Compressor):
         if kind not in cache:
             sibling = self.BODIES.get(kind)
             if sibling is None:
-                raise CompressionError("<unnamed>", f"{self.name} was not generated for {kind} tensors",
-                                       f"run hipress compll gen {self.SPEC_FILE} -f {'cupy' if kind == 'cuda' else 'cpu'}")
+                raise CompressionError(
+                    "<unnamed>",
+                    f"{self.name} was not generated for {kind} tensors",
+                    f"run hipress compll gen {self.SPEC_FILE} -f {'cupy' if kind == 'cuda' else 'cpu'}",
+                )
             try:
                 cache[kind] = load_sibling(type(self).__module__, sibling)
             except ImportError as e:
-                raise CompressionError("<unnamed>", f"cannot load the {kind} kernels of {self.name}: {e}",
-                                       "install the `gpu` extra (CuPy)" if kind == "cuda" else "") from None
+                raise CompressionError(
+                    "<unnamed>",
+                    f"cannot load the {kind} kernels of {self.name}: {e}",
+                    "install the `gpu` extra (CuPy)" if kind == "cuda" else "",
+                ) from None
         return cache[kind]
 
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:

@@ -102,7 +102,7 @@ def region(body, off, nbytes, dtype):
     import cupy
 
     off, nbytes = int(off), int(nbytes)
-    raw = body[off: off + nbytes]
+    raw = body[off : off + nbytes]
     dt = np.dtype(dtype)
     if dt.itemsize == 1:
         return raw.view(dt)
@@ -119,17 +119,17 @@ def commit(reg, body, off) -> None:
 
     off = int(off)
     if reg.size and reg.data.ptr != body.data.ptr + off:
-        body[off: off + reg.nbytes] = reg.view(cupy.uint8)
+        body[off : off + reg.nbytes] = reg.view(cupy.uint8)
 
 
 def put(body, off, data: bytes) -> None:
     import cupy
 
-    body[int(off): int(off) + len(data)] = cupy.asarray(np.frombuffer(data, dtype=np.uint8))
+    body[int(off) : int(off) + len(data)] = cupy.asarray(np.frombuffer(data, dtype=np.uint8))
 
 
 def get(body, pos, size: int) -> bytes:
-    return body[int(pos): int(pos) + size].get().tobytes()
+    return body[int(pos) : int(pos) + size].get().tobytes()
 
 
 def cumsum(flags):

@@ -174,7 +174,7 @@ def size_of(fmt: str) -> int:
 
 def put(buf, off: int, data: bytes) -> None:
     """Write header-like bytes into a NumPy payload body."""
-    buf[int(off): int(off) + len(data)] = np.frombuffer(data, dtype=np.uint8)
+    buf[int(off) : int(off) + len(data)] = np.frombuffer(data, dtype=np.uint8)
 
 
 def finite(x) -> bool:
@@ -201,7 +201,7 @@ class BufferContext:
             buf[: len(extra)] = xp.asarray(np.frombuffer(extra, dtype=np.uint8))
         self.buffer = buf
         self.extra = extra
-        return buf[len(extra):]
+        return buf[len(extra) :]
 
     def fail(self, message: str):
         raise GeneratedError(message)

@@ -1,0 +1,138 @@
+"""``hipress compll`` as a user runs it (subprocesses), and loading a directory of user specs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from hipress.compll import CompLLError, load_dir
+from hipress.compll.builtins import BUILTINS, stale
+from hipress.compress import GradientState, available, create
+from hipress.compress.registry import unregister
+
+from .conftest import DATA
+
+CACHE = DATA.parent / ".cache"
+USER = DATA / "user"
+
+
+def hipress(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hipress_cli.app", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_committed_generated_code_is_fresh():
+    assert stale() == [], "lib/compll/generated is stale: run python -m hipress.compll.builtins"
+
+
+def test_gen_body_wrapper_register_and_use(tmp_path):
+    spec = USER / "scaledsign.pse"
+    r = hipress("compll", "gen", str(spec), "-b", "-w", "-r", "-f", "cpu", "-o", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    files = {p.split("/")[-1] for p in json.loads(r.stdout)["files"]}
+    assert files == {"scaledsign_cpu.py", "scaledsign.py"}
+    r = hipress(
+        "compll", "gen", str(spec), "-f", "cupy", "-o", str(tmp_path), *(["--ptx"] if shutil.which("nvcc") else [])
+    )
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "scaledsign_cupy.py").exists() and (tmp_path / "scaledsign.cu").exists()
+    # the generated wrapper, imported as a user would: registers itself, encodes and decodes
+    script = (
+        "import importlib.util, sys, torch\n"
+        f"spec = importlib.util.spec_from_file_location('scaledsign', {str(tmp_path / 'scaledsign.py')!r})\n"
+        "m = importlib.util.module_from_spec(spec); sys.modules['scaledsign'] = m; spec.loader.exec_module(m)\n"
+        "from hipress.compress import create\n"
+        "c = create('scaledsign', damping=0.5)\n"
+        "x = torch.tensor([1.0, -3.0, 2.0, -0.0])\n"
+        "print(c.decode(c.encode(x)).tolist(), c.wire_id, c.caps.uses_state)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    vals, wire, uses_state = r.stdout.split("]")[0] + "]", *r.stdout.split("]")[1].split()
+    assert json.loads(vals) == [0.75, -0.75, 0.75, 0.75] and 128 <= int(wire) < 250 and uses_state == "True"
+
+
+def test_gen_reports_spec_errors_with_position(tmp_path):
+    bad = tmp_path / "bad.pse"
+    bad.write_text("void BadEncode(float* g, uint8* out) {\n    float x = 1.0;\n    out = concat(y);\n}\n")
+    r = hipress("compll", "gen", str(bad), "-o", str(tmp_path))
+    assert r.returncode == 2
+    assert "bad.pse:3:18: undefined name 'y'" in " ".join(r.stderr.split())
+    assert list(tmp_path.iterdir()) == [bad]  # nothing written
+    r = hipress("compll", "check", str(bad), str(USER / "scaledsign.pse"))
+    assert r.returncode == 1 and "scaledsign.pse: ok" in r.stdout
+    r = hipress("compll", "gen", str(tmp_path / "missing.pse"))
+    assert r.returncode == 2 and "cannot read spec" in r.stderr
+    r = hipress("compll", "gen", str(USER / "scaledsign.pse"), "-f", "opencl")
+    assert r.returncode == 2 and "--flavor" in r.stderr
+
+
+def test_stats_json():
+    r = hipress("compll", "stats", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = {row["alg"]: row for row in json.loads(r.stdout)["algorithms"]}
+    assert set(rows) == set(BUILTINS)
+    for row in rows.values():
+        assert 0 < row["dsl"] < row["handwritten"] < row["generated_cpu"]
+        assert row["generated_cuda_c"] > 0 and row["generated_wrapper"] > 0
+
+
+def test_bench_side_by_side():
+    r = hipress("compll", "bench", "--alg", "tbq,onebit", "--size", "64K", "--repeat", "2", "--warmup", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["algorithms"]
+    assert [row["alg"] for row in rows] == ["tbq", "onebit"]
+    assert all(row["same_payload"] and row["encode_ratio"] > 0 and row["gen_decode_gbps"] > 0 for row in rows)
+    r = hipress("compll", "bench", "--alg", "topk")
+    assert r.returncode == 2 and "unknown built-in" in r.stderr
+
+
+@pytest.fixture
+def user_dir(tmp_path):
+    d = tmp_path / "specs"
+    d.mkdir()
+    shutil.copy(USER / "scaledsign.pse", d)
+    yield d
+    unregister("scaledsign")
+
+
+def test_load_dir_registers_user_specs(user_dir):
+    assert load_dir(user_dir, cache=CACHE) == ["scaledsign"]
+    assert "scaledsign" in available()
+    assert load_dir(user_dir, cache=CACHE) == ["scaledsign"]  # idempotent
+    comp = create("scaledsign", damping=1.0)
+    x = torch.tensor([0.5, -1.5, 1.0, 0.0])
+    st = GradientState(seed=1)
+    p = comp.encode(x, st, name="w")
+    assert p.numel() == 20 + 4 + 1
+    assert comp.decode(p).tolist() == [0.75, -0.75, 0.75, 0.75]
+    np.testing.assert_array_equal(st.residual.numpy(), (x - comp.decode(p)).numpy())
+    with pytest.raises(ValueError, match="damping must be in"):
+        create("scaledsign", damping=2.0)
+    with pytest.raises(ValueError, match="bits"):
+        create("scaledsign", bits=2)
+
+
+def test_load_dir_errors_register_nothing(user_dir):
+    (user_dir / "broken.pse").write_text("void BrokenEncode(float* g, uint8* o) { o = concat(g) }")
+    with pytest.raises(CompLLError, match=r"broken\.pse:1:\d+: unexpected"):
+        load_dir(user_dir, cache=CACHE)
+    assert "scaledsign" not in available()
+    with pytest.raises(CompLLError, match="not a directory"):
+        load_dir(user_dir / "nope")
+
+
+def test_user_spec_cannot_take_a_builtin_name(tmp_path):
+    d = tmp_path / "specs"
+    d.mkdir()
+    (d / "tbq.pse").write_text((USER / "scaledsign.pse").read_text())
+    with pytest.raises(CompLLError, match="already registered"):
+        load_dir(d, cache=CACHE)
+    assert create("tbq").__module__.startswith("hipress.compress")
