@@ -119,6 +119,7 @@ class Engine:
         self._lock = threading.Lock()
         self._t0: float | None = None
         self._closed = False
+        self._waiting = False
         guard.track(self)
 
     @property
@@ -135,6 +136,10 @@ class Engine:
             self._check_open()
             if self.executor.failed is not None:
                 raise self.executor.failed
+            if self._waiting:
+                raise SyncError(
+                    f"gradient {name!r} submitted while wait_all() runs; submit every gradient of an iteration first"
+                )
             if self._t0 is None:
                 self._t0 = time.perf_counter()
             tasks = self.program.submit(name, tensor)
@@ -151,8 +156,12 @@ class Engine:
                 self._t0 = time.perf_counter()
             self.executor.schedule(self.program.flush())
             n = len(self.program.submitted)
+            self._waiting = True
         t_wait = time.perf_counter()
-        self.executor.wait()
+        try:
+            self.executor.wait()
+        finally:
+            self._waiting = False
         t_end = time.perf_counter()
         with self._lock:
             self.program.end_iteration()
@@ -176,8 +185,14 @@ class Engine:
         )
 
     def close(self) -> None:
-        """Stop the engine's threads and free its communicators. Call on every rank."""
+        """Stop the engine's threads and free its communicators. Call on every rank.
+
+        Closing with gradients still in flight (submitted, no ``wait_all``) fails them and tells
+        the peers, which would otherwise wait for this rank's messages.
+        """
         if not self._closed:
+            if self.executor.busy and self.executor.failed is None:
+                self.executor.abort("the engine was closed with a synchronization in flight")
             self._closed = True
             self.executor.close()
 

@@ -21,10 +21,12 @@ After a failure the engine is unusable; exit (``comm.Abort`` if the others might
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import queue
 import threading
 import time
+import weakref
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
@@ -110,6 +112,8 @@ class MPIExecutor:
         self._comm = threading.Thread(target=self._comm_loop, name="hipress-sync-comm", daemon=True)
         self._worker.start()
         self._comm.start()
+        # stop the threads before mpi4py's own exit handler finalizes MPI under them
+        atexit.register(_close_at_exit, weakref.ref(self))
 
     # ------------------------------------------------------------------ caller side
     def schedule(self, tasks: list[Task]) -> None:
@@ -158,6 +162,11 @@ class MPIExecutor:
         deadline = time.monotonic() + 2.0
         while self._notify is not None and self._comm.is_alive() and time.monotonic() < deadline:
             time.sleep(0.005)
+
+    @property
+    def busy(self) -> bool:
+        """Tasks scheduled and not finished."""
+        return self._outstanding > 0
 
     @property
     def failed(self) -> SyncError | None:
@@ -415,3 +424,9 @@ class MPIExecutor:
                 off += c
             t.link.aux = None  # type: ignore[union-attr]
         self._done(t)
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    ex = ref()
+    if ex is not None:
+        ex.close()

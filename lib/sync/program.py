@@ -25,7 +25,7 @@ from .raw import Raw
 
 RESERVED_TAGS = 16  # tags below this are the executor's (failure notices)
 DEFAULT_PARTITION_BYTES = 4 << 20
-DEFAULT_BULK_BYTES = 0
+DEFAULT_BULK_BYTES = 64 << 10  # gradients under 64 KiB are fused (biases, norms): one message, not dozens
 
 
 class SyncError(RuntimeError):

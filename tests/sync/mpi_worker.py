@@ -171,6 +171,9 @@ def fail(mode: str) -> None:
                 os._exit(3)  # no notice, no abort: the others' watchdog must fire
             elif mode == "hang":
                 time.sleep(120)
+            elif mode == "close":
+                eng.close()  # with g0, g1 in flight: the peers must hear about it
+                time.sleep(30)
         eng.submit(k, v)
     t0 = time.monotonic()
     try:
@@ -182,23 +185,24 @@ def fail(mode: str) -> None:
 
 
 def main(argv: list[str]) -> None:
+    """``SCENARIO[:ARG][+SCENARIO[:ARG]...]``: several checks in one launch (startup costs seconds)."""
     set_threads(1)
-    scenario = argv[0]
-    if scenario == "exact":
-        exact()
-    elif scenario == "reference":
-        algs = argv[1].split(",") if len(argv) > 1 and argv[1] != "all" else [a for a in available() if a != "none"]
-        reference(algs)
-    elif scenario == "plan":
-        plan()
-    elif scenario == "fail":
-        fail(argv[1])
-    elif scenario == "env":
-        if RANK == 0:
-            print("ENV", os.environ.get("MPIR_CVAR_CH4_NETMOD"), os.environ.get("FI_PROVIDER"), flush=True)
-        exact()
-    else:
-        raise SystemExit(f"unknown scenario {scenario!r}")
+    for item in argv[0].split("+"):
+        scenario, _, arg = item.partition(":")
+        if scenario == "exact":
+            exact()
+        elif scenario == "reference":
+            algs = arg.split(",") if arg and arg != "all" else [a for a in available() if a != "none"]
+            reference(algs)
+        elif scenario == "plan":
+            plan()
+        elif scenario == "fail":
+            fail(arg)
+        elif scenario == "env":
+            if RANK == 0:
+                print("ENV", os.environ.get("MPIR_CVAR_CH4_NETMOD"), os.environ.get("FI_PROVIDER"), flush=True)
+        else:
+            raise SystemExit(f"unknown scenario {scenario!r}")
 
 
 if __name__ == "__main__":

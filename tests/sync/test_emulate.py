@@ -53,7 +53,7 @@ def test_up_is_idempotent_and_reshapes(cluster):
 def test_mpi_runs_over_the_shaped_links(cluster):
     """The engine across namespaces: correct results, and the bytes went through tc, not shm."""
     before = [sent_bytes(cluster.namespace(i)) for i in range(2)]
-    res = run_mpi(2, "env", emulated=cluster, timeout=240)
+    res = run_mpi(2, "env+exact", emulated=cluster, timeout=240)
     assert res.ok, res.output
     assert "ENV ofi tcp" in res.output and "PASS exact np=2" in res.output
     after = [sent_bytes(cluster.namespace(i)) for i in range(2)]
