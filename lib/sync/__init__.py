@@ -4,11 +4,22 @@
     >>> eng = Engine(comm, compressor, topology="casync-ring")
     >>> eng.submit(name, grad) ...; stats = eng.wait_all(); eng.close()
 
-Layout: ``graph`` (the five primitives as tasks, the builder), ``topologies/`` (one file per task
-graph: casync-ring, casync-ps and the baselines ring, ps, allreduce, allgather), ``program``
-(plan, partitions, tags, bulk fusion: what runs), ``executor`` (threads + non-blocking MPI: how it
-runs), ``engine`` (the API), ``simulate`` (the single-process reference the tests compare with),
-``bench`` (``hipress bench sync``'s worker).
+Layout, one concern a module:
+  ``graph``       the five primitives (encode, decode, merge, send, recv) as tasks; the builder
+  ``topologies/`` one file per task graph: casync-ring, casync-ps, and the baselines ring, ps
+                  (same graphs, uncompressed), allreduce (MPI's own), allgather (of payloads)
+  ``program``     what runs: plan, partitions, aggregator placement, tags, bulk fusion, averaging
+  ``executor``    how it runs: a compute worker + a thread driving non-blocking MPI
+  ``engine``      the API; ``raw`` the zero-copy uncompressed codec of the baselines
+  ``simulate``    the single-process reference every MPI run is compared with, bit for bit
+  ``guard``       ``abort_on_error``: a failing rank ends the job instead of hanging it
+  ``bench``       the worker of ``hipress bench sync``
+
+Compressor state (``StateStore``, residuals and seeds) is keyed by stable names, never by order:
+a partition is ``name`` (one partition) or ``name#part{i}``; a ring hop that encodes chunk c uses
+``{part}#chunk{c}``, the ring owner's and the PS aggregator's re-encode ``...@agg``; fused small
+gradients ``bulk[first..last]xN``. Each key belongs to one encode position on one rank, so its
+residual is exactly the error that position made last iteration.
 """
 
 from .engine import Engine, SyncStats

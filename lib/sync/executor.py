@@ -6,7 +6,9 @@ thread. MPI makes progress only while someone calls into it, so one thread does 
 non-blocking operations on raw buffers (``Isend``/``Irecv``/``Iallreduce``/``Iallgatherv`` on
 numpy views of uint8 payloads, never pickled objects) and poll them all at once with ``Testsome``
 (bulk completion: one call for every outstanding request), backing off to short sleeps when
-nothing moves so that four ranks can share two cores.
+nothing moves so that four ranks can share two cores. Payload sizes vary (sparse algorithms): a
+receive is posted with a buffer of the codec's upper bound (``payload_size``, exact for dense
+ones) and the message's true length comes from its status, so no size message is needed.
 
 Failure handling, so that no rank hangs:
   * a task that raises on this rank fails the engine and sends a short notice (``NOTICE_TAG`` on a
@@ -233,77 +235,44 @@ class MPIExecutor:
     def _comm_loop(self) -> None:
         notice_buf = np.zeros(NOTICE_BYTES, dtype=np.uint8)
         notice_req = self.ctl.Irecv([notice_buf, MPI.BYTE], source=MPI.ANY_SOURCE, tag=NOTICE_TAG)
-        reqs: list[MPI.Request] = []
-        owners: list[tuple[Task, object]] = []
+        reqs: list[MPI.Request] = []  # in flight, and the task of each
+        inflight: list[Task] = []
         statuses: list[MPI.Status] = []  # reused: building thousands per poll would dominate
         sleep = 0.0
         cpu0 = time.thread_time()
         try:
             while not self._stop:
-                cpu = time.thread_time()
-                if cpu - cpu0 > 0.01:
-                    with self._lock:
-                        self.stats.comm_cpu_s += cpu - cpu0
-                    cpu0 = cpu
-                progressed = False
-                # post what became ready, channel by channel in creation order
-                while self._inbox and self._error is None:
-                    t = self._inbox.popleft()
-                    for p in self._order.ready(t):
-                        if p.kind == "recv":
-                            self._recv_queue[p.tag].append(p)
-                            continue
-                        reqs.append(self._post(p))
-                        owners.append((p, None))
-                        progressed = True
-                # receives: a window per gradient, posted in creation order (see __init__)
-                for tag in list(self._recv_queue):
-                    q = self._recv_queue[tag]
-                    while q and self._recv_live[tag] < self.recv_window:
-                        p = q.popleft()
-                        self._recv_live[tag] += 1
-                        reqs.append(self._post(p))
-                        owners.append((p, None))
-                        progressed = True
-                    if not q:
-                        del self._recv_queue[tag]
+                progressed = self._post_ready(reqs, inflight)
                 if reqs and self._error is None:
-                    if len(statuses) < len(reqs):
-                        statuses += [MPI.Status() for _ in range(len(reqs) - len(statuses))]
-                    idx = MPI.Request.Testsome(reqs, statuses)
-                    if idx:
-                        progressed = True
-                        # MPI fills statuses in completion order: statuses[k] belongs to idx[k]
-                        for k, i in enumerate(idx):
-                            self._finished(owners[i][0], statuses[k])
-                        keep = set(range(len(reqs))) - set(idx)
-                        reqs = [reqs[i] for i in sorted(keep)]
-                        owners = [owners[i] for i in sorted(keep)]
+                    progressed |= self._poll(reqs, inflight, statuses)
                 st = MPI.Status()
                 if notice_req.Test(st):
-                    n = st.Get_count(MPI.BYTE)
-                    msg = bytes(notice_buf[:n]).decode("utf-8", "replace")
-                    mine = f" [rank {self.rank} was waiting on: {self._pending(owners)}]" if owners else ""
-                    self._fail(SyncError(f"rank {st.Get_source()} failed during gradient sync: {msg}{mine}"), False)
                     notice_req = None
+                    msg = bytes(notice_buf[: st.Get_count(MPI.BYTE)]).decode("utf-8", "replace")
+                    mine = f" [rank {self.rank} was waiting on: {self._pending(inflight)}]" if inflight else ""
+                    self._fail(SyncError(f"rank {st.Get_source()} failed during gradient sync: {msg}{mine}"), False)
                     break
                 if self._notify is not None:
                     self._send_notices(self._notify)
                     break
                 if self._error is not None:
                     break
-                self._watchdog(reqs, owners)
+                self._watchdog(reqs, inflight)
+                cpu = time.thread_time()
+                if cpu - cpu0 > 0.01:
+                    with self._lock:
+                        self.stats.comm_cpu_s += cpu - cpu0
+                    cpu0 = cpu
                 if progressed:
                     sleep = 0.0
-                    continue
-                if not reqs and not self._inbox and not self._recv_queue:
-                    self._wake.wait(0.05)
+                elif not reqs and not self._inbox and not self._recv_queue:
+                    self._wake.wait(0.05)  # idle: sleep until a task is ready (or check notices)
                     self._wake.clear()
-                    continue
-                sleep = min(self.poll_max_s, sleep * 2 if sleep else 2e-5)
-                time.sleep(sleep)
+                else:
+                    sleep = min(self.poll_max_s, sleep * 2 if sleep else 2e-5)
+                    time.sleep(sleep)
         except Exception as e:  # noqa: BLE001 - MPI errors (truncation, dead peer) end up here
-            label = ", ".join(o[0].label for o in owners[:4])
+            label = ", ".join(t.label for t in inflight[:4])
             err = SyncError(f"rank {self.rank}: MPI error with {len(reqs)} operations in flight ({label}): {e}")
             err.__cause__ = e
             self._fail(err, tell_peers=True)
@@ -313,6 +282,44 @@ class MPIExecutor:
             if notice_req is not None and self._error is None:
                 notice_req.Cancel()
                 notice_req.Wait()
+
+    def _post_ready(self, reqs: list[MPI.Request], inflight: list[Task]) -> bool:
+        """Post what became ready: per channel in creation order, receives within their window."""
+        posted = False
+        while self._inbox and self._error is None:
+            for p in self._order.ready(self._inbox.popleft()):
+                if p.kind == "recv":
+                    self._recv_queue[p.tag].append(p)
+                else:
+                    reqs.append(self._post(p))
+                    inflight.append(p)
+                    posted = True
+        for tag in list(self._recv_queue):
+            q = self._recv_queue[tag]
+            while q and self._recv_live[tag] < self.recv_window:
+                p = q.popleft()
+                self._recv_live[tag] += 1
+                reqs.append(self._post(p))
+                inflight.append(p)
+                posted = True
+            if not q:
+                del self._recv_queue[tag]
+        return posted
+
+    def _poll(self, reqs: list[MPI.Request], inflight: list[Task], statuses: list[MPI.Status]) -> bool:
+        """One ``Testsome`` over everything in flight; finish what completed."""
+        if len(statuses) < len(reqs):
+            statuses += [MPI.Status() for _ in range(len(reqs) - len(statuses))]
+        idx = MPI.Request.Testsome(reqs, statuses)
+        if not idx:
+            return False
+        # MPI fills statuses in completion order: statuses[k] belongs to idx[k]
+        for k, i in enumerate(idx):
+            self._finished(inflight[i], statuses[k])
+        done = set(idx)
+        reqs[:] = [r for i, r in enumerate(reqs) if i not in done]
+        inflight[:] = [t for i, t in enumerate(inflight) if i not in done]
+        return True
 
     def _send_notices(self, msg: str) -> None:
         """Tell every peer why this rank failed; give the notices a moment to leave."""
@@ -325,20 +332,20 @@ class MPIExecutor:
                 break
             time.sleep(0.001)
 
-    def _pending(self, owners: list) -> str:
+    def _pending(self, inflight: list[Task]) -> str:
         """What this rank still waits for, in words (the diagnosis of a hang)."""
-        pending = [o[0] for o in owners][:6]
+        pending = inflight[:6]
         what = "; ".join(
             f"{t.kind} {'with' if t.peer < 0 else ('to' if t.kind == 'send' else 'from')} "
             f"{'all ranks' if t.peer < 0 else f'rank {t.peer}'} ({t.label})"
             for t in pending
         )
         held = len(self._order.stuck()) + sum(len(q) for q in self._recv_queue.values())
-        if len(owners) > len(pending):
-            what += f"; {len(owners) - len(pending)} more in flight"
+        if len(inflight) > len(pending):
+            what += f"; {len(inflight) - len(pending)} more in flight"
         return (what or "compute tasks") + (f"; {held} more not posted yet" if held else "")
 
-    def _watchdog(self, reqs: list, owners: list) -> None:
+    def _watchdog(self, reqs: list, inflight: list[Task]) -> None:
         since = self._waiting_since
         if since is None or not (reqs or self._outstanding):
             return
@@ -348,7 +355,7 @@ class MPIExecutor:
         self._fail(
             SyncError(
                 f"rank {self.rank}: no progress for {idle:.1f} s (timeout {self.timeout:g} s); waiting on: "
-                f"{self._pending(owners)}",
+                f"{self._pending(inflight)}",
                 "a peer died, is stuck, or submitted different gradients; raise `timeout` for very slow peers",
             ),
             tell_peers=True,
