@@ -119,7 +119,10 @@ def register(app: typer.Typer) -> None:
         plan: Annotated[str | None, typer.Option("--plan", help="SeCoPa plan: a SeCoPaPlan.txt file, or 'auto' "
                                                  "to plan now.")] = None,
         data: Annotated[str, typer.Option("--data", help="synthetic, or digits (with model mlp).")] = "synthetic",
-        lr: Annotated[float | None, typer.Option("--lr", help="SGD learning rate.")] = None,
+        lr: Annotated[float | None, typer.Option("--lr", help="SGD learning rate (default 0.01; digits: 0.5).")] = (
+            None),
+        momentum: Annotated[float | None, typer.Option("--momentum", help="SGD momentum (default 0.9; digits: "
+                                                       "0).")] = None,
         seed: Annotated[int, typer.Option("--seed")] = 0,
         threads: Annotated[int, typer.Option("--threads", help="Threads per rank (0: this host's cores / "
                                              "ranks on it).")] = 0,
@@ -148,7 +151,7 @@ def register(app: typer.Typer) -> None:
         try:
             cfg = make_config(
                 model, topo, alg, np_, iters, batch_size=batch_size, input_size=input_size, seq_len=seq_len,
-                preset="paper" if paper_size else "cpu", warmup=warmup, data=data, lr=lr, seed=seed,
+                preset="paper" if paper_size else "cpu", warmup=warmup, data=data, lr=lr, momentum=momentum, seed=seed,
                 threads=threads, plan=plan, run_id=run_id,
             )
         except ConfigError as e:

@@ -147,6 +147,15 @@ register(ModelSpec(
     notes="parameters do not depend on input_size (adaptive 7x7 pooling before the classifier)",
 ))
 
+def _check_resnet(opts: dict[str, int]) -> None:
+    _min_input("resnet50", 32)(opts)
+    if opts["batch_size"] * (opts["input_size"] // 32) ** 2 < 2:
+        raise BadModelOption(
+            f"model 'resnet50': batch_size {opts['batch_size']} at input_size {opts['input_size']} leaves one value "
+            f"per channel for the last batch norm; use batch_size >= 2 or input_size >= 64"
+        )
+
+
 register(ModelSpec(
     name="resnet50",
     summary="ResNet50 v1.5, ImageNet: 25.6 M parameters, 161 gradients",
@@ -156,6 +165,6 @@ register(ModelSpec(
     factory=lambda: ResNet(),
     make_batch=image_batch,
     loss=classification_loss,
-    check=_min_input("resnet50", 32),
+    check=_check_resnet,
     notes="parameters do not depend on input_size (global average pooling)",
 ))

@@ -146,6 +146,7 @@ def make_config(
     warmup: int = 1,
     data: str = "synthetic",
     lr: float | None = None,
+    momentum: float | None = None,
     seed: int = 0,
     threads: int = 0,
     plan: str | None = None,
@@ -162,6 +163,10 @@ def make_config(
         raise ConfigError(f"--iters must be at least 1, got {iters}")
     if warmup < 0:
         raise ConfigError(f"--warmup must be >= 0, got {warmup}")
+    if lr is not None and not lr > 0:
+        raise ConfigError(f"--lr must be > 0, got {lr}")
+    if momentum is not None and not 0 <= momentum < 1:
+        raise ConfigError(f"--momentum must be in [0, 1), got {momentum}")
     if data not in DATASETS:
         raise ConfigError(f"unknown data set {data!r}; use one of: {', '.join(DATASETS)}")
     if data == "digits" and model != "mlp":
@@ -194,7 +199,9 @@ def make_config(
         iters=iters,
         warmup=warmup,
         data=data,
-        lr=lr if lr is not None else (0.1 if data == "digits" else 0.01),
+        # digits: the convergence checks' SGD (see hipress.train.convergence for why no momentum)
+        lr=lr if lr is not None else (0.5 if data == "digits" else 0.01),
+        momentum=momentum if momentum is not None else (0.0 if data == "digits" else 0.9),
         seed=seed,
         threads=threads,
         plan_source=plan,

@@ -115,6 +115,16 @@ def failure_message(run_dir: Path, output: str, returncode: int, pids: Sequence[
         return f"rank {first.get('rank')} failed: {first.get('error')}{more}"
     if watchdog_note:
         return watchdog_note
+    # Hydra's ``-print-all-exitcodes`` gives wait statuses by rank (signal in the low bits, else
+    # code << 8). A rank that *exited* non-zero is the cause: the ones Hydra cleaned up after it
+    # show 0 or a signal. Failing that, the rank whose PID Hydra's "BAD TERMINATION" names.
+    codes = [int(c) for line in re.findall(r"Exit codes: (.*)", output)
+             for c in re.findall(r"\b(\d+)\b", re.sub(r"\[[^\]]*\]", "", line))]
+    exited = [(r, c >> 8) for r, c in enumerate(codes) if c and not c & 0x7F]
+    if exited:
+        r, code = exited[0]
+        pid = f" (pid {pids[r]})" if r < len(pids) else ""
+        return f"rank {r}{pid} exited with code {code} while the others were running"
     m = re.search(r"PID (\d+) RUNNING AT (\S+)\s*=\s*EXIT CODE: (\d+)", output)
     if m:
         pid, host, code = int(m.group(1)), m.group(2), int(m.group(3))
@@ -123,14 +133,11 @@ def failure_message(run_dir: Path, output: str, returncode: int, pids: Sequence[
         sig = re.search(r"signal (\d+)", output[m.end():])
         how = f"was killed by signal {sig.group(1)}" if sig else f"exited with code {code}"
         return f"{who} {how}"
-    codes = [int(c) for line in re.findall(r"Exit codes: (.*)", output)
-             for c in re.findall(r"\b(\d+)\b", re.sub(r"\[[^\]]*\]", "", line))]
-    bad = [(r, c) for r, c in enumerate(codes) if c]
-    if bad:  # ``-print-all-exitcodes``: wait statuses by rank (signal in the low bits, else code << 8)
-        r, c = bad[0]
-        how = f"was killed by signal {c & 0x7F}" if c & 0x7F else f"exited with code {c >> 8}"
+    killed = [(r, c & 0x7F) for r, c in enumerate(codes) if c & 0x7F]
+    if killed:
+        r, sig = killed[0]
         pid = f" (pid {pids[r]})" if r < len(pids) else ""
-        return f"rank {r}{pid} {how} while the others were running"
+        return f"rank {r}{pid} was killed by signal {sig}"
     tail = "\n".join(output.strip().splitlines()[-8:])
     return f"mpiexec exited with code {returncode}" + (f"; last output:\n{tail}" if tail else "")
 

@@ -1,0 +1,188 @@
+"""Scenarios for test_optimizer.py, run on real MPI ranks: ``mpi_optimizer.py SCENARIO``.
+
+Each scenario raises on failure (the rank exits non-zero, the launcher reports it) and rank 0
+prints ``OK <scenario>`` at the end.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import sys
+import zlib
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from hipress.models import get, gradient_sizes
+from hipress.train import DistributedOptimizer
+from hipress.train.optimizer import GradientMismatch
+
+comm = MPI.COMM_WORLD
+rank, world = comm.Get_rank(), comm.Get_size()
+spec = get("mlp")
+
+
+def allgather(t: torch.Tensor) -> np.ndarray:
+    out = np.empty((world, t.numel()), dtype=np.float32)
+    comm.Allgather(np.ascontiguousarray(t.detach().numpy().ravel()), out)
+    return out
+
+
+def same_everywhere(model: torch.nn.Module) -> bool:
+    crc = zlib.crc32(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
+    every = np.empty(world, dtype=np.int64)
+    comm.Allgather(np.array([crc], dtype=np.int64), every)
+    return bool((every == every[0]).all())
+
+
+def batch(step: int):
+    gen = torch.Generator().manual_seed(100 * rank + step)
+    return spec.make_batch(16, {"batch_size": 16}, torch.device("cpu"), gen)
+
+
+def average(topology: str) -> None:
+    """Uncompressed: every gradient becomes the exact mean of the ranks' gradients, as backward produces them."""
+    torch.manual_seed(0)
+    model = spec.build()
+    ref = copy.deepcopy(model)
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
+                               compression="none", topology=topology, comm=comm)
+    for step in range(3):
+        b = batch(step)
+        ref.load_state_dict(model.state_dict())
+        ref.zero_grad()
+        spec.loss(ref, b).backward()
+        opt.zero_grad()
+        spec.loss(model, b).backward()
+        assert opt.submit_order == [n for n, _ in gradient_sizes("mlp")], opt.submit_order
+        opt.synchronize()
+        for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+            want = allgather(q.grad).mean(axis=0)
+            np.testing.assert_allclose(p.grad.numpy().ravel(), want, rtol=1e-5, atol=1e-7, err_msg=n)
+        with opt.skip_synchronize():
+            opt.step()
+        assert opt.last_stats.bytes_sent > 0
+        assert same_everywhere(model)
+    opt.close()
+
+
+def compressed(topology: str, alg: str) -> None:
+    """Compressed: ranks stay in lock-step (same averaged bits), and the loss goes down."""
+    torch.manual_seed(0)
+    model = spec.build()
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model.named_parameters(),
+                               compression=alg, topology=topology, comm=comm)
+    fixed = batch(0)
+    losses = []
+    for _ in range(15):
+        opt.zero_grad()
+        loss = spec.loss(model, fixed)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+        assert same_everywhere(model)
+    assert losses[-1] < losses[0], losses
+    sd = opt.state_dict()
+    assert set(sd["compression"]["gradients"]), "compressor state is checkpointed"
+    torch.save(sd, f"/tmp/hipress-opt-{rank}.pt")
+    back = torch.load(f"/tmp/hipress-opt-{rank}.pt", weights_only=True)
+    opt.load_state_dict(back)
+    opt.close()
+
+
+def mismatch() -> None:
+    """A rank with another model fails at construction, on every rank, naming the odd one."""
+    torch.manual_seed(0)
+    model = spec.build() if rank == 0 else torch.nn.Linear(64, 10)
+    try:
+        DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
+                             compression="tbq", comm=comm)
+    except GradientMismatch as e:
+        assert f"rank(s) {list(range(1, world))}" in str(e), str(e)
+    else:
+        raise AssertionError("no GradientMismatch")
+
+
+def twice() -> None:
+    """Two backward passes before step() would submit a gradient twice: a clear error instead."""
+    model = spec.build()
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
+                               compression="none", topology="ring", comm=comm)
+    spec.loss(model, batch(0)).backward()
+    try:
+        spec.loss(model, batch(1)).backward()
+    except RuntimeError as e:
+        assert "produced twice" in str(e), str(e)
+    else:
+        raise AssertionError("no error")
+    opt.synchronize()
+    opt.close()
+
+
+def ddp(alg: str) -> None:
+    """The DDP hook: 'none' gives DDP's own average; a compressor keeps the ranks in lock-step."""
+    import socket
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hipress.train import CompressionHookState, compression_hook
+
+    port = np.zeros(1, dtype=np.int64)
+    if rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port[0] = s.getsockname()[1]
+    comm.Bcast(port, root=0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{int(port[0])}", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        plain = DistributedDataParallel(spec.build())
+        torch.manual_seed(0)
+        hooked = DistributedDataParallel(spec.build())
+        state = CompressionHookState(alg)
+        hooked.register_comm_hook(state, compression_hook)
+        opt = torch.optim.SGD(hooked.parameters(), lr=0.05)
+        for step in range(4):
+            b = batch(step)
+            plain.zero_grad()
+            spec.loss(plain, b).backward()
+            opt.zero_grad()
+            spec.loss(hooked, b).backward()
+            if alg == "none" and step == 0:
+                for p, q in zip(plain.parameters(), hooked.parameters(), strict=True):
+                    torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7)
+            opt.step()
+            assert same_everywhere(hooked)
+        assert state.bytes_sent > 0 and state.iterations == 4
+        back = pickle.loads(pickle.dumps(state))
+        assert back.compression == alg and back.states.state_dict().keys() == state.states.state_dict().keys()
+    finally:
+        dist.destroy_process_group()
+
+
+SCENARIOS = {
+    "average-ring": lambda: average("ring"),
+    "average-ps": lambda: average("ps"),
+    "average-allreduce": lambda: average("allreduce"),
+    "compressed": lambda: [compressed(t, a) for t in ("casync-ring", "casync-ps", "allgather")
+                           for a in ("tbq:tau=0.02", "dgc:ratio=0.05")],
+    "mismatch": mismatch,
+    "twice": twice,
+    "ddp-none": lambda: ddp("none"),
+    "ddp-tbq": lambda: ddp("tbq:tau=0.02"),
+    "ddp-dgc": lambda: ddp("dgc:ratio=0.05"),
+}
+
+if __name__ == "__main__":
+    from hipress.sync.guard import abort_on_error
+
+    torch.set_num_threads(1)
+    with abort_on_error(comm):
+        for name in sys.argv[1:]:
+            SCENARIOS[name]()
+            comm.Barrier()
+            if rank == 0:
+                print(f"OK {name}", flush=True)

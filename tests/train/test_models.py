@@ -1,0 +1,121 @@
+"""The model zoo: real sizes, gradient ready order, options and their errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hipress.models import BadModelOption, UnknownModel, available, get, gradient_sizes
+
+# (parameters, gradient tensors): HiPress's Table 3 gives VGG19 548 MiB / 38, BERT-base 420 MiB,
+# Transformer 234 MiB / 185, LSTM 327 MiB / 10, UGATIT 2558 MiB / 148 (at 256x256).
+PAPER_SIZES = {
+    "vgg19": (143_667_240, 38),
+    "resnet50": (25_557_032, 161),
+    "bert": (110_106_428, 206),
+    "transformer": (61_362_176, 185),
+    "lstm": (85_974_278, 10),
+    "ugatit": (670_761_088, 148),
+}
+
+
+def test_the_zoo_lists_the_papers_six_models_first():
+    assert available(paper_only=True) == list(PAPER_SIZES)
+    assert available()[-1] == "mlp"
+
+
+@pytest.mark.parametrize("name", list(PAPER_SIZES))
+def test_real_sizes(name):
+    params, tensors = PAPER_SIZES[name]
+    sizes = gradient_sizes(name)
+    assert len(sizes) == tensors
+    assert sum(n for _, n in sizes) == params
+    assert len({n for n, _ in sizes}) == tensors  # names are unique
+    assert all(isinstance(n, str) and s > 0 for n, s in sizes)
+
+
+def test_vgg19_matches_hipress_input_file():
+    """The same multiset of gradient sizes as HiPress's own SeCoPa input for VGG19."""
+    ref = sorted([1728, 64, 36864, 64, 73728, 128, 147456, 128, 294912, 256, 589824, 256, 589824, 256, 589824,
+                  256, 1179648, 512] + [2359296, 512] * 7 + [102760448, 4096, 16777216, 4096, 4096000, 1000])
+    assert sorted(n for _, n in gradient_sizes("vgg19")) == ref
+
+
+def _backward_order(name: str, **opts: int) -> list[str]:
+    spec = get(name)
+    o = spec.options("cpu", **opts)
+    torch.manual_seed(0)
+    net = spec.build(**o)
+    order: list[str] = []
+    for n, p in net.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda _p, n=n: order.append(n))
+    loss = spec.loss(net, spec.make_batch(o["batch_size"], o, torch.device("cpu"), torch.Generator().manual_seed(0)))
+    assert torch.isfinite(loss)
+    loss.backward()
+    return order
+
+
+@pytest.mark.parametrize("name,opts", [
+    ("mlp", {}),
+    ("vgg19", {"input_size": 32, "batch_size": 1}),
+    ("resnet50", {"input_size": 32, "batch_size": 2}),
+    ("bert", {"seq_len": 8, "batch_size": 1}),
+    ("transformer", {"seq_len": 4, "batch_size": 1}),
+    ("lstm", {"seq_len": 3, "batch_size": 1}),
+])
+def test_gradient_sizes_is_the_order_a_real_cpu_backward_finishes_them(name, opts):
+    """What the planner sees is what the DistributedOptimizer will submit (last layers first)."""
+    assert _backward_order(name, **opts) == [n for n, _ in gradient_sizes(name)]
+
+
+def test_last_layer_first():
+    assert gradient_sizes("vgg19")[0] == ("classifier.6.bias", 1000)
+    assert gradient_sizes("resnet50")[-1][0] == "conv1.weight"
+
+
+@settings(max_examples=8)
+@given(model=st.sampled_from(["vgg19", "resnet50", "bert", "transformer", "lstm"]),
+       batch=st.integers(1, 64), size=st.integers(32, 512))
+def test_cpu_options_change_the_work_not_the_parameters(model, batch, size):
+    spec = get(model)
+    key = "input_size" if "input_size" in spec.paper else "seq_len"
+    assert gradient_sizes(model, batch_size=batch, **{key: size}) == gradient_sizes(model)
+
+
+@settings(max_examples=3)
+@given(quarter=st.integers(24, 40))
+def test_ugatit_fc_layer_grows_with_the_image(quarter):
+    size = 4 * quarter
+    with torch.device("meta"):
+        net = get("ugatit").build(**get("ugatit").options("paper", input_size=size))
+    assert net.genA2B.FC[0].weight.numel() == quarter * quarter * 256 * 256
+
+
+def test_unknown_model_lists_the_valid_ones():
+    with pytest.raises(UnknownModel, match="available: vgg19, resnet50, bert"):
+        get("vgg16")
+
+
+@pytest.mark.parametrize("model,opts,match", [
+    ("vgg19", {"seq_len": 8}, "takes no option 'seq_len'"),
+    ("vgg19", {"input_size": 16}, "too small"),
+    ("vgg19", {"batch_size": 0}, "positive integer"),
+    ("resnet50", {"input_size": 32, "batch_size": 1}, "one value per channel"),
+    ("bert", {"seq_len": 1024}, "512 positions"),
+    ("ugatit", {"input_size": 64}, "at least 96"),
+    ("ugatit", {"input_size": 98}, "multiple of 4"),
+])
+def test_bad_options_say_what_is_wrong(model, opts, match):
+    with pytest.raises(BadModelOption, match=match):
+        get(model).options("cpu", **opts)
+
+
+def test_presets():
+    vgg = get("vgg19")
+    assert vgg.options("paper") == {"input_size": 224, "batch_size": 32}
+    assert vgg.options("cpu", batch_size=8) == {"input_size": 32, "batch_size": 8}
+    assert vgg.is_paper_scale(vgg.options("paper")) and not vgg.is_paper_scale(vgg.options("cpu"))
+    with pytest.raises(BadModelOption, match="preset"):
+        vgg.options("gpu")

@@ -1,0 +1,71 @@
+"""``hipress run`` end to end: real ranks under the embedded mpiexec, the run directory's files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hipress.plan import write_plan
+from hipress.sync.plan import PlanEntry
+
+from .conftest import events, hipress, run_dir_of
+
+pytestmark = pytest.mark.mpi
+
+
+def test_run_writes_config_events_and_summary(results):
+    res = hipress("run", "mlp", "--np", "2", "--iters", "3", "--warmup", "1", "--results", str(results), "--json")
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    run_dir = run_dir_of(results)
+    assert {p.name for p in run_dir.iterdir()} >= {"config.json", "events.jsonl", "summary.json", "output.log"}
+    assert json.loads((run_dir / "summary.json").read_text()) == summary
+    ev = events(run_dir)
+    assert [e["event"] for e in ev] == ["start"] + ["iteration"] * 4 + ["end"]
+    assert [e["warmup"] for e in ev if e["event"] == "iteration"] == [True, False, False, False]
+    assert len(ev[0]["pids"]) == 2
+    assert summary["status"] == "ok" and summary["engine_topology"] == "casync-ring" and summary["alg"] == "tbq"
+    assert summary["measured_iterations"] == 3 and summary["throughput"] > 0
+    assert summary["throughput_unit"] == "images/s"
+    assert len(summary["bytes_sent_per_rank"]) == 2 and min(summary["bytes_sent_per_rank"]) > 0
+    assert 0 <= summary["sync_share"] <= 1
+    assert "CaSync-Ring + tbq" in res.stderr  # what runs is printed (to stderr under --json)
+
+
+@pytest.mark.parametrize("topo,alg", [("ddp", "none"), ("ddp", "onebit")])
+def test_baselines_run(results, topo, alg):
+    res = hipress("run", "mlp", "--np", "2", "--iters", "2", "--topo", topo, "--alg", alg, "--results", str(results),
+                  "--json")
+    assert res.returncode == 0, res.stderr
+    s = json.loads(res.stdout)
+    assert s["status"] == "ok" and s["measured_iterations"] == 2
+    assert s["bytes_sent_estimated"] == (topo == "ddp")
+
+
+def test_plan_file_and_digits(results, tmp_path):
+    plan = tmp_path / "SeCoPaPlan.txt"
+    write_plan(plan, [PlanEntry("fc2.bias", 10, False, 1), PlanEntry("fc2.weight", 1280, True, 2),
+                      PlanEntry("fc1.bias", 128, False, 1), PlanEntry("fc1.weight", 8192, True, 3)])
+    res = hipress("run", "mlp", "--data", "digits", "--np", "2", "--iters", "30", "--alg", "tbq:tau=0.02",
+                  "--plan", str(plan), "--results", str(results), "--json")
+    assert res.returncode == 0, res.stderr
+    s = json.loads(res.stdout)
+    run_dir = run_dir_of(results)
+    assert (run_dir / "plan.txt").read_text() == plan.read_text()
+    assert json.loads((run_dir / "config.json").read_text())["plan"][3] == ["fc1.weight", 8192, True, 3]
+    assert s["test_accuracy"] > 50  # 31 steps of SGD on digits: far above chance (10%)
+    assert s["loss_last"] < s["loss_first"]
+
+
+@pytest.mark.slow
+def test_vgg19_with_no_flags_says_what_it_ran(results):
+    """The user's first command: a local 2-rank run at a CPU size, with the real parameter count."""
+    res = hipress("run", "vgg19", "--iters", "1", "--warmup", "0", "--results", str(results))
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = " ".join(res.stdout.split())
+    assert "vgg19: 32x32 input, batch 4/rank (paper: input_size=224, batch_size=32)" in out
+    assert "143.7 M parameters, 548.0 MiB of gradients in 38 tensors" in out
+    assert "2 rank(s), CaSync-Ring + tbq" in out and "images/s" in out
+    s = json.loads((run_dir_of(results) / "summary.json").read_text())
+    assert s["status"] == "ok" and s["np"] == 2
