@@ -12,6 +12,7 @@ hand-written path, on both encode and decode, with the same capabilities. See ``
 
 from __future__ import annotations
 
+import functools
 import importlib
 from pathlib import Path
 
@@ -31,13 +32,60 @@ def spec_path(name: str) -> Path:
     return SPECS / f"{name}.pse"
 
 
-def generated_class(name: str):
-    """The generated compressor class of a built-in (not registered)."""
+# the sparse built-ins: the DSL has no compressed-domain merge, so their classes take it (and the
+# budget-aware payload bound and widening) from the library, whose payload bytes they reproduce
+SPARSE = {"dgc": ("hipress.compress.algorithms.dgc", "DGC"),
+          "graddrop": ("hipress.compress.algorithms.graddrop", "GradDrop")}
+
+
+def generated_class(name: str, *, with_library_merge: bool = True):
+    """The generated compressor class of a built-in (not registered).
+
+    For dgc and graddrop, by default a subclass whose ``merge``, ``payload_size``, ``ratio`` and
+    ``widened`` are the library's (see ``SPARSE``): encode and decode stay generated.
+    """
     from .generate import class_name
 
     spec_path(name)
     mod = importlib.import_module(f"hipress.compll.generated.{name}")
-    return getattr(mod, class_name(name))
+    cls = getattr(mod, class_name(name))
+    if with_library_merge and name in SPARSE:
+        return _with_library_merge(cls, name)
+    return cls
+
+
+@functools.cache
+def _with_library_merge(cls, name: str):
+    module, attr = SPARSE[name]
+    lib_cls = getattr(importlib.import_module(module), attr)
+
+    class Hybrid(cls):
+        caps = lib_cls.caps
+
+        def _lib(self):
+            lib = self.__dict__.get("_lib_instance")
+            if lib is None:
+                lib = self.__dict__["_lib_instance"] = lib_cls(**self.params())
+            return lib
+
+        def merge(self, a, b, *, name: str = "<unnamed>"):
+            return self._lib().merge(a, b, name=name)
+
+        def payload_size(self, numel: int) -> int:
+            return self._lib().payload_size(numel)
+
+        def ratio(self, numel: int = 1 << 24) -> float:
+            return self._lib().ratio(numel)
+
+        def body_size(self, header):
+            return self._lib().body_size(header)
+
+        def widened(self, factor: int):
+            return type(self)(**self._lib().widened(factor).params())
+
+    Hybrid.__name__ = Hybrid.__qualname__ = cls.__name__
+    Hybrid.__module__ = cls.__module__  # its body modules are found beside the generated wrapper
+    return Hybrid
 
 
 def expected_files() -> dict[str, str]:

@@ -120,3 +120,18 @@ def test_nonfinite_gradient(name, generated):
     x = gradient(1000, "normal", 1)
     x[17] = float("nan")
     _check(name, PARAMS[name][0], [gradient(1000, "normal", 0), x, gradient(1000, "normal", 2)], generated)
+
+
+@pytest.mark.parametrize("name", ["dgc", "graddrop"])
+def test_sparse_builtins_merge_like_the_library(name, generated):
+    gen = generated[name](**PARAMS[name][1])
+    lib = create(name, **PARAMS[name][1])
+    assert gen.caps == lib.caps and gen.caps.compressed_merge
+    a, b = gradient(5000, "normal", 1), gradient(5000, "normal", 2)
+    pa, pb = gen.encode(a), gen.encode(b)
+    merged = gen.merge(pa, pb)
+    assert torch.equal(merged, lib.merge(lib.encode(a), lib.encode(b)))
+    assert torch.equal(gen.decode(merged), gen.decode(pa) + gen.decode(pb))
+    assert gen.payload_size(5000) == lib.payload_size(5000)
+    wide = gen.widened(4)
+    assert type(wide) is type(gen) and wide.params() == lib.widened(4).params()
