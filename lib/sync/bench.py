@@ -74,10 +74,10 @@ def run_topology(
         for it in range(warmup + repeat):
             work.copy_(grad)
             comm.Barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             eng.submit("grad", work)
             st = eng.wait_all()
-            dt = time.perf_counter() - t0
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
             slowest = _max(comm, dt)
             if it < warmup:
                 continue
@@ -91,6 +91,7 @@ def run_topology(
             for k, v in st.compute_s.items():
                 compute.setdefault(k, []).append(v)
             compute.setdefault("comm_thread_cpu", []).append(st.comm_cpu_s)
+            compute.setdefault("process_cpu", []).append(cpu)
     # per-rank figures, gathered as numbers (no pickles)
     mine = np.array([statistics.median(sent), statistics.median(outs), statistics.median(ins)], dtype=np.float64)
     table = np.empty((world, 3), dtype=np.float64) if rank == 0 else None

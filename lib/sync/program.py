@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hipress.compress import Compressor, StateStore, create
+from hipress.compress import Compressor, StateStore, create_from_spec
 
 from . import topologies
 from .graph import GraphBuilder, Job, Task, split_even
@@ -116,7 +116,12 @@ class SyncProgram:
         self.rank, self.world = rank, world
         self.topology = topologies.get(topology)
         if isinstance(compressor, str):
-            compressor = create(compressor)
+            compressor = create_from_spec(compressor)
+        if compressor is not None and not isinstance(compressor, Compressor):
+            raise SyncError(
+                f"compressor must be a hipress.compress.Compressor, an algorithm spec or None, "
+                f"got {type(compressor).__name__}"
+            )
         raw = Raw()
         uncompressed = compressor is None or compressor.name == "none" or not self.topology.compressed
         self.comp = raw if uncompressed else compressor

@@ -183,6 +183,14 @@ def test_non_cpu_tensors_are_refused_clearly():
         program().submit("w", t)
 
 
+def test_compressor_specs_and_bad_compressors():
+    assert program(comp="dgc:ratio=0.05").comp.params()["ratio"] == 0.05
+    with pytest.raises(SyncError, match="must be a hipress.compress.Compressor"):
+        program(comp=42)
+    with pytest.raises(KeyError, match="unknown compression algorithm 'zip'"):
+        program(comp="zip")
+
+
 def test_negative_sizes_are_refused():
     with pytest.raises(SyncError, match=">= 0"):
         program(partition_bytes=-1)
