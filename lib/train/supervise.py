@@ -65,6 +65,7 @@ class Watchdog:
         self.grace_s = grace_s
         self.pids: list[int] = []
         self.fired: str | None = None
+        self.first_gone: list[int] = []  # ranks seen dead while others still ran: the likely cause
         self._gone_since: float | None = None
 
     def watch(self, pids: Sequence[int]) -> None:
@@ -81,6 +82,8 @@ class Watchdog:
             return False
         if not any(state):
             return False  # all gone: the job is ending by itself
+        if not self.first_gone:
+            self.first_gone = [r for r, up in enumerate(state) if not up]
         now = time.monotonic()
         self._gone_since = self._gone_since or now
         if now - self._gone_since < self.grace_s:
@@ -105,8 +108,13 @@ class Watchdog:
 
 
 def failure_message(run_dir: Path, output: str, returncode: int, pids: Sequence[int],
-                    watchdog_note: str | None = None) -> str:
-    """Which rank failed and why, in one line (plus the output's tail if nothing better is known)."""
+                    watchdog_note: str | None = None, first_gone: Sequence[int] = ()) -> str:
+    """Which rank failed and why, in one line (plus the output's tail if nothing better is known).
+
+    ``first_gone``: ranks the watchdog saw dead while others still ran. With more than two ranks,
+    Hydra's cleanup kills the others with the same signal and its "BAD TERMINATION" may name any
+    of them, so that observation, when there is one, decides which rank is named.
+    """
     errors = read_errors(run_dir)
     if errors:
         first = min(errors, key=lambda e: (e.get("time", 0.0), e.get("rank", 0)))
@@ -120,6 +128,13 @@ def failure_message(run_dir: Path, output: str, returncode: int, pids: Sequence[
     # show 0 or a signal. Failing that, the rank whose PID Hydra's "BAD TERMINATION" names.
     codes = [int(c) for line in re.findall(r"Exit codes: (.*)", output)
              for c in re.findall(r"\b(\d+)\b", re.sub(r"\[[^\]]*\]", "", line))]
+    if first_gone:
+        r = first_gone[0]
+        c = codes[r] if r < len(codes) else 0
+        how = (f"was killed by signal {c & 0x7F}" if c & 0x7F else f"exited with code {c >> 8}" if c
+               else "ended")
+        pid = f" (pid {pids[r]})" if r < len(pids) else ""
+        return f"rank {r}{pid} {how} while the others were running"
     exited = [(r, c >> 8) for r, c in enumerate(codes) if c and not c & 0x7F]
     if exited:
         r, code = exited[0]
@@ -216,4 +231,5 @@ class Job:
 
     def failure_message(self, run_dir: Path) -> str:
         output = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return failure_message(run_dir, output, self.returncode or 1, self.dog.pids, self.dog.fired)
+        return failure_message(run_dir, output, self.returncode or 1, self.dog.pids, self.dog.fired,
+                               self.dog.first_gone)

@@ -204,15 +204,20 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
             log.write(end)
         return end
     finally:
+        failing = sys.exc_info()[0] is not None
         if log:
             log.close()
-        if cfg.engine_topology == "ddp":
-            import torch.distributed as dist
+        try:
+            if cfg.engine_topology == "ddp":
+                import torch.distributed as dist
 
-            if dist.is_initialized():
-                dist.destroy_process_group()
-        else:
-            opt.close()
+                if dist.is_initialized():
+                    dist.destroy_process_group()
+            else:
+                opt.close()
+        except Exception:
+            if not failing:  # on the way out of a failure, the original error is the one to report
+                raise
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,6 +63,7 @@ def test_killing_a_rank_ends_the_run(results):
     assert code == 1, out
     assert took < 10, f"the run took {took:.1f} s to end"
     assert f"rank 1 (pid {pids[1]}" in out and "killed by signal 9" in out, out
+    assert "rank 0" not in out and "rank 2" not in out, out
     _check_aftermath(run_dir, pids, 3)
 
 

@@ -27,6 +27,12 @@ def test_a_rank_that_exited_beats_the_ones_cleaned_up_after_it(tmp_path):
     assert failure_message(tmp_path, out, 9, [1093, 1094, 1095]).startswith("rank 1 (pid 1094) exited with code 3")
 
 
+def test_the_watchdogs_observation_beats_hydras_report(tmp_path):
+    out = BAD.replace("PID 1094", "PID 1093").replace("0,9,0", "9,9,0")
+    msg = failure_message(tmp_path, out, 9, [1093, 1094, 1095], first_gone=[1])
+    assert msg == "rank 1 (pid 1094) was killed by signal 9 while the others were running"
+
+
 def test_recorded_errors_come_first_earliest_wins(tmp_path):
     append_error(tmp_path, 2, "RuntimeError: boom")
     append_error(tmp_path, 0, "SyncError: rank 2 failed during gradient sync")
