@@ -120,10 +120,14 @@ def launch_local(
     tail_lines: int = 200,
 ) -> LaunchResult:
     """Run ``argv`` on ``np`` ranks; see the module docstring."""
-    cmd = build_command(np, _line_buffered(_check_argv(argv)), emulated)
+    argv = _line_buffered(_check_argv(argv))
+    cmd = build_command(np, argv, emulated)
     if emulated is not None:
         emulate.require(emulated)
     full_env = dict(os.environ)
+    if argv[1:3] == ["-m", "hipress.launch.rank_entry"]:
+        # unbuffered means write-through: print's text and newline would leave as two writes
+        full_env.pop("PYTHONUNBUFFERED", None)
     if emulated is not None:
         full_env.update(emulated.mpi_env())
     if env:
