@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,7 +60,14 @@ def thread_env(threads: int) -> dict[str, str]:
 
 
 class Watchdog:
-    """Stops the job when a watched rank has vanished while the others still run."""
+    """Knows which rank died first, and stops the job when a rank has vanished while others still run.
+
+    The order of deaths comes from Linux pidfds (``os.pidfd_open``): a thread blocks in ``poll`` on
+    one descriptor per rank and notes each exit the moment it happens, before Hydra has reacted to
+    it. Hydra's cleanup then SIGKILLs the other ranks within milliseconds, and its own report may
+    name any of them; the first death seen here is the rank to blame. Where pidfds are missing,
+    ``check`` polls the PIDs instead (coarser: a fast cleanup can hide the order).
+    """
 
     def __init__(self, grace_s: float = 3.0) -> None:
         self.grace_s = grace_s
@@ -67,28 +75,64 @@ class Watchdog:
         self.fired: str | None = None
         self.first_gone: list[int] = []  # ranks seen dead while others still ran: the likely cause
         self._gone_since: float | None = None
+        self._dead: set[int] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
 
     def watch(self, pids: Sequence[int]) -> None:
         """The ranks' PIDs, index = rank (from rank 0's ``start`` event)."""
         self.pids = [int(p) for p in pids]
+        fds: dict[int, int] = {}
+        for r, p in enumerate(self.pids):
+            try:
+                fds[os.pidfd_open(p)] = r
+            except (AttributeError, OSError):  # no pidfds here, or the rank is already gone
+                self._note_dead([r])
+        if fds:
+            self._thread = threading.Thread(target=self._observe, args=(fds,), name="rank-deaths", daemon=True)
+            self._thread.start()
+
+    def _note_dead(self, ranks: list[int]) -> None:
+        with self._lock:
+            if not self.first_gone and len(self._dead) + len(ranks) < len(self.pids):
+                self.first_gone = sorted(ranks)
+            self._dead.update(ranks)
+
+    def _observe(self, fds: dict[int, int]) -> None:
+        import select
+
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        try:
+            while fds:
+                ready = [fd for fd, _ in poller.poll(1000)]
+                for fd in ready:
+                    poller.unregister(fd)
+                self._note_dead([fds.pop(fd) for fd in ready])
+                for fd in ready:
+                    os.close(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def check(self) -> bool:
         """Call periodically while the job runs; True once it has stopped the job."""
         if self.fired or not self.pids:
             return bool(self.fired)
         state = [alive(p) for p in self.pids]
+        if self._thread is None:
+            self._note_dead([r for r, up in enumerate(state) if not up])
         if all(state):
             self._gone_since = None
             return False
         if not any(state):
             return False  # all gone: the job is ending by itself
-        if not self.first_gone:
-            self.first_gone = [r for r, up in enumerate(state) if not up]
         now = time.monotonic()
         self._gone_since = self._gone_since or now
         if now - self._gone_since < self.grace_s:
             return False
-        gone = state.index(False)
+        gone = self.first_gone[0] if self.first_gone else state.index(False)
         self.fired = (f"rank {gone} (pid {self.pids[gone]}) exited while the other ranks were still "
                       f"running; they were stopped")
         self.kill_all()
