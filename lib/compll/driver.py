@@ -11,6 +11,8 @@ that one wrapper drives any spec::
 
 from __future__ import annotations
 
+import re
+
 from . import ast
 from . import types as T
 from .checker import CheckedSpec, Symbol
@@ -149,8 +151,9 @@ class Driver:
         names = self.plan.names
         if info.role == "encode":
             self.emit(f"{names[id(info.gradient)]} = gradient", 1)
-            for k, s in enumerate(info.states):
-                self.emit(f"{names[id(s)]} = states[{k}]", 1)
+            # state vectors are bound where first used (states[k] creates a buffer on first access:
+            # a branch never taken, e.g. DGC's momentum at momentum=0, allocates nothing)
+            self.state_vars = {names[id(s)]: k for k, s in enumerate(info.states)}
             self.emit(f"n_elems = int({names[id(info.gradient)]}.shape[0])", 1)
         else:
             self.emit(f"{names[id(info.gradient)]} = out", 1)
@@ -166,9 +169,36 @@ class Driver:
         return "\n".join(self.lines) + "\n"
 
     # ------------------------------------------------------------------ steps
-    def steps(self, steps: list[Step], ind: int) -> None:
+    state_vars: dict[str, int] = {}
+
+    def steps(self, steps: list[Step], ind: int, bound: set[str] | None = None) -> None:
+        bound = set() if bound is None else bound
         for st in steps:
+            if isinstance(st, SIf):
+                self._bind_states([self.em.truthy(st.cond)], bound, ind)
+                self.emit(f"if {self.em.truthy(st.cond)}:", ind)
+                n = len(self.lines)
+                self.steps(st.then, ind + 1, set(bound))
+                if len(self.lines) == n:
+                    self.emit("pass", ind + 1)
+                if st.other:
+                    self.emit("else:", ind)
+                    self.steps(st.other, ind + 1, set(bound))
+                continue
+            mark = len(self.lines)
             self.step(st, ind)
+            if self.state_vars:
+                emitted = self.lines[mark:]
+                del self.lines[mark:]
+                self._bind_states(emitted, bound, ind)
+                self.lines += emitted
+
+    def _bind_states(self, code: list[str], bound: set[str], ind: int) -> None:
+        text = "\n".join(code)
+        for var, k in self.state_vars.items():
+            if var not in bound and re.search(rf"\b{var}\b", text):
+                self.emit(f"{var} = states[{k}]", ind)
+                bound.add(var)
 
     def step(self, st: Step, ind: int) -> None:  # noqa: C901 - one case per step type
         em = self.em
@@ -179,15 +209,8 @@ class Driver:
             self.emit(f"{name} = {em.expr(st.expr, target.ty.plain())}", ind)
         elif isinstance(st, SWidth):
             self.emit(f"{st.var} = H.width({em.expr(st.expr, T.INT)})", ind)
-        elif isinstance(st, SIf):
-            self.emit(f"if {em.truthy(st.cond)}:", ind)
-            n = len(self.lines)
-            self.steps(st.then, ind + 1)
-            if len(self.lines) == n:
-                self.emit("pass", ind + 1)
-            if st.other:
-                self.emit("else:", ind)
-                self.steps(st.other, ind + 1)
+        elif isinstance(st, SIf):  # pragma: no cover - handled in steps()
+            raise CompLLError("internal: SIf reached step()")
         elif isinstance(st, SRequire):
             self.emit(f"if not {em.truthy(st.cond)}:", ind)
             self.emit(f"ctx.fail({st.message!r})", ind + 1)

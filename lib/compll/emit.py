@@ -142,6 +142,12 @@ class NumbaDialect(PyDialect):
 
     name = "numba"
 
+    def isfinite(self, a: str, ty: T.Type) -> str:
+        if ty.is_int:
+            return "True"
+        big = "np.float32(3.4028234663852886e38)" if ty.kind == "float" else "np.float64(1.7976931348623157e308)"
+        return f"(abs({a}) <= {big})"  # a comparison, not a call: loops using it vectorize
+
     def __init__(self, widths: dict[str, str] | None = None) -> None:
         super().__init__("k_", widths)
 

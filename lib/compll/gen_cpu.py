@@ -5,9 +5,9 @@ Kernel shapes (the same as the library's hand-written ones, which is what makes 
 - a loop with reductions runs in parallel over fixed chunks of ``CHUNK`` (65536) elements, folds each
   chunk from ``init`` in index order and then the chunks' results in chunk order, so the result does
   not depend on the number of threads (and equals the library's chunked float64 sums);
-- a loop that packs sub-byte codes runs over blocks of 8 elements (one to eight whole bytes of
-  every packed field), so no two threads write the same byte;
-- other loops are a flat ``prange``.
+- elements are visited in tiles of 4096 (a multiple of 8: tiles own whole bytes of every packed
+  field, so no two threads write the same byte); codes go to a tile buffer, packed a word at a time;
+- indices proven in range are unsigned and conversions are selects, so that LLVM vectorizes bodies.
 
 ``filter`` counts then gathers per chunk (two passes, as the library's selection does); ``sort`` is a
 stable merge sort, or NumPy's stable argsort when the comparison is ``a < b``/``a > b`` on the
@@ -102,8 +102,8 @@ class NumbaBackend:
                 uses.checked.append(pos)
                 n = self.length_code(vec, uses)
                 return f"k_rdp({name}, {idx}, {n}, {bits}, {uses.use('oob')})", T.INT
-            if safe:
-                code = f"{name}[{idx}]"
+            if safe:  # in range by construction: an unsigned index spares numba's wraparound code
+                code = f"{name}[np.uint64({idx})]"
             else:
                 uses.checked.append(pos)
                 code = f"k_rd({name}, {idx}, {uses.use('oob')}, {d.lit(0, elem if not elem.is_code else T.UINT8)})"
@@ -201,6 +201,12 @@ class NumbaBackend:
         return f"{kind}{self.prefix}{uid}"
 
     def launch_loop(self, st: SLoop, drv: Driver) -> list[str]:
+        """One fused loop; see the module docstring for its shape.
+
+        Elements are visited in tiles of ``TILE``: packed codes go to a byte per element in a tile
+        buffer and are packed a word at a time after the tile; every index proven in range is
+        unsigned (numba then emits no negative-index wraparound), so LLVM vectorizes the loop body.
+        """
         uses = KernelNames()
         key = st.key
         d = self.dialect
@@ -223,43 +229,30 @@ class NumbaBackend:
                     body += [
                         f"x_{dst} = {val}",
                         "if add:",
-                        f"    {dst}[i] += x_{dst}",
+                        f"    {dst}[u] += x_{dst}",
                         "else:",
-                        f"    {dst}[i] = x_{dst}",
+                        f"    {dst}[u] = x_{dst}",
                     ]
                     uses.use("add")
                 else:
-                    body.append(f"{dst}[i] = {val}")
+                    body.append(f"{dst}[u] = {val}")
             elif isinstance(it, IPack):
                 x, xt = self.elem(self.table, it.src, "i", key, uses, _pos(it.src))
                 reg = uses.use(f"reg{it.field}")
                 elem = it.src.elem.plain()
                 if is_packed(elem):
-                    bits = str(it.bits) if isinstance(it.bits, int) else uses.use(it.bits)
-                    body.append(f"pk{it.field} |= np.uint64({d.conv(x, xt, elem)}) << np.uint64((i - b0) * {bits})")
+                    body.append(f"cb{it.field}[np.uint64(i - t0)] = np.uint8({d.conv(x, xt, elem)})")
                 else:
                     store = elem if elem.kind != "code" else T.UINT8
-                    body.append(f"{reg}[i] = {d.conv(x, xt, store)}")
-        blocked = bool(packs) or any("k_unpack(" in x for x in body)
-        # blocks of 8 elements: whole bytes of every packed field; the full-block path has a
-        # constant trip count, so LLVM unrolls it and folds the bit positions into constants
-        inner = (
-            ["if be - b0 == 8:", "    for k in range(8):", "        i = b0 + k"]
-            + ["        " + x for x in body]
-            + ["else:", "    for i in range(b0, be):"]
-            + ["        " + x for x in body]
-        )
-        flush: list[str] = []
-        for p in packs:
-            bits = str(p.bits) if isinstance(p.bits, int) else p.bits
-            flush += [
-                f"nbk = ((be - b0) * {bits} + 7) >> 3",
-                f"obk = (b0 >> 3) * {bits}",
-                "for t in range(nbk):",
-                f"    reg{p.field}[obk + t] = np.uint8((pk{p.field} >> np.uint64(8 * t)) & np.uint64(255))",
-            ]
+                    body.append(f"{reg}[u] = {d.conv(x, xt, store)}")
         kname = self._kname("loop", st.uid)
         self.width_uses(body, uses)
+        bufs = [f"cb{p.field} = np.empty(TILE, dtype=np.uint8)" for p in packs]
+        flush = []
+        for p in packs:
+            bits = str(p.bits) if isinstance(p.bits, int) else p.bits
+            flush.append(f"k_pack(cb{p.field}, te - t0, reg{p.field}, (t0 >> 3) * {bits}, {bits})")
+        tile = ["for i in range(t0, te):", "    u = np.uint64(i)"] + ["    " + x for x in body] + flush
         lines: list[str] = []
         if reduces:
             for r in reduces:
@@ -268,12 +261,9 @@ class NumbaBackend:
             lines += [f"part{k} = np.empty(nch, dtype={_acc_dtype(r.lam.ret)})" for k, r in enumerate(reduces)]
             lines += ["for c in prange(nch):", "    s = np.int64(c) * CHUNK", "    e = min(n_loop, s + CHUNK)"]
             lines += [f"    acc{k} = init_{r.temp}" for k, r in enumerate(reduces)]
-            if blocked:
-                lines += ["    for b0 in range(s, e, 8):", "        be = min(e, b0 + 8)"]
-                lines += [f"        pk{p.field} = np.uint64(0)" for p in packs]
-                lines += ["        " + x for x in inner + flush]  # type: ignore[operator]
-            else:
-                lines += ["    for i in range(s, e):"] + ["        " + x for x in body]
+            lines += ["    " + x for x in bufs]
+            lines += ["    for t0 in range(s, e, TILE):", "        te = min(e, t0 + TILE)"]
+            lines += ["        " + x for x in tile]
             lines += [f"    part{k}[c] = acc{k}" for k in range(len(reduces))]
             for k, r in enumerate(reduces):
                 fname, names, _ = self.table.get(r.lam, (None, None))
@@ -282,20 +272,16 @@ class NumbaBackend:
             lines.append(
                 "return " + ", ".join(f"r{k}" for k in range(len(reduces))) + ("," if len(reduces) == 1 else "")
             )
-        elif blocked:
-            lines += [
-                "for blk in prange((n_loop + 7) // 8):",
-                "    b0 = np.int64(blk) * 8",
-                "    be = min(n_loop, b0 + 8)",
-            ]
-            lines += [f"    pk{p.field} = np.uint64(0)" for p in packs]
-            lines += ["    " + x for x in inner + flush]  # type: ignore[operator]
         else:
-            lines += ["for ii in prange(n_loop):", "    i = np.int64(ii)"] + ["    " + x for x in body]
+            lines += [
+                "for tl in prange((n_loop + TILE - 1) // TILE):",
+                "    t0 = np.int64(tl) * TILE",
+                "    te = min(n_loop, t0 + TILE)",
+            ]
+            lines += ["    " + x for x in bufs + tile]
         args = sorted(uses.names)
-        decorator = "@_pjit"
         self.kernels.append(
-            f"{decorator}\ndef {kname}(n_loop, {', '.join(args)}):\n" + "\n".join("    " + x for x in lines) + "\n"
+            f"@_pjit\ndef {kname}(n_loop, {', '.join(args)}):\n" + "\n".join("    " + x for x in lines) + "\n"
         )
         call = f"{kname}({st.length}, {', '.join(args)})"
         out: list[str] = []

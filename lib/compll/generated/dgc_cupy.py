@@ -303,8 +303,6 @@ _K = CR.Module(SOURCE)
 def encode(ctx, gradient, states, params, seed):
     """DGCEncode of dgc.pse (generated)."""
     v_gradient = gradient
-    v_residual = states[0]
-    v_momentum = states[1]
     n_elems = int(v_gradient.shape[0])
     p_ratio = params['ratio']
     p_sample_ratio = params['sample_ratio']
@@ -324,13 +322,17 @@ def encode(ctx, gradient, states, params, seed):
             ctx.fail('gradient contains NaN or Inf')
         if (p_momentum > np.float64(0.0)):
             v_m = np.float32(p_momentum)
+            v_residual = states[0]
+            v_momentum = states[1]
             n_loop = int(v_n)
             _K('loope2')(CR.grid(n_loop), (CR.BLOCK,), (np.int64(n_loop), v_gradient, np.float32(v_m), v_momentum, v_residual,))
         else:
+            v_residual = states[0]
             n_loop = int(v_n)
             _K('loope4')(CR.grid(n_loop), (CR.BLOCK,), (np.int64(n_loop), v_gradient, v_residual,))
         v_ns = H.min_(v_n, H.max_(1024, H.f2i(np.ceil((np.float64(v_n) * p_sample_ratio)))))
         t_unsorted = CR.empty(v_ns, np.float32)
+        v_residual = states[0]
         n_loop = int(v_ns)
         _K('loope5')(CR.grid(n_loop), (CR.BLOCK,), (np.int64(n_loop), oob, np.uint32(seed), t_unsorted, np.int64(v_n), np.int64(v_ns), v_residual, np.int64(v_residual.shape[0]),))
         t_sorted = t_unsorted.copy()
@@ -391,6 +393,7 @@ def encode(ctx, gradient, states, params, seed):
         if int(oob.get()[0]):
             ctx.fail('a vector index is out of range (reads at 0:0)')
         if (p_momentum > np.float64(0.0)):
+            v_momentum = states[1]
             val_14 = np.float32(0.0)
             n_loop = int(v_idx.shape[0])
             _K('scattere14')(CR.grid(n_loop), (CR.BLOCK,), (np.int64(n_loop), oob, v_idx, v_momentum, np.int64(v_momentum.shape[0]), np.float32(val_14),))

@@ -13,9 +13,11 @@ from numba import prange
 
 from hipress.compll.runtime import host as H
 from hipress.compll.runtime.numba_rt import (
-    CHUNK, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_rd, k_rdp, k_rng, k_shl, k_shr,
-    k_uniform, k_unpack,
+    CHUNK, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_pack, k_rd, k_rdp, k_rng, k_shl,
+    k_shr, k_uniform, k_unpack,
 )
+
+TILE = 4096  # elements per tile: a multiple of 8 and a divisor of CHUNK
 
 SPEC = "graddrop"
 BACKEND = "cpu"
@@ -28,7 +30,7 @@ _pjit = nb.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 # ---------------------------------------------------------------------------- lambdas
 @_ljit
 def le_nonfinite(a_x):
-    return (np.int64(0) if np.isfinite(a_x) else np.int64(1))
+    return (np.int64(0) if (abs(a_x) <= np.float32(3.4028234663852886e38)) else np.int64(1))
 
 @_ljit
 def le_count(a_a, a_b):
@@ -36,7 +38,7 @@ def le_count(a_a, a_b):
 
 @_ljit
 def le_accumulate(a_i, v_gradient, v_residual):
-    return (v_residual[a_i] + v_gradient[a_i])
+    return (v_residual[np.uint64(a_i)] + v_gradient[np.uint64(a_i)])
 
 @_ljit
 def le_sampled(a_j, ridx, seed, oob, v_n, v_ns, v_residual):
@@ -53,7 +55,7 @@ def le_value(a_i, oob, v_residual):
 
 @_ljit
 def ld_misplaced(a_j, oob, v_idx, v_n):
-    return (np.int64(1) if (((np.int64(v_idx[a_j]) < np.int64(0)) or (np.int64(v_idx[a_j]) >= v_n)) or ((a_j > np.int64(0)) and (np.int64(v_idx[a_j]) <= np.int64(k_rd(v_idx, (a_j - np.int64(1)), oob, np.int64(0)))))) else np.int64(0))
+    return (np.int64(1) if (((np.int64(v_idx[np.uint64(a_j)]) < np.int64(0)) or (np.int64(v_idx[np.uint64(a_j)]) >= v_n)) or ((a_j > np.int64(0)) and (np.int64(v_idx[np.uint64(a_j)]) <= np.int64(k_rd(v_idx, (a_j - np.int64(1)), oob, np.int64(0)))))) else np.int64(0))
 
 @_ljit
 def ld_count(a_a, a_b):
@@ -68,8 +70,11 @@ def loope1(n_loop, init_t_reduce, v_gradient):
         s = np.int64(c) * CHUNK
         e = min(n_loop, s + CHUNK)
         acc0 = init_t_reduce
-        for i in range(s, e):
-            acc0 = le_count(acc0, le_nonfinite(v_gradient[i]))
+        for t0 in range(s, e, TILE):
+            te = min(e, t0 + TILE)
+            for i in range(t0, te):
+                u = np.uint64(i)
+                acc0 = le_count(acc0, le_nonfinite(v_gradient[np.uint64(i)]))
         part0[c] = acc0
     r0 = init_t_reduce
     for c in range(nch):
@@ -78,15 +83,21 @@ def loope1(n_loop, init_t_reduce, v_gradient):
 
 @_pjit
 def loope2(n_loop, v_gradient, v_residual):
-    for ii in prange(n_loop):
-        i = np.int64(ii)
-        v_residual[i] = le_accumulate(i, v_gradient, v_residual)
+    for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            v_residual[u] = le_accumulate(i, v_gradient, v_residual)
 
 @_pjit
 def loope3(n_loop, oob, seed, t_unsorted, v_n, v_ns, v_residual):
-    for ii in prange(n_loop):
-        i = np.int64(ii)
-        t_unsorted[i] = le_sampled(i, i, seed, oob, v_n, v_ns, v_residual)
+    for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            t_unsorted[u] = le_sampled(i, i, seed, oob, v_n, v_ns, v_residual)
 
 @_jit
 def sorte4(src):
@@ -122,15 +133,18 @@ def filtere5(n_loop, oob, v_residual, v_thr):
 
 @_pjit
 def loope6(n_loop, oob, reg1, reg2, v_idx, v_residual):
-    for ii in prange(n_loop):
-        i = np.int64(ii)
-        reg1[i] = np.int64(v_idx[i])
-        reg2[i] = le_value(np.int64(v_idx[i]), oob, v_residual)
+    for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            reg1[u] = np.int64(v_idx[np.uint64(i)])
+            reg2[u] = le_value(np.int64(v_idx[np.uint64(i)]), oob, v_residual)
 
 @_jit
 def scattere8(n_loop, oob, v_idx, v_residual, val_8):
     for j in range(n_loop):
-        i = np.int64(v_idx[j])
+        i = np.int64(v_idx[np.uint64(j)])
         x = val_8
         if i >= 0 and i < v_residual.shape[0]:
             v_residual[i] = x
@@ -145,8 +159,11 @@ def loopd1(n_loop, init_t_reduce, oob, v_idx, v_n):
         s = np.int64(c) * CHUNK
         e = min(n_loop, s + CHUNK)
         acc0 = init_t_reduce
-        for i in range(s, e):
-            acc0 = ld_count(acc0, ld_misplaced(i, oob, v_idx, v_n))
+        for t0 in range(s, e, TILE):
+            te = min(e, t0 + TILE)
+            for i in range(t0, te):
+                u = np.uint64(i)
+                acc0 = ld_count(acc0, ld_misplaced(i, oob, v_idx, v_n))
         part0[c] = acc0
     r0 = init_t_reduce
     for c in range(nch):
@@ -156,8 +173,8 @@ def loopd1(n_loop, init_t_reduce, oob, v_idx, v_n):
 @_jit
 def scatterd2(n_loop, add, oob, v_gradient, v_idx, v_val):
     for j in range(n_loop):
-        i = np.int64(v_idx[j])
-        x = v_val[j]
+        i = np.int64(v_idx[np.uint64(j)])
+        x = v_val[np.uint64(j)]
         if i >= 0 and i < v_gradient.shape[0]:
             if add:
                 v_gradient[i] += x
@@ -170,7 +187,6 @@ def scatterd2(n_loop, add, oob, v_gradient, v_idx, v_val):
 def encode(ctx, gradient, states, params, seed):
     """GradDropEncode of graddrop.pse (generated)."""
     v_gradient = gradient
-    v_residual = states[0]
     n_elems = int(v_gradient.shape[0])
     p_drop_ratio = params['drop_ratio']
     p_sample_ratio = params['sample_ratio']
@@ -182,6 +198,7 @@ def encode(ctx, gradient, states, params, seed):
         t_reduce = int(t_reduce)
         if not (t_reduce == 0):
             ctx.fail('gradient contains NaN or Inf')
+        v_residual = states[0]
         loope2(v_n, v_gradient, v_residual)
         v_density = (np.float64(1.0) - p_drop_ratio)
         v_ns = H.min_(v_n, H.max_(1024, H.f2i(np.ceil((np.float64(v_n) * p_sample_ratio)))))

@@ -230,7 +230,6 @@ _K = CR.Module(SOURCE)
 def encode(ctx, gradient, states, params, seed):
     """GradDropEncode of graddrop.pse (generated)."""
     v_gradient = gradient
-    v_residual = states[0]
     n_elems = int(v_gradient.shape[0])
     p_drop_ratio = params['drop_ratio']
     p_sample_ratio = params['sample_ratio']
@@ -247,6 +246,7 @@ def encode(ctx, gradient, states, params, seed):
         t_reduce = CR.scalar(res0, 'int')
         if not (t_reduce == 0):
             ctx.fail('gradient contains NaN or Inf')
+        v_residual = states[0]
         n_loop = int(v_n)
         _K('loope2')(CR.grid(n_loop), (CR.BLOCK,), (np.int64(n_loop), v_gradient, v_residual,))
         v_density = (np.float64(1.0) - p_drop_ratio)

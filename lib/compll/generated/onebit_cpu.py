@@ -13,9 +13,11 @@ from numba import prange
 
 from hipress.compll.runtime import host as H
 from hipress.compll.runtime.numba_rt import (
-    CHUNK, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_rd, k_rdp, k_rng, k_shl, k_shr,
-    k_uniform, k_unpack,
+    CHUNK, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_pack, k_rd, k_rdp, k_rng, k_shl,
+    k_shr, k_uniform, k_unpack,
 )
+
+TILE = 4096  # elements per tile: a multiple of 8 and a divisor of CHUNK
 
 SPEC = "onebit"
 BACKEND = "cpu"
@@ -28,7 +30,7 @@ _pjit = nb.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 # ---------------------------------------------------------------------------- lambdas
 @_ljit
 def le_corrected(a_i, v_gradient, v_residual):
-    return (v_gradient[a_i] + v_residual[a_i])
+    return (v_gradient[np.uint64(a_i)] + v_residual[np.uint64(a_i)])
 
 @_ljit
 def le_pos_part(a_x):
@@ -52,7 +54,7 @@ def le_neg_count(a_x):
 
 @_ljit
 def le_nonfinite(a_x):
-    return (np.int64(0) if np.isfinite(a_x) else np.int64(1))
+    return (np.int64(0) if (abs(a_x) <= np.float32(3.4028234663852886e38)) else np.int64(1))
 
 @_ljit
 def le_count(a_a, a_b):
@@ -92,12 +94,15 @@ def loope1(n_loop, init_t_reduce, init_t_reduce_2, init_t_reduce_3, init_t_reduc
         acc2 = init_t_reduce_3
         acc3 = init_t_reduce_4
         acc4 = init_t_reduce_5
-        for i in range(s, e):
-            acc0 = le_add(acc0, le_pos_part(le_corrected(i, v_gradient, v_residual)))
-            acc1 = le_add(acc1, le_pos_count(le_corrected(i, v_gradient, v_residual)))
-            acc2 = le_add(acc2, le_neg_part(le_corrected(i, v_gradient, v_residual)))
-            acc3 = le_add(acc3, le_neg_count(le_corrected(i, v_gradient, v_residual)))
-            acc4 = le_count(acc4, le_nonfinite(le_corrected(i, v_gradient, v_residual)))
+        for t0 in range(s, e, TILE):
+            te = min(e, t0 + TILE)
+            for i in range(t0, te):
+                u = np.uint64(i)
+                acc0 = le_add(acc0, le_pos_part(le_corrected(i, v_gradient, v_residual)))
+                acc1 = le_add(acc1, le_pos_count(le_corrected(i, v_gradient, v_residual)))
+                acc2 = le_add(acc2, le_neg_part(le_corrected(i, v_gradient, v_residual)))
+                acc3 = le_add(acc3, le_neg_count(le_corrected(i, v_gradient, v_residual)))
+                acc4 = le_count(acc4, le_nonfinite(le_corrected(i, v_gradient, v_residual)))
         part0[c] = acc0
         part1[c] = acc1
         part2[c] = acc2
@@ -122,49 +127,47 @@ def loope1(n_loop, init_t_reduce, init_t_reduce_2, init_t_reduce_3, init_t_reduc
 
 @_pjit
 def loope6(n_loop, reg2, v_gradient, v_neg, v_pos, v_residual):
-    for blk in prange((n_loop + 7) // 8):
-        b0 = np.int64(blk) * 8
-        be = min(n_loop, b0 + 8)
-        pk2 = np.uint64(0)
-        if be - b0 == 8:
-            for k in range(8):
-                i = b0 + k
-                pk2 |= np.uint64(le_sign(le_corrected(i, v_gradient, v_residual))) << np.uint64((i - b0) * 1)
-                v_residual[i] = le_remainder(i, v_gradient, v_neg, v_pos, v_residual)
-        else:
-            for i in range(b0, be):
-                pk2 |= np.uint64(le_sign(le_corrected(i, v_gradient, v_residual))) << np.uint64((i - b0) * 1)
-                v_residual[i] = le_remainder(i, v_gradient, v_neg, v_pos, v_residual)
-        nbk = ((be - b0) * 1 + 7) >> 3
-        obk = (b0 >> 3) * 1
-        for t in range(nbk):
-            reg2[obk + t] = np.uint8((pk2 >> np.uint64(8 * t)) & np.uint64(255))
+    for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        cb2 = np.empty(TILE, dtype=np.uint8)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            cb2[np.uint64(i - t0)] = np.uint8(le_sign(le_corrected(i, v_gradient, v_residual)))
+            v_residual[u] = le_remainder(i, v_gradient, v_neg, v_pos, v_residual)
+        k_pack(cb2, te - t0, reg2, (t0 >> 3) * 1, 1)
 
 @_pjit
 def loope8(n_loop, v_residual):
-    for ii in prange(n_loop):
-        i = np.int64(ii)
-        v_residual[i] = le_zero(i)
+    for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            v_residual[u] = le_zero(i)
 
 @_pjit
 def loopd1(n_loop, add, v_bits, v_gradient, v_neg, v_pos):
-    for ii in prange(n_loop):
-        i = np.int64(ii)
-        x_v_gradient = ld_value(i, v_bits, v_neg, v_pos)
-        if add:
-            v_gradient[i] += x_v_gradient
-        else:
-            v_gradient[i] = x_v_gradient
+    for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            x_v_gradient = ld_value(i, v_bits, v_neg, v_pos)
+            if add:
+                v_gradient[u] += x_v_gradient
+            else:
+                v_gradient[u] = x_v_gradient
 
 # ---------------------------------------------------------------------------- drivers
 def encode(ctx, gradient, states, params, seed):
     """OneBitEncode of onebit.pse (generated)."""
     v_gradient = gradient
-    v_residual = states[0]
     n_elems = int(v_gradient.shape[0])
     oob = np.zeros(1, np.uint8)
     with np.errstate(all="ignore"):  # IEEE results (inf, nan), as in the kernels
         v_n = n_elems
+        v_residual = states[0]
         init_t_reduce = np.float64(0.0)
         init_t_reduce_2 = np.float64(0.0)
         init_t_reduce_3 = np.float64(0.0)

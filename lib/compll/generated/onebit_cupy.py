@@ -206,11 +206,11 @@ _K = CR.Module(SOURCE)
 def encode(ctx, gradient, states, params, seed):
     """OneBitEncode of onebit.pse (generated)."""
     v_gradient = gradient
-    v_residual = states[0]
     n_elems = int(v_gradient.shape[0])
     oob = CR.zeros(1, np.int32)
     with np.errstate(all="ignore"):  # IEEE results (inf, nan), as in the kernels
         v_n = n_elems
+        v_residual = states[0]
         init_t_reduce = np.float64(0.0)
         init_t_reduce_2 = np.float64(0.0)
         init_t_reduce_3 = np.float64(0.0)

@@ -13,9 +13,11 @@ from numba import prange
 
 from hipress.compll.runtime import host as H
 from hipress.compll.runtime.numba_rt import (
-    CHUNK, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_rd, k_rdp, k_rng, k_shl, k_shr,
-    k_uniform, k_unpack,
+    CHUNK, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_pack, k_rd, k_rdp, k_rng, k_shl,
+    k_shr, k_uniform, k_unpack,
 )
+
+TILE = 4096  # elements per tile: a multiple of 8 and a divisor of CHUNK
 
 SPEC = "tbq"
 BACKEND = "cpu"
@@ -28,7 +30,7 @@ _pjit = nb.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 # ---------------------------------------------------------------------------- lambdas
 @_ljit
 def le_corrected(a_i, v_gradient, v_residual):
-    return (v_gradient[a_i] + v_residual[a_i])
+    return (v_gradient[np.uint64(a_i)] + v_residual[np.uint64(a_i)])
 
 @_ljit
 def le_quantize(a_x, v_tau):
@@ -36,7 +38,7 @@ def le_quantize(a_x, v_tau):
 
 @_ljit
 def le_nonfinite(a_x):
-    return (np.int64(0) if np.isfinite(a_x) else np.int64(1))
+    return (np.int64(0) if (abs(a_x) <= np.float32(3.4028234663852886e38)) else np.int64(1))
 
 @_ljit
 def le_count(a_a, a_b):
@@ -71,24 +73,15 @@ def loope1(n_loop, init_t_reduce, reg1, v_gradient, v_residual, v_tau):
         s = np.int64(c) * CHUNK
         e = min(n_loop, s + CHUNK)
         acc0 = init_t_reduce
-        for b0 in range(s, e, 8):
-            be = min(e, b0 + 8)
-            pk1 = np.uint64(0)
-            if be - b0 == 8:
-                for k in range(8):
-                    i = b0 + k
-                    pk1 |= np.uint64(le_quantize(le_corrected(i, v_gradient, v_residual), v_tau)) << np.uint64((i - b0) * 2)
-                    acc0 = le_count(acc0, le_nonfinite(le_corrected(i, v_gradient, v_residual)))
-                    v_residual[i] = le_remainder(i, v_gradient, v_residual, v_tau)
-            else:
-                for i in range(b0, be):
-                    pk1 |= np.uint64(le_quantize(le_corrected(i, v_gradient, v_residual), v_tau)) << np.uint64((i - b0) * 2)
-                    acc0 = le_count(acc0, le_nonfinite(le_corrected(i, v_gradient, v_residual)))
-                    v_residual[i] = le_remainder(i, v_gradient, v_residual, v_tau)
-            nbk = ((be - b0) * 2 + 7) >> 3
-            obk = (b0 >> 3) * 2
-            for t in range(nbk):
-                reg1[obk + t] = np.uint8((pk1 >> np.uint64(8 * t)) & np.uint64(255))
+        cb1 = np.empty(TILE, dtype=np.uint8)
+        for t0 in range(s, e, TILE):
+            te = min(e, t0 + TILE)
+            for i in range(t0, te):
+                u = np.uint64(i)
+                cb1[np.uint64(i - t0)] = np.uint8(le_quantize(le_corrected(i, v_gradient, v_residual), v_tau))
+                acc0 = le_count(acc0, le_nonfinite(le_corrected(i, v_gradient, v_residual)))
+                v_residual[u] = le_remainder(i, v_gradient, v_residual, v_tau)
+            k_pack(cb1, te - t0, reg1, (t0 >> 3) * 2, 2)
         part0[c] = acc0
     r0 = init_t_reduce
     for c in range(nch):
@@ -97,9 +90,12 @@ def loope1(n_loop, init_t_reduce, reg1, v_gradient, v_residual, v_tau):
 
 @_pjit
 def loope4(n_loop, v_residual):
-    for ii in prange(n_loop):
-        i = np.int64(ii)
-        v_residual[i] = le_zero(i)
+    for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            v_residual[u] = le_zero(i)
 
 @_pjit
 def loopd1(n_loop, add, init_t_reduce, v_gradient, v_q, v_tau):
@@ -109,13 +105,16 @@ def loopd1(n_loop, add, init_t_reduce, v_gradient, v_q, v_tau):
         s = np.int64(c) * CHUNK
         e = min(n_loop, s + CHUNK)
         acc0 = init_t_reduce
-        for i in range(s, e):
-            x_v_gradient = ld_value(i, v_q, v_tau)
-            if add:
-                v_gradient[i] += x_v_gradient
-            else:
-                v_gradient[i] = x_v_gradient
-            acc0 = ld_count(acc0, ld_invalid(i, v_q))
+        for t0 in range(s, e, TILE):
+            te = min(e, t0 + TILE)
+            for i in range(t0, te):
+                u = np.uint64(i)
+                x_v_gradient = ld_value(i, v_q, v_tau)
+                if add:
+                    v_gradient[u] += x_v_gradient
+                else:
+                    v_gradient[u] = x_v_gradient
+                acc0 = ld_count(acc0, ld_invalid(i, v_q))
         part0[c] = acc0
     r0 = init_t_reduce
     for c in range(nch):
@@ -126,7 +125,6 @@ def loopd1(n_loop, add, init_t_reduce, v_gradient, v_q, v_tau):
 def encode(ctx, gradient, states, params, seed):
     """TBQEncode of tbq.pse (generated)."""
     v_gradient = gradient
-    v_residual = states[0]
     n_elems = int(v_gradient.shape[0])
     p_tau = params['tau']
     oob = np.zeros(1, np.uint8)
@@ -138,6 +136,7 @@ def encode(ctx, gradient, states, params, seed):
         nb1 = H.nbytes(v_n, 2)
         body_len = off1 + nb1
         body = ctx.alloc(extra, body_len)
+        v_residual = states[0]
         reg1 = body[off1:off1 + nb1]
         init_t_reduce = 0
         t_reduce, = loope1(v_n, init_t_reduce, reg1, v_gradient, v_residual, v_tau)

@@ -178,7 +178,6 @@ _K = CR.Module(SOURCE)
 def encode(ctx, gradient, states, params, seed):
     """TBQEncode of tbq.pse (generated)."""
     v_gradient = gradient
-    v_residual = states[0]
     n_elems = int(v_gradient.shape[0])
     p_tau = params['tau']
     oob = CR.zeros(1, np.int32)
@@ -190,6 +189,7 @@ def encode(ctx, gradient, states, params, seed):
         nb1 = H.nbytes(v_n, 2)
         body_len = off1 + nb1
         body = ctx.alloc(extra, body_len)
+        v_residual = states[0]
         reg1 = CR.region(body, off1, nb1, np.uint8)
         init_t_reduce = 0
         n_loop = int(v_n)

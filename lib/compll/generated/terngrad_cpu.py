@@ -13,9 +13,11 @@ from numba import prange
 
 from hipress.compll.runtime import host as H
 from hipress.compll.runtime.numba_rt import (
-    CHUNK, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_rd, k_rdp, k_rng, k_shl, k_shr,
-    k_uniform, k_unpack,
+    CHUNK, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_pack, k_rd, k_rdp, k_rng, k_shl,
+    k_shr, k_uniform, k_unpack,
 )
+
+TILE = 4096  # elements per tile: a multiple of 8 and a divisor of CHUNK
 
 SPEC = "terngrad"
 BACKEND = "cpu"
@@ -28,7 +30,7 @@ _pjit = nb.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 # ---------------------------------------------------------------------------- lambdas
 @_ljit
 def le_nonfinite(a_x):
-    return (np.int64(0) if np.isfinite(a_x) else np.int64(1))
+    return (np.int64(0) if (abs(a_x) <= np.float32(3.4028234663852886e38)) else np.int64(1))
 
 @_ljit
 def le_count(a_a, a_b):
@@ -47,7 +49,7 @@ def le_floatToUint(a_index, ridx, seed, p_stochastic, v_gap, v_gradient, v_min, 
     if (not (v_gap > np.float32(0.0))):
         return k_clampu(np.int64(0), ((1 << w_bitwidth) - 1))
     a_u = (k_uniform(seed, ridx) if p_stochastic else np.float32(0.5))
-    return k_f2u(np.floor((((v_gradient[a_index] - v_min) / v_gap) + a_u)), ((1 << w_bitwidth) - 1))
+    return k_f2u(np.floor((((v_gradient[np.uint64(a_index)] - v_min) / v_gap) + a_u)), ((1 << w_bitwidth) - 1))
 
 @_ljit
 def ld_uintToFloat(a_i, v_Q, v_gap, v_min, w_bitwidth):
@@ -66,10 +68,13 @@ def loope1(n_loop, init_t_reduce, init_t_reduce_2, init_t_reduce_3, v_gradient):
         acc0 = init_t_reduce
         acc1 = init_t_reduce_2
         acc2 = init_t_reduce_3
-        for i in range(s, e):
-            acc0 = le_count(acc0, le_nonfinite(v_gradient[i]))
-            acc1 = le_larger(acc1, v_gradient[i])
-            acc2 = le_smaller(acc2, v_gradient[i])
+        for t0 in range(s, e, TILE):
+            te = min(e, t0 + TILE)
+            for i in range(t0, te):
+                u = np.uint64(i)
+                acc0 = le_count(acc0, le_nonfinite(v_gradient[np.uint64(i)]))
+                acc1 = le_larger(acc1, v_gradient[np.uint64(i)])
+                acc2 = le_smaller(acc2, v_gradient[np.uint64(i)])
         part0[c] = acc0
         part1[c] = acc1
         part2[c] = acc2
@@ -86,31 +91,27 @@ def loope1(n_loop, init_t_reduce, init_t_reduce_2, init_t_reduce_3, v_gradient):
 
 @_pjit
 def loope4(n_loop, p_stochastic, reg4, seed, v_gap, v_gradient, v_min, w_bitwidth):
-    for blk in prange((n_loop + 7) // 8):
-        b0 = np.int64(blk) * 8
-        be = min(n_loop, b0 + 8)
-        pk4 = np.uint64(0)
-        if be - b0 == 8:
-            for k in range(8):
-                i = b0 + k
-                pk4 |= np.uint64(le_floatToUint(i, i, seed, p_stochastic, v_gap, v_gradient, v_min, w_bitwidth)) << np.uint64((i - b0) * w_bitwidth)
-        else:
-            for i in range(b0, be):
-                pk4 |= np.uint64(le_floatToUint(i, i, seed, p_stochastic, v_gap, v_gradient, v_min, w_bitwidth)) << np.uint64((i - b0) * w_bitwidth)
-        nbk = ((be - b0) * w_bitwidth + 7) >> 3
-        obk = (b0 >> 3) * w_bitwidth
-        for t in range(nbk):
-            reg4[obk + t] = np.uint8((pk4 >> np.uint64(8 * t)) & np.uint64(255))
+    for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        cb4 = np.empty(TILE, dtype=np.uint8)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            cb4[np.uint64(i - t0)] = np.uint8(le_floatToUint(i, i, seed, p_stochastic, v_gap, v_gradient, v_min, w_bitwidth))
+        k_pack(cb4, te - t0, reg4, (t0 >> 3) * w_bitwidth, w_bitwidth)
 
 @_pjit
 def loopd1(n_loop, add, v_Q, v_gap, v_gradient, v_min, w_bitwidth):
-    for ii in prange(n_loop):
-        i = np.int64(ii)
-        x_v_gradient = ld_uintToFloat(i, v_Q, v_gap, v_min, w_bitwidth)
-        if add:
-            v_gradient[i] += x_v_gradient
-        else:
-            v_gradient[i] = x_v_gradient
+    for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            x_v_gradient = ld_uintToFloat(i, v_Q, v_gap, v_min, w_bitwidth)
+            if add:
+                v_gradient[u] += x_v_gradient
+            else:
+                v_gradient[u] = x_v_gradient
 
 # ---------------------------------------------------------------------------- drivers
 def encode(ctx, gradient, states, params, seed):

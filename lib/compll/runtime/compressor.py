@@ -137,6 +137,27 @@ def _state_buffer(state: GradientState, name: str, like: torch.Tensor) -> torch.
     return cur
 
 
+class _LazyStates:
+    """State vectors handed to a generated encoder, created on first access only."""
+
+    def __init__(self, names: tuple[str, ...], state: GradientState | None, like: torch.Tensor, cuda: bool) -> None:
+        self.names = names
+        self.state = state
+        self.like = like
+        self.cuda = cuda
+        self.arrays: dict[int, object] = {}
+
+    def __getitem__(self, k: int):
+        if k not in self.arrays:
+            name = self.names[k]
+            t = _state_buffer(self.state, name, self.like) if self.state is not None else torch.zeros_like(self.like)
+            self.arrays[k] = _to_array(t, self.cuda)
+        return self.arrays[k]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
 class GeneratedCompressor(Compressor):
     """Base of the classes ``hipress compll gen -w`` writes; see the module docstring."""
 
@@ -203,10 +224,9 @@ class GeneratedCompressor(Compressor):
         cuda = x.device.type == "cuda"
         mod = self.body(x.device)
         ctx = _PayloadContext(self, dtype, x.numel(), x.device, cuda)
-        bufs = [_state_buffer(state, s, x) if state is not None else torch.zeros_like(x) for s in self.STATES]
         seed = state.step_seed() if state is not None else 0
         try:
-            mod.encode(ctx, _to_array(x, cuda), tuple(_to_array(b, cuda) for b in bufs), self._p, seed)
+            mod.encode(ctx, _to_array(x, cuda), _LazyStates(self.STATES, state, x, cuda), self._p, seed)
         except GeneratedError as e:
             raise CompressionError(name, str(e)) from None
         if ctx.payload is None:  # pragma: no cover - the checker requires a concat

@@ -14,33 +14,28 @@ from hipress.compress.kernels.cpu import CHUNK, uniform01  # noqa: F401  (re-exp
 _h = nb.njit(cache=True, nogil=True, inline="always", error_model="numpy")
 
 
+# Conversions are written as selects, not branches, so that loops calling them vectorize.
 @_h
 def k_f2i(x):
-    if x != x:
-        return np.int64(0)
-    if x >= 2147483647.0:
-        return np.int64(2147483647)
-    if x <= -2147483648.0:
-        return np.int64(-2147483648)
-    return np.int64(x)
+    y = np.float64(x)
+    y = y if y == y else 0.0
+    y = y if y < 2147483647.0 else 2147483647.0
+    y = y if y > -2147483648.0 else -2147483648.0
+    return np.int64(y)
 
 
 @_h
 def k_f2u(x, hi):
-    if x >= hi:
-        return np.int64(hi)
-    if x > 0:
-        return np.int64(x)
-    return np.int64(0)
+    y = np.float64(x)
+    y = y if y > 0.0 else 0.0  # NaN -> 0
+    h = np.float64(hi)
+    y = y if y < h else h
+    return np.int64(y)
 
 
 @_h
 def k_clampu(x, hi):
-    if x < 0:
-        return np.int64(0)
-    if x > hi:
-        return np.int64(hi)
-    return np.int64(x)
+    return min(max(np.int64(x), np.int64(0)), np.int64(hi))
 
 
 @_h
@@ -85,14 +80,15 @@ def k_max_(a, b):
 
 @_h
 def k_unpack(a, j, bits):
-    pos = j * bits
-    return np.int64((np.int64(a[pos >> 3]) >> (pos & 7)) & ((np.int64(1) << bits) - 1))
+    """Code ``j`` of a packed vector; ``j`` known to be in range (unsigned indexing: no wraparound)."""
+    pos = np.uint64(j) * np.uint64(bits)
+    return np.int64((np.int64(a[pos >> np.uint64(3)]) >> np.int64(pos & np.uint64(7))) & ((np.int64(1) << bits) - 1))
 
 
 @_h
 def k_rd(a, j, oob, zero):
     if j >= 0 and j < a.shape[0]:
-        return a[j]
+        return a[np.uint64(j)]
     oob[0] = 1
     return zero
 
@@ -116,3 +112,46 @@ def k_rng(j, n, oob):
 @_h
 def k_uniform(seed, i):
     return uniform01(seed, i)
+
+
+@_h
+def k_pack(cb, m, reg, off, bits):
+    """Pack ``m`` one-byte codes ``cb[:m]`` into ``reg[off:]``, ``bits`` each, LSB first, a word at a time.
+
+    ``cb`` is a tile buffer whose length is a multiple of 8; ``off`` is a whole byte (tiles start at
+    multiples of 8 elements).
+    """
+    per = 8 // bits
+    nfull = m // per
+    if bits == 8:
+        for j in range(nfull):
+            reg[np.uint64(off + j)] = cb[np.uint64(j)]
+    elif bits == 4:
+        w16 = cb.view(np.uint16)
+        for j in range(nfull):
+            w = np.uint32(w16[np.uint64(j)])
+            reg[np.uint64(off + j)] = np.uint8((w & np.uint32(0xF)) | ((w >> np.uint32(4)) & np.uint32(0xF0)))
+    elif bits == 2:
+        w32 = cb.view(np.uint32)
+        for j in range(nfull):
+            w = w32[np.uint64(j)]
+            reg[np.uint64(off + j)] = np.uint8(
+                (w & np.uint32(0x3))
+                | ((w >> np.uint32(6)) & np.uint32(0xC))
+                | ((w >> np.uint32(12)) & np.uint32(0x30))
+                | ((w >> np.uint32(18)) & np.uint32(0xC0))
+            )
+    else:
+        w64 = cb.view(np.uint64)
+        for j in range(nfull):
+            w = w64[np.uint64(j)]
+            w |= w >> np.uint64(7)
+            w |= w >> np.uint64(14)
+            w |= w >> np.uint64(28)
+            reg[np.uint64(off + j)] = np.uint8(w & np.uint64(0xFF))
+    rest = m - nfull * per
+    if rest > 0:
+        b = np.int64(0)
+        for k in range(rest):
+            b |= np.int64(cb[np.uint64(nfull * per + k)]) << (k * bits)
+        reg[np.uint64(off + nfull)] = np.uint8(b)
