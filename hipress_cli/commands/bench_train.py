@@ -1,0 +1,101 @@
+"""``hipress bench train``: training throughput of several synchronizations side by side (same model,
+batch and ranks), on this machine or an emulated cluster; the table divides each compressed
+variant's throughput by each uncompressed one's."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from hipress_cli.commands.bench import app
+from hipress_cli.options import JsonOpt, console, err_console, fail, print_json
+
+
+@app.command("train")
+def train(
+    model: Annotated[str, typer.Argument(help="A model of the zoo (`hipress models`).")] = "vgg19",
+    variants: Annotated[str, typer.Option("--variants", help="TOPO+ALG pairs separated by ';' (see `hipress run "
+                                          "--help` for --topo).")] = "ring+tbq;ps+tbq;ring+none;ps+none;ddp+none",
+    np_: Annotated[int, typer.Option("--np", min=1, max=64, help="Number of ranks.")] = 4,
+    iters: Annotated[int, typer.Option("--iters", min=1, help="Measured iterations per run.")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured iterations first.")] = 1,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Interleaved repetitions of all variants.")] = 1,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Samples per rank.")] = None,
+    input_size: Annotated[int | None, typer.Option("--input-size", help="Image size (vision models).")] = None,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", help="Sequence length (text models).")] = None,
+    threads: Annotated[int, typer.Option("--threads", help="Threads per rank (0: cores / ranks).")] = 0,
+    emulate: Annotated[str | None, typer.Option("--emulate", help="Emulated cluster link rate, e.g. 1gbit "
+                                                "(needs root).")] = None,
+    prefix: Annotated[str, typer.Option("--prefix", help="The emulated cluster's name prefix.")] = "hipress",
+    results: Annotated[Path, typer.Option("--results", help="Where run directories go.")] = Path("results"),
+    json_: JsonOpt = False,
+) -> None:
+    """Throughput of MODEL under each --variants entry, side by side; writes results/<bench-id>/bench.json."""
+    from hipress.train.bench import bench_train, parse_variants
+    from hipress.train.config import ConfigError
+    from hipress_cli.commands.run import _emulated
+
+    try:
+        vs = parse_variants(variants)
+    except ConfigError as e:
+        raise fail(str(e)) from None
+    out = err_console if json_ else console
+    cluster, restore = None, None
+    if emulate is not None:
+        from hipress.launch import EmulationError
+
+        try:
+            cluster, restore = _emulated(np_, emulate, prefix)
+        except EmulationError as e:
+            raise fail(str(e)) from None
+    bench_id = time.strftime("bench-%Y%m%d-%H%M%S-") + model
+
+    def show(kind: str, e: dict) -> None:
+        if kind == "start":
+            out.print(f"[bold]{e['variant']}[/] (round {e['round'] + 1}/{rounds}) ...")
+        elif kind == "iteration":
+            tag = " warm-up" if e.get("warmup") else ""
+            out.print(f"  iter {e['iter']}{tag}: {e['iter_s']:.2f} s", highlight=False)
+    try:
+        result = bench_train(model, vs, np_=np_, iters=iters, warmup=warmup, rounds=rounds, results=results,
+                             bench_id=bench_id, emulated=cluster, threads=threads, on_event=show,
+                             model_opts={"batch_size": batch_size, "input_size": input_size, "seq_len": seq_len})
+    except (ConfigError, RuntimeError) as e:
+        raise fail(str(e), code=2 if isinstance(e, ConfigError) else 1) from None
+    finally:
+        if restore is not None:
+            try:
+                restore()
+            except Exception as e:  # noqa: BLE001 - report it; the measurement matters more
+                err_console.print(f"[yellow]warning:[/] could not restore the emulated cluster: {e}")
+    if json_:
+        print_json(result)
+        return
+    _render(result)
+
+
+def _render(r: dict) -> None:
+    opts = ", ".join(f"{k}={v}" for k, v in r["model_options"].items())
+    where = f"emulated {r['emulated']['rate']} links" if r["emulated"] else "this machine (shared memory)"
+    t = Table(title=f"{r['model']} ({opts}; {r['parameters'] / 1e6:.1f} M params) on {r['np']} ranks, {where}, "
+                    f"{r['threads_per_rank']} thread(s)/rank; medians of {r['iters']}x{r['rounds']} iterations")
+    base = [v["variant"] for v in r["variants"] if v["alg"] == "none"]
+    cols = ["variant", "engine", f"{r['unit']}", "95% CI", "iter s", "compute s", "sync wait s", "MiB/rank/it"]
+    cols += [f"x {b}" for b in base]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("variant", "engine") else "right")
+    for v in r["variants"]:
+        lo, hi = v["throughput_ci95"]
+        t.add_row(
+            v["variant"], v["engine_topology"], f"{v['throughput']:.2f}", f"{lo:.2f}-{hi:.2f}", f"{v['iter_s']:.2f}",
+            f"{v['compute_s']:.2f}", "-" if v["sync_s"] is None else f"{v['sync_s']:.2f}",
+            f"{v['bytes_sent_per_rank'] / 2**20:.1f}" + ("*" if v["bytes_sent_estimated"] else ""),
+            *[f"{v['speedup'][b]:.2f}" if b in v["speedup"] else "1" for b in base],
+        )
+    console.print(t)
+    console.print("[dim]compute s: iteration minus the wait for synchronization (for ddp, synchronization happens "
+                  "inside backward and counts as compute); * estimated (gloo ring all-reduce)[/]")

@@ -1,0 +1,159 @@
+"""``hipress bench train``: training throughput of several synchronizations, side by side.
+
+Every variant (a ``--topo``/``--alg`` pair) trains the same model at the same batch on the same
+ranks, as a full ``hipress run`` (its own run directory under ``results/<bench-id>/``). With
+``rounds > 1`` the variants are interleaved (v1, v2, ..., v1, v2, ...) so that a change in the
+machine's load spreads over all of them instead of favouring one. Figures are medians over all
+measured iterations of all rounds, with a bootstrap 95% confidence interval of the median, and
+every compressed variant's throughput is divided by each uncompressed one's.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import ConfigError, RunConfig, make_config
+from .results import EVENTS, read_events, summarize, write_json_atomic
+from .supervise import Job, thread_env, threads_per_rank
+
+DEFAULT_VARIANTS = "ring+tbq;ps+tbq;ring+none;ps+none;ddp+none"
+
+
+@dataclass(frozen=True)
+class Variant:
+    topo: str
+    alg: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.topo}+{self.alg}"
+
+
+def parse_variants(text: str) -> list[Variant]:
+    """``"ring+tbq;ps+tbq;ring+none"`` (``,`` also separates when no spec holds one)."""
+    sep = ";" if ";" in text else ","
+    out = []
+    for item in filter(None, (t.strip() for t in text.split(sep))):
+        topo, plus, alg = item.partition("+")
+        if not plus or not topo or not alg:
+            raise ConfigError(f"variant {item!r}: expected TOPO+ALG, e.g. ring+tbq or ddp+none")
+        out.append(Variant(topo.strip(), alg.strip()))
+    if not out:
+        raise ConfigError("no variants given; e.g. --variants 'ring+tbq;ring+none'")
+    if len({v.label for v in out}) != len(out):
+        raise ConfigError(f"variants repeat: {text!r}")
+    return out
+
+
+def median_ci(xs: list[float], reps: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Bootstrap 95% confidence interval of the median."""
+    if len(xs) < 2:
+        return (xs[0], xs[0]) if xs else (float("nan"), float("nan"))
+    a = np.asarray(xs)
+    rng = np.random.default_rng(seed)
+    meds = np.median(a[rng.integers(0, len(a), size=(reps, len(a)))], axis=1)
+    return float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
+
+
+def bench_train(
+    model: str,
+    variants: list[Variant],
+    *,
+    np_: int,
+    iters: int,
+    warmup: int,
+    rounds: int,
+    results: Path,
+    bench_id: str,
+    emulated: Any = None,
+    model_opts: dict[str, int | None] | None = None,
+    threads: int = 0,
+    on_event: Callable[[str, dict], None] | None = None,
+) -> dict:
+    """Run every variant ``rounds`` times; return the comparison (also written to ``bench.json``)."""
+    opts = model_opts or {}
+    configs = {v.label: make_config(model, v.topo, v.alg, np_, iters, warmup=warmup, threads=threads, **opts)
+               for v in variants}  # validates everything before anything starts
+    root = Path(results) / bench_id
+    root.mkdir(parents=True, exist_ok=False)
+    env = thread_env(threads_per_rank(np_, threads))
+    if emulated is not None:
+        env.update({"HIPRESS_DDP_ADDR": emulated.address(0), "GLOO_SOCKET_IFNAME": "eth0"})
+    runs: dict[str, list[dict]] = {v.label: [] for v in variants}
+    for r in range(rounds):
+        for v in variants:
+            cfg: RunConfig = configs[v.label]
+            cfg.run_id = f"{v.label.replace(':', '_').replace('=', '-').replace(',', '_')}-r{r}"
+            run_dir = root / cfg.run_id
+            run_dir.mkdir()
+            cfg.write(run_dir)
+            if on_event:
+                on_event("start", {"variant": v.label, "round": r, "run_dir": str(run_dir)})
+            job = Job(np_, [sys.executable, "-m", "hipress.train.worker", str(run_dir.resolve())],
+                      log=run_dir / "output.log", env=env, emulated=emulated)
+            seen = 0
+            try:
+                while (rc := job.poll()) is None:
+                    evs = list(read_events(run_dir / EVENTS))
+                    if evs and evs[0].get("event") == "start":
+                        job.watch(evs[0].get("pids", []))
+                    its = [e for e in evs if e.get("event") == "iteration"]
+                    for e in its[seen:]:
+                        if on_event:
+                            on_event("iteration", {"variant": v.label, **e})
+                    seen = len(its)
+                    time.sleep(0.3)
+            finally:
+                job.stop()
+            if rc != 0:
+                msg = job.failure_message(run_dir)
+                summarize(run_dir, status="failed", error=msg)
+                raise RuntimeError(f"variant {v.label} (round {r}) failed: {msg}; see {run_dir}")
+            summary = summarize(run_dir)
+            measured = [e for e in read_events(run_dir / EVENTS) if e.get("event") == "iteration" and not e["warmup"]]
+            runs[v.label].append({"summary": summary, "iterations": measured})
+            if on_event:
+                on_event("done", {"variant": v.label, "round": r, "summary": summary})
+    rows = []
+    for v in variants:
+        cfg = configs[v.label]
+        its = [e for run in runs[v.label] for e in run["iterations"]]
+        iter_s = [e["iter_s"] for e in its]
+        med = statistics.median(iter_s)
+        lo, hi = median_ci(iter_s)
+        syncs = [e["sync_s"] for e in its if e.get("sync_s") is not None]
+        sent = [max(e["bytes_sent"]) for e in its]
+        rows.append({
+            "variant": v.label, "topology": cfg.topology, "engine_topology": cfg.engine_topology, "alg": cfg.alg,
+            "throughput": cfg.units_per_iteration / med,
+            "throughput_ci95": [cfg.units_per_iteration / hi, cfg.units_per_iteration / lo],
+            "iter_s": med, "iter_s_ci95": [lo, hi],
+            "compute_s": statistics.median(e["compute_s"] for e in its),
+            "sync_s": statistics.median(syncs) if syncs else None,
+            "sync_share": statistics.median(syncs) / med if syncs else None,
+            "bytes_sent_per_rank": statistics.median(sent),
+            "bytes_sent_estimated": cfg.engine_topology == "ddp",
+            "iterations": len(its),
+            "run_dirs": [run["summary"]["run_id"] for run in runs[v.label]],
+        })
+    base = [r for r in rows if r["alg"] == "none"]
+    for r in rows:
+        r["speedup"] = {b["variant"]: r["throughput"] / b["throughput"] for b in base if b is not r}
+    any_cfg = next(iter(configs.values()))
+    result = {
+        "bench_id": bench_id, "model": model, "model_options": any_cfg.model_options, "np": np_,
+        "unit": f"{any_cfg.unit}/s", "iters": iters, "warmup": warmup, "rounds": rounds,
+        "parameters": any_cfg.parameters, "gradient_bytes": any_cfg.gradient_bytes,
+        "emulated": emulated.as_dict() if emulated is not None else None,
+        "threads_per_rank": threads_per_rank(np_, threads), "variants": rows,
+    }
+    write_json_atomic(root / "bench.json", result)
+    return result
