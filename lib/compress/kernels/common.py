@@ -10,8 +10,9 @@ How the kernels are written, so that LLVM vectorizes them (check with ``fn.inspe
 * Loops index slices from 0 (``for i in range(a.size)``), so LLVM can prove the index is
   non-negative; a computed index like ``s + i`` makes numba emit a negative-index fix-up that
   blocks vectorization.
-* Selects instead of branches, no bool-to-int in hot loops, and the non-finite check is an
-  integer OR over the float bits (exponent all ones), not a float compare.
+* Selects instead of branches, no bool-to-int in hot loops; the non-finite check is a uint8
+  max-reduction of ``bad_flag`` in the element loop (or an integer OR over the float bits where
+  there is no float math), never a float reduction.
 * Float math that decides a code is plain IEEE float32 in the written order (no fast-math), so a
   GPU or CompLL-generated backend reproduces the same bytes.
 """
@@ -31,14 +32,13 @@ jit = nb.njit(cache=True, nogil=True)
 pjit = nb.njit(cache=True, nogil=True, parallel=True)
 inline = nb.njit(cache=True, nogil=True, inline="always")
 
-_M32 = np.uint64(0xFFFFFFFF)
-_GOLDEN = np.uint64(0x9E3779B9)
-_H1 = np.uint64(0x7FEB352D)
-_H2 = np.uint64(0x846CA68B)
-_S16 = np.uint64(16)
-_S15 = np.uint64(15)
-_S8 = np.uint64(8)
+_GOLDEN = np.uint32(0x9E3779B9)
+_H1 = np.uint32(0x7FEB352D)
+_H2 = np.uint32(0x846CA68B)
 _INV24 = np.float32(1.0 / 16777216.0)
+FMAX = np.float32(3.4028234663852886e38)
+U8_0 = np.uint8(0)
+U8_1 = np.uint8(1)
 
 EXP_MASK = np.uint64(0x7F800000)
 EXP_CARRY = np.uint64(0x00800000)
@@ -47,21 +47,57 @@ TOP_BIT = np.uint64(31)
 
 # ---------------------------------------------------------------------------- random numbers
 @inline
+def mix32(x):
+    """The lowbias32 finalizer of a uint32.
+
+    Every step is truncated to uint32 (numba widens integer arithmetic to 64 bits), so LLVM keeps
+    32-bit lanes.
+    """
+    x = np.uint32(x ^ (x >> np.uint32(16)))
+    x = np.uint32(x * _H1)
+    x = np.uint32(x ^ (x >> np.uint32(15)))
+    x = np.uint32(x * _H2)
+    return np.uint32(x ^ (x >> np.uint32(16)))
+
+
+@inline
+def counter(seed, i):
+    """The RNG counter of element i: (i * golden + seed) mod 2^32; element i+1's is this + golden."""
+    return np.uint32(np.uint32(i) * _GOLDEN + np.uint32(seed))
+
+
+@inline
+def next_counter(c):
+    return np.uint32(c + _GOLDEN)
+
+
+@inline
+def unit24(h):
+    """float32 in [0, 1) from the top 24 bits of a hash (exact: 24 bits fit a float32)."""
+    return np.float32(np.int32(h >> np.uint32(8))) * _INV24
+
+
+@inline
 def hash32(seed, i):
     """lowbias32 of (i * golden + seed) mod 2^32: a counter-based RNG any device reproduces."""
-    x = (np.uint64(i) * _GOLDEN + np.uint64(seed)) & _M32
-    x ^= x >> _S16
-    x = (x * _H1) & _M32
-    x ^= x >> _S15
-    x = (x * _H2) & _M32
-    x ^= x >> _S16
-    return x
+    return mix32(counter(seed, i))
 
 
 @inline
 def uniform01(seed, i):
-    """Uniform float32 in [0, 1) with 24 random bits."""
-    return np.float32(hash32(seed, i) >> _S8) * _INV24
+    """Uniform float32 in [0, 1) with 24 random bits.
+
+    In loops over consecutive elements, advance a ``counter`` with ``next_counter`` instead: the
+    same numbers without a multiply by the index per element (3x faster vectorized).
+    """
+    return unit24(hash32(seed, i))
+
+
+@inline
+def bad_flag(v):
+    """1 (uint8) if float32 v is Inf or NaN. Accumulate with ``bad = max(bad, bad_flag(v))``: a
+    uint8 max-reduction vectorizes in the same loop, a float compare reduction does not."""
+    return U8_0 if abs(v) <= FMAX else U8_1
 
 
 def uniform_numpy(seed: int, n: int, start: int = 0) -> np.ndarray:

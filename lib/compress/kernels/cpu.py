@@ -88,13 +88,17 @@ def tbq_decode(p: torch.Tensor, tau: float, out: torch.Tensor, add: bool) -> boo
 
 
 # ---------------------------------------------------------------------------- onebit / sign bits
-def _sign_part(x: np.ndarray, r: np.ndarray | None) -> np.ndarray:
+def _sign_part(x: np.ndarray, r: np.ndarray | None) -> tuple[float, float, int]:
+    """(sum of v >= 0, sum of v < 0, count of v >= 0): chunk sums added in chunk order."""
     nch = (x.size + CHUNK - 1) // CHUNK
-    part = np.zeros((nch, 3))
-    if x.size:
-        args = (x, r if r is not None else x, r is not None, part)
-        (reduce.sign_stats_par if _parallel(x.size) else reduce.sign_stats_serial)(*args)
-    return reduce.sum_rows(part) if nch else np.zeros(3)
+    if nch == 0:
+        return 0.0, 0.0, 0
+    part = np.zeros((nch, 2))
+    counts = np.zeros((nch + 15) // 16, np.int64)
+    args = (x, r if r is not None else x, r is not None, part, counts)
+    (reduce.sign_stats_par if _parallel(x.size) else reduce.sign_stats_serial)(*args)
+    sp, sn = reduce.sum_rows(part)
+    return float(sp), float(sn), int(counts.sum())
 
 
 def onebit_scales(g: torch.Tensor, r: torch.Tensor | None) -> tuple[float, float] | None:
@@ -108,8 +112,8 @@ def onebit_scales(g: torch.Tensor, r: torch.Tensor | None) -> tuple[float, float
     if not (math.isfinite(sp) and math.isfinite(sn)):  # any Inf/NaN in v reaches one of the sums
         return None
     cn = g.numel() - cp
-    pos = float(_f32(sp / cp)) if cp else 0.0
-    neg = float(_f32(sn / cn)) if cn else 0.0
+    pos = float(_f32(sp / float(cp))) if cp else 0.0
+    neg = float(_f32(sn / float(cn))) if cn else 0.0
     return pos, neg
 
 
@@ -218,7 +222,7 @@ def copy_check(x: torch.Tensor, dst: torch.Tensor) -> bool:
     n = x.numel()
     if n == 0:
         return True
-    a, b = x.numpy().view(np.uint32), dst.numpy().view(np.uint32)
+    a, b = x.numpy(), dst.numpy()
     bad = dense.copy_check_par(a, b) if _parallel(n) else dense.copy_check_range(a, b, 0, n)
     return bad == 0
 

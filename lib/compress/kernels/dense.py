@@ -9,17 +9,20 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from .common import TASK, jit, nonfinite_bits, pjit
+from .common import TASK, U8_0, bad_flag, jit, pjit
 
 
 @jit
 def copy_check_range(src, dst, s, e):
-    """dst[s:e] = src[s:e] (uint32 views of float32); 1 if a copied value is Inf or NaN."""
+    """dst[s:e] = src[s:e] (float32); 1 if a copied value is Inf or NaN."""
     a = src[s:e]
     b = dst[s:e]
+    bad = U8_0
     for i in range(a.size):
-        b[i] = a[i]
-    return np.int64(nonfinite_bits(b))
+        v = a[i]
+        b[i] = v
+        bad = max(bad, bad_flag(v))
+    return np.int64(bad)
 
 
 @pjit

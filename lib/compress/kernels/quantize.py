@@ -17,12 +17,16 @@ from .common import (
     BLOCK,
     CODES_LEN,
     TASK,
+    U8_0,
+    bad_flag,
+    counter,
     inline,
     jit,
-    nonfinite_bits,
+    mix32,
+    next_counter,
     pack_codes,
     pjit,
-    uniform01,
+    unit24,
     unpack_codes,
     zero_tail,
 )
@@ -39,43 +43,44 @@ _U1 = np.uint8(1)
 @inline
 def _tbq_codes_res(g, r, tau, codes):
     ntau = -tau
+    bad = U8_0
     for i in range(g.size):
         v = g[i] + r[i]
         q = _F1 if v >= tau else _F0
         q = _FM1 if v <= ntau else q
         r[i] = v - q * tau
         codes[i] = np.uint8(np.int32(q) + np.int32(1))
+        bad = max(bad, bad_flag(v))
+    return bad
 
 
 @inline
 def _tbq_codes(g, tau, codes):
     ntau = -tau
+    bad = U8_0
     for i in range(g.size):
         v = g[i]
         q = _F1 if v >= tau else _F0
         q = _FM1 if v <= ntau else q
         codes[i] = np.uint8(np.int32(q) + np.int32(1))
+        bad = max(bad, bad_flag(v))
+    return bad
 
 
 @jit
 def tbq_encode_range(g, r, use_r, tau, out, s, e):
     """Codes 2 / 0 / 1 for v = g (+ r) >= tau / <= -tau / else; r <- v - (code - 1) * tau.
 
-    Returns 1 if some v was Inf or NaN. With a finite tau the new residual is non-finite exactly
-    when v was, so the check reads the residual just written (or g) as integers.
+    Returns 1 if some v was Inf or NaN.
     """
     codes = np.empty(CODES_LEN, np.uint8)
-    bad = np.uint64(0)
+    bad = U8_0
     for b0 in range(s, e, BLOCK):
         b1 = min(e, b0 + BLOCK)
-        gs = g[b0:b1]
         if use_r:
-            rs = r[b0:b1]
-            _tbq_codes_res(gs, rs, tau, codes)
-            bad |= nonfinite_bits(rs.view(np.uint32))
+            bad = max(bad, _tbq_codes_res(g[b0:b1], r[b0:b1], tau, codes))
         else:
-            _tbq_codes(gs, tau, codes)
-            bad |= nonfinite_bits(gs.view(np.uint32))
+            bad = max(bad, _tbq_codes(g[b0:b1], tau, codes))
         zero_tail(codes, b1 - b0, 2)
         pack_codes(codes, out[b0 // 4 : (b1 + 3) // 4], 2)
     return np.int64(bad)
@@ -199,8 +204,10 @@ def sign_decode_par(p, pos, neg, out, add):
 # ---------------------------------------------------------------------------- b-bit linear (TernGrad)
 @inline
 def _linear_codes_stochastic(g, base, lo, gap, qmax, seed, codes):
+    ctr = counter(seed, base)
     for i in range(g.size):
-        x = (g[i] - lo) / gap + uniform01(seed, base + i)
+        x = (g[i] - lo) / gap + unit24(mix32(ctr))  # u = uniform01(seed, base + i)
+        ctr = next_counter(ctr)
         q = np.int32(np.floor(x))
         codes[i] = np.uint8(max(np.int32(0), min(qmax, q)))
 
@@ -274,9 +281,11 @@ def _qsgd_codes(g, base, norm, levels, sbit, seed, codes):
     """code = sign << (bits-1) | level, level = min(s, floor(|g| / norm * s + u))."""
     if norm > _F0:
         sf = np.float32(levels)
+        ctr = counter(seed, base)
         for i in range(g.size):
             x = g[i]
-            y = abs(x) / norm * sf + uniform01(seed, base + i)
+            y = abs(x) / norm * sf + unit24(mix32(ctr))  # u = uniform01(seed, base + i)
+            ctr = next_counter(ctr)
             lvl = min(levels, np.int32(np.floor(y)))
             codes[i] = np.uint8(lvl | (sbit if x < _F0 else np.int32(0)))
     else:

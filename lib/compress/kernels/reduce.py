@@ -14,14 +14,16 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from .common import CHUNK, EXP_MASK, inline, jit, pjit
-from .simd import LANES, sign_sums16, sumsq16
+from .common import CHUNK, inline, jit, pjit
+from .simd import LANES, sign_sums16, sign_sums16_direct, sumsq16
 
 TILE = 256  # tile columns per round (16 x 256 float32 = 16 KiB, in L1)
 
-_INT64_MAX = np.int64(0x7FFFFFFFFFFFFFFF)
-_INT64_MIN = np.int64(-0x7FFFFFFFFFFFFFFF - 1)
-_ABS31 = np.int64(0x7FFFFFFF)
+_I32_MAX = np.int32(0x7FFFFFFF)
+_I32_MIN = np.int32(-0x7FFFFFFF - 1)
+_I31 = np.int32(31)
+_ABS31 = np.int32(0x7FFFFFFF)
+_EXP32 = np.int32(0x7F800000)
 
 
 # ---------------------------------------------------------------------------- onebit sign sums
@@ -47,19 +49,50 @@ def _zero(row):
 
 
 @jit
-def sign_stats_group(x, r, use_r, c0, part):
-    """Chunks c0 .. c0+15 (those that exist): part[c] = (sum v>=0, sum v<0, count v>=0), float64.
+def _sign_stats_full(x, r, use_r, c0, sums, count):
+    """16 whole chunks from chunk c0; returns the number of padding zeros counted as v >= 0.
 
-    With ``use_r`` it also leaves v = x + r in r, so the encode pass need not read x again.
+    Lane k reads its chunk's 16-element block j = t - k at step t: the lanes are skewed by one
+    cache line so that their rows, 256 KiB apart, do not all fall into the same cache set (which
+    evicts them before use). The 15 steps at each end, where some lanes are outside their chunk,
+    go through a 16 x 16 tile with zeros there; +0.0 before or after a lane's elements leaves its
+    sums unchanged.
     """
+    base = c0 * CHUNK
+    nblk = CHUNK // LANES
+    skew = CHUNK - LANES  # lane k's address offset at a step: base + 16 t + k * skew
+    tile = np.empty((LANES, LANES), np.float32)
+    for t in range(nblk + LANES - 1):
+        if LANES - 1 <= t < nblk:
+            if use_r:
+                sign_sums16_direct(x, r, base + LANES * t, skew, sums, count)
+            else:
+                sign_sums16_direct(x, None, base + LANES * t, skew, sums, count)
+            continue
+        for k in range(LANES):
+            row = tile[k]
+            j = t - k
+            if 0 <= j < nblk:
+                s = base + k * CHUNK + LANES * j
+                if use_r:
+                    _copy_v_res(x[s : s + LANES], r[s : s + LANES], row)
+                else:
+                    _copy(x[s : s + LANES], row)
+            else:
+                _zero(row)
+        sign_sums16(tile, 0, sums, count)
+    return LANES * (LANES - 1) * LANES
+
+
+@jit
+def _sign_stats_ragged(x, r, use_r, c0, sums, count):
+    """Fewer than 16 chunks, or a short last chunk: through a zero-padded tile. Returns the number
+    of padding zeros, which the intrinsic counted as v >= 0."""
     n = x.size
-    nch = (n + CHUNK - 1) // CHUNK
-    nl = min(LANES, nch - c0)
+    nl = min(LANES, (n + CHUNK - 1) // CHUNK - c0)
     steps = min(CHUNK, n - c0 * CHUNK)  # the first lane is the longest
     tile = np.empty((LANES, TILE), np.float32)
-    sums = np.zeros(2 * LANES)
-    counts = np.zeros(LANES, np.int32)
-    cols = 0
+    padding = 0
     for i0 in range(0, steps, TILE):
         w = min(TILE, steps - i0)
         wpad = (w + LANES - 1) // LANES * LANES
@@ -75,30 +108,46 @@ def sign_stats_group(x, r, use_r, c0, part):
                     else:
                         _copy(x[s : s + ln], row[:ln])
             _zero(row[ln:wpad])
+            padding += wpad - ln
         for c in range(0, wpad, LANES):
-            sign_sums16(tile, c, sums, counts)
-        cols += wpad
+            sign_sums16(tile, c, sums, count)
+    return padding
+
+
+@jit
+def sign_stats_group(x, r, use_r, c0, part, counts):
+    """Chunks c0 .. c0+15 (those that exist): part[c] = (sum of v >= 0, sum of v < 0) in float64,
+    and counts[c0 // 16] = how many v >= 0 in them.
+
+    With ``use_r`` it also leaves v = x + r in r, so the encode pass need not read x again.
+    """
+    n = x.size
+    nl = min(LANES, (n + CHUNK - 1) // CHUNK - c0)
+    sums = np.zeros(2 * LANES)
+    count = np.zeros(1, np.int64)
+    padding = 0
+    if nl == LANES and (c0 + LANES) * CHUNK <= n:
+        padding = _sign_stats_full(x, r, use_r, c0, sums, count)
+    else:
+        padding = _sign_stats_ragged(x, r, use_r, c0, sums, count)
     for k in range(nl):
-        c = c0 + k
-        length = min(n, (c + 1) * CHUNK) - c * CHUNK
-        part[c, 0] = sums[k]
-        part[c, 1] = sums[LANES + k]
-        part[c, 2] = np.float64(counts[k] - (cols - length))  # padding zeros counted as >= 0
+        part[c0 + k, 0] = sums[k]
+        part[c0 + k, 1] = sums[LANES + k]
+    counts[c0 // LANES] = count[0] - padding
     return 0
 
 
 @pjit
-def sign_stats_par(x, r, use_r, part):
-    ngroups = (part.shape[0] + LANES - 1) // LANES
-    for gi in prange(ngroups):
-        sign_stats_group(x, r, use_r, gi * LANES, part)
+def sign_stats_par(x, r, use_r, part, counts):
+    for gi in prange(counts.size):
+        sign_stats_group(x, r, use_r, gi * LANES, part, counts)
     return 0
 
 
 @jit
-def sign_stats_serial(x, r, use_r, part):
-    for gi in range((part.shape[0] + LANES - 1) // LANES):
-        sign_stats_group(x, r, use_r, gi * LANES, part)
+def sign_stats_serial(x, r, use_r, part, counts):
+    for gi in range(counts.size):
+        sign_stats_group(x, r, use_r, gi * LANES, part, counts)
     return 0
 
 
@@ -118,23 +167,24 @@ def _minmax_keys(w):
     """(min key, max key, max exponent bits) of the float32 bits in ``w`` (an int32 view).
 
     key = bits ^ ((bits >> 31) & 0x7FFFFFFF) orders like the floats (with -0.0 just below +0.0):
-    integer min/max reductions vectorize, float ones do not without fast-math.
+    integer min/max reductions vectorize, float ones do not without fast-math. Every step is
+    truncated to int32 so that LLVM keeps 32-bit lanes.
     """
-    kmin = _INT64_MAX
-    kmax = _INT64_MIN
-    emax = np.uint64(0)
+    kmin = _I32_MAX
+    kmax = _I32_MIN
+    emax = np.int32(0)
     for i in range(w.size):
-        s = np.int64(w[i])
-        k = s ^ ((s >> np.int64(31)) & _ABS31)
+        s = w[i]
+        k = np.int32(s ^ np.int32(np.int32(s >> _I31) & _ABS31))
         kmin = min(kmin, k)
         kmax = max(kmax, k)
-        emax = max(emax, np.uint64(w[i]) & EXP_MASK)
+        emax = max(emax, np.int32(s & _EXP32))
     return kmin, kmax, emax
 
 
 @inline
 def _key_to_float(k, scratch):
-    scratch[0] = np.int32(k ^ ((k >> np.int64(31)) & _ABS31))
+    scratch[0] = np.int32(k ^ np.int32(np.int32(k >> _I31) & _ABS31))
     return scratch.view(np.float32)[0]
 
 
@@ -166,7 +216,7 @@ def minmax_chunk(x, c, part):
         hi = _first_zero(xs, scratch)
     part[c, 0] = lo
     part[c, 1] = hi
-    part[c, 2] = np.float32(1.0) if emax == EXP_MASK else np.float32(0.0)
+    part[c, 2] = np.float32(1.0) if emax == _EXP32 else np.float32(0.0)
     return 0
 
 

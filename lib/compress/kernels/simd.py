@@ -43,19 +43,12 @@ def _vec_ok(t, dtype) -> bool:
     return isinstance(t, types.Array) and t.dtype == dtype and t.ndim == 1 and t.layout == "C"
 
 
-def _load_columns(context, builder, tile_ty, tile, col):
-    """Load tile[k, col:col+16] for k < 16 and return the 16 transposed vectors.
+def _transpose(builder, rows):
+    """The 16 columns of 16 rows: column i holds element i of every row.
 
-    Column vector i holds element ``col + i`` of every lane. The transpose is the classic
-    log2(16)-stage exchange network: at distance d, rows i and i+d swap their d-blocks.
+    The classic log2(16)-stage exchange network: at distance d, rows i and i+d swap their d-blocks
+    (64 two-source shuffles for 256 elements).
     """
-    arr = context.make_array(tile_ty)(context, builder, tile)
-    width = builder.extract_value(arr.shape, 1)
-    rows = []
-    for k in range(LANES):
-        off = builder.add(builder.mul(width, ir.Constant(_I64, k)), col)
-        ptr = builder.bitcast(builder.gep(arr.data, [off]), _V16F.as_pointer())
-        rows.append(builder.load(ptr, align=4))
     d = LANES // 2
     while d >= 1:
         nxt = list(rows)
@@ -72,44 +65,108 @@ def _load_columns(context, builder, tile_ty, tile, col):
     return rows
 
 
+def _row_ptr(builder, data, off, k_times):
+    return builder.bitcast(builder.gep(data, [builder.add(off, k_times)]), _V16F.as_pointer())
+
+
+def _load_columns(context, builder, tile_ty, tile, col):
+    """The 16 transposed columns of tile[0:16, col:col+16]."""
+    arr = context.make_array(tile_ty)(context, builder, tile)
+    width = builder.extract_value(arr.shape, 1)
+    rows = [
+        builder.load(_row_ptr(builder, arr.data, col, builder.mul(width, ir.Constant(_I64, k))), align=4)
+        for k in range(LANES)
+    ]
+    return _transpose(builder, rows)
+
+
+def _load_rows_sum(context, builder, x_ty, x, r_ty, r, off, stride):
+    """Rows k = x[off + k*stride : +16] (+ r[...], the sum stored back into r), transposed.
+
+    All loads are issued before any store: rows are a multiple of 4 KiB apart, and a load that
+    follows a store with the same low 12 address bits stalls (4K aliasing) on x86.
+    """
+    xa = context.make_array(x_ty)(context, builder, x)
+    offs = [builder.mul(stride, ir.Constant(_I64, k)) for k in range(LANES)]
+    rows = [builder.load(_row_ptr(builder, xa.data, off, kk), align=4) for kk in offs]
+    if r_ty is not None:
+        ra = context.make_array(r_ty)(context, builder, r)
+        rptrs = [_row_ptr(builder, ra.data, off, kk) for kk in offs]
+        rs = [builder.load(p, align=4) for p in rptrs]
+        rows = [builder.fadd(a, b) for a, b in zip(rows, rs, strict=True)]
+        for p, v in zip(rptrs, rows, strict=True):
+            builder.store(v, p, align=4)
+    return _transpose(builder, rows)
+
+
 def _vec_ptr(context, builder, arr_ty, arr, offset, vty):
     a = context.make_array(arr_ty)(context, builder, arr)
     return builder.bitcast(builder.gep(a.data, [ir.Constant(_I64, offset)]), vty.as_pointer())
 
 
-@intrinsic
-def sign_sums16(typingctx, tile, col, sums, counts):
-    """Per lane k, in column order: sums[k] += v if v >= 0, sums[16+k] += v if not; counts[k] += v >= 0.
+def _accumulate_signs(context, builder, cols, sums_ty, sums, count_ty, count):
+    """Per lane, in column order: if v >= 0 then sp += v else sn += v (float64); count += v >= 0.
 
-    ``sums`` is float64[32], ``counts`` int32[16]; v is each tile value widened to float64 (exact).
-    The not-taken side adds +0.0, which leaves an IEEE sum unchanged (a sum of non-negatives, or of
-    negatives, is never -0.0), so each lane equals ``if v >= 0: sp += v else: sn += v`` run alone.
+    Written as ``select(ge, sp + v, sp)``, which AVX-512 executes as one masked add: exactly the
+    sequential ``if``, NaN going to the negative side as there.
     """
-    if not (_tile_ok(tile) and isinstance(col, types.Integer) and _vec_ok(sums, types.float64)
-            and _vec_ok(counts, types.int32)):
+    ptrs = [_vec_ptr(context, builder, sums_ty, sums, 8 * q, _V8D) for q in range(4)]
+    acc = [builder.load(p, align=8) for p in ptrs]  # pos lo, pos hi, neg lo, neg hi
+    cptr = _vec_ptr(context, builder, count_ty, count, 0, _I64)
+    cnt = builder.load(cptr, align=8)
+    zero_f = ir.Constant(_V16F, None)
+    for v in cols:
+        ge16 = builder.fcmp_ordered(">=", v, zero_f)
+        bits = builder.bitcast(ge16, ir.IntType(LANES))
+        cnt = builder.add(cnt, builder.zext(builder.ctpop(bits), _I64))
+        for h, mask in enumerate(_HALVES):
+            part = builder.fpext(builder.shuffle_vector(v, v, mask), _V8D)
+            ge = builder.shuffle_vector(ge16, ge16, mask)
+            acc[h] = builder.select(ge, builder.fadd(acc[h], part), acc[h])
+            acc[2 + h] = builder.select(ge, acc[2 + h], builder.fadd(acc[2 + h], part))
+    for p, a in zip(ptrs, acc, strict=True):
+        builder.store(a, p, align=8)
+    builder.store(cnt, cptr, align=8)
+
+
+def _sums_ok(sums, count) -> bool:
+    return _vec_ok(sums, types.float64) and _vec_ok(count, types.int64)
+
+
+@intrinsic
+def sign_sums16(typingctx, tile, col, sums, count):
+    """Lanes = the 16 tile rows, columns col..col+15 in order: sums[k] (k < 16) accumulates the
+    v >= 0 of row k, sums[16 + k] the others (float64); count[0] += how many v >= 0 (int64).
+    """
+    if not (_tile_ok(tile) and isinstance(col, types.Integer) and _sums_ok(sums, count)):
         return None
-    sig = types.void(tile, types.intp, sums, counts)
+    sig = types.void(tile, types.intp, sums, count)
 
     def codegen(context, builder, signature, args):
         t_ty, _, s_ty, c_ty = signature.args
-        tile_v, col_v, sums_v, counts_v = args
-        cols = _load_columns(context, builder, t_ty, tile_v, col_v)
-        ptrs = [_vec_ptr(context, builder, s_ty, sums_v, 8 * q, _V8D) for q in range(4)]
-        acc = [builder.load(p, align=8) for p in ptrs]  # pos lo, pos hi, neg lo, neg hi
-        cptr = _vec_ptr(context, builder, c_ty, counts_v, 0, _V16I)
-        cnt = builder.load(cptr, align=4)
-        zero_d = ir.Constant(_V8D, None)
-        zero_f = ir.Constant(_V16F, None)
-        for v in cols:
-            cnt = builder.add(cnt, builder.zext(builder.fcmp_ordered(">=", v, zero_f), _V16I))
-            for h, mask in enumerate(_HALVES):
-                part = builder.fpext(builder.shuffle_vector(v, v, mask), _V8D)
-                ge = builder.fcmp_ordered(">=", part, zero_d)
-                acc[h] = builder.fadd(acc[h], builder.select(ge, part, zero_d))
-                acc[2 + h] = builder.fadd(acc[2 + h], builder.select(ge, zero_d, part))
-        for p, a in zip(ptrs, acc, strict=True):
-            builder.store(a, p, align=8)
-        builder.store(cnt, cptr, align=4)
+        cols = _load_columns(context, builder, t_ty, args[0], args[1])
+        _accumulate_signs(context, builder, cols, s_ty, args[2], c_ty, args[3])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def sign_sums16_direct(typingctx, x, r, off, stride, sums, count):
+    """As ``sign_sums16`` with lane k reading v = x[off + k*stride + i] + r[...] straight from the
+    arrays (and storing v into r); ``r`` may be None (v = x). The caller guarantees that all 16
+    rows of 16 elements exist: full groups of chunks, no padding needed.
+    """
+    no_r = isinstance(r, types.NoneType)
+    if not (_vec_ok(x, types.float32) and (no_r or _vec_ok(r, types.float32)) and _sums_ok(sums, count)
+            and isinstance(off, types.Integer) and isinstance(stride, types.Integer)):
+        return None
+    sig = types.void(x, r, types.intp, types.intp, sums, count)
+
+    def codegen(context, builder, signature, args):
+        x_ty, r_ty, _, _, s_ty, c_ty = signature.args
+        cols = _load_rows_sum(context, builder, x_ty, args[0], None if no_r else r_ty, args[1], args[2], args[3])
+        _accumulate_signs(context, builder, cols, s_ty, args[4], c_ty, args[5])
         return context.get_dummy_value()
 
     return sig, codegen
