@@ -151,6 +151,14 @@ class Watchdog:
         return [p for p in self.pids if alive(p)]
 
 
+_OOM_HINT = ("; if nobody killed it, it was probably the kernel's out-of-memory killer (see `dmesg`; use fewer "
+             "ranks, a smaller batch or model)")
+
+
+def _hint(msg: str) -> str:
+    return msg + _OOM_HINT if re.search(r"signal 9\b", msg) else msg
+
+
 def failure_message(run_dir: Path, output: str, returncode: int, pids: Sequence[int],
                     watchdog_note: str | None = None, first_gone: Sequence[int] = ()) -> str:
     """Which rank failed and why, in one line (plus the output's tail if nothing better is known).
@@ -178,7 +186,7 @@ def failure_message(run_dir: Path, output: str, returncode: int, pids: Sequence[
         how = (f"was killed by signal {c & 0x7F}" if c & 0x7F else f"exited with code {c >> 8}" if c
                else "ended")
         pid = f" (pid {pids[r]})" if r < len(pids) else ""
-        return f"rank {r}{pid} {how} while the others were running"
+        return _hint(f"rank {r}{pid} {how} while the others were running")
     exited = [(r, c >> 8) for r, c in enumerate(codes) if c and not c & 0x7F]
     if exited:
         r, code = exited[0]
@@ -191,12 +199,12 @@ def failure_message(run_dir: Path, output: str, returncode: int, pids: Sequence[
         who = f"rank {rank} (pid {pid} on {host})" if rank is not None else f"a rank (pid {pid} on {host})"
         sig = re.search(r"signal (\d+)", output[m.end():])
         how = f"was killed by signal {sig.group(1)}" if sig else f"exited with code {code}"
-        return f"{who} {how}"
+        return _hint(f"{who} {how}")
     killed = [(r, c & 0x7F) for r, c in enumerate(codes) if c & 0x7F]
     if killed:
         r, sig = killed[0]
         pid = f" (pid {pids[r]})" if r < len(pids) else ""
-        return f"rank {r}{pid} was killed by signal {sig}"
+        return _hint(f"rank {r}{pid} was killed by signal {sig}")
     tail = "\n".join(output.strip().splitlines()[-8:])
     return f"mpiexec exited with code {returncode}" + (f"; last output:\n{tail}" if tail else "")
 

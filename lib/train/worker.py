@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ from .config import RunConfig
 from .results import EVENTS, EventLog, append_error, summarize
 
 #: Per-iteration values every rank sends to rank 0 (a float64 buffer, never a pickle).
-_FIELDS = ("iter_s", "compute_s", "sync_s", "loss", "bytes_sent")
+_FIELDS = ("iter_s", "compute_s", "sync_s", "loss", "bytes_sent", "max_rss")
 
 
 def _bcast_bytes(comm: Any, data: bytes | None) -> bytes:
@@ -188,7 +189,8 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
             else:  # DDP synchronizes inside backward: its wait cannot be told apart from compute
                 sync_s, sent = float("nan"), 2.0 * (world - 1) / world * 4 * numel  # gloo ring, estimated
             iter_s = time.perf_counter() - t0
-            row[:] = (iter_s, iter_s - (0.0 if sync_s != sync_s else sync_s), sync_s, float(loss.detach()), sent)
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # peak resident bytes
+            row[:] = (iter_s, iter_s - (0.0 if sync_s != sync_s else sync_s), sync_s, float(loss.detach()), sent, rss)
             comm.Gather(row, table, root=0)
             if log and table is not None:
                 log.write({
@@ -196,6 +198,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
                     "iter_s": float(table[:, 0].max()), "compute_s": float(table[:, 1].mean()),
                     "sync_s": _finite(float(table[:, 2].mean())), "loss": float(table[:, 3].mean()),
                     "bytes_sent": table[:, 4].tolist(), "iter_s_ranks": table[:, 0].tolist(),
+                    "max_rss": table[:, 5].tolist(),
                 })
         end: dict[str, Any] = {"event": "end", "time": time.time()}
         if digits is not None:
