@@ -222,7 +222,7 @@ class Driver:
             self.emit(f"{st.dst} = {st.src}", ind)
         elif isinstance(st, SZero):
             self.emit("if not add:", ind)
-            self.emit(f"{st.dst}[:] = 0", ind + 1)
+            self.emit(b.zero(st.dst), ind + 1)
         elif isinstance(st, SConcat):
             self.concat(st, ind)
         elif isinstance(st, SExtract):

@@ -7,7 +7,9 @@ Kernel shapes (the same as the library's hand-written ones, which is what makes 
   not depend on the number of threads (and equals the library's chunked float64 sums);
 - elements are visited in tiles of 4096 (a multiple of 8: tiles own whole bytes of every packed
   field, so no two threads write the same byte); codes go to a tile buffer, packed a word at a time;
-- indices proven in range are unsigned and conversions are selects, so that LLVM vectorizes bodies.
+- indices proven in range are unsigned and conversions are selects, so that LLVM vectorizes bodies;
+- every parallel kernel has a serial twin, used below ``PARALLEL_MIN`` elements (the library's
+  threshold), where waking threads costs more than it saves.
 
 ``filter`` counts then gathers per chunk (two passes, as the library's selection does); ``sort`` is a
 stable merge sort, or NumPy's stable argsort when the comparison is ``a < b``/``a > b`` on the
@@ -181,6 +183,9 @@ class NumbaBackend:
     def flag_read(self) -> str:
         return "oob[0]"
 
+    def zero(self, name: str) -> str:
+        return f"(k_zero if {name}.size >= PARALLEL_MIN else k_zero_s)({name})"
+
     def alloc(self, elem: T.Type, length: str) -> str:
         return f"np.empty({length}, dtype={NP_DTYPE[elem.plain().kind]})"
 
@@ -280,10 +285,8 @@ class NumbaBackend:
             ]
             lines += ["    " + x for x in bufs + tile]
         args = sorted(uses.names)
-        self.kernels.append(
-            f"@_pjit\ndef {kname}(n_loop, {', '.join(args)}):\n" + "\n".join("    " + x for x in lines) + "\n"
-        )
-        call = f"{kname}({st.length}, {', '.join(args)})"
+        self.parallel_pair(kname, f"n_loop, {', '.join(args)}", lines)
+        call = f"{self.pick(kname, st.length)}({st.length}, {', '.join(args)})"
         out: list[str] = []
         if reduces:
             temps = [r.temp for r in reduces]
@@ -293,6 +296,16 @@ class NumbaBackend:
         else:
             out.append(call)
         return out + drv.oob_check(uses.checked)
+
+    def parallel_pair(self, kname: str, params: str, lines: list[str]) -> None:
+        """A kernel twice: parallel (``prange``) and serial, for small sizes that a thread wake-up costs more."""
+        body = "\n".join("    " + x for x in lines) + "\n"
+        self.kernels.append(f"@_pjit\ndef {kname}(" + params + "):\n" + body)
+        self.kernels.append(f"@_jit\ndef {kname}_s(" + params + "):\n" + body.replace("prange(", "range("))
+
+    @staticmethod
+    def pick(kname: str, length: str) -> str:
+        return f"({kname} if {length} >= PARALLEL_MIN else {kname}_s)"
 
     def launch_filter(self, st: SFilter, drv: Driver) -> list[str]:
         uses = KernelNames()
@@ -333,10 +346,9 @@ class NumbaBackend:
             "            o += 1",
             "return out",
         ]
-        self.kernels.append(
-            f"@_pjit\ndef {kname}(n_loop, {', '.join(args)}):\n" + "\n".join("    " + x for x in lines) + "\n"
-        )
-        return [f"{st.dst} = {kname}({st.src.length}, {', '.join(args)})"] + drv.oob_check(uses.checked)
+        self.parallel_pair(kname, f"n_loop, {', '.join(args)}", lines)
+        call = f"{self.pick(kname, st.src.length)}({st.src.length}, {', '.join(args)})"
+        return [f"{st.dst} = {call}"] + drv.oob_check(uses.checked)
 
     def launch_sort(self, st: SSort, drv: Driver) -> list[str]:
         kname = self._kname("sort", st.uid)

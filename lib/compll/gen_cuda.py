@@ -225,6 +225,9 @@ class CudaBackend:
     def flag_read(self) -> str:
         return "int(oob.get()[0])"
 
+    def zero(self, name: str) -> str:
+        return f"{name}[:] = 0"
+
     def alloc(self, elem: T.Type, length: str) -> str:
         return f"CR.empty({length}, {_host_np(ELEM_C[elem.plain().kind])})"
 

@@ -136,3 +136,24 @@ def test_user_spec_cannot_take_a_builtin_name(tmp_path):
     with pytest.raises(CompLLError, match="already registered"):
         load_dir(d, cache=CACHE)
     assert create("tbq").__module__.startswith("hipress.compress")
+
+
+def test_install_builtins_replaces_only_what_was_measured_faster():
+    from hipress.compll import install_builtins
+    from hipress.compll.builtins import REPLACE, generated_class
+    from hipress.compress.registry import get_class, register
+
+    before = {n: get_class(n) for n in BUILTINS}
+    try:
+        assert sorted(install_builtins()) == sorted(REPLACE)
+        for n in BUILTINS:
+            cls = get_class(n)
+            assert (cls is generated_class(n)) == (n in REPLACE), n
+        x = torch.randn(3000)
+        for n in REPLACE:  # same bytes as the hand-written class it replaced
+            assert torch.equal(create(n).encode(x, GradientState(seed=1)), before[n]().encode(x, GradientState(seed=1)))
+        assert install_builtins() == []  # idempotent
+    finally:
+        for n, cls in before.items():
+            unregister(n)
+            register(cls)

@@ -13,8 +13,8 @@ from numba import prange
 
 from hipress.compll.runtime import host as H
 from hipress.compll.runtime.numba_rt import (
-    CHUNK, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_pack, k_rd, k_rdp, k_rng, k_shl,
-    k_shr, k_uniform, k_unpack,
+    CHUNK, PARALLEL_MIN, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_pack, k_rd, k_rdp, k_rng, k_shl,
+    k_shr, k_uniform, k_unpack, k_zero, k_zero_s,
 )
 
 TILE = 4096  # elements per tile: a multiple of 8 and a divisor of CHUNK
@@ -97,9 +97,38 @@ def loope1(n_loop, init_t_reduce, v_gradient):
         r0 = le_count(r0, part0[c])
     return r0,
 
+@_jit
+def loope1_s(n_loop, init_t_reduce, v_gradient):
+    nch = (n_loop + CHUNK - 1) // CHUNK
+    part0 = np.empty(nch, dtype=np.int64)
+    for c in range(nch):
+        s = np.int64(c) * CHUNK
+        e = min(n_loop, s + CHUNK)
+        acc0 = init_t_reduce
+        for t0 in range(s, e, TILE):
+            te = min(e, t0 + TILE)
+            for i in range(t0, te):
+                u = np.uint64(i)
+                acc0 = le_count(acc0, le_nonfinite(v_gradient[np.uint64(i)]))
+        part0[c] = acc0
+    r0 = init_t_reduce
+    for c in range(nch):
+        r0 = le_count(r0, part0[c])
+    return r0,
+
 @_pjit
 def loope2(n_loop, v_gradient, v_m, v_momentum, v_residual):
     for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            v_momentum[u] = le_velocity(i, v_gradient, v_m, v_momentum)
+            v_residual[u] = le_accumulate(i, v_momentum, v_residual)
+
+@_jit
+def loope2_s(n_loop, v_gradient, v_m, v_momentum, v_residual):
+    for tl in range((n_loop + TILE - 1) // TILE):
         t0 = np.int64(tl) * TILE
         te = min(n_loop, t0 + TILE)
         for i in range(t0, te):
@@ -116,9 +145,27 @@ def loope4(n_loop, v_gradient, v_residual):
             u = np.uint64(i)
             v_residual[u] = le_accumulate_1(i, v_gradient, v_residual)
 
+@_jit
+def loope4_s(n_loop, v_gradient, v_residual):
+    for tl in range((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            v_residual[u] = le_accumulate_1(i, v_gradient, v_residual)
+
 @_pjit
 def loope5(n_loop, oob, seed, t_unsorted, v_n, v_ns, v_residual):
     for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            t_unsorted[u] = le_sampled(i, i, seed, oob, v_n, v_ns, v_residual)
+
+@_jit
+def loope5_s(n_loop, oob, seed, t_unsorted, v_n, v_ns, v_residual):
+    for tl in range((n_loop + TILE - 1) // TILE):
         t0 = np.int64(tl) * TILE
         te = min(n_loop, t0 + TILE)
         for i in range(t0, te):
@@ -147,6 +194,33 @@ def filtere7(n_loop, oob, v_residual, v_thr):
         counts[c + 1] += counts[c]
     out = np.empty(counts[nch], dtype=np.int32)
     for c in prange(nch):
+        s = np.int64(c) * CHUNK
+        e = min(n_loop, s + CHUNK)
+        o = counts[c]
+        for i in range(s, e):
+            x = i
+            if le_selected(x, oob, v_residual, v_thr):
+                out[o] = x
+                o += 1
+    return out
+
+@_jit
+def filtere7_s(n_loop, oob, v_residual, v_thr):
+    nch = (n_loop + CHUNK - 1) // CHUNK
+    counts = np.zeros(nch + 1, dtype=np.int64)
+    for c in range(nch):
+        s = np.int64(c) * CHUNK
+        e = min(n_loop, s + CHUNK)
+        k = 0
+        for i in range(s, e):
+            x = i
+            if le_selected(x, oob, v_residual, v_thr):
+                k += 1
+        counts[c + 1] = k
+    for c in range(nch):
+        counts[c + 1] += counts[c]
+    out = np.empty(counts[nch], dtype=np.int32)
+    for c in range(nch):
         s = np.int64(c) * CHUNK
         e = min(n_loop, s + CHUNK)
         o = counts[c]
@@ -200,6 +274,15 @@ def loope9(n_loop, oob, t_unsorted_2, v_ranked):
             t_unsorted_2[u] = le_first(i, oob, v_ranked)
 
 @_jit
+def loope9_s(n_loop, oob, t_unsorted_2, v_ranked):
+    for tl in range((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            t_unsorted_2[u] = le_first(i, oob, v_ranked)
+
+@_jit
 def sorte10(src):
     order = np.argsort(src.astype(np.int64), kind='mergesort')
     return src[order]
@@ -207,6 +290,16 @@ def sorte10(src):
 @_pjit
 def loope11(n_loop, oob, reg1, reg2, v_idx, v_residual):
     for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            reg1[u] = np.int64(v_idx[np.uint64(i)])
+            reg2[u] = le_value(np.int64(v_idx[np.uint64(i)]), oob, v_residual)
+
+@_jit
+def loope11_s(n_loop, oob, reg1, reg2, v_idx, v_residual):
+    for tl in range((n_loop + TILE - 1) // TILE):
         t0 = np.int64(tl) * TILE
         te = min(n_loop, t0 + TILE)
         for i in range(t0, te):
@@ -254,6 +347,25 @@ def loopd1(n_loop, init_t_reduce, oob, v_idx, v_n):
     return r0,
 
 @_jit
+def loopd1_s(n_loop, init_t_reduce, oob, v_idx, v_n):
+    nch = (n_loop + CHUNK - 1) // CHUNK
+    part0 = np.empty(nch, dtype=np.int64)
+    for c in range(nch):
+        s = np.int64(c) * CHUNK
+        e = min(n_loop, s + CHUNK)
+        acc0 = init_t_reduce
+        for t0 in range(s, e, TILE):
+            te = min(e, t0 + TILE)
+            for i in range(t0, te):
+                u = np.uint64(i)
+                acc0 = ld_count(acc0, ld_misplaced(i, oob, v_idx, v_n))
+        part0[c] = acc0
+    r0 = init_t_reduce
+    for c in range(nch):
+        r0 = ld_count(r0, part0[c])
+    return r0,
+
+@_jit
 def scatterd2(n_loop, add, oob, v_gradient, v_idx, v_val):
     for j in range(n_loop):
         i = np.int64(v_idx[np.uint64(j)])
@@ -278,7 +390,7 @@ def encode(ctx, gradient, states, params, seed):
     with np.errstate(all="ignore"):  # IEEE results (inf, nan), as in the kernels
         v_n = n_elems
         init_t_reduce = 0
-        t_reduce, = loope1(n_elems, init_t_reduce, v_gradient)
+        t_reduce, = (loope1 if n_elems >= PARALLEL_MIN else loope1_s)(n_elems, init_t_reduce, v_gradient)
         t_reduce = int(t_reduce)
         if not (t_reduce == 0):
             ctx.fail('gradient contains NaN or Inf')
@@ -286,26 +398,26 @@ def encode(ctx, gradient, states, params, seed):
             v_m = np.float32(p_momentum)
             v_residual = states[0]
             v_momentum = states[1]
-            loope2(v_n, v_gradient, v_m, v_momentum, v_residual)
+            (loope2 if v_n >= PARALLEL_MIN else loope2_s)(v_n, v_gradient, v_m, v_momentum, v_residual)
         else:
             v_residual = states[0]
-            loope4(v_n, v_gradient, v_residual)
+            (loope4 if v_n >= PARALLEL_MIN else loope4_s)(v_n, v_gradient, v_residual)
         v_ns = H.min_(v_n, H.max_(1024, H.f2i(np.ceil((np.float64(v_n) * p_sample_ratio)))))
         t_unsorted = np.empty(v_ns, dtype=np.float32)
         v_residual = states[0]
-        loope5(v_ns, oob, seed, t_unsorted, v_n, v_ns, v_residual)
+        (loope5 if v_ns >= PARALLEL_MIN else loope5_s)(v_ns, oob, seed, t_unsorted, v_n, v_ns, v_residual)
         t_sorted = sorte6(t_unsorted)
         v_sample = t_sorted
         v_ks = H.min_(v_ns, H.max_(1, H.f2i(np.ceil((np.float64(v_ns) * p_ratio)))))
         v_thr = (H.rd(v_sample, (v_ks - 1), 'sample') if (v_ns > 0) else np.float32(0.0))
-        t_filter = filtere7(v_n, oob, v_residual, v_thr)
+        t_filter = (filtere7 if v_n >= PARALLEL_MIN else filtere7_s)(v_n, oob, v_residual, v_thr)
         v_idx = t_filter
         v_k = H.min_(v_n, H.max_(1, H.f2i(np.ceil((np.float64(v_n) * p_ratio)))))
         if (int(v_idx.shape[0]) > v_k):
             t_sorted_2 = sorte8(v_idx, oob, v_residual)
             v_ranked = t_sorted_2
             t_unsorted_2 = np.empty(v_k, dtype=np.int32)
-            loope9(v_k, oob, t_unsorted_2, v_ranked)
+            (loope9 if v_k >= PARALLEL_MIN else loope9_s)(v_k, oob, t_unsorted_2, v_ranked)
             t_sorted_3 = sorte10(t_unsorted_2)
             v_idx = t_sorted_3
         extra = H.pack('<I', H.clampu(int(v_idx.shape[0]), 4294967295))
@@ -317,7 +429,7 @@ def encode(ctx, gradient, states, params, seed):
         body = ctx.alloc(extra, body_len)
         reg1 = body[off1:off1 + nb1].view(np.int32)
         reg2 = body[off2:off2 + nb2].view(np.float32)
-        loope11(v_idx.shape[0], oob, reg1, reg2, v_idx, v_residual)
+        (loope11 if v_idx.shape[0] >= PARALLEL_MIN else loope11_s)(v_idx.shape[0], oob, reg1, reg2, v_idx, v_residual)
         val_13 = np.float32(0.0)
         scattere13(v_idx.shape[0], oob, v_idx, v_residual, val_13)
         if oob[0]:
@@ -362,13 +474,13 @@ def decode(ctx, extra, body, out, add, params):
         if not (v_k <= v_n):
             ctx.fail('payload claims more kept elements than the gradient has')
         init_t_reduce = 0
-        t_reduce, = loopd1(v_k, init_t_reduce, oob, v_idx, v_n)
+        t_reduce, = (loopd1 if v_k >= PARALLEL_MIN else loopd1_s)(v_k, init_t_reduce, oob, v_idx, v_n)
         t_reduce = int(t_reduce)
         v_bad = t_reduce
         if not (v_bad == 0):
             ctx.fail('payload body is corrupted (indices out of range or unsorted)')
         if not add:
-            v_gradient[:] = 0
+            (k_zero if v_gradient.size >= PARALLEL_MIN else k_zero_s)(v_gradient)
         scatterd2(len_idx, add, oob, v_gradient, v_idx, v_val)
         if oob[0]:
             ctx.fail('a vector index is out of range (reads at 0:0)')

@@ -13,8 +13,8 @@ from numba import prange
 
 from hipress.compll.runtime import host as H
 from hipress.compll.runtime.numba_rt import (
-    CHUNK, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_pack, k_rd, k_rdp, k_rng, k_shl,
-    k_shr, k_uniform, k_unpack,
+    CHUNK, PARALLEL_MIN, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_pack, k_rd, k_rdp, k_rng, k_shl,
+    k_shr, k_uniform, k_unpack, k_zero, k_zero_s,
 )
 
 TILE = 4096  # elements per tile: a multiple of 8 and a divisor of CHUNK
@@ -125,9 +125,68 @@ def loope1(n_loop, init_t_reduce, init_t_reduce_2, init_t_reduce_3, init_t_reduc
         r4 = le_count(r4, part4[c])
     return r0, r1, r2, r3, r4
 
+@_jit
+def loope1_s(n_loop, init_t_reduce, init_t_reduce_2, init_t_reduce_3, init_t_reduce_4, init_t_reduce_5, v_gradient, v_residual):
+    nch = (n_loop + CHUNK - 1) // CHUNK
+    part0 = np.empty(nch, dtype=np.float64)
+    part1 = np.empty(nch, dtype=np.float64)
+    part2 = np.empty(nch, dtype=np.float64)
+    part3 = np.empty(nch, dtype=np.float64)
+    part4 = np.empty(nch, dtype=np.int64)
+    for c in range(nch):
+        s = np.int64(c) * CHUNK
+        e = min(n_loop, s + CHUNK)
+        acc0 = init_t_reduce
+        acc1 = init_t_reduce_2
+        acc2 = init_t_reduce_3
+        acc3 = init_t_reduce_4
+        acc4 = init_t_reduce_5
+        for t0 in range(s, e, TILE):
+            te = min(e, t0 + TILE)
+            for i in range(t0, te):
+                u = np.uint64(i)
+                acc0 = le_add(acc0, le_pos_part(le_corrected(i, v_gradient, v_residual)))
+                acc1 = le_add(acc1, le_pos_count(le_corrected(i, v_gradient, v_residual)))
+                acc2 = le_add(acc2, le_neg_part(le_corrected(i, v_gradient, v_residual)))
+                acc3 = le_add(acc3, le_neg_count(le_corrected(i, v_gradient, v_residual)))
+                acc4 = le_count(acc4, le_nonfinite(le_corrected(i, v_gradient, v_residual)))
+        part0[c] = acc0
+        part1[c] = acc1
+        part2[c] = acc2
+        part3[c] = acc3
+        part4[c] = acc4
+    r0 = init_t_reduce
+    for c in range(nch):
+        r0 = le_add(r0, part0[c])
+    r1 = init_t_reduce_2
+    for c in range(nch):
+        r1 = le_add(r1, part1[c])
+    r2 = init_t_reduce_3
+    for c in range(nch):
+        r2 = le_add(r2, part2[c])
+    r3 = init_t_reduce_4
+    for c in range(nch):
+        r3 = le_add(r3, part3[c])
+    r4 = init_t_reduce_5
+    for c in range(nch):
+        r4 = le_count(r4, part4[c])
+    return r0, r1, r2, r3, r4
+
 @_pjit
 def loope6(n_loop, reg2, v_gradient, v_neg, v_pos, v_residual):
     for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        cb2 = np.empty(TILE, dtype=np.uint8)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            cb2[np.uint64(i - t0)] = np.uint8(le_sign(le_corrected(i, v_gradient, v_residual)))
+            v_residual[u] = le_remainder(i, v_gradient, v_neg, v_pos, v_residual)
+        k_pack(cb2, te - t0, reg2, (t0 >> 3) * 1, 1)
+
+@_jit
+def loope6_s(n_loop, reg2, v_gradient, v_neg, v_pos, v_residual):
+    for tl in range((n_loop + TILE - 1) // TILE):
         t0 = np.int64(tl) * TILE
         te = min(n_loop, t0 + TILE)
         cb2 = np.empty(TILE, dtype=np.uint8)
@@ -146,9 +205,31 @@ def loope8(n_loop, v_residual):
             u = np.uint64(i)
             v_residual[u] = le_zero(i)
 
+@_jit
+def loope8_s(n_loop, v_residual):
+    for tl in range((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            v_residual[u] = le_zero(i)
+
 @_pjit
 def loopd1(n_loop, add, v_bits, v_gradient, v_neg, v_pos):
     for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            x_v_gradient = ld_value(i, v_bits, v_neg, v_pos)
+            if add:
+                v_gradient[u] += x_v_gradient
+            else:
+                v_gradient[u] = x_v_gradient
+
+@_jit
+def loopd1_s(n_loop, add, v_bits, v_gradient, v_neg, v_pos):
+    for tl in range((n_loop + TILE - 1) // TILE):
         t0 = np.int64(tl) * TILE
         te = min(n_loop, t0 + TILE)
         for i in range(t0, te):
@@ -173,7 +254,7 @@ def encode(ctx, gradient, states, params, seed):
         init_t_reduce_3 = np.float64(0.0)
         init_t_reduce_4 = np.float64(0.0)
         init_t_reduce_5 = 0
-        t_reduce, t_reduce_2, t_reduce_3, t_reduce_4, t_reduce_5, = loope1(v_n, init_t_reduce, init_t_reduce_2, init_t_reduce_3, init_t_reduce_4, init_t_reduce_5, v_gradient, v_residual)
+        t_reduce, t_reduce_2, t_reduce_3, t_reduce_4, t_reduce_5, = (loope1 if v_n >= PARALLEL_MIN else loope1_s)(v_n, init_t_reduce, init_t_reduce_2, init_t_reduce_3, init_t_reduce_4, init_t_reduce_5, v_gradient, v_residual)
         t_reduce = np.float64(t_reduce)
         t_reduce_2 = np.float64(t_reduce_2)
         t_reduce_3 = np.float64(t_reduce_3)
@@ -192,9 +273,9 @@ def encode(ctx, gradient, states, params, seed):
         body_len = off2 + nb2
         body = ctx.alloc(extra, body_len)
         reg2 = body[off2:off2 + nb2]
-        loope6(v_n, reg2, v_gradient, v_neg, v_pos, v_residual)
+        (loope6 if v_n >= PARALLEL_MIN else loope6_s)(v_n, reg2, v_gradient, v_neg, v_pos, v_residual)
         if (v_bad > 0):
-            loope8(v_n, v_residual)
+            (loope8 if v_n >= PARALLEL_MIN else loope8_s)(v_n, v_residual)
         if not (v_bad == 0):
             ctx.fail('gradient contains NaN or Inf')
 
@@ -221,7 +302,7 @@ def decode(ctx, extra, body, out, add, params):
             ctx.fail(f"payload too long: {body_n - pos} bytes after the last field")
         if not (((np.isfinite(v_pos) and np.isfinite(v_neg)) and (v_pos >= np.float32(0.0))) and (v_neg <= np.float32(0.0))):
             ctx.fail('onebit payload has invalid scales')
-        loopd1(n_elems, add, v_bits, v_gradient, v_neg, v_pos)
+        (loopd1 if n_elems >= PARALLEL_MIN else loopd1_s)(n_elems, add, v_bits, v_gradient, v_neg, v_pos)
 
 def decode_buffer(buffer, out, add=False, params=None, xp=np):
     """Decode a buffer made by ``encode`` with a ``BufferContext`` (HiPress's concat layout)."""

@@ -13,8 +13,8 @@ from numba import prange
 
 from hipress.compll.runtime import host as H
 from hipress.compll.runtime.numba_rt import (
-    CHUNK, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_pack, k_rd, k_rdp, k_rng, k_shl,
-    k_shr, k_uniform, k_unpack,
+    CHUNK, PARALLEL_MIN, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_pack, k_rd, k_rdp, k_rng, k_shl,
+    k_shr, k_uniform, k_unpack, k_zero, k_zero_s,
 )
 
 TILE = 4096  # elements per tile: a multiple of 8 and a divisor of CHUNK
@@ -88,9 +88,41 @@ def loope1(n_loop, init_t_reduce, reg1, v_gradient, v_residual, v_tau):
         r0 = le_count(r0, part0[c])
     return r0,
 
+@_jit
+def loope1_s(n_loop, init_t_reduce, reg1, v_gradient, v_residual, v_tau):
+    nch = (n_loop + CHUNK - 1) // CHUNK
+    part0 = np.empty(nch, dtype=np.int64)
+    for c in range(nch):
+        s = np.int64(c) * CHUNK
+        e = min(n_loop, s + CHUNK)
+        acc0 = init_t_reduce
+        cb1 = np.empty(TILE, dtype=np.uint8)
+        for t0 in range(s, e, TILE):
+            te = min(e, t0 + TILE)
+            for i in range(t0, te):
+                u = np.uint64(i)
+                cb1[np.uint64(i - t0)] = np.uint8(le_quantize(le_corrected(i, v_gradient, v_residual), v_tau))
+                acc0 = le_count(acc0, le_nonfinite(le_corrected(i, v_gradient, v_residual)))
+                v_residual[u] = le_remainder(i, v_gradient, v_residual, v_tau)
+            k_pack(cb1, te - t0, reg1, (t0 >> 3) * 2, 2)
+        part0[c] = acc0
+    r0 = init_t_reduce
+    for c in range(nch):
+        r0 = le_count(r0, part0[c])
+    return r0,
+
 @_pjit
 def loope4(n_loop, v_residual):
     for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            v_residual[u] = le_zero(i)
+
+@_jit
+def loope4_s(n_loop, v_residual):
+    for tl in range((n_loop + TILE - 1) // TILE):
         t0 = np.int64(tl) * TILE
         te = min(n_loop, t0 + TILE)
         for i in range(t0, te):
@@ -102,6 +134,30 @@ def loopd1(n_loop, add, init_t_reduce, v_gradient, v_q, v_tau):
     nch = (n_loop + CHUNK - 1) // CHUNK
     part0 = np.empty(nch, dtype=np.int64)
     for c in prange(nch):
+        s = np.int64(c) * CHUNK
+        e = min(n_loop, s + CHUNK)
+        acc0 = init_t_reduce
+        for t0 in range(s, e, TILE):
+            te = min(e, t0 + TILE)
+            for i in range(t0, te):
+                u = np.uint64(i)
+                x_v_gradient = ld_value(i, v_q, v_tau)
+                if add:
+                    v_gradient[u] += x_v_gradient
+                else:
+                    v_gradient[u] = x_v_gradient
+                acc0 = ld_count(acc0, ld_invalid(i, v_q))
+        part0[c] = acc0
+    r0 = init_t_reduce
+    for c in range(nch):
+        r0 = ld_count(r0, part0[c])
+    return r0,
+
+@_jit
+def loopd1_s(n_loop, add, init_t_reduce, v_gradient, v_q, v_tau):
+    nch = (n_loop + CHUNK - 1) // CHUNK
+    part0 = np.empty(nch, dtype=np.int64)
+    for c in range(nch):
         s = np.int64(c) * CHUNK
         e = min(n_loop, s + CHUNK)
         acc0 = init_t_reduce
@@ -139,11 +195,11 @@ def encode(ctx, gradient, states, params, seed):
         v_residual = states[0]
         reg1 = body[off1:off1 + nb1]
         init_t_reduce = 0
-        t_reduce, = loope1(v_n, init_t_reduce, reg1, v_gradient, v_residual, v_tau)
+        t_reduce, = (loope1 if v_n >= PARALLEL_MIN else loope1_s)(v_n, init_t_reduce, reg1, v_gradient, v_residual, v_tau)
         t_reduce = int(t_reduce)
         v_bad = t_reduce
         if (v_bad > 0):
-            loope4(v_n, v_residual)
+            (loope4 if v_n >= PARALLEL_MIN else loope4_s)(v_n, v_residual)
         if not (v_bad == 0):
             ctx.fail('gradient contains NaN or Inf')
 
@@ -171,7 +227,7 @@ def decode(ctx, extra, body, out, add, params):
         if not (v_tau > np.float32(0.0)):
             ctx.fail('tbq payload has a malformed extra header (tau)')
         init_t_reduce = 0
-        t_reduce, = loopd1(n_elems, add, init_t_reduce, v_gradient, v_q, v_tau)
+        t_reduce, = (loopd1 if n_elems >= PARALLEL_MIN else loopd1_s)(n_elems, add, init_t_reduce, v_gradient, v_q, v_tau)
         t_reduce = int(t_reduce)
         v_bad = t_reduce
         if not (v_bad == 0):

@@ -13,8 +13,8 @@ from numba import prange
 
 from hipress.compll.runtime import host as H
 from hipress.compll.runtime.numba_rt import (
-    CHUNK, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_pack, k_rd, k_rdp, k_rng, k_shl,
-    k_shr, k_uniform, k_unpack,
+    CHUNK, PARALLEL_MIN, k_clampu, k_f2i, k_f2u, k_i64, k_idiv, k_imod, k_max_, k_min_, k_pack, k_rd, k_rdp, k_rng, k_shl,
+    k_shr, k_uniform, k_unpack, k_zero, k_zero_s,
 )
 
 TILE = 4096  # elements per tile: a multiple of 8 and a divisor of CHUNK
@@ -89,6 +89,39 @@ def loope1(n_loop, init_t_reduce, init_t_reduce_2, init_t_reduce_3, v_gradient):
         r2 = le_smaller(r2, part2[c])
     return r0, r1, r2
 
+@_jit
+def loope1_s(n_loop, init_t_reduce, init_t_reduce_2, init_t_reduce_3, v_gradient):
+    nch = (n_loop + CHUNK - 1) // CHUNK
+    part0 = np.empty(nch, dtype=np.int64)
+    part1 = np.empty(nch, dtype=np.float32)
+    part2 = np.empty(nch, dtype=np.float32)
+    for c in range(nch):
+        s = np.int64(c) * CHUNK
+        e = min(n_loop, s + CHUNK)
+        acc0 = init_t_reduce
+        acc1 = init_t_reduce_2
+        acc2 = init_t_reduce_3
+        for t0 in range(s, e, TILE):
+            te = min(e, t0 + TILE)
+            for i in range(t0, te):
+                u = np.uint64(i)
+                acc0 = le_count(acc0, le_nonfinite(v_gradient[np.uint64(i)]))
+                acc1 = le_larger(acc1, v_gradient[np.uint64(i)])
+                acc2 = le_smaller(acc2, v_gradient[np.uint64(i)])
+        part0[c] = acc0
+        part1[c] = acc1
+        part2[c] = acc2
+    r0 = init_t_reduce
+    for c in range(nch):
+        r0 = le_count(r0, part0[c])
+    r1 = init_t_reduce_2
+    for c in range(nch):
+        r1 = le_larger(r1, part1[c])
+    r2 = init_t_reduce_3
+    for c in range(nch):
+        r2 = le_smaller(r2, part2[c])
+    return r0, r1, r2
+
 @_pjit
 def loope4(n_loop, p_stochastic, reg4, seed, v_gap, v_gradient, v_min, w_bitwidth):
     for tl in prange((n_loop + TILE - 1) // TILE):
@@ -100,9 +133,33 @@ def loope4(n_loop, p_stochastic, reg4, seed, v_gap, v_gradient, v_min, w_bitwidt
             cb4[np.uint64(i - t0)] = np.uint8(le_floatToUint(i, i, seed, p_stochastic, v_gap, v_gradient, v_min, w_bitwidth))
         k_pack(cb4, te - t0, reg4, (t0 >> 3) * w_bitwidth, w_bitwidth)
 
+@_jit
+def loope4_s(n_loop, p_stochastic, reg4, seed, v_gap, v_gradient, v_min, w_bitwidth):
+    for tl in range((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        cb4 = np.empty(TILE, dtype=np.uint8)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            cb4[np.uint64(i - t0)] = np.uint8(le_floatToUint(i, i, seed, p_stochastic, v_gap, v_gradient, v_min, w_bitwidth))
+        k_pack(cb4, te - t0, reg4, (t0 >> 3) * w_bitwidth, w_bitwidth)
+
 @_pjit
 def loopd1(n_loop, add, v_Q, v_gap, v_gradient, v_min, w_bitwidth):
     for tl in prange((n_loop + TILE - 1) // TILE):
+        t0 = np.int64(tl) * TILE
+        te = min(n_loop, t0 + TILE)
+        for i in range(t0, te):
+            u = np.uint64(i)
+            x_v_gradient = ld_uintToFloat(i, v_Q, v_gap, v_min, w_bitwidth)
+            if add:
+                v_gradient[u] += x_v_gradient
+            else:
+                v_gradient[u] = x_v_gradient
+
+@_jit
+def loopd1_s(n_loop, add, v_Q, v_gap, v_gradient, v_min, w_bitwidth):
+    for tl in range((n_loop + TILE - 1) // TILE):
         t0 = np.int64(tl) * TILE
         te = min(n_loop, t0 + TILE)
         for i in range(t0, te):
@@ -129,7 +186,7 @@ def encode(ctx, gradient, states, params, seed):
         init_t_reduce = 0
         init_t_reduce_2 = v_first
         init_t_reduce_3 = v_first
-        t_reduce, t_reduce_2, t_reduce_3, = loope1(n_elems, init_t_reduce, init_t_reduce_2, init_t_reduce_3, v_gradient)
+        t_reduce, t_reduce_2, t_reduce_3, = (loope1 if n_elems >= PARALLEL_MIN else loope1_s)(n_elems, init_t_reduce, init_t_reduce_2, init_t_reduce_3, v_gradient)
         t_reduce = int(t_reduce)
         t_reduce_2 = np.float32(t_reduce_2)
         t_reduce_3 = np.float32(t_reduce_3)
@@ -146,7 +203,7 @@ def encode(ctx, gradient, states, params, seed):
         body_len = off4 + nb4
         body = ctx.alloc(extra, body_len)
         reg4 = body[off4:off4 + nb4]
-        loope4(v_n, p_stochastic, reg4, seed, v_gap, v_gradient, v_min, w_bitwidth)
+        (loope4 if v_n >= PARALLEL_MIN else loope4_s)(v_n, p_stochastic, reg4, seed, v_gap, v_gradient, v_min, w_bitwidth)
 
 def decode(ctx, extra, body, out, add, params):
     """TernGradDecode of terngrad.pse (generated)."""
@@ -177,7 +234,7 @@ def decode(ctx, extra, body, out, add, params):
         if not ((np.isfinite(v_min) and np.isfinite(v_max)) and (v_min <= v_max)):
             ctx.fail('terngrad payload header is invalid')
         v_gap = ((v_max - v_min) / np.float32((H.shl(1, v_bitwidth) - 1)))
-        loopd1(n_elems, add, v_Q, v_gap, v_gradient, v_min, w_bitwidth)
+        (loopd1 if n_elems >= PARALLEL_MIN else loopd1_s)(n_elems, add, v_Q, v_gap, v_gradient, v_min, w_bitwidth)
 
 def decode_buffer(buffer, out, add=False, params=None, xp=np):
     """Decode a buffer made by ``encode`` with a ``BufferContext`` (HiPress's concat layout)."""

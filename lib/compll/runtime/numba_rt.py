@@ -11,6 +11,11 @@ import numpy as np
 
 from hipress.compress.kernels.cpu import CHUNK, uniform01  # noqa: F401  (re-exported to kernels)
 
+try:  # the library's threshold below which kernels run serially
+    from hipress.compress.kernels.cpu import PARALLEL_MIN
+except ImportError:  # pragma: no cover - an older library
+    PARALLEL_MIN = 1 << 17
+
 _h = nb.njit(cache=True, nogil=True, inline="always", error_model="numpy")
 
 
@@ -155,3 +160,15 @@ def k_pack(cb, m, reg, off, bits):
         for k in range(rest):
             b |= np.int64(cb[np.uint64(nfull * per + k)]) << (k * bits)
         reg[np.uint64(off + nfull)] = np.uint8(b)
+
+
+def _zero(a):
+    """a[:] = 0 on every core: a decoder's output is as large as the gradient."""
+    n = a.size
+    for t in nb.prange((n + 65535) // 65536):
+        for i in range(t * 65536, min(n, t * 65536 + 65536)):
+            a[np.uint64(i)] = 0
+
+
+k_zero = nb.njit(cache=True, nogil=True, parallel=True)(_zero)
+k_zero_s = nb.njit(cache=True, nogil=True)(_zero)
