@@ -125,3 +125,39 @@ def test_malformed_payloads_are_rejected(ops):
     huge[20:24] = torch.tensor([255, 255, 255, 127], dtype=torch.uint8)  # count of kept: 2^31 - 1
     with pytest.raises(CompressionError, match="truncated"):
         ops.decode(seal(huge), out=torch.empty(100))
+
+
+@pytest.fixture(scope="module")
+def terngrad_verbatim():
+    """The body module generated from HiPress's TernGradEncode.pse, as written."""
+    import importlib.util
+
+    from hipress.compll.loader import read_spec, write_modules
+
+    _, checked = read_spec(DATA / "TernGradEncode.pse")
+    out = CACHE / "terngrad_verbatim"
+    (path,) = write_modules(checked, out, body=True, flavors=("cpu",))
+    spec = importlib.util.spec_from_file_location("hipress_compll_test_terngradencode_cpu", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.one_of(st.sampled_from([1, 7]), st.integers(1, 3000)), bits=st.sampled_from([1, 2, 4, 8]),
+       seed=st.integers(0, 2**31))
+def test_hipress_terngrad_spec_gives_the_library_bytes(terngrad_verbatim, n, bits, seed):
+    """concat(bitwidth, tail, min, max, Q) == the library's extra header + body, same input and seed.
+
+    The verbatim spec's reduce starts from -99999/99999 and its u_greater keeps the later of two
+    equal values: equal to the library for gradients within those bounds and without -0.0.
+    """
+    from hipress.compll.runtime.host import BufferContext
+    from hipress.compress import create
+
+    x = gradient(n, "normal", seed) * 100 + 0.0
+    st_ = GradientState(seed=seed)
+    ctx = BufferContext()
+    terngrad_verbatim.encode(ctx, x.numpy(), (), {"bitwidth": bits}, st_.step_seed())
+    lib = create("terngrad", bits=bits).encode(x, GradientState(seed=seed))
+    assert ctx.buffer.tobytes() == lib[20:].numpy().tobytes()
