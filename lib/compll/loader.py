@@ -74,10 +74,12 @@ def write_modules(
     paths = []
     for fname, text in files.items():
         path = out / fname
+        paths.append(path)
+        if path.exists() and path.read_text() == text:
+            continue  # unchanged: keep its mtime, and numba's cache of it valid
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text)
         os.replace(tmp, path)
-        paths.append(path)
     return paths
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import sys
 
 import numpy as np
 import pytest
@@ -137,8 +138,10 @@ def terngrad_verbatim():
     _, checked = read_spec(DATA / "TernGradEncode.pse")
     out = CACHE / "terngrad_verbatim"
     (path,) = write_modules(checked, out, body=True, flavors=("cpu",))
-    spec = importlib.util.spec_from_file_location("hipress_compll_test_terngradencode_cpu", path)
+    name = "hipress_compll_test_terngradencode_cpu"  # numba's cache finds callees by module name
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
 
