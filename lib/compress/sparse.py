@@ -114,8 +114,12 @@ def accumulate(x: torch.Tensor, state: GradientState | None) -> torch.Tensor:
 
 
 def top_by_magnitude(idx: torch.Tensor, val: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The k largest |val| of a selection, indices kept ascending."""
+    """The k largest |val| of a selection, indices kept ascending.
+
+    Ties in |val| go to the lower index (a stable sort of an ascending selection), so every
+    implementation of the algorithm (the CompLL-generated one too) keeps the same elements.
+    """
     if val.numel() <= k:
         return idx, val
-    keep = torch.topk(val.abs(), k, sorted=False).indices.sort().values
+    keep = torch.sort(val.abs(), descending=True, stable=True).indices[:k].sort().values
     return idx[keep].contiguous(), val[keep].contiguous()
