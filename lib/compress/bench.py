@@ -3,6 +3,9 @@
 Warm-up runs first, then repeated runs; medians with a bootstrap 95% confidence interval; memory
 copy of the same tensor into a preallocated one and the plain-torch reference implementations
 measured in the same run, so the ratios compare like with like on whatever else the machine is doing.
+The memory copy is timed right before every encode and decode repetition: ``*_x_memcpy`` is the
+median of those adjacent ratios, steady even when the machine's load drifts during the run, and
+``memcpy_gbps`` the median of all the copies.
 """
 
 from __future__ import annotations
@@ -35,6 +38,30 @@ def timeit(fn: Callable[[], object], repeat: int, warmup: int) -> list[float]:
         fn()
         out.append(time.perf_counter() - t0)
     return out
+
+
+def timeit_paired(
+    fn: Callable[[], object], base: Callable[[], object], repeat: int, warmup: int
+) -> tuple[list[float], list[float]]:
+    """Times of ``fn`` and of ``base`` run right before it, repetition by repetition.
+
+    On a shared machine the available bandwidth drifts over seconds; a ratio of two adjacent
+    timings (``base`` is the memory copy) is far steadier than a ratio of two medians taken
+    minutes apart.
+    """
+    for _ in range(warmup):
+        base()
+        fn()
+    ts, tb = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        base()
+        t1 = time.perf_counter()
+        fn()
+        t2 = time.perf_counter()
+        tb.append(t1 - t0)
+        ts.append(t2 - t1)
+    return ts, tb
 
 
 def _gbps(nbytes: int, times: list[float]) -> dict:
@@ -84,7 +111,8 @@ def bench_compress(
     n = max(1, nbytes // 4)
     x = torch.randn(n, generator=torch.Generator().manual_seed(seed))
     dst = torch.empty_like(x)
-    memcpy = timeit(lambda: dst.copy_(x), repeat, warmup)
+    copy = lambda: dst.copy_(x)  # noqa: E731
+    memcpy = timeit(copy, repeat, warmup)
     rows = []
     for spec, comp in comps:
         state = GradientState(seed=seed)
@@ -92,31 +120,28 @@ def bench_compress(
         payload = comp.encode(x, once, name=spec)
         decoded = comp.decode(payload)
         err = float((decoded - x).norm() / x.norm())
-        enc = _gbps(4 * n, timeit(lambda c=comp, s=state, nm=spec: c.encode(x, s, name=nm), repeat, warmup))
         out = torch.empty_like(x)
-        dec = _gbps(4 * n, timeit(lambda c=comp, p=payload, o=out: c.decode(p, out=o), repeat, warmup))
-        # decode-accumulate: what CaSync's merge does on every hop (values grow; timing does not care)
-        dadd = _gbps(4 * n, timeit(lambda c=comp, p=payload, o=out: c.decode(p, out=o, add=True), repeat, warmup))
-        row = {
-            "alg": spec,
-            "params": comp.params(),
-            "encode_gbps": enc["gbps"],
-            "encode_ci95_gbps": enc["ci95_gbps"],
-            "decode_gbps": dec["gbps"],
-            "decode_ci95_gbps": dec["ci95_gbps"],
-            "decode_add_gbps": dadd["gbps"],
-            "decode_add_ci95_gbps": dadd["ci95_gbps"],
-            "payload_bytes": int(payload.numel()),
-            "ratio": payload.numel() / (4 * n),
-            "rel_l2_error": err,
+        row = {"alg": spec, "params": comp.params()}
+        runs = {
+            "encode": lambda c=comp, s=state, nm=spec: c.encode(x, s, name=nm),
+            "decode": lambda c=comp, p=payload, o=out: c.decode(p, out=o),
+            # decode-accumulate: what CaSync's merge does on every hop (values grow; timing does not care)
+            "decode_add": lambda c=comp, p=payload, o=out: c.decode(p, out=o, add=True),
         }
+        for key, fn in runs.items():
+            ts, tb = timeit_paired(fn, copy, repeat, warmup)
+            memcpy += tb
+            g = _gbps(4 * n, ts)
+            row[f"{key}_gbps"] = g["gbps"]
+            row[f"{key}_ci95_gbps"] = g["ci95_gbps"]
+            row[f"{key}_x_memcpy"] = float(np.median(np.asarray(tb) / np.asarray(ts)))
+        row.update(payload_bytes=int(payload.numel()), ratio=payload.numel() / (4 * n), rel_l2_error=err)
         refs = _references(spec.partition(":")[0], x, comp.params()) if reference else None
         if refs is not None:
             renc, rdec = refs
             row["reference_encode_gbps"] = _gbps(4 * n, timeit(renc, max(3, repeat // 3), 1))["gbps"]
             row["reference_decode_gbps"] = _gbps(4 * n, timeit(rdec, max(3, repeat // 3), 1))["gbps"]
         rows.append(row)
-    memcpy += timeit(lambda: dst.copy_(x), repeat, 0)  # before and after: the machine may drift
     mc = _gbps(4 * n, memcpy)
     return {
         "size_bytes": 4 * n,

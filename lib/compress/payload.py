@@ -46,6 +46,7 @@ VERSION = 1
 _FIXED = struct.Struct("<2sBBBBHQ")
 _CRC = struct.Struct("<I")
 HEADER_SIZE = _FIXED.size + _CRC.size  # 20
+_NUMPY_ALLOC_MIN = 1 << 20  # payload bytes from which numpy allocates (huge pages)
 
 DTYPE_CODES: dict[torch.dtype, int] = {
     torch.float32: 0,
@@ -92,7 +93,13 @@ def allocate(
     """
     fixed = _FIXED.pack(MAGIC, VERSION, alg_id, DTYPE_CODES[dtype], flags, len(extra), numel)
     head = fixed + _CRC.pack(0) + extra
-    payload = torch.empty(len(head) + body_len, dtype=torch.uint8, device=device)
+    total = len(head) + body_len
+    if total >= _NUMPY_ALLOC_MIN and torch.device(device).type == "cpu":
+        # numpy asks the kernel for transparent huge pages on large buffers: a fresh payload's
+        # first touch costs half as much as through torch.empty (page faults dominate at 64 MB)
+        payload = torch.from_numpy(np.empty(total, dtype=np.uint8))
+    else:
+        payload = torch.empty(total, dtype=torch.uint8, device=device)
     payload[: len(head)].copy_(torch.frombuffer(bytearray(head), dtype=torch.uint8))
     return payload, payload[len(head) :]
 

@@ -29,6 +29,7 @@ from .sparse import add_into, merge_sparse, scatter, select_abs_ge
 
 __all__ = [
     "CHUNK",
+    "PARALLEL_MIN",
     "add_into",
     "bucket_norms",
     "copy_check",

@@ -3,11 +3,11 @@ per-bucket sums of squares (QSGD).
 
 Their order of summation is part of the format (see ``simd``): float64, element after element,
 within each chunk or bucket; chunks are then combined in index order. To run that at memory speed,
-16 chunks (or buckets) are summed side by side, one per SIMD lane: a group's data is copied,
-16 rows at a time, into a small tile (zero-padded where a chunk is shorter or missing: +0.0 leaves
-these sums unchanged) that the ``simd`` intrinsics transpose and accumulate. Groups are
-independent, so they run in parallel without changing a bit.
-"""
+16 chunks (or buckets) are summed side by side, one per SIMD lane. Groups of 16 whole chunks are
+read by the intrinsic straight from the arrays; other groups (fewer chunks, a short last chunk,
+buckets) are copied 16 rows at a time into a small tile, zero-padded where a lane has no element
+(+0.0 leaves these sums unchanged). Groups are independent, so they run in parallel without
+changing a bit. Min/max needs no order (the extremes are exact) and runs on integer keys."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def _key_to_float(k, scratch):
 
 
 @inline
-def _first_zero(xs, scratch):
+def _first_zero(xs):
     """The first element equal to 0.0 (either sign): what a sequential min/max keeps among zeros."""
     for i in range(xs.size):
         if xs[i] == np.float32(0.0):
@@ -211,9 +211,9 @@ def minmax_chunk(x, c, part):
     lo = _key_to_float(kmin, scratch)
     hi = _key_to_float(kmax, scratch)
     if lo == np.float32(0.0):
-        lo = _first_zero(xs, scratch)
+        lo = _first_zero(xs)
     if hi == np.float32(0.0):
-        hi = _first_zero(xs, scratch)
+        hi = _first_zero(xs)
     part[c, 0] = lo
     part[c, 1] = hi
     part[c, 2] = np.float32(1.0) if emax == _EXP32 else np.float32(0.0)
