@@ -15,7 +15,7 @@ import numpy as np
 from numba import prange
 
 from .common import CHUNK, inline, jit, pjit
-from .simd import LANES, sign_sums16, sign_sums16_direct, sumsq16
+from .simd import LANES, sign_sums16, sign_sums16_direct, sumsq16, sumsq16_direct
 
 TILE = 256  # tile columns per round (16 x 256 float32 = 16 KiB, in L1)
 
@@ -242,8 +242,14 @@ def sumsq_group(x, bucket, b0, out):
     nb = out.size
     nl = min(LANES, nb - b0)
     steps = min(bucket, n - b0 * bucket)
-    tile = np.empty((LANES, TILE), np.float32)
     sums = np.zeros(LANES)
+    if nl == LANES and bucket % LANES == 0 and (b0 + LANES) * bucket <= n:
+        for i in range(0, bucket, LANES):  # 16 whole buckets: rows read in place
+            sumsq16_direct(x, b0 * bucket + i, bucket, sums)
+        for k in range(LANES):
+            out[b0 + k] = sums[k]
+        return 0
+    tile = np.empty((LANES, TILE), np.float32)
     for i0 in range(0, steps, TILE):
         w = min(TILE, steps - i0)
         wpad = (w + LANES - 1) // LANES * LANES

@@ -172,25 +172,48 @@ def sign_sums16_direct(typingctx, x, r, off, stride, sums, count):
     return sig, codegen
 
 
+def _accumulate_squares(context, builder, cols, sums_ty, sums):
+    ptrs = [_vec_ptr(context, builder, sums_ty, sums, 8 * q, _V8D) for q in range(2)]
+    acc = [builder.load(p, align=8) for p in ptrs]
+    for v in cols:
+        for h, mask in enumerate(_HALVES):
+            part = builder.fpext(builder.shuffle_vector(v, v, mask), _V8D)
+            acc[h] = builder.fadd(acc[h], builder.fmul(part, part))
+    for p, a in zip(ptrs, acc, strict=True):
+        builder.store(a, p, align=8)
+
+
 @intrinsic
 def sumsq16(typingctx, tile, col, sums):
-    """Per lane k, in column order: sums[k] += float64(v) * float64(v) (``sums`` is float64[16])."""
+    """Per lane k, in column order: sums[k] += float64(v) * float64(v) (``sums`` is float64[16]).
+
+    No fused multiply-add: the product is rounded, then added, as a plain loop does.
+    """
     if not (_tile_ok(tile) and isinstance(col, types.Integer) and _vec_ok(sums, types.float64)):
         return None
     sig = types.void(tile, types.intp, sums)
 
     def codegen(context, builder, signature, args):
         t_ty, _, s_ty = signature.args
-        tile_v, col_v, sums_v = args
-        cols = _load_columns(context, builder, t_ty, tile_v, col_v)
-        ptrs = [_vec_ptr(context, builder, s_ty, sums_v, 8 * q, _V8D) for q in range(2)]
-        acc = [builder.load(p, align=8) for p in ptrs]
-        for v in cols:
-            for h, mask in enumerate(_HALVES):
-                part = builder.fpext(builder.shuffle_vector(v, v, mask), _V8D)
-                acc[h] = builder.fadd(acc[h], builder.fmul(part, part))
-        for p, a in zip(ptrs, acc, strict=True):
-            builder.store(a, p, align=8)
+        cols = _load_columns(context, builder, t_ty, args[0], args[1])
+        _accumulate_squares(context, builder, cols, s_ty, args[2])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def sumsq16_direct(typingctx, x, off, stride, sums):
+    """As ``sumsq16`` with lane k reading x[off + k*stride + i] straight from the array."""
+    if not (_vec_ok(x, types.float32) and isinstance(off, types.Integer) and isinstance(stride, types.Integer)
+            and _vec_ok(sums, types.float64)):
+        return None
+    sig = types.void(x, types.intp, types.intp, sums)
+
+    def codegen(context, builder, signature, args):
+        x_ty, _, _, s_ty = signature.args
+        cols = _load_rows_sum(context, builder, x_ty, args[0], None, None, args[1], args[2])
+        _accumulate_squares(context, builder, cols, s_ty, args[3])
         return context.get_dummy_value()
 
     return sig, codegen
