@@ -13,6 +13,9 @@ from types import ModuleType
 import torch
 
 from ..errors import CompressionError
+from ._cache import install as _install_cache_locators
+
+_install_cache_locators()  # before any kernel module defines a cached function
 
 _BACKENDS: dict[str, ModuleType | object] = {}
 
