@@ -143,7 +143,8 @@ def register(app: typer.Typer) -> None:
         prefix: Annotated[str, typer.Option("--prefix", help="The emulated cluster's name prefix.")] = "hipress",
         json_: JsonOpt = False,
     ) -> None:
-        """Train MODEL data-parallel on the local MPI; write results/<run-id>/ (config, events, summary)."""
+        """Train MODEL data-parallel: local MPI ranks by default (--emulate, --hosts for clusters); writes
+        results/<run-id>/ (config, events, summary)."""
         from hipress.train.config import ConfigError, make_config
 
         host_list = ssh_cli.hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks

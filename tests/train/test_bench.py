@@ -1,0 +1,46 @@
+"""``hipress bench train``: variants parsed strictly, compared side by side from real runs."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hipress.train.bench import Variant, median_ci, parse_variants
+from hipress.train.config import ConfigError
+
+from .conftest import hipress
+
+
+def test_variants():
+    assert parse_variants("ring+tbq;ps+dgc:ratio=0.01,momentum=0.9") == [
+        Variant("ring", "tbq"), Variant("ps", "dgc:ratio=0.01,momentum=0.9")]
+    assert [v.label for v in parse_variants("ring+tbq, ddp+none")] == ["ring+tbq", "ddp+none"]
+    for bad, match in (("ring", "TOPO\\+ALG"), ("", "no variants"), ("ring+tbq;ring+tbq", "repeat")):
+        with pytest.raises(ConfigError, match=match):
+            parse_variants(bad)
+
+
+@given(st.lists(st.floats(0.001, 100), min_size=1, max_size=30))
+def test_median_ci_brackets_the_median(xs):
+    lo, hi = median_ci(xs, reps=200)
+    assert min(xs) <= lo <= statistics.median(xs) + 1e-12 and statistics.median(xs) - 1e-12 <= hi <= max(xs)
+
+
+@pytest.mark.mpi
+def test_two_variants_side_by_side(tmp_path):
+    res = hipress("bench", "train", "mlp", "--np", "2", "--iters", "2", "--warmup", "0",
+                  "--variants", "ring+tbq;ring+none", "--results", str(tmp_path), "--json")
+    assert res.returncode == 0, res.stderr
+    r = json.loads(res.stdout)
+    rows = {v["variant"]: v for v in r["variants"]}
+    assert set(rows) == {"ring+tbq", "ring+none"} and r["unit"] == "images/s"
+    assert rows["ring+tbq"]["speedup"]["ring+none"] == pytest.approx(
+        rows["ring+tbq"]["throughput"] / rows["ring+none"]["throughput"])
+    assert rows["ring+tbq"]["bytes_sent_per_rank"] < rows["ring+none"]["bytes_sent_per_rank"] / 4
+    (bench_dir,) = tmp_path.iterdir()
+    assert json.loads((bench_dir / "bench.json").read_text()) == r
+    assert {p.name for p in bench_dir.iterdir()} == {"bench.json", "ring+tbq-r0", "ring+none-r0"}
