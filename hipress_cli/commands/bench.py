@@ -59,4 +59,5 @@ def compress(
     console.print("GB/s = input fp32 bytes / median time; 95% CIs of the medians are in --json.")
 
 from hipress_cli.commands import bench_plan as _bench_plan  # noqa: E402,F401  (registers `bench plan`)
+from hipress_cli.commands import bench_sync as _bench_sync  # noqa: E402,F401  (registers `bench sync`)
 from hipress_cli.commands import bench_train as _bench_train  # noqa: E402,F401  (registers `bench train`)
