@@ -20,15 +20,15 @@ decoded into silent garbage (most bit-packed bodies have no invalid byte values 
 otherwise). It is computed once over the *compressed* bytes (``seal``, after the kernel filled the
 body) and once on every decode. zlib's CRC-32 runs at about 5 GB/s, which would cost as much as a
 fused encode or decode; zlib-ng's (same polynomial, same values, folded with carry-less multiplies)
-runs at memory speed, and a large payload is split across threads (it releases the GIL).
+runs at memory speed (splitting it across threads measured no faster here).
 """
 
 from __future__ import annotations
 
 import struct
+import sys
 import threading
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +46,7 @@ VERSION = 1
 _FIXED = struct.Struct("<2sBBBBHQ")
 _CRC = struct.Struct("<I")
 HEADER_SIZE = _FIXED.size + _CRC.size  # 20
-_NUMPY_ALLOC_MIN = 1 << 20  # payload bytes from which numpy allocates (huge pages)
+_NUMPY_ALLOC_MIN = 1 << 20  # payload bytes from which numpy allocates (huge pages; see PayloadPool)
 
 DTYPE_CODES: dict[torch.dtype, int] = {
     torch.float32: 0,
@@ -95,46 +95,61 @@ def allocate(
     head = fixed + _CRC.pack(0) + extra
     total = len(head) + body_len
     if total >= _NUMPY_ALLOC_MIN and torch.device(device).type == "cpu":
-        # numpy asks the kernel for transparent huge pages on large buffers: a fresh payload's
-        # first touch costs half as much as through torch.empty (page faults dominate at 64 MB)
-        payload = torch.from_numpy(np.empty(total, dtype=np.uint8))
+        payload = torch.from_numpy(_POOL.take(total))
     else:
         payload = torch.empty(total, dtype=torch.uint8, device=device)
     payload[: len(head)].copy_(torch.frombuffer(bytearray(head), dtype=torch.uint8))
     return payload, payload[len(head) :]
 
 
-_CRC_SPLIT = 4 << 20  # bytes per thread at least, for a split CRC
-_crc_pool: ThreadPoolExecutor | None = None
-_crc_pool_lock = threading.Lock()
+class PayloadPool:
+    """Large payload buffers, handed out again once nothing references them any more.
+
+    A fresh 64 MB buffer costs as much to fault in (the kernel zeroes every page on first touch)
+    as the encode that fills it, and glibc maps and unmaps buffers above 32 MB on every call. This
+    pool keeps the last ``max_entries`` large buffers; ``take`` reuses one of the requested size
+    whose only reference is the pool's own. That is exact in CPython: a payload tensor, every view
+    of it, ``.numpy()`` of it and any buffer export (mpi4py requests, DLPack) keep the storage,
+    hence the numpy array, referenced. Buffers come from numpy, which asks for transparent huge
+    pages on large allocations (half the first-touch cost of ``torch.empty``).
+    """
+
+    def __init__(self, max_entries: int = 4, min_bytes: int = 8 << 20) -> None:
+        self.max_entries = max_entries
+        self.min_bytes = min_bytes
+        self._items: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """A uint8 array of ``nbytes`` (contents undefined): a free pooled one, else a new one."""
+        if nbytes < self.min_bytes or self.max_entries <= 0:
+            return np.empty(nbytes, dtype=np.uint8)
+        with self._lock:
+            items = self._items
+            for i in range(len(items)):
+                # references: the list slot and getrefcount's argument; any user adds more
+                if items[i].nbytes == nbytes and sys.getrefcount(items[i]) == 2:
+                    a = items.pop(i)
+                    items.append(a)  # most recently used last
+                    return a
+            a = np.empty(nbytes, dtype=np.uint8)
+            items.append(a)
+            if len(items) > self.max_entries:
+                items.pop(0)  # forget the oldest; whoever still holds it keeps it alive
+            return a
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _crc_pool
-    with _crc_pool_lock:
-        if _crc_pool is None:
-            _crc_pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="hipress-crc")
-        return _crc_pool
-
-
-def _crc_body(body: np.ndarray, crc: int) -> int:
-    """crc32(body, crc); a large body is split across threads (the CRC releases the GIL) and the
-    pieces joined with ``crc32_combine``: the same value."""
-    parts = min(4, torch.get_num_threads(), body.size // _CRC_SPLIT)
-    if parts < 2 or not hasattr(_crclib, "crc32_combine"):
-        return _crclib.crc32(body, crc)
-    bounds = [body.size * i // parts for i in range(parts + 1)]
-    futs = [_pool().submit(_crclib.crc32, body[bounds[i] : bounds[i + 1]]) for i in range(1, parts)]
-    crc = _crclib.crc32(body[: bounds[1]], crc)
-    for i, f in enumerate(futs, start=1):
-        crc = _crclib.crc32_combine(crc, f.result(), bounds[i + 1] - bounds[i])
-    return crc
+_POOL = PayloadPool()
 
 
 def _crc(payload: torch.Tensor) -> int:
     cpu = payload if payload.device.type == "cpu" else payload.cpu()
     a = cpu.numpy()
-    return _crc_body(a[HEADER_SIZE:], _crclib.crc32(a[: _FIXED.size]))
+    return _crclib.crc32(a[HEADER_SIZE:], _crclib.crc32(a[: _FIXED.size]))
 
 
 def seal(payload: torch.Tensor) -> torch.Tensor:

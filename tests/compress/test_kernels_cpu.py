@@ -114,7 +114,32 @@ def test_non_finite_in_a_large_gradient_is_refused_and_resets_the_residual(spec)
         assert not st.residual.any()
 
 
-def test_split_crc_equals_zlib():
+def test_crc_of_a_large_payload_equals_zlib():
     a = torch.from_numpy(np.random.default_rng(5).integers(0, 256, (17 << 20) + 20, dtype=np.uint8))
     b = a.numpy()
     assert pl._crc(a) == zlib.crc32(b[20:], zlib.crc32(b[:16]))
+
+
+def test_payload_pool_reuses_a_buffer_only_when_nothing_references_it():
+    pool = pl.PayloadPool(max_entries=4, min_bytes=1)
+    a = pool.take(4096)
+    first = id(a)
+    t = torch.from_numpy(a)
+    view, arr = t[100:200], t.numpy()
+    del a, t
+    assert id(pool.take(4096)) != first  # the view and the numpy array still hold it
+    del view
+    assert id(pool.take(4096)) != first
+    del arr
+    assert id(pool.take(4096)) == first
+
+
+def test_large_payloads_from_the_pool_are_independent():
+    c = hc.create("none")
+    x, y = torch.randn(3 << 20), torch.randn(3 << 20)
+    p1 = c.encode(x)
+    p2 = c.encode(y)  # p1 is alive: must not be overwritten
+    assert torch.equal(c.decode(p1), x) and torch.equal(c.decode(p2), y)
+    del p1
+    p3 = c.encode(x)
+    assert torch.equal(c.decode(p3), x) and torch.equal(c.decode(p2), y)

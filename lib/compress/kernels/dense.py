@@ -37,13 +37,22 @@ def copy_check_par(src, dst):
 
 @jit
 def half_nonfinite_range(h, exp_mask, s, e):
-    """1 if a 16-bit float in h[s:e] (uint16 view) has an all-ones exponent (``exp_mask``)."""
+    """1 if a 16-bit float in h[s:e] (uint16 view) has an all-ones exponent (``exp_mask``).
+
+    Two halves at a time as uint32: (bits & exponent) + one exponent step carries into the top bit
+    of its half exactly when the exponent is all ones; 32-bit lanes, no compare.
+    """
     a = h[s:e]
-    m = np.uint64(exp_mask)
-    acc = np.uint64(0)
-    for i in range(a.size):
-        acc = max(acc, np.uint64(a[i]) & m)
-    return np.int64(acc == m)
+    m2 = np.uint32(exp_mask | (exp_mask << 16))
+    step = np.uint32(exp_mask & -exp_mask)  # lowest exponent bit
+    c2 = np.uint32(step | (step << 16))
+    w = a[: a.size // 2 * 2].view(np.uint32)
+    acc = np.uint32(0)
+    for i in range(w.size):
+        acc = np.uint32(acc | np.uint32(np.uint32(w[i] & m2) + c2))
+    if a.size % 2:
+        acc = np.uint32(acc | np.uint32(np.uint32(np.uint32(a[a.size - 1]) & m2) + c2))
+    return np.int64(np.uint32(acc & np.uint32(0x80008000)) != 0)
 
 
 @pjit
