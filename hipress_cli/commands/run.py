@@ -141,6 +141,8 @@ def register(app: typer.Typer) -> None:
                                                     "(rank i in network-namespace host i) with this link rate, "
                                                     "e.g. 1gbit; needs root.")] = None,
         prefix: Annotated[str, typer.Option("--prefix", help="The emulated cluster's name prefix.")] = "hipress",
+        compll_dir: Annotated[Path | None, typer.Option("--compll-dir", help="A directory of CompLL specs "
+                                                       "(*.pse): their algorithms can be named by --alg.")] = None,
         json_: JsonOpt = False,
     ) -> None:
         """Train MODEL data-parallel: local MPI ranks by default (--emulate, --hosts for clusters); writes
@@ -153,7 +155,7 @@ def register(app: typer.Typer) -> None:
             cfg = make_config(
                 model, topo, alg, np_, iters, batch_size=batch_size, input_size=input_size, seq_len=seq_len,
                 preset="paper" if paper_size else "cpu", warmup=warmup, data=data, lr=lr, momentum=momentum, seed=seed,
-                threads=threads, plan=plan, run_id=run_id,
+                threads=threads, plan=plan, run_id=run_id, compll_dir=compll_dir,
             )
         except ConfigError as e:
             raise fail(str(e)) from None

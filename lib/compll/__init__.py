@@ -17,7 +17,7 @@ The layering: ``compll`` imports ``compress`` and registers into it; ``compress`
 
 from .errors import CompLLError
 from .generate import VERSION, compile_spec, generate_cpu, generate_wrapper, spec_name
-from .loader import load_dir, load_spec
+from .loader import load_dir, load_spec, load_texts
 
 
 def generate_cuda(checked):
@@ -38,6 +38,7 @@ __all__ = [
     "VERSION",
     "CompLLError",
     "compile_spec",
+    "load_texts",
     "generate_cpu",
     "generate_cuda",
     "generate_wrapper",

@@ -166,3 +166,14 @@ def load_dir(path: str | Path, *, cache: Path | None = None) -> list[str]:
     for c in checked:
         _load_checked(c, register=True, cache=cache)
     return sorted(names)
+
+
+def load_texts(specs: dict[str, str], *, cache: Path | None = None) -> list[str]:
+    """``load_dir`` for specs given as ``{file name: text}``: a run's config carries them to every rank
+    on every host, so no rank depends on a spec directory existing where it runs."""
+    with tempfile.TemporaryDirectory(prefix="hipress-compll-") as tmp:
+        for fname, text in specs.items():
+            if Path(fname).name != fname or not fname.endswith(".pse"):
+                raise CompLLError(f"spec file name {fname!r} must be a plain *.pse name", fname)
+            (Path(tmp) / fname).write_text(text)
+        return load_dir(tmp, cache=cache)

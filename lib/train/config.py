@@ -87,6 +87,7 @@ class RunConfig:
     parameters: int = 0
     gradient_bytes: int = 0
     paper_scale: bool = False
+    compll_specs: dict[str, str] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -151,8 +152,11 @@ def make_config(
     threads: int = 0,
     plan: str | None = None,
     run_id: str | None = None,
+    compll_dir: str | Path | None = None,
 ) -> RunConfig:
     """Validate a run's options and resolve the model's; raise ``ConfigError`` with a clear message."""
+    compll_specs = read_compll_dir(compll_dir) if compll_dir is not None else {}
+    install_compll(compll_specs, source=compll_dir)
     try:
         spec = get(model)
     except UnknownModel as e:
@@ -211,6 +215,7 @@ def make_config(
         parameters=sum(s for _, s in sizes),
         gradient_bytes=4 * sum(s for _, s in sizes),
         paper_scale=spec.is_paper_scale(opts),
+        compll_specs=compll_specs,
         meta={
             "hipress": __version__,
             "torch": torch.__version__,
@@ -220,6 +225,35 @@ def make_config(
             "paper_options": spec.paper,
         },
     )
+
+
+def read_compll_dir(path: str | Path) -> dict[str, str]:
+    """The ``*.pse`` texts of a ``--compll-dir``, to travel in ``config.json`` to every rank."""
+    d = Path(path)
+    if not d.is_dir():
+        raise ConfigError(f"--compll-dir {d}: not a directory")
+    specs = {p.name: p.read_text() for p in sorted(d.glob("*.pse"))}
+    if not specs:
+        raise ConfigError(f"--compll-dir {d}: no *.pse spec files in it")
+    return specs
+
+
+def install_compll(specs: dict[str, str], source: str | Path | None = None) -> list[str]:
+    """Register CompLL algorithms on this process: the generated built-ins measured at least as fast
+    as the hand-written ones (``hipress.compll.builtins.REPLACE``), then the run's own specs.
+
+    Called by ``make_config`` (so ``--alg`` can name a spec's algorithm; with ``source``, errors name
+    the user's own files) and by every rank (from the texts in ``config.json``).
+    """
+    from hipress.compll import CompLLError, install_builtins, load_dir, load_texts
+
+    install_builtins()
+    if not specs:
+        return []
+    try:
+        return load_dir(source) if source is not None else load_texts(specs)
+    except CompLLError as e:
+        raise ConfigError(f"--compll-dir: {e}") from None
 
 
 def resolve_plan(plan: str, sizes: list[tuple[str, int]], np: int, alg: str, eng: str) -> list[list[Any]]:

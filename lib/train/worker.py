@@ -24,7 +24,7 @@ import torch
 
 from hipress.models import get
 
-from .config import RunConfig
+from .config import RunConfig, install_compll
 from .results import EVENTS, EventLog, append_error, summarize
 
 #: Per-iteration values every rank sends to rank 0 (a float64 buffer, never a pickle).
@@ -131,6 +131,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
     if world != cfg.np:
         raise RuntimeError(f"config asks for {cfg.np} ranks but MPI started {world}; launch with -n {cfg.np}")
     threads = _set_threads(comm, cfg.threads)
+    install_compll(cfg.compll_specs)  # the same algorithms as `hipress run` validated against
     spec = get(cfg.model)
     opts = cfg.model_options
     torch.manual_seed(cfg.seed)

@@ -69,3 +69,30 @@ def test_vgg19_with_no_flags_says_what_it_ran(results):
     assert "2 rank(s), CaSync-Ring + tbq" in out and "images/s" in out
     s = json.loads((run_dir_of(results) / "summary.json").read_text())
     assert s["status"] == "ok" and s["np"] == 2
+
+
+def test_compll_dir_algorithm_trains(results, tmp_path):
+    """A user's CompLL spec becomes an algorithm every rank uses: `hipress run --compll-dir`."""
+    from pathlib import Path
+
+    spec = Path(__file__).parents[1] / "compll" / "data" / "user" / "scaledsign.pse"
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "scaledsign.pse").write_text(spec.read_text())
+    res = hipress("run", "mlp", "--np", "2", "--iters", "2", "--alg", "scaledsign", "--compll-dir", str(specs),
+                  "--results", str(results), "--json")
+    assert res.returncode == 0, res.stderr
+    s = json.loads(res.stdout)
+    assert s["status"] == "ok" and s["alg"] == "scaledsign"
+    cfg = json.loads((run_dir_of(results) / "config.json").read_text())
+    assert "scaledsign.pse" in cfg["compll_specs"]
+
+
+def test_compll_dir_errors(results, tmp_path):
+    res = hipress("run", "mlp", "--alg", "tbq", "--compll-dir", str(tmp_path / "missing"), "--results", str(results))
+    assert res.returncode != 0 and "not a directory" in res.stderr
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "oops.pse").write_text("void OopsEncode(float* g, uint8* c) { c = concat(nosuch); }\n")
+    res = hipress("run", "mlp", "--alg", "tbq", "--compll-dir", str(bad), "--results", str(results))
+    assert res.returncode != 0 and "oops.pse" in res.stderr
