@@ -143,3 +143,13 @@ def test_large_payloads_from_the_pool_are_independent():
     del p1
     p3 = c.encode(x)
     assert torch.equal(c.decode(p3), x) and torch.equal(c.decode(p2), y)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_decode_add_widens_every_bit_pattern_exactly(dtype):
+    h = torch.arange(0, 65536, dtype=torch.int32).to(torch.int16).view(dtype)
+    out = torch.linspace(-3, 3, 65536)
+    ref = out + h.float()
+    cpu.half_add(h, out)
+    same = (out.view(torch.int32) == ref.view(torch.int32)) | (out.isnan() & ref.isnan())
+    assert bool(same.all())

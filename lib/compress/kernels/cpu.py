@@ -33,6 +33,7 @@ __all__ = [
     "add_into",
     "bucket_norms",
     "copy_check",
+    "half_add",
     "half_finite",
     "hash32",
     "merge_sparse",
@@ -240,3 +241,12 @@ def half_finite(h: torch.Tensor) -> bool:
     m = _HALF_EXP[h.dtype]
     bad = dense.half_nonfinite_par(a, m) if _parallel(n) else dense.half_nonfinite_range(a, m, 0, n)
     return bad == 0
+
+
+def half_add(h: torch.Tensor, out: torch.Tensor) -> None:
+    """out (float32) += h (float16 or bfloat16), widened exactly as ``h.float()`` does."""
+    n = out.numel()
+    if n == 0:
+        return
+    args = (h.view(torch.int16).numpy().view(np.uint16), out.numpy(), h.dtype == torch.bfloat16)
+    dense.half_add_par(*args) if _parallel(n) else dense.half_add_range(*args, 0, n)

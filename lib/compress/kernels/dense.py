@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from .common import TASK, U8_0, bad_flag, jit, pjit
+from .common import BLOCK, TASK, U8_0, bad_flag, jit, pjit
 
 
 @jit
@@ -63,3 +63,50 @@ def half_nonfinite_par(h, exp_mask):
         s = t * TASK
         bad += half_nonfinite_range(h, exp_mask, s, min(n, s + TASK))
     return bad
+
+
+_TWO112 = np.float32(2.0**112)
+_U32 = np.uint32
+
+
+@jit
+def half_add_range(h, out, bf16, s, e):
+    """out[s:e] += the float16 (or bfloat16) values whose bits are h[s:e], widened exactly.
+
+    torch's float32 += float16 takes a slow mixed-dtype path; widening is only bit moves:
+    bfloat16 is the top half of a float32; float16 is rebiased (normal), kept (Inf/NaN), or for
+    subnormals and zeros read as a float32 subnormal and scaled by 2^112 (exact).
+    """
+    bits = np.empty(BLOCK, np.uint32)
+    vals = bits.view(np.float32)
+    for b0 in range(s, e, BLOCK):
+        b1 = min(e, b0 + BLOCK)
+        hs = h[b0:b1]
+        o = out[b0:b1]
+        if bf16:
+            for i in range(hs.size):
+                bits[i] = _U32(_U32(hs[i]) << _U32(16))
+            for i in range(hs.size):
+                o[i] += vals[i]
+        else:
+            for i in range(hs.size):
+                w = _U32(hs[i])
+                ex = _U32(w & _U32(0x7C00))
+                mag = _U32(_U32(w & _U32(0x7FFF)) << _U32(13))
+                b = _U32(mag + _U32(0x38000000))  # exponent + (127 - 15)
+                b = _U32(mag | _U32(0x7F800000)) if ex == _U32(0x7C00) else b
+                b = mag if ex == _U32(0) else b
+                bits[i] = _U32(b | _U32(_U32(w & _U32(0x8000)) << _U32(16)))
+            for i in range(hs.size):
+                v = vals[i]
+                o[i] += v * _TWO112 if (hs[i] & 0x7C00) == 0 else v
+    return 0
+
+
+@pjit
+def half_add_par(h, out, bf16):
+    n = out.size
+    for t in prange((n + TASK - 1) // TASK):
+        s = t * TASK
+        half_add_range(h, out, bf16, s, min(n, s + TASK))
+    return 0
