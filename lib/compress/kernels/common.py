@@ -11,8 +11,12 @@ How the kernels are written, so that LLVM vectorizes them (check with ``fn.inspe
   non-negative; a computed index like ``s + i`` makes numba emit a negative-index fix-up that
   blocks vectorization.
 * Selects instead of branches, no bool-to-int in hot loops; the non-finite check is a uint8
-  max-reduction of ``bad_flag`` in the element loop (or an integer OR over the float bits where
-  there is no float math), never a float reduction.
+  max-reduction of ``bad_flag`` in the element loop (or an integer reduction over the float bits
+  where there is no float math), never a float reduction.
+* Integer arithmetic is truncated back to its width at every step (``np.uint32(...)``): numba
+  widens it to 64 bits, which halves the SIMD lanes.
+* What auto-vectorization cannot do (16 sequential float64 sums side by side) is written as
+  explicit vector LLVM IR in ``simd``.
 * Float math that decides a code is plain IEEE float32 in the written order (no fast-math), so a
   GPU or CompLL-generated backend reproduces the same bytes.
 """
@@ -39,10 +43,6 @@ _INV24 = np.float32(1.0 / 16777216.0)
 FMAX = np.float32(3.4028234663852886e38)
 U8_0 = np.uint8(0)
 U8_1 = np.uint8(1)
-
-EXP_MASK = np.uint64(0x7F800000)
-EXP_CARRY = np.uint64(0x00800000)
-TOP_BIT = np.uint64(31)
 
 
 # ---------------------------------------------------------------------------- random numbers
@@ -111,20 +111,6 @@ def uniform_numpy(seed: int, n: int, start: int = 0) -> np.ndarray:
     x = (x * np.uint64(0x846CA68B)) & m
     x ^= x >> np.uint64(16)
     return (x >> np.uint64(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
-
-
-# ---------------------------------------------------------------------------- checks
-@inline
-def nonfinite_bits(w):
-    """1 if any float32 whose bits are in ``w`` (a uint32 view) is Inf or NaN, else 0.
-
-    (bits & exponent) + one exponent step carries into bit 31 exactly when the exponent is all
-    ones: an integer OR-reduction LLVM vectorizes, unlike a float compare reduction.
-    """
-    acc = np.uint64(0)
-    for i in range(w.size):
-        acc |= (np.uint64(w[i]) & EXP_MASK) + EXP_CARRY
-    return (acc >> TOP_BIT) & np.uint64(1)
 
 
 # ---------------------------------------------------------------------------- bit packing
