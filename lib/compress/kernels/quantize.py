@@ -30,6 +30,7 @@ from .common import (
     unpack_codes,
     zero_tail,
 )
+from .simd import linear_codes16_nearest, linear_codes16_stochastic
 
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)
@@ -37,6 +38,7 @@ _FM1 = np.float32(-1.0)
 _HALF = np.float32(0.5)
 _U0 = np.uint8(0)
 _U1 = np.uint8(1)
+_GOLDEN16 = np.uint32(16 * 0x9E3779B9 & 0xFFFFFFFF)  # counter step of 16 elements
 
 
 # ---------------------------------------------------------------------------- TBQ
@@ -229,10 +231,17 @@ def linear_encode_range(g, lo, gap, bits, stochastic, seed, out, s, e):
         b1 = min(e, b0 + BLOCK)
         m = b1 - b0
         if gap > _F0:
+            m16 = m // 16 * 16  # whole 16-element steps as explicit 512-bit vectors, the rest as a loop
             if stochastic:
-                _linear_codes_stochastic(g[b0:b1], b0, lo, gap, qmax, seed, codes)
+                ctr = counter(seed, b0)
+                for j in range(0, m16, 16):
+                    linear_codes16_stochastic(g, b0 + j, lo, gap, qmax, ctr, codes, j)
+                    ctr = np.uint32(ctr + _GOLDEN16)
+                _linear_codes_stochastic(g[b0 + m16 : b1], b0 + m16, lo, gap, qmax, seed, codes[m16:])
             else:
-                _linear_codes_nearest(g[b0:b1], lo, gap, qmax, codes)
+                for j in range(0, m16, 16):
+                    linear_codes16_nearest(g, b0 + j, lo, gap, qmax, np.uint32(0), codes, j)
+                _linear_codes_nearest(g[b0 + m16 : b1], lo, gap, qmax, codes[m16:])
         else:
             codes[:m] = 0
         zero_tail(codes, m, bits)
