@@ -1,4 +1,8 @@
-"""Explicit SIMD for the one pattern LLVM's auto-vectorizer cannot find: many sequential sums at once.
+"""Explicit SIMD (LLVM IR through numba's ``@intrinsic``) where the auto-vectorizer falls short.
+
+Mainly one pattern it cannot find: many sequential sums at once. Also TernGrad's code computation,
+which is bound by division and multiplies: written as 512-bit vector steps because LLVM's
+auto-vectorizer settles for 256-bit ones on this CPU.
 
 The frozen formats fix how a scale is summed: in float64, element after element, one chunk (or
 bucket) at a time. Each chunk's sum is a chain of dependent adds (4 cycles each), so a plain loop
