@@ -13,9 +13,11 @@ of chunk k), which auto-vectorizers do not produce, so it is written here in LLV
 ``@intrinsic``: plain, target-independent IR (vector loads, ``shufflevector``, ``fadd``), lowered by
 numba's own LLVM to AVX-512 / AVX2 / NEON as the machine has. No C compiler is involved.
 
-Every intrinsic reads a float32 C-contiguous 2-D *tile* of 16 rows (one row per lane) and consumes 16
-consecutive columns starting at ``col``: callers copy the chunks' data into the tile (padding with
-zeros, which leave every sum unchanged) so the intrinsics never read out of bounds.
+The sum intrinsics consume 16 consecutive elements of 16 rows (one row per lane) per call: either
+from a float32 C-contiguous 2-D *tile* that the caller filled (zero-padded where a lane has no
+element: +0.0 leaves every sum unchanged), or, in the ``*_direct`` variants, straight from the
+arrays at a row stride, where the caller guarantees that all 16 rows exist. No bounds are checked
+here.
 """
 
 from __future__ import annotations
