@@ -18,6 +18,7 @@ iteration (any order for the CaSync/ring/ps topologies; the same order for ``all
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -112,7 +113,7 @@ class Engine:
                 tag_ub=self.executor.tag_ub,
             )
         except BaseException:
-            self.executor.close()
+            self.executor.close(handshake=False)
             raise
         self.rank, self.world = self.executor.rank, self.executor.world
         self.topology = topology
@@ -184,17 +185,23 @@ class Engine:
             tasks=dict(ex.tasks),
         )
 
-    def close(self) -> None:
-        """Stop the engine's threads and free its communicators. Call on every rank.
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the engine's threads and free its communicators. Collective: call it on every rank.
 
-        Closing with gradients still in flight (submitted, no ``wait_all``) fails them and tells
-        the peers, which would otherwise wait for this rank's messages.
+        Safe right after ``wait_all`` with no barrier of your own: it returns once every peer has
+        called ``close`` too (this rank keeps driving MPI until then, since a peer's last sends
+        can still need it), waiting at most ``timeout`` seconds (default: the engine's
+        ``timeout``), and raises ``SyncError`` naming the ranks that did not come, or a peer's
+        failure. Closing with gradients still in flight (submitted, no ``wait_all``) fails them
+        and tells the peers instead; closing a failed engine, or while an exception propagates
+        (``with`` blocks, ``finally`` clauses), waits for nobody: peers may be waiting for this
+        rank, and the error in hand is the one to report.
         """
         if not self._closed:
             if self.executor.busy and self.executor.failed is None:
                 self.executor.abort("the engine was closed with a synchronization in flight")
             self._closed = True
-            self.executor.close()
+            self.executor.close(handshake=sys.exc_info()[0] is None, timeout=timeout)
 
     def abort(self, reason: str) -> None:
         """Fail this engine and tell every peer why (they fail with "rank k failed: reason")."""

@@ -19,6 +19,17 @@ Failure handling, so that no rank hangs:
   * a rank that dies outright is reported by the process manager (``mpiexec`` stops the job; see
     ``hipress.launch.local``).
 After a failure the engine is unusable; exit (``comm.Abort`` if the others might still wait).
+
+Closing is collective. ``wait()`` returns once this rank's own tasks are done: its receives hold
+their data and its sends are complete *locally*. Peers may still be finishing theirs, and a
+message this rank already received can still need this rank's MPI progress on the peer's behalf
+(a rendezvous acknowledgement, a delivery-complete ack over TCP) before the peer's send completes.
+While the engine is open the communication thread keeps calling into MPI, idle or not; if
+``close`` simply stopped it, a peer could wait forever on a send to a rank that left. So a clean
+``close`` first has the communication thread exchange a one-byte "closing" message with every
+peer on the control communicator (sent only once all of this rank's tasks, sends included, are
+done) and keep polling until every peer's has arrived: then no peer needs anything from this
+rank any more. A peer whose message does not come within the timeout is named in the error.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -42,6 +54,7 @@ from .graph import ChannelOrder, Task, complete, roots
 from .program import SyncError
 
 NOTICE_TAG = 1
+CLOSE_TAG = 2  # the close handshake's one-byte messages, on the control communicator
 NOTICE_BYTES = 2048
 _STOP = (float("inf"), float("inf"))
 
@@ -96,6 +109,8 @@ class MPIExecutor:
         self._inbox: deque[Task] = deque()
         self._wake = threading.Event()
         self._stop = False
+        self._closing: float | None = None  # deadline of the close handshake, once close() asks for it
+        self._said_bye = False  # the handshake completed: every peer reached close()
         self._order = ChannelOrder()
         # Receives are not all pre-posted: thousands of posted receives make every MPI poll and
         # every message match scan them all. Each gradient (tag) keeps at most ``recv_window``
@@ -143,18 +158,34 @@ class MPIExecutor:
             s, self.stats = self.stats, ExecStats()
         return s
 
-    def close(self) -> None:
-        """Stop the threads and release the communicators (no MPI traffic may be pending)."""
+    def close(self, handshake: bool = True, timeout: float | None = None) -> None:
+        """Stop the threads and release the communicators; see "Closing" in the module docstring.
+
+        With ``handshake`` (and a healthy, idle engine with peers) this waits until every peer has
+        called ``close`` too, at most ``timeout`` seconds (default: the executor's ``timeout``),
+        and raises ``SyncError`` naming the ranks that did not, or a peer's failure notice. Without
+        it (a failed engine, one closed on the way out of an error), nothing is waited for.
+        """
         if self._stop:
             return
+        limit = self.timeout if timeout is None else float(timeout)
+        clean = handshake and self.world > 1 and self._error is None and not self.busy and self._comm.is_alive()
+        if clean:
+            self._closing = time.monotonic() + limit
+            self._wake.set()
+            self._comm.join(limit + 5.0)  # it leaves its loop once the handshake is over, either way
         self._stop = True
         self._wake.set()
         self._work.put((_STOP, 0, None))
         self._comm.join(5)
         self._worker.join(5)
-        if self._error is None:
+        if self._error is None and not self._comm.is_alive():
             for c in (self.p2p, *self.coll, self.ctl):
                 c.Free()
+        if clean and self._error is not None:
+            raise self._error
+        if clean and not self._said_bye:  # the thread is stuck inside MPI: nothing sane to free
+            raise SyncError(f"rank {self.rank}: the close handshake did not finish within {limit + 5:g} s")
 
     def abort(self, reason: str) -> None:
         """Fail now and tell the peers ``reason`` (this rank failed outside the engine)."""
@@ -238,6 +269,7 @@ class MPIExecutor:
         reqs: list[MPI.Request] = []  # in flight, and the task of each
         inflight: list[Task] = []
         statuses: list[MPI.Status] = []  # reused: building thousands per poll would dominate
+        bye: _Goodbye | None = None  # the close handshake, once close() asked for it
         sleep = 0.0
         cpu0 = time.thread_time()
         try:
@@ -252,6 +284,14 @@ class MPIExecutor:
                     mine = f" [rank {self.rank} was waiting on: {self._pending(inflight)}]" if inflight else ""
                     self._fail(SyncError(f"rank {st.Get_source()} failed during gradient sync: {msg}{mine}"), False)
                     break
+                if bye is None and self._closing is not None and self._error is None and not reqs:
+                    bye = _Goodbye(self.ctl, self.rank, self.world)
+                if bye is not None and self._error is None:
+                    if bye.poll():
+                        self._said_bye = True
+                        break
+                    if time.monotonic() > self._closing:  # type: ignore[operator]
+                        self._fail(bye.timed_out(), tell_peers=True)
                 if self._notify is not None:
                     self._send_notices(self._notify)
                     break
@@ -265,7 +305,7 @@ class MPIExecutor:
                     cpu0 = cpu
                 if progressed:
                     sleep = 0.0
-                elif not reqs and not self._inbox and not self._recv_queue:
+                elif not reqs and not self._inbox and not self._recv_queue and bye is None:
                     self._wake.wait(0.05)  # idle: sleep until a task is ready (or check notices)
                     self._wake.clear()
                 else:
@@ -433,7 +473,52 @@ class MPIExecutor:
         self._done(t)
 
 
+class _Goodbye:
+    """The close handshake of one rank: a one-byte message to and from every peer (``CLOSE_TAG``).
+
+    Posted by the communication thread only when this rank has nothing in flight, so a peer that
+    receives it knows this rank's sends are all complete; complete once every peer's has arrived.
+    """
+
+    def __init__(self, ctl: MPI.Comm, rank: int, world: int) -> None:
+        self.rank = rank
+        self.t0 = time.monotonic()
+        self.peers = [p for p in range(world) if p != rank]
+        self._out = np.ones(1, dtype=np.uint8)
+        self._in = np.zeros(world, dtype=np.uint8)
+        self.waiting = {
+            p: ctl.Irecv([self._in[p : p + 1], MPI.BYTE], source=p, tag=CLOSE_TAG) for p in self.peers
+        }
+        self.sends = [ctl.Isend([self._out, MPI.BYTE], dest=p, tag=CLOSE_TAG) for p in self.peers]
+
+    def poll(self) -> bool:
+        """True once every peer's message arrived and every one of ours left."""
+        for p in [p for p, r in self.waiting.items() if r.Test()]:
+            del self.waiting[p]
+        self.sends = [r for r in self.sends if not r.Test()]
+        return not self.waiting and not self.sends
+
+    def timed_out(self) -> SyncError:
+        """The error naming the ranks that never closed; their receives are cancelled."""
+        missing = sorted(self.waiting)
+        for r in self.waiting.values():
+            r.Cancel()
+            r.Wait()
+        return SyncError(
+            f"rank {self.rank}: close() waited {time.monotonic() - self.t0:.1f} s for rank(s) {missing} "
+            f"to close their engine too",
+            "close() is collective: call it on every rank after the last wait_all(); a rank that never does "
+            "is still synchronizing, stuck or dead (raise the engine's `timeout` if ranks reach close() far apart)",
+        )
+
+
 def _close_at_exit(ref: weakref.ref) -> None:
+    """An engine nobody closed: close it (handshake included) before MPI is finalized under it."""
     ex = ref()
-    if ex is not None:
-        ex.close()
+    if ex is None:
+        return
+    # after an uncaught exception (``sys.last_value``) peers may be waiting for this rank: no handshake
+    try:
+        ex.close(handshake=getattr(sys, "last_value", None) is None)
+    except SyncError as e:  # nothing to raise to at exit: say it
+        print(f"hipress.sync: closing the engine at exit: {e}", file=sys.stderr, flush=True)

@@ -13,10 +13,10 @@ WORKER = Path(__file__).with_name("mpi_worker.py")
 QUIET_MPI = {"UCX_LOG_LEVEL": "error"}  # UCX's pool warnings after an MPI_Abort are noise here
 
 
-def run_mpi(np: int, *args: str, timeout: float = 240, emulated=None) -> LaunchResult:
+def run_mpi(np: int, *args: str, timeout: float = 240, emulated=None, env=None) -> LaunchResult:
     """Run the worker scenario on ``np`` ranks; the result keeps the output's last 200 lines."""
     return launch_local(
-        np, [sys.executable, str(WORKER), *args], env=QUIET_MPI, emulated=emulated, timeout=timeout,
+        np, [sys.executable, str(WORKER), *args], env={**QUIET_MPI, **(env or {})}, emulated=emulated, timeout=timeout,
         on_line=lambda line: None,
     )
 
