@@ -7,7 +7,7 @@
     >>> for name, p in reversed(list(model.named_parameters())):   # or from backward hooks
     ...     eng.submit(name, p.grad)
     >>> stats = eng.wait_all()        # every p.grad now holds the average over ranks, in place
-    >>> eng.close()
+    >>> eng.close()                   # collective: returns once every rank has closed (no barrier needed)
 
 ``submit`` only builds the gradient's task graph and hands it to the executor's threads, so it is
 cheap enough for autograd hooks: synchronization of the last layers starts while the first ones
