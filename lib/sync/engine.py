@@ -195,7 +195,8 @@ class Engine:
         failure. Closing with gradients still in flight (submitted, no ``wait_all``) fails them
         and tells the peers instead; closing a failed engine, or while an exception propagates
         (``with`` blocks, ``finally`` clauses), waits for nobody: peers may be waiting for this
-        rank, and the error in hand is the one to report.
+        rank, and the error in hand is the one to report. With several engines open, close them in
+        the same order on every rank (as ``MPI_Comm_free`` requires of their communicators).
         """
         if not self._closed:
             if self.executor.busy and self.executor.failed is None:
