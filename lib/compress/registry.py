@@ -83,6 +83,23 @@ def _parse_value(text: str) -> Any:
     return text
 
 
+def split_specs(text: str) -> list[str]:
+    """``"tbq,onebit,terngrad:bits=2,stochastic=false"`` -> ``["tbq", "onebit", "terngrad:bits=2,stochastic=false"]``.
+
+    A comma separates algorithms, except before a ``key=value`` that continues the previous spec's
+    parameters (a bare algorithm name has no ``=``).
+    """
+    out: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if out and "=" in part and ":" not in part and ":" in out[-1]:
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    return out
+
+
 def create_from_spec(spec: str) -> Compressor:
     """``"tbq"``, ``"terngrad:bits=4,stochastic=false"``, ``"dgc:ratio=0.01"``."""
     name, _, rest = spec.partition(":")

@@ -23,13 +23,14 @@ def test_version():
 
 
 def test_bench_compress_json():
-    r = hipress("bench", "compress", "--alg", "tbq,onebit,terngrad:bits=4", "--size", "256K", "--repeat", "3",
+    r = hipress("bench", "compress", "--alg", "tbq,onebit,terngrad:bits=4,stochastic=false", "--size", "256K",
+                "--repeat", "3",
                 "--warmup", "1", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["size_bytes"] == 256 * 1024 and out["memcpy_gbps"] > 0
     rows = {row["alg"]: row for row in out["algorithms"]}
-    assert set(rows) == {"tbq", "onebit", "terngrad:bits=4"}
+    assert set(rows) == {"tbq", "onebit", "terngrad:bits=4,stochastic=false"}
     assert abs(rows["tbq"]["ratio"] - (20 + 4 + 65536 / 4) / 262144) < 1e-9
     assert rows["tbq"]["reference_encode_gbps"] > 0
     for row in rows.values():

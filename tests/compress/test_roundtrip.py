@@ -124,3 +124,11 @@ def test_registry_errors():
     assert c.bits == 4 and c.stochastic is False
     with pytest.raises(ValueError, match="key=value"):
         hc.create_from_spec("dgc:0.1")
+
+
+def test_split_specs_keeps_parameters_together():
+    from hipress.compress.registry import split_specs
+
+    assert split_specs("tbq,onebit,terngrad:bits=2,stochastic=false,dgc:ratio=0.01") == [
+        "tbq", "onebit", "terngrad:bits=2,stochastic=false", "dgc:ratio=0.01"]
+    assert split_specs(" tbq ,, ") == ["tbq"]
