@@ -582,9 +582,27 @@ class RemoteJob:
                 return self.returncode
         return None
 
-    def wait(self, timeout: float | None = None, poll_s: float = 0.2) -> int:
+    def wait(self, timeout: float | None = None, poll_s: float = 0.2,
+             interrupted: threading.Event | None = None) -> int:
+        """Block until the job ends; with ``interrupted`` (set by a SIGINT handler), stop it as Ctrl-C.
+
+        The event is checked between polls, so an interrupt never lands half way through stopping and
+        collecting (a KeyboardInterrupt raised at a random point could)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while (rc := self.poll()) is None:
+        while True:
+            if interrupted is not None and interrupted.is_set():
+                return self.interrupt()
+            rc = self.poll()
+            if rc is not None:
+                if interrupted is not None and interrupted.is_set():  # mpiexec ended of the same Ctrl-C
+                    self._interrupted = True
+                    self.returncode = 130
+                    self._failure = "interrupted (Ctrl-C); every rank on every host was stopped"
+                    if self.result is not None:
+                        self.result.returncode, self.result.interrupted = 130, True
+                        self.result.failure = self._failure
+                    return 130
+                return rc
             if deadline is not None and time.monotonic() > deadline:
                 self._timed_out = True
                 self._finish(124, f"timed out after {timeout:g} s; stopped every rank")
@@ -902,12 +920,18 @@ def launch_hosts(hosts: Sequence[Host], argv: Sequence[str], ssh_options: SSHOpt
     except BaseException:
         cluster.close()
         raise
+    interrupted = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():  # Ctrl-C becomes a flag wait() checks
+        previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
     try:
-        job.wait(timeout)
+        job.wait(timeout, interrupted=interrupted)
     except KeyboardInterrupt:
         job.interrupt()
     finally:
         job.stop()
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     assert job.result is not None
     return job.result
 
