@@ -34,15 +34,21 @@ class GradientState:
     momentum: torch.Tensor | None = None
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
 
-    def buffer(self, attr: str, like: torch.Tensor) -> torch.Tensor:
+    def buffer(self, name: str, like: torch.Tensor) -> torch.Tensor:
         """The named float32 buffer, created as zeros shaped like ``like`` on first use.
 
-        A buffer whose size no longer matches (a re-partitioned gradient) is reset, not reused.
+        ``residual`` and ``momentum`` are attributes; any other name (a wrapper's memory, a generated
+        algorithm's state vector) lives in ``extra``. A buffer whose size no longer matches (a
+        re-partitioned gradient) is reset, not reused.
         """
-        cur = getattr(self, attr)
+        own = name in ("residual", "momentum")
+        cur = getattr(self, name) if own else self.extra.get(name)
         if cur is None or cur.numel() != like.numel() or cur.device != like.device:
             cur = torch.zeros(like.numel(), dtype=torch.float32, device=like.device)
-            setattr(self, attr, cur)
+            if own:
+                setattr(self, name, cur)
+            else:
+                self.extra[name] = cur
         return cur
 
     def step_seed(self) -> int:

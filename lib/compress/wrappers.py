@@ -16,13 +16,6 @@ from .payload import Header, seal
 from .state import GradientState
 
 
-def _extra_buffer(state: GradientState, key: str, like: torch.Tensor) -> torch.Tensor:
-    buf = state.extra.get(key)
-    if buf is None or buf.numel() != like.numel() or buf.device != like.device:
-        buf = state.extra[key] = torch.zeros(like.numel(), dtype=torch.float32, device=like.device)
-    return buf
-
-
 class _Wrapper(Compressor):
     def __init__(self, inner: Compressor) -> None:
         self.inner = inner
@@ -62,7 +55,7 @@ class ErrorFeedback(_Wrapper):
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
         if state is None:
             return self.inner._encode(x, dtype, None, name)
-        e = _extra_buffer(state, "ef_residual", x)
+        e = state.buffer("ef_residual", x)
         v = x + e
         if v.numel() and not bool(torch.isfinite(v).all()):
             e.zero_()
@@ -98,7 +91,7 @@ class MomentumCorrection(_Wrapper):
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
         if state is None:
             return self.inner._encode(x, dtype, None, name)
-        u = _extra_buffer(state, "mc_velocity", x)
+        u = state.buffer("mc_velocity", x)
         u.mul_(self.momentum).add_(x)
         payload = seal(self.inner._encode(u, dtype, state, name))
         h, body = self.inner.parse(payload, name)

@@ -127,16 +127,6 @@ def _to_array(t: torch.Tensor, cuda: bool):
     return t.detach().numpy()
 
 
-def _state_buffer(state: GradientState, name: str, like: torch.Tensor) -> torch.Tensor:
-    if name in ("residual", "momentum"):
-        return state.buffer(name, like)
-    cur = state.extra.get(name)
-    if cur is None or cur.numel() != like.numel() or cur.device != like.device:
-        cur = torch.zeros(like.numel(), dtype=torch.float32, device=like.device)
-        state.extra[name] = cur
-    return cur
-
-
 class _LazyStates:
     """State vectors handed to a generated encoder, created on first access only."""
 
@@ -150,7 +140,7 @@ class _LazyStates:
     def __getitem__(self, k: int):
         if k not in self.arrays:
             name = self.names[k]
-            t = _state_buffer(self.state, name, self.like) if self.state is not None else torch.zeros_like(self.like)
+            t = self.state.buffer(name, self.like) if self.state is not None else torch.zeros_like(self.like)
             self.arrays[k] = _to_array(t, self.cuda)
         return self.arrays[k]
 
