@@ -5,20 +5,24 @@ types call for; a dialect only says how an operation is spelled. Operations are 
 computation type the checker chose (``opty``), so a float32 product stays a float32 product in all
 three languages, which is what makes the backends agree bit for bit.
 
-Element reads go through ``ElemSource``: a vector element is an array read (checked against the
-length unless the index is provably the loop's own), a range's index, or, for a lazy vector, a call
-of its lambda at that index.
+Element reads go through ``KernelBackend.elem``, shared by the numba and the CUDA backends (they
+differ only in the dialect's spelling and two hooks): a vector element is an array read (checked
+against the length unless the index is provably the loop's own), a range's index, or, for a lazy
+vector, a call of its lambda at that index. ``LambdaScope`` names a lambda's locals the same way
+for both.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from . import ast
 from . import types as T
-from .checker import LambdaInfo, Symbol
+from .checker import CheckedSpec, LambdaInfo, Symbol
 from .errors import CompLLError
-from .lower import Plan, Vec
+from .lower import IPack, IReduce, IStore, Plan, SLoop, SScatter, Vec
 
 # ---------------------------------------------------------------------------- dialects
 
@@ -70,6 +74,15 @@ class Dialect:
 
     def bitnot(self, a: str) -> str:
         return f"(~{a})"
+
+    # kernel element reads (kernel dialects only: the host never indexes element by element)
+    def subscript(self, name: str, idx: str) -> str:
+        """``name[idx]`` with ``idx`` proven in range."""
+        raise NotImplementedError
+
+    def widen(self, code: str) -> str:
+        """An integer array element as the kernel's 64-bit ``int``."""
+        raise NotImplementedError
 
 
 def _maxv(dst: T.Type, widths: dict[str, str]) -> str:
@@ -162,6 +175,12 @@ class NumbaDialect(PyDialect):
             return f"np.int64({code})"
         return super().conv(code, src, dst)
 
+    def subscript(self, name: str, idx: str) -> str:
+        return f"{name}[np.uint64({idx})]"  # unsigned: numba emits no negative-index wraparound
+
+    def widen(self, code: str) -> str:
+        return f"np.int64({code})"
+
 
 _C_TYPES = {
     "float": "float",
@@ -236,6 +255,12 @@ class CudaDialect(Dialect):
 
     def isfinite(self, a: str, ty: T.Type) -> str:
         return "true" if ty.is_int else f"isfinite({a})"
+
+    def subscript(self, name: str, idx: str) -> str:
+        return f"{name}[{idx}]"
+
+    def widen(self, code: str) -> str:
+        return f"((long long) {code})"
 
 
 # ---------------------------------------------------------------------------- expression walker
@@ -471,3 +496,157 @@ class ElemContext(Context):
     def random(self, e: ast.Call, a: str, b: str) -> str:
         assert self.ridx is not None
         return self.backend.random_code(e.ty.plain(), a, b, self.ridx, self.uses.use("seed"), e)
+
+
+# ---------------------------------------------------------------------------- the backends' shared walk
+def vec_pos(v: Vec | None) -> ast.Pos:
+    """Where a vector comes from in the spec (its first lambda), for out-of-range messages."""
+    while v is not None:
+        if v.lam is not None:
+            return v.lam.node.pos
+        v = v.src
+    return ast.Pos(0, 0)
+
+
+class LambdaScope:
+    """One lambda variant being emitted: its local names, its captures and its expression emitter.
+
+    Locals are ``a_<name>`` (``a_<name>_2``, ... when a name is declared again), so the generated
+    names do not depend on the backend.
+    """
+
+    def __init__(self, backend: KernelBackend, table: LambdaTable, lam: LambdaInfo, safe: tuple) -> None:
+        self.backend = backend
+        self.uses = KernelNames()
+        self.locals: dict[int, str] = {}
+        self._taken: set[str] = set()
+        self.params = [self.local(p) for p in lam.params]
+        safe_map = {id(p): key for p, key in zip(lam.params, safe, strict=False) if key is not None}
+        ridx = "ridx" if lam.uses_random else None
+        ctx = ElemContext(backend, table, backend.plan, self.uses, self.locals, safe_map, ridx)
+        self.em = ExprEmitter(backend.dialect, ctx, backend.file)
+
+    def local(self, sym: Symbol) -> str:
+        base = "a_" + sym.name
+        n, k = base, 2
+        while n in self._taken:
+            n, k = f"{base}_{k}", k + 1
+        self._taken.add(n)
+        self.locals[id(sym)] = n
+        return n
+
+    def captured(self, body: list[str]) -> list[str]:
+        """The outside variables the finished body reads, sorted: its trailing parameters."""
+        self.backend.width_uses(body, self.uses)
+        return sorted(self.uses.names - {"seed"})
+
+
+class KernelBackend:
+    """What the numba and the CUDA backends share: the walk from a vector element to its code.
+
+    A subclass names its ``dialect_class`` (spelling: ``helper`` prefix, ``subscript``, ``widen``,
+    ``conv``...) and supplies the two things that differ in substance: how a
+    vector's length is passed (``length_code``) and how a bounds-checked array read is spelled
+    (``checked_read``).
+    """
+
+    dialect_class: type[Dialect]
+
+    def __init__(self, checked: CheckedSpec, plan: Plan, prefix: str) -> None:
+        self.checked = checked
+        self.plan = plan
+        self.file = checked.file
+        self.prefix = prefix  # "e" (encoder) or "d" (decoder): keeps both halves' names apart
+        self.widths = dict(plan.widths)
+        self.dialect = self.dialect_class(self.widths)  # type: ignore[call-arg]
+        self.table = LambdaTable(self, plan, f"l{prefix}_")
+        self.kernels: list[str] = []
+
+    def length_code(self, vec: Vec, uses: KernelNames) -> str:
+        raise NotImplementedError
+
+    def checked_read(self, vec: Vec, name: str, idx: str, uses: KernelNames) -> str:
+        """``vec[idx]`` of a plain array when ``idx`` may be out of range (sets the oob flag)."""
+        raise NotImplementedError
+
+    def width_uses(self, lines: list[str], uses: KernelNames) -> None:
+        """Symbolic widths appear inside conversions the dialect spells: register them as inputs."""
+        text = "\n".join(lines)
+        for w in self.widths.values():
+            if re.search(rf"\b{w}\b", text):
+                uses.use(w)
+
+    def elem(
+        self, table: LambdaTable, vec: Vec, idx: str, key: str | None, uses: KernelNames, pos: ast.Pos
+    ) -> tuple[str, T.Type]:
+        """Element ``idx`` of ``vec``; ``key`` is the length key of the loop ``idx`` indexes, if any.
+
+        An index is safe (no bounds check) when it is the loop's own index and the vector has the
+        loop's length; a lazy vector is a call of its lambda on the element of its source.
+        """
+        safe = key is not None and key == vec.key
+        d = self.dialect
+        rt = d.helper
+        if vec.kind == "array":
+            name = uses.use(vec.name)
+            elem = vec.elem.plain()
+            if vec.packed is not None:
+                bits = str(vec.packed) if isinstance(vec.packed, int) else uses.use(vec.packed)
+                if safe:
+                    return f"{rt}unpack({name}, {idx}, {bits})", T.INT
+                uses.checked.append(pos)
+                n = self.length_code(vec, uses)
+                return f"{rt}rdp({name}, {idx}, {n}, {bits}, {uses.use('oob')})", T.INT
+            if safe:
+                code = d.subscript(name, idx)
+            else:
+                uses.checked.append(pos)
+                code = self.checked_read(vec, name, idx, uses)
+            if elem.is_int and elem.kind != "bool":
+                return d.widen(code), T.INT
+            return code, elem
+        if vec.kind == "range":
+            if safe:
+                return idx, T.INT
+            uses.checked.append(pos)
+            return f"{rt}rng({idx}, {self.length_code(vec, uses)}, {uses.use('oob')})", T.INT
+        assert vec.lam is not None and vec.src is not None
+        lam = vec.lam
+        if vec.src.kind == "range":
+            if not safe:
+                uses.checked.append(pos)
+                idx = f"{rt}rng({idx}, {self.length_code(vec, uses)}, {uses.use('oob')})"
+            fname, names, rnd = table.get(lam, (vec.key if safe else None,))
+            arg = d.conv(idx, T.INT, lam.params[0].ty)
+        else:
+            inner, ity = self.elem(table, vec.src, idx, key, uses, pos)
+            fname, names, rnd = table.get(lam, (None,))
+            arg = d.conv(inner, ity, lam.params[0].ty)
+        extra = [idx, uses.use("seed")] if rnd else []
+        args = [arg] + extra + [uses.use(n) for n in names]
+        return f"{fname}({', '.join(args)})", lam.ret.plain()
+
+    def loop_elems(self, st: SLoop, uses: KernelNames) -> Iterator[tuple[IReduce | IStore | IPack, str, T.Type]]:
+        """Each item of a fused loop with the element it consumes at index ``i`` (code, type)."""
+        for it in st.items:
+            if isinstance(it, IReduce):
+                src, pos = it.src, it.lam.node.pos
+            elif isinstance(it, IStore):
+                src, pos = it.value, vec_pos(it.value)
+            else:
+                src, pos = it.src, vec_pos(it.src)
+            x, xt = self.elem(self.table, src, "i", st.key, uses, pos)
+            yield it, x, xt
+
+    def scatter_operands(self, st: SScatter, uses: KernelNames) -> tuple[str, T.Type, str]:
+        """A scatter's index at element ``j`` (code, type) and the value it writes there.
+
+        The value is converted to the destination's element type; a scalar value is the kernel
+        input ``val_<uid>``.
+        """
+        i, ity = self.elem(self.table, st.idx, "j", st.idx.key, uses, vec_pos(st.idx))
+        if st.val is None:
+            return i, ity, uses.use(f"val_{st.uid}")
+        key = st.idx.key if st.val.key == st.idx.key else None
+        v, vt = self.elem(self.table, st.val, "j", key, uses, vec_pos(st.val))
+        return i, ity, self.dialect.conv(v, vt, st.dst_elem.plain())

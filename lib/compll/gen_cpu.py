@@ -18,14 +18,12 @@ elements themselves; ``scan`` and ``scatter`` are sequential.
 
 from __future__ import annotations
 
-import re
-
 from . import ast
 from . import types as T
-from .checker import CheckedSpec, LambdaInfo
+from .checker import LambdaInfo
 from .driver import NP_DTYPE, Driver, is_packed
-from .emit import ElemContext, ExprEmitter, KernelNames, LambdaTable, NumbaDialect
-from .lower import IPack, IReduce, IStore, Plan, SFilter, SLoop, SScan, SScatter, SSort, Vec
+from .emit import ExprEmitter, KernelBackend, KernelNames, LambdaScope, LambdaTable, NumbaDialect
+from .lower import IPack, IReduce, IStore, SFilter, SLoop, SScan, SScatter, SSort, Vec
 
 ACC_DTYPE = {"float": "np.float32", "double": "np.float64", "bool": "np.bool_"}
 
@@ -65,18 +63,10 @@ def comparison_key(lam: LambdaInfo) -> str | None:
     return None
 
 
-class NumbaBackend:
+class NumbaBackend(KernelBackend):
     """Kernel and array operations for the host driver, as numba code."""
 
-    def __init__(self, checked: CheckedSpec, plan: Plan, prefix: str) -> None:
-        self.checked = checked
-        self.plan = plan
-        self.file = checked.file
-        self.prefix = prefix
-        self.widths = dict(plan.widths)
-        self.dialect = NumbaDialect(self.widths)
-        self.table = LambdaTable(self, plan, f"l{prefix}_")
-        self.kernels: list[str] = []
+    dialect_class = NumbaDialect
 
     # ------------------------------------------------------------------ element code
     def length_code(self, vec: Vec, uses: KernelNames) -> str:
@@ -88,50 +78,9 @@ class NumbaBackend:
             return uses.use(n)
         return n
 
-    def elem(
-        self, table: LambdaTable, vec: Vec, idx: str, key: str | None, uses: KernelNames, pos: ast.Pos
-    ) -> tuple[str, T.Type]:
-        """Element ``idx`` of ``vec``; ``key`` is the length key of the loop ``idx`` indexes, if any."""
-        safe = key is not None and key == vec.key
-        d = self.dialect
-        if vec.kind == "array":
-            name = uses.use(vec.name)
-            elem = vec.elem.plain()
-            if vec.packed is not None:
-                bits = str(vec.packed) if isinstance(vec.packed, int) else uses.use(vec.packed)
-                if safe:
-                    return f"k_unpack({name}, {idx}, {bits})", T.INT
-                uses.checked.append(pos)
-                n = self.length_code(vec, uses)
-                return f"k_rdp({name}, {idx}, {n}, {bits}, {uses.use('oob')})", T.INT
-            if safe:  # in range by construction: an unsigned index spares numba's wraparound code
-                code = f"{name}[np.uint64({idx})]"
-            else:
-                uses.checked.append(pos)
-                code = f"k_rd({name}, {idx}, {uses.use('oob')}, {d.lit(0, elem if not elem.is_code else T.UINT8)})"
-            if elem.is_int and elem.kind != "bool":
-                return f"np.int64({code})", T.INT
-            return code, elem
-        if vec.kind == "range":
-            if safe:
-                return idx, T.INT
-            uses.checked.append(pos)
-            return f"k_rng({idx}, {self.length_code(vec, uses)}, {uses.use('oob')})", T.INT
-        assert vec.lam is not None and vec.src is not None
-        lam = vec.lam
-        if vec.src.kind == "range":
-            if not safe:
-                uses.checked.append(pos)
-                idx = f"k_rng({idx}, {self.length_code(vec, uses)}, {uses.use('oob')})"
-            fname, names, rnd = table.get(lam, (vec.key if safe else None,))
-            arg = d.conv(idx, T.INT, lam.params[0].ty)
-        else:
-            inner, ity = self.elem(table, vec.src, idx, key, uses, pos)
-            fname, names, rnd = table.get(lam, (None,))
-            arg = d.conv(inner, ity, lam.params[0].ty)
-        extra = [idx, uses.use("seed")] if rnd else []
-        args = [arg] + extra + [uses.use(n) for n in names]
-        return f"{fname}({', '.join(args)})", lam.ret.plain()
+    def checked_read(self, vec: Vec, name: str, idx: str, uses: KernelNames) -> str:
+        elem = vec.elem.plain()  # numba's k_rd reads the length off the array itself
+        return f"k_rd({name}, {idx}, {uses.use('oob')}, {self.dialect.lit(0, elem if not elem.is_code else T.UINT8)})"
 
     def random_code(self, ty: T.Type, a: str, b: str, ridx: str, seed: str, e: ast.Call) -> str:
         u = f"k_uniform({seed}, {ridx})"
@@ -145,36 +94,12 @@ class NumbaBackend:
 
     # ------------------------------------------------------------------ lambdas
     def lambda_code(self, table: LambdaTable, lam: LambdaInfo, safe: tuple, fname: str) -> tuple[list[str], str]:
-        uses = KernelNames()
-        locals_: dict[int, str] = {}
-        used: set[str] = set()
-
-        def local(sym) -> str:
-            base = "a_" + sym.name
-            n, k = base, 2
-            while n in used:
-                n, k = f"{base}_{k}", k + 1
-            used.add(n)
-            locals_[id(sym)] = n
-            return n
-
-        params = [local(p) for p in lam.params]
-        safe_map = {id(p): key for p, key in zip(lam.params, safe, strict=False) if key is not None}
-        ctx = ElemContext(self, table, self.plan, uses, locals_, safe_map, "ridx" if lam.uses_random else None)
-        em = ExprEmitter(self.dialect, ctx, self.file)
-        body = _py_stmts(lam.node.body.stmts, em, lam, local, 1)
-        self.width_uses(body, uses)
-        names = sorted(uses.names - {"seed"})
-        sig = params + (["ridx", "seed"] if lam.uses_random else []) + names
+        scope = LambdaScope(self, table, lam, safe)
+        body = _py_stmts(lam.node.body.stmts, scope.em, lam, scope.local, 1)
+        names = scope.captured(body)
+        sig = scope.params + (["ridx", "seed"] if lam.uses_random else []) + names
         code = f"@_ljit\ndef {fname}({', '.join(sig)}):\n" + "\n".join(body) + "\n"
         return names, code
-
-    def width_uses(self, lines: list[str], uses: KernelNames) -> None:
-        """Symbolic widths appear inside conversions the dialect spells: register them as inputs."""
-        text = "\n".join(lines)
-        for w in self.widths.values():
-            if re.search(rf"\b{w}\b", text):
-                uses.use(w)
 
     # ------------------------------------------------------------------ driver hooks
     def flag_alloc(self) -> str:
@@ -213,21 +138,18 @@ class NumbaBackend:
         unsigned (numba then emits no negative-index wraparound), so LLVM vectorizes the loop body.
         """
         uses = KernelNames()
-        key = st.key
         d = self.dialect
         body: list[str] = []
         reduces = st.reduces
         packs = [p for p in st.packs if is_packed(p.src.elem)]
-        for it in st.items:
+        for it, x, xt in self.loop_elems(st, uses):
             if isinstance(it, IReduce):
                 k = reduces.index(it)
-                x, xt = self.elem(self.table, it.src, "i", key, uses, it.lam.node.pos)
                 a_ty = it.lam.params[0].ty
                 fname, names, _ = self.table.get(it.lam, (None, None))
                 args = [f"acc{k}", d.conv(x, xt, a_ty)] + [uses.use(n) for n in names]
                 body.append(f"acc{k} = {fname}({', '.join(args)})")
             elif isinstance(it, IStore):
-                x, xt = self.elem(self.table, it.value, "i", key, uses, _pos(it.value))
                 dst = uses.use(it.dst)
                 val = d.conv(x, xt, it.elem)
                 if it.add:
@@ -242,7 +164,6 @@ class NumbaBackend:
                 else:
                     body.append(f"{dst}[u] = {val}")
             elif isinstance(it, IPack):
-                x, xt = self.elem(self.table, it.src, "i", key, uses, _pos(it.src))
                 reg = uses.use(f"reg{it.field}")
                 elem = it.src.elem.plain()
                 if is_packed(elem):
@@ -436,15 +357,7 @@ class NumbaBackend:
     def launch_scatter(self, st: SScatter, drv: Driver) -> list[str]:
         uses = KernelNames()
         d = self.dialect
-        i, it = self.elem(self.table, st.idx, "j", st.idx.key, uses, _pos(st.idx))
-        elem = st.dst_elem.plain()
-        if st.val is not None:
-            v, vt = self.elem(
-                self.table, st.val, "j", st.idx.key if st.val.key == st.idx.key else None, uses, _pos(st.val)
-            )
-            val = d.conv(v, vt, elem)
-        else:
-            val = uses.use(f"val_{st.uid}")
+        i, it, val = self.scatter_operands(st, uses)
         dst = uses.use(st.dst)
         uses.use("oob")
         lines = [
@@ -466,14 +379,6 @@ class NumbaBackend:
             f"@_jit\ndef {kname}(n_loop, {', '.join(args)}):\n" + "\n".join("    " + x for x in lines) + "\n"
         )
         return [f"{kname}({st.idx.length}, {', '.join(args)})"] + drv.oob_check(uses.checked + [ast.Pos(0, 0)])
-
-
-def _pos(v: Vec) -> ast.Pos:
-    while v is not None:
-        if v.lam is not None:
-            return v.lam.node.pos
-        v = v.src  # type: ignore[assignment]
-    return ast.Pos(0, 0)
 
 
 def _py_stmts(stmts: list[ast.Stmt], em: ExprEmitter, lam: LambdaInfo, local, ind: int) -> list[str]:

@@ -14,14 +14,13 @@ Kernel shapes:
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from . import ast
 from . import types as T
 from .checker import CheckedSpec, LambdaInfo
 from .driver import Driver, is_packed
-from .emit import CudaDialect, ElemContext, ExprEmitter, KernelNames, LambdaTable
+from .emit import CudaDialect, ExprEmitter, KernelBackend, KernelNames, LambdaScope, LambdaTable
 from .lower import IPack, IReduce, IStore, Plan, SFilter, SLoop, SScan, SScatter, SSort, Vec
 
 ELEM_C = {
@@ -52,16 +51,13 @@ def _host_np(ctype: str) -> str:
     return NP_OF_C[ctype]
 
 
-class CudaBackend:
+class CudaBackend(KernelBackend):
+    """Kernel and array operations for the host driver, as CUDA C kernels launched through CuPy."""
+
+    dialect_class = CudaDialect
+
     def __init__(self, checked: CheckedSpec, plan: Plan, prefix: str) -> None:
-        self.checked = checked
-        self.plan = plan
-        self.file = checked.file
-        self.prefix = prefix
-        self.widths = dict(plan.widths)
-        self.dialect = CudaDialect(self.widths)
-        self.table = LambdaTable(self, plan, f"l{prefix}_")
-        self.kernels: list[str] = []
+        super().__init__(checked, plan, prefix)
         self.types: dict[str, tuple[str, bool]] = {}  # variable -> (C type, is array)
         by_name = {n: sid for sid, n in plan.names.items()}
         syms = {id(s): s for s in plan.info.symbols}
@@ -118,54 +114,14 @@ class CudaBackend:
             return uses.use(n)
         return f"{n}LL" if n.isdigit() else n
 
-    def elem(
-        self, table: LambdaTable, vec: Vec, idx: str, key: str | None, uses: KernelNames, pos: ast.Pos
-    ) -> tuple[str, T.Type]:
-        safe = key is not None and key == vec.key
-        d = self.dialect
-        if vec.kind == "array":
-            name = uses.use(vec.name)
-            elem = vec.elem.plain()
-            if vec.packed is not None:
-                bits = str(vec.packed) if isinstance(vec.packed, int) else uses.use(vec.packed)
-                if safe:
-                    return f"cl_unpack({name}, {idx}, {bits})", T.INT
-                uses.checked.append(pos)
-                n = self.length_code(vec, uses)
-                return f"cl_rdp({name}, {idx}, {n}, {bits}, {uses.use('oob')})", T.INT
-            if safe:
-                code = f"{name}[{idx}]"
-            else:
-                uses.checked.append(pos)
-                n = (
-                    self.length_code(vec, uses)
-                    if vec.length.endswith(".shape[0]")
-                    else self.length_code(Vec("array", elem, "", f"{vec.name}.shape[0]"), uses)
-                )
-                code = f"cl_rd({name}, {idx}, {n}, {uses.use('oob')}, ({ELEM_C[elem.kind]}) 0)"
-            if elem.is_int and elem.kind != "bool":
-                return f"((long long) {code})", T.INT
-            return code, elem
-        if vec.kind == "range":
-            if safe:
-                return idx, T.INT
-            uses.checked.append(pos)
-            return f"cl_rng({idx}, {self.length_code(vec, uses)}, {uses.use('oob')})", T.INT
-        assert vec.lam is not None and vec.src is not None
-        lam = vec.lam
-        if vec.src.kind == "range":
-            if not safe:
-                uses.checked.append(pos)
-                idx = f"cl_rng({idx}, {self.length_code(vec, uses)}, {uses.use('oob')})"
-            fname, names, rnd = table.get(lam, (vec.key if safe else None,))
-            arg = d.conv(idx, T.INT, lam.params[0].ty)
-        else:
-            inner, ity = self.elem(table, vec.src, idx, key, uses, pos)
-            fname, names, rnd = table.get(lam, (None,))
-            arg = d.conv(inner, ity, lam.params[0].ty)
-        extra = [idx, uses.use("seed")] if rnd else []
-        args = [arg] + extra + [uses.use(n) for n in names]
-        return f"{fname}({', '.join(args)})", lam.ret.plain()
+    def checked_read(self, vec: Vec, name: str, idx: str, uses: KernelNames) -> str:
+        elem = vec.elem.plain()  # a device pointer carries no length: pass the array's
+        n = (
+            self.length_code(vec, uses)
+            if vec.length.endswith(".shape[0]")
+            else self.length_code(Vec("array", elem, "", f"{vec.name}.shape[0]"), uses)
+        )
+        return f"cl_rd({name}, {idx}, {n}, {uses.use('oob')}, ({ELEM_C[elem.kind]}) 0)"
 
     def random_code(self, ty: T.Type, a: str, b: str, ridx: str, seed: str, e: ast.Call) -> str:
         u = f"cl_uniform({seed}, {ridx})"
@@ -177,35 +133,11 @@ class CudaBackend:
             return f"({a} + (({b} - {a}) * (double) {u}))"
         return f"({a} + cl_f2i((double) {u} * (double) ({b} - {a})))"
 
-    def width_uses(self, lines: list[str], uses: KernelNames) -> None:
-        text = "\n".join(lines)
-        for w in self.widths.values():
-            if re.search(rf"\b{w}\b", text):
-                uses.use(w)
-
     def lambda_code(self, table: LambdaTable, lam: LambdaInfo, safe: tuple, fname: str) -> tuple[list[str], str]:
-        uses = KernelNames()
-        locals_: dict[int, str] = {}
-        used: set[str] = set()
-        ltypes: dict[str, str] = {}
-
-        def local(sym) -> str:
-            base = "a_" + sym.name
-            n, k = base, 2
-            while n in used:
-                n, k = f"{base}_{k}", k + 1
-            used.add(n)
-            locals_[id(sym)] = n
-            ltypes[n] = _scalar_c(sym.ty)
-            return n
-
-        params = [f"{_scalar_c(p.ty)} {local(p)}" for p in lam.params]
-        safe_map = {id(p): key for p, key in zip(lam.params, safe, strict=False) if key is not None}
-        ctx = ElemContext(self, table, self.plan, uses, locals_, safe_map, "ridx" if lam.uses_random else None)
-        em = ExprEmitter(self.dialect, ctx, self.file)
-        body = _c_stmts(lam.node.body.stmts, em, lam, local, ltypes, 1)
-        self.width_uses(body, uses)
-        names = sorted(uses.names - {"seed"})
+        scope = LambdaScope(self, table, lam, safe)
+        params = [f"{_scalar_c(p.ty)} {n}" for p, n in zip(lam.params, scope.params, strict=True)]
+        body = _c_stmts(lam.node.body.stmts, scope.em, lam, scope.local, 1)
+        names = scope.captured(body)
         sig = (
             params
             + (["long long ridx", "unsigned int seed"] if lam.uses_random else [])
@@ -257,20 +189,17 @@ class CudaBackend:
 
     def launch_loop(self, st: SLoop, drv: Driver) -> list[str]:
         uses = KernelNames()
-        key = st.key
         d = self.dialect
         body: list[str] = []
         reduces = st.reduces
         packs = [p for p in st.packs if is_packed(p.src.elem)]
-        for it in st.items:
+        for it, x, xt in self.loop_elems(st, uses):
             if isinstance(it, IReduce):
                 k = reduces.index(it)
-                x, xt = self.elem(self.table, it.src, "i", key, uses, it.lam.node.pos)
                 fname, names, _ = self.table.get(it.lam, (None, None))
                 args = [f"acc{k}", d.conv(x, xt, it.lam.params[0].ty)] + [uses.use(n) for n in names]
                 body.append(f"acc{k} = {fname}({', '.join(args)});")
             elif isinstance(it, IStore):
-                x, xt = self.elem(self.table, it.value, "i", key, uses, _pos(it.value))
                 dst = uses.use(it.dst)
                 val = d.conv(x, xt, it.elem)
                 if it.add:
@@ -279,7 +208,6 @@ class CudaBackend:
                 else:
                     body.append(f"{dst}[i] = {val};")
             elif isinstance(it, IPack):
-                x, xt = self.elem(self.table, it.src, "i", key, uses, _pos(it.src))
                 reg = uses.use(f"reg{it.field}")
                 elem = it.src.elem.plain()
                 self.types[reg] = ("u8" if is_packed(elem) or elem.kind == "code" else ELEM_C[elem.kind], True)
@@ -505,15 +433,9 @@ class CudaBackend:
     def launch_scatter(self, st: SScatter, drv: Driver) -> list[str]:
         uses = KernelNames()
         d = self.dialect
-        i, it = self.elem(self.table, st.idx, "j", st.idx.key, uses, _pos(st.idx))
+        i, it, val = self.scatter_operands(st, uses)
         elem = st.dst_elem.plain()
-        if st.val is not None:
-            v, vt = self.elem(
-                self.table, st.val, "j", st.idx.key if st.val.key == st.idx.key else None, uses, _pos(st.val)
-            )
-            val = d.conv(v, vt, elem)
-        else:
-            val = uses.use(f"val_{st.uid}")
+        if st.val is None:
             self.types[val] = (_scalar_c(elem), False)
         dst = uses.use(st.dst)
         uses.use(st.dst + "_n")
@@ -538,22 +460,14 @@ class CudaBackend:
         ] + drv.oob_check(uses.checked + [ast.Pos(0, 0)])
 
 
-def _pos(v: Vec) -> ast.Pos:
-    while v is not None:
-        if v.lam is not None:
-            return v.lam.node.pos
-        v = v.src  # type: ignore[assignment]
-    return ast.Pos(0, 0)
-
-
-def _c_stmts(stmts: list[ast.Stmt], em: ExprEmitter, lam: LambdaInfo, local, ltypes: dict, ind: int) -> list[str]:
+def _c_stmts(stmts: list[ast.Stmt], em: ExprEmitter, lam: LambdaInfo, local, ind: int) -> list[str]:
     out: list[str] = []
     pad = "    " * ind
     d = em.d
     for st in stmts:
         if isinstance(st, ast.Block):
             out.append(pad + "{")
-            out += _c_stmts(st.stmts, em, lam, local, ltypes, ind + 1)
+            out += _c_stmts(st.stmts, em, lam, local, ind + 1)
             out.append(pad + "}")
         elif isinstance(st, ast.VarDecl):
             assert st.sym is not None
@@ -566,10 +480,10 @@ def _c_stmts(stmts: list[ast.Stmt], em: ExprEmitter, lam: LambdaInfo, local, lty
             out.append(f"{pad}{em.ctx.locals[id(st.target.sym)]} = {em.expr(st.value, st.target.sym.ty.plain())};")  # type: ignore[attr-defined]
         elif isinstance(st, ast.If):
             out.append(f"{pad}if ({em.truthy(st.cond)}) {{")
-            out += _c_stmts([st.then], em, lam, local, ltypes, ind + 1)
+            out += _c_stmts([st.then], em, lam, local, ind + 1)
             if st.other is not None:
                 out.append(f"{pad}}} else {{")
-                out += _c_stmts([st.other], em, lam, local, ltypes, ind + 1)
+                out += _c_stmts([st.other], em, lam, local, ind + 1)
             out.append(pad + "}")
         elif isinstance(st, ast.Return):
             assert st.value is not None
