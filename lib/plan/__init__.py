@@ -1,18 +1,20 @@
 """SeCoPa: per gradient, compress or not and into how many partitions, from a cost model.
 
-    >>> from hipress.plan import auto_plan, load_plan
+    >>> from hipress.plan import auto_plan, definition_order, load_plan
     >>> plan = auto_plan(gradient_sizes, nnodes=8, alg="onebit", topology="ring", profile="sosp21")
-    >>> plan = load_plan("SeCoPaPlan.txt", model_gradient_names)   # unknown/missing names: clear error
+    >>> plan = load_plan("SeCoPaPlan.txt", dict(gradient_sizes))   # unknown/missing names: clear error
+    >>> # HiPress's own (MXNet-named) plan: mapped by position in the model's forward order, sizes checked
+    >>> plan = load_plan("SeCoPaPlan.txt", dict(gradient_sizes), forward=definition_order("vgg19"))
 
 ``plan_gradients`` decides (see ``secopa`` for the cost formulas), ``costmodel`` holds the
 primitives' costs (HiPress's published ``sosp21`` constants or a ``hipress profile`` fit),
 ``formats`` reads and writes HiPress's ``input.txt`` and ``SeCoPaPlan.txt``.
 """
 
-from .api import auto_plan
+from .api import auto_plan, definition_order, load_plan
 from .costmodel import CostModel, Linear, load_cost_model, sosp21
 from .errors import PlanError, PlanFormatError, PlanMismatchError
-from .formats import load_plan, parse_input, parse_plan, read_input, read_plan, write_input, write_plan
+from .formats import parse_input, parse_plan, read_input, read_plan, write_input, write_plan
 from .payload import PayloadModel
 from .secopa import TOPOLOGIES, PlanResult, default_payload, plan_gradients
 
@@ -27,6 +29,7 @@ __all__ = [
     "PlanResult",
     "auto_plan",
     "default_payload",
+    "definition_order",
     "load_cost_model",
     "load_plan",
     "parse_input",

@@ -1,14 +1,30 @@
-"""The two calls the training runtime needs: ``auto_plan`` (and ``formats.load_plan``)."""
+"""The calls the training runtime needs: ``auto_plan`` makes a plan, ``load_plan`` fits a plan file to a model.
+
+A plan file names its gradients; a model names its own. A plan written for the model (``hipress plan
+--model``) matches by name. HiPress's own files name gradients the MXNet way (``vgg0_conv0_weight``)
+and list them in the model's definition order, where the zoo has PyTorch names (``features.0.weight``)
+and hands gradients over in backward ready order. Such a plan, sharing no name with the model, is
+mapped by position when its sizes match the model's one to one in one of the model's orders: its
+definition (forward) order first, HiPress's, then the ready order and the reverses of both. SeCoPa
+decides each gradient from its size alone, so any size-consistent mapping of a SeCoPa plan gives every
+gradient the decision SeCoPa would have made for it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from hipress.sync.plan import Plan
+from hipress.sync.plan import Plan, PlanEntry
 
 from .costmodel import CostModel, load_cost_model
+from .errors import PlanError, PlanMismatchError
+from .formats import read_plan
 from .secopa import default_payload, plan_gradients
+
+log = logging.getLogger("hipress.plan")
 
 
 def auto_plan(
@@ -33,3 +49,130 @@ def auto_plan(
         model = load_cost_model(profile)
     result = plan_gradients(gradient_sizes, nnodes, topology, model, default_payload(model, alg))
     return result.to_plan()
+
+
+def definition_order(model: str, **opts: int) -> list[tuple[str, int]]:
+    """A zoo model's gradients ``(name, fp32 elements)`` in definition (forward) order.
+
+    That is ``named_parameters()``'s order, and the order in which MXNet's ``collect_params()``, hence
+    HiPress's input files, list a model's parameters. Built on the meta device: no memory, no compute.
+    ``opts`` as for ``hipress.models.gradient_sizes``.
+    """
+    import torch
+
+    from hipress.models import get
+
+    spec = get(model)
+    full = spec.options("paper", **opts)
+    build = spec.options("paper", **{k: full[k] for k in spec.build_opts})
+    with torch.device("meta"):
+        net = spec.build(**build)
+    return [(n, p.numel()) for n, p in net.named_parameters() if p.requires_grad]
+
+
+def load_plan(
+    path: str | os.PathLike,
+    gradient_names: Iterable[str] | Mapping[str, int],
+    *,
+    forward: Sequence[tuple[str, int]] | None = None,
+) -> Plan:
+    """Read a plan and fit it to the model's gradients: by name, or by position (see the module notes).
+
+    ``gradient_names``: the model's gradient names, or ``{name: num_elements}`` (in backward ready
+    order) to check sizes too and to allow mapping by position. ``forward``: the same gradients in
+    definition order (``definition_order(model)``), the order HiPress's files use; without it, only
+    the ready order and its reverse are tried. The returned plan is ordered as ``gradient_names`` and
+    carries the model's names. A positional mapping is logged (``hipress.plan`` logger, a warning:
+    printed on stderr when logging is not configured). Raises ``PlanMismatchError`` naming the unknown
+    and missing gradients, or, for a plan sharing no name with the model, the first entry whose size
+    differs from the model's gradient at its position.
+    """
+    plan = read_plan(path)
+    sizes = dict(gradient_names) if isinstance(gradient_names, Mapping) else None
+    names = list(sizes) if sizes is not None else list(gradient_names)
+    want = set(names)
+    if sizes is not None and not any(n in want for n in plan):
+        ready = [(n, sizes[n]) for n in names]
+        return _by_position(str(path), list(plan.values()), ready, _checked_forward(forward, sizes))
+    unknown = [n for n in plan if n not in want]
+    missing = [n for n in names if n not in plan]
+    problems = []
+    if unknown:
+        problems.append(f"{len(unknown)} gradient(s) in the plan are not in the model: {_few(unknown)}")
+    if missing:
+        problems.append(f"{len(missing)} gradient(s) of the model are not in the plan: {_few(missing)}")
+    if sizes is not None:
+        wrong = [
+            f"{n} (plan {plan[n].size}, model {sizes[n]})" for n in names if n in plan and plan[n].size != sizes[n]
+        ]
+        if wrong:
+            problems.append(f"{len(wrong)} gradient(s) have another size in the plan: {_few(wrong)}")
+    if problems:
+        raise PlanMismatchError(f"{path}: plan does not fit this model: " + "; ".join(problems) + f". {_REMEDY}")
+    return {n: plan[n] for n in names}
+
+
+_REMEDY = "Make a plan for this model with `hipress plan --model ...` or `--plan auto`."
+
+
+def _checked_forward(forward: Sequence[tuple[str, int]] | None, sizes: Mapping[str, int]) -> list | None:
+    if forward is None:
+        return None
+    forward = [(n, int(s)) for n, s in forward]
+    if dict(forward) != dict(sizes) or len(forward) != len(sizes):
+        raise PlanError("internal: `forward` must list the same gradients (names and sizes) as `gradient_names`")
+    return forward
+
+
+def _by_position(
+    source: str, entries: list[PlanEntry], ready: list[tuple[str, int]], forward: list[tuple[str, int]] | None
+) -> Plan:
+    """Map a plan that shares no name with the model onto it by position, in the first order whose
+    sizes all match; otherwise raise naming the first entry that does not fit."""
+    example = f"e.g. {entries[0].name!r}, where the model has names like {ready[0][0]!r}"
+    if len(entries) != len(ready):
+        raise PlanMismatchError(
+            f"{source}: plan does not fit this model: none of its gradient names is the model's ({example}), "
+            f"and it has {len(entries)} entries for the model's {len(ready)} gradients, so it cannot be mapped "
+            f"by position either. {_REMEDY}"
+        )
+    orders = [("forward (definition) order", forward)] if forward is not None else []
+    orders += [("backward (ready) order", ready), ("reversed backward order", ready[::-1])]
+    if forward is not None:
+        orders.append(("reversed forward order", forward[::-1]))
+    best: tuple[int, str, int] | None = None  # (matching positions, order, first mismatch)
+    for label, order in orders:
+        bad = [i for i, (e, (_, size)) in enumerate(zip(entries, order, strict=True)) if e.size != size]
+        if not bad:
+            log.warning(
+                "%s: the plan's gradient names differ from the model's: mapped all %d entries by position, in the "
+                "model's %s, every size matching (entry 1 %r is the model's %r)",
+                source,
+                len(entries),
+                label,
+                entries[0].name,
+                order[0][0],
+            )
+            by_name = {
+                n: PlanEntry(n, e.size, e.compress, e.partitions) for e, (n, _) in zip(entries, order, strict=True)
+            }
+            return {n: by_name[n] for n, _ in ready}
+        if best is None or len(entries) - len(bad) > best[0]:
+            best = (len(entries) - len(bad), label, bad[0])
+    assert best is not None
+    hits, label, i = best
+    order = dict(orders)[label]
+    e, (n, size) = entries[i], order[i]
+    raise PlanMismatchError(
+        f"{source}: plan does not fit this model: none of its gradient names is the model's ({example}), and its "
+        f"sizes do not match the model's gradients one to one in any order tried; closest, the {label} "
+        f"({hits} of {len(entries)} sizes match): entry {i + 1} {e.name!r} has {e.size} elements, the model's "
+        f"gradient {i + 1} {n!r} has {size}."
+        + ("" if forward else " (The model's forward order, which HiPress's files use, was not given to try.)")
+        + f" {_REMEDY}"
+    )
+
+
+def _few(items: list[str], n: int = 5) -> str:
+    shown = ", ".join(items[:n])
+    return shown + (f", ... ({len(items) - n} more)" if len(items) > n else "")

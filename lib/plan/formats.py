@@ -1,7 +1,11 @@
 """HiPress's SeCoPa file formats, read strictly and written byte-compatibly.
 
-``input.txt``       one gradient a line: ``name,num_floats`` (fp32 element count), in the order the
-                    gradients become ready in backward.
+``input.txt``       one gradient a line: ``name,num_floats`` (fp32 element count). HiPress's own files
+                    (``vgg19_input.txt``) list a model's parameters in definition (forward) order,
+                    MXNet's names and order; ``hipress plan --model`` lists the zoo's in backward
+                    ready order. SeCoPa decides each gradient on its own, so the order does not change
+                    a decision; ``hipress.plan.load_plan`` maps a plan onto a model by name, or by
+                    position when the names are another framework's.
 ``SeCoPaPlan.txt``  one gradient a line: ``name,size,y|n,K`` (compress or not, K partitions).
 
 Both readers refuse, with the file name and line number, what HiPress's own scripts would silently
@@ -190,39 +194,3 @@ def write_input(path: str | os.PathLike, gradients: Iterable[tuple[str, int]]) -
 
 def write_plan(path: str | os.PathLike, plan: Mapping[str, PlanEntry] | Iterable[PlanEntry]) -> None:
     _atomic_write(path, format_plan(plan))
-
-
-def load_plan(path: str | os.PathLike, gradient_names: Iterable[str] | Mapping[str, int]) -> Plan:
-    """Read a plan and check that it covers exactly the model's gradients.
-
-    ``gradient_names``: the model's gradient names, or ``{name: num_elements}`` to check sizes too.
-    The returned plan is ordered as ``gradient_names``. Raises ``PlanMismatchError`` naming the
-    unknown and missing gradients (a plan made for another model, or a renamed layer).
-    """
-    from .errors import PlanMismatchError
-
-    plan = read_plan(path)
-    sizes = dict(gradient_names) if isinstance(gradient_names, Mapping) else None
-    names = list(sizes) if sizes is not None else list(gradient_names)
-    want = set(names)
-    unknown = [n for n in plan if n not in want]
-    missing = [n for n in names if n not in plan]
-    problems = []
-    if unknown:
-        problems.append(f"{len(unknown)} gradient(s) in the plan are not in the model: {_few(unknown)}")
-    if missing:
-        problems.append(f"{len(missing)} gradient(s) of the model are not in the plan: {_few(missing)}")
-    if sizes is not None:
-        wrong = [f"{n} (plan {plan[n].size}, model {sizes[n]})" for n in names
-                 if n in plan and plan[n].size != sizes[n]]
-        if wrong:
-            problems.append(f"{len(wrong)} gradient(s) have another size in the plan: {_few(wrong)}")
-    if problems:
-        raise PlanMismatchError(f"{path}: plan does not fit this model: " + "; ".join(problems)
-                                + ". Make a plan for this model with `hipress plan --model ...` or `--plan auto`.")
-    return {n: plan[n] for n in names}
-
-
-def _few(items: list[str], n: int = 5) -> str:
-    shown = ", ".join(items[:n])
-    return shown + (f", ... ({len(items) - n} more)" if len(items) > n else "")
