@@ -88,6 +88,11 @@ class RunConfig:
     gradient_bytes: int = 0
     paper_scale: bool = False
     compll_specs: dict[str, str] = field(default_factory=dict)
+    #: Submit each gradient as backward produces it (True), or all of them after backward (False:
+    #: no overlap of synchronization with backward, as BytePS's compression path behaves).
+    overlap: bool = True
+    #: The engine's bulk threshold in bytes (small gradients fused); None: the engine's default, 0: off.
+    bulk_bytes: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -153,6 +158,8 @@ def make_config(
     plan: str | None = None,
     run_id: str | None = None,
     compll_dir: str | Path | None = None,
+    overlap: bool = True,
+    bulk_bytes: int | None = None,
 ) -> RunConfig:
     """Validate a run's options and resolve the model's; raise ``ConfigError`` with a clear message."""
     compll_specs = read_compll_dir(compll_dir) if compll_dir is not None else {}
@@ -171,6 +178,8 @@ def make_config(
         raise ConfigError(f"--lr must be > 0, got {lr}")
     if momentum is not None and not 0 <= momentum < 1:
         raise ConfigError(f"--momentum must be in [0, 1), got {momentum}")
+    if bulk_bytes is not None and bulk_bytes < 0:
+        raise ConfigError(f"bulk_bytes must be >= 0 (0 turns bulk synchronization off), got {bulk_bytes}")
     if data not in DATASETS:
         raise ConfigError(f"unknown data set {data!r}; use one of: {', '.join(DATASETS)}")
     if data == "digits" and model != "mlp":
@@ -184,6 +193,9 @@ def make_config(
     name = alg_name(alg)
     topo = _ALIASES.get(topology, topology)
     eng = engine_topology(topo, name)
+    if eng == "ddp" and (not overlap or bulk_bytes is not None):
+        raise ConfigError("--topo ddp synchronizes inside torch DDP: overlap and bulk_bytes apply to the CaSync "
+                          "engine's topologies (ring, ps, allgather, allreduce) only")
     overrides = {"batch_size": batch_size, "input_size": input_size, "seq_len": seq_len}
     given = {k: v for k, v in overrides.items() if v is not None}
     try:
@@ -216,6 +228,8 @@ def make_config(
         gradient_bytes=4 * sum(s for _, s in sizes),
         paper_scale=spec.is_paper_scale(opts),
         compll_specs=compll_specs,
+        overlap=bool(overlap),
+        bulk_bytes=bulk_bytes,
         meta={
             "hipress": __version__,
             "torch": torch.__version__,

@@ -58,6 +58,10 @@ class DistributedOptimizer:
         ``allgather``). plan: ``{name: PlanEntry}`` from SeCoPa, or None for the engine's defaults.
     states: the compressors' per-gradient state (residuals...), kept across iterations; pass one to
         restore a checkpoint (``state_dict()`` includes it).
+    overlap: submit each gradient the moment backward produces it (the default). False holds them
+        until ``synchronize()`` and submits them then, in the order backward produced them: no overlap
+        of synchronization with backward (BytePS's compression path; figure 11's first steps).
+    bulk_bytes: the engine's bulk threshold (None: its default; 0: every gradient travels alone).
     """
 
     def __init__(
@@ -70,6 +74,8 @@ class DistributedOptimizer:
         comm: Any = None,
         states: StateStore | None = None,
         engine: Any = None,
+        overlap: bool = True,
+        bulk_bytes: int | None = None,
     ) -> None:
         from hipress.sync import Engine
 
@@ -93,9 +99,12 @@ class DistributedOptimizer:
         if stray:
             raise ValueError(f"parameters not handled by the optimizer: {stray[:5]}; pass the same model to both")
         check_same_everywhere(comm, [(n, p.numel()) for n, p in self._params])
+        kwargs = {} if bulk_bytes is None else {"bulk_bytes": bulk_bytes}
         self.engine = engine if engine is not None else Engine(
-            comm, self.compressor, topology=topology, plan=plan, states=self.states
+            comm, self.compressor, topology=topology, plan=plan, states=self.states, **kwargs
         )
+        self.overlap = overlap
+        self._held: list[tuple[str, torch.Tensor]] = []
         self._submitted: set[str] = set()
         self._synchronized = False
         self._skip_sync = False
@@ -112,7 +121,11 @@ class DistributedOptimizer:
                     f"gradient {name!r} was produced twice before step(): DistributedOptimizer synchronizes "
                     f"after every backward; accumulate over micro-batches by summing the losses instead"
                 )
-            self._submit(name, p)
+            if self.overlap:
+                self._submit(name, p)
+            else:
+                self._submitted.add(name)
+                self._held.append((name, p))
 
         return hook
 
@@ -130,6 +143,9 @@ class DistributedOptimizer:
         """Wait until every gradient holds its average over the ranks (call before clipping)."""
         if self._synchronized:
             return self.last_stats
+        held, self._held = self._held, []
+        for name, p in held:  # overlap=False: now, in the order backward produced them
+            self._submit(name, p)
         for name, p in reversed(self._params):  # parameters that got no gradient: zeros, same order on all
             if name not in self._submitted:
                 self._submit(name, p)

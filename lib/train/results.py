@@ -107,7 +107,8 @@ def summarize(run_dir: Path, status: str = "ok", error: str | None = None) -> di
     Warm-up iterations are excluded from the figures. Throughput is in the model's unit per second
     (images, sequences or tokens), over all ranks: units per iteration / median iteration time.
     ``sync_s`` is the time the training step waited for synchronization after backward (what
-    overlap did not hide); ``sync_share`` is its fraction of the iteration.
+    overlap did not hide); ``sync_share`` is its fraction of the iteration. ``sync_span_s`` is the
+    whole synchronization, from the first gradient submitted to the last one averaged.
     """
     run_dir = Path(run_dir)
     config = json.loads((run_dir / CONFIG).read_text())
@@ -116,6 +117,7 @@ def summarize(run_dir: Path, status: str = "ok", error: str | None = None) -> di
     iter_s = [e["iter_s"] for e in measured]
     sync_s = [e["sync_s"] for e in measured if e.get("sync_s") is not None]
     compute_s = [e["compute_s"] for e in measured]
+    spans = [e["sync_span_s"] for e in measured if e.get("sync_span_s") is not None]
     med_iter, med_sync = _median(iter_s), _median(sync_s)
     units = config["units_per_iteration"]
     summary: dict[str, Any] = {
@@ -137,6 +139,7 @@ def summarize(run_dir: Path, status: str = "ok", error: str | None = None) -> di
         "compute_s": _median(compute_s),
         "sync_s": med_sync,
         "sync_share": (med_sync / med_iter) if med_iter and med_sync is not None else None,
+        "sync_span_s": _median(spans),
         "bytes_sent_per_rank": None,
         "bytes_sent_estimated": config["engine_topology"] == "ddp",
         "loss_first": its[0]["loss"] if its else None,

@@ -28,7 +28,7 @@ from .config import RunConfig, install_compll
 from .results import EVENTS, EventLog, append_error, summarize
 
 #: Per-iteration values every rank sends to rank 0 (a float64 buffer, never a pickle).
-_FIELDS = ("iter_s", "compute_s", "sync_s", "loss", "bytes_sent", "max_rss")
+_FIELDS = ("iter_s", "compute_s", "sync_s", "loss", "bytes_sent", "max_rss", "sync_span_s")
 
 
 def _bcast_bytes(comm: Any, data: bytes | None) -> bytes:
@@ -81,6 +81,13 @@ def _maybe_fault(rank: int, it: int) -> None:
 
 def _finite(x: float) -> float | None:
     return x if np.isfinite(x) else None
+
+
+def _sync_span(stats: Any) -> float:
+    """From the first gradient submitted to the last one averaged (the engine's ``wall_s``), or NaN."""
+    if stats is None:
+        return float("nan")
+    return float(stats.get("wall_s", "nan") if isinstance(stats, dict) else getattr(stats, "wall_s", float("nan")))
 
 
 def _bytes_sent(stats: Any) -> float:
@@ -162,7 +169,8 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
         net = model
         base = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
         opt = DistributedOptimizer(base, model.named_parameters(), compression=cfg.alg,
-                                   topology=cfg.engine_topology, plan=cfg.plan_entries(), comm=comm)
+                                   topology=cfg.engine_topology, plan=cfg.plan_entries(), comm=comm,
+                                   overlap=cfg.overlap, bulk_bytes=cfg.bulk_bytes)
 
     log = EventLog(run_dir / EVENTS) if rank == 0 and run_dir is not None else None
     pids = np.empty(world, dtype=np.int64)
@@ -182,8 +190,10 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
             loss = spec.loss(net, next(batches))
             loss.backward()
             opt.step()
+            span = float("nan")
             if cfg.engine_topology != "ddp":
                 sync_s, sent = opt.last_wait_s, _bytes_sent(opt.last_stats)
+                span = _sync_span(opt.last_stats)
             elif hook_state is not None:
                 sync_s, sent = float("nan"), float(hook_state.bytes_sent - sent_before)
                 sent_before = hook_state.bytes_sent
@@ -191,7 +201,8 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
                 sync_s, sent = float("nan"), 2.0 * (world - 1) / world * 4 * numel  # gloo ring, estimated
             iter_s = time.perf_counter() - t0
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # peak resident bytes
-            row[:] = (iter_s, iter_s - (0.0 if sync_s != sync_s else sync_s), sync_s, float(loss.detach()), sent, rss)
+            row[:] = (iter_s, iter_s - (0.0 if sync_s != sync_s else sync_s), sync_s, float(loss.detach()), sent, rss,
+                      span)
             comm.Gather(row, table, root=0)
             if log and table is not None:
                 log.write({
@@ -200,6 +211,9 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
                     "sync_s": _finite(float(table[:, 2].mean())), "loss": float(table[:, 3].mean()),
                     "bytes_sent": table[:, 4].tolist(), "iter_s_ranks": table[:, 0].tolist(),
                     "max_rss": table[:, 5].tolist(),
+                    # the synchronization span: first gradient submitted to the last one averaged
+                    # (sync_s is the part of it the step waited for after backward)
+                    "sync_span_s": _finite(float(table[:, 6].mean())),
                 })
         end: dict[str, Any] = {"event": "end", "time": time.time()}
         if digits is not None:

@@ -68,6 +68,35 @@ def average(topology: str) -> None:
     opt.close()
 
 
+def held(topology: str) -> None:
+    """overlap=False: nothing reaches the engine during backward; synchronize() submits it all, in
+    backward order, and the averages are exact; bulk_bytes reaches the engine."""
+    torch.manual_seed(0)
+    model = spec.build()
+    ref = copy.deepcopy(model)
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
+                               compression="none", topology=topology, comm=comm, overlap=False, bulk_bytes=0)
+    assert opt.engine.program.bulk_bytes == 0
+    for step in range(2):
+        b = batch(step)
+        ref.load_state_dict(model.state_dict())
+        ref.zero_grad()
+        spec.loss(ref, b).backward()
+        opt.zero_grad()
+        spec.loss(model, b).backward()
+        assert opt.submit_order == [] and not opt.engine.program.submitted, "held until synchronize()"
+        opt.synchronize()
+        assert opt.submit_order == [n for n, _ in gradient_sizes("mlp")], opt.submit_order
+        assert opt.last_stats.wall_s >= opt.last_stats.wait_s > 0
+        for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+            want = allgather(q.grad).mean(axis=0)
+            np.testing.assert_allclose(p.grad.numpy().ravel(), want, rtol=1e-5, atol=1e-7, err_msg=n)
+        with opt.skip_synchronize():
+            opt.step()
+        assert same_everywhere(model)
+    opt.close()
+
+
 def compressed(topology: str, alg: str) -> None:
     """Compressed: ranks stay in lock-step (same averaged bits), and the loss goes down."""
     torch.manual_seed(0)
@@ -169,6 +198,7 @@ SCENARIOS = {
     "average-allreduce": lambda: average("allreduce"),
     "compressed": lambda: [compressed(t, a) for t in ("casync-ring", "casync-ps", "allgather")
                            for a in ("tbq:tau=0.02", "dgc:ratio=0.05")],
+    "held-ps": lambda: held("ps"),
     "mismatch": mismatch,
     "twice": twice,
     "ddp-none": lambda: ddp("none"),

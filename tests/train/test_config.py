@@ -35,6 +35,8 @@ def test_allreduce_cannot_compress():
     ({"model": "vgg19", "input_size": 8}, "too small"),
     ({"model": "vgg19", "plan": "auto", "topology": "allgather"}, "--plan applies to CaSync"),
     ({"model": "vgg19", "plan": "/nonexistent/plan.txt"}, "does not exist"),
+    ({"model": "vgg19", "bulk_bytes": -1}, "bulk_bytes must be >= 0"),
+    ({"model": "vgg19", "topology": "ddp", "overlap": False}, "apply to the CaSync engine"),
 ])
 def test_bad_runs_are_refused_with_a_clear_error(kwargs, match):
     with pytest.raises(ConfigError, match=match.replace("(", r"\(")):
@@ -65,6 +67,10 @@ def test_config_round_trips_through_json(tmp_path):
     assert back.model_options == {"input_size": 32, "batch_size": 4} and not back.paper_scale
     assert back.units_per_iteration == 16 and back.parameters == 143_667_240
     assert make_config("transformer", np=2).units_per_iteration == 2 * 4 * 32  # tokens
+    assert back.overlap and back.bulk_bytes is None
+    held = make_config("mlp", "ps", "onebit", overlap=False, bulk_bytes=0)
+    held.write(tmp_path)
+    assert RunConfig.read(tmp_path) == held and not held.overlap and held.bulk_bytes == 0
 
 
 @pytest.mark.parametrize("args,match", [

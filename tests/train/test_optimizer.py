@@ -8,7 +8,7 @@ from .conftest import run_mpi
 
 pytestmark = pytest.mark.mpi
 
-SCENARIOS = ["average-ring", "average-ps", "average-allreduce", "compressed", "mismatch", "twice",
+SCENARIOS = ["average-ring", "average-ps", "average-allreduce", "held-ps", "compressed", "mismatch", "twice",
              "ddp-none", "ddp-tbq", "ddp-dgc"]
 
 
