@@ -5,6 +5,15 @@ is ``network_gbps * net_efficiency`` (a calibration parameter, see :mod:`hipress
 The intra-node figures are not in sosp21.json; they are the hardware's data-sheet class, written
 here so a reader can see and change them: NVLink on the aws p3dn (V100 SXM2) nodes, PCIe 3.0 x16
 between the two 1080 Ti of a local node.
+
+``transport`` comes from the reference's ``network`` field (``"RDMA"`` on the local cluster; a
+cluster that names none is taken to be TCP, as the aws p3dn's ENA is). It matters to BytePS: over
+TCP every pushed and pulled byte crosses the host's ZMQ/kernel socket path, over RDMA (ps-lite's
+RDMA van) the NIC moves registered host memory itself and only the server's summation is CPU work.
+
+``host_cpu`` is how much slower a node's CPU streams data than an aws p3dn host's (the host on which
+the BytePS parameters were fitted, so 1.0 there); for the local cluster it is the fitted
+``local_host_slowdown`` (see :func:`host_slowdown_of`).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ class Cluster:
     intra_gbytes: float
     pcie_gbytes: float
     gpu_counts: tuple[int, ...] = ()
+    transport: str = "tcp"
 
     def layout(self, gpus: int) -> Layout:
         """Fill whole nodes first: 8 GPUs on a p3dn cluster is one node, 16 is two."""
@@ -78,4 +88,16 @@ def cluster_from_reference(ref: Reference, name: str) -> Cluster:
         intra_gbytes=hw["intra_gbytes"],
         pcie_gbytes=hw["pcie_gbytes"],
         gpu_counts=tuple(int(x) for x in c["gpu_counts"]),
+        transport="rdma" if str(c.get("network", "TCP")).upper() == "RDMA" else "tcp",
     )
+
+
+def host_slowdown_of(cluster: Cluster, local_host_slowdown: float) -> float:
+    """How many times slower ``cluster``'s host CPUs stream bytes than the aws hosts'.
+
+    The aws hosts are the reference (the BytePS CPU rates were fitted on aws points). The local
+    cluster's hosts are an older, smaller dual-socket class; sosp21.json's only evidence of their
+    speed is figure 11's two BytePS bars, on which ``local_host_slowdown`` is fitted. A cluster
+    made up by a user (``with_network``) keeps its origin's factor.
+    """
+    return local_host_slowdown if cluster.name == "local" else 1.0

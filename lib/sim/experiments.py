@@ -13,7 +13,7 @@ it, so its :meth:`Point.key` names a cached result.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +185,61 @@ def load_figures(directory: Path, ref: Reference, only: int | None = None) -> li
             raise ExperimentError(f"no figure {only} in {directory}; defined: {have}")
         return chosen
     return figs
+
+
+def _names(given: list[str] | None, what: str, known: list[str], everywhere: list[str]) -> set[str] | None:
+    if given is None:
+        return None
+    bad = [g for g in given if g not in known]
+    if bad:
+        raise ExperimentError(f"unknown {what} {', '.join(map(repr, bad))} in --{what}s; known: {', '.join(known)}")
+    absent = [g for g in given if g not in everywhere]
+    if absent:
+        raise ExperimentError(f"--{what}s {', '.join(absent)}: in none of the chosen figures (they have "
+                              f"{', '.join(everywhere)})")
+    return set(given)
+
+
+def select(figs: list[Figure], models: list[str] | None = None, systems: list[str] | None = None) -> list[Figure]:
+    """Only the points of ``models`` and ``systems`` (None: all); figures left empty are dropped.
+
+    Raises ``ExperimentError`` for a name that is not a model or system, or in none of ``figs``.
+    """
+    from hipress.models import available
+
+    in_figs_m = sorted({p.model for f in figs for p in f.points})
+    in_figs_s = [s for s in ALL_SYSTEMS if any(p.system == s for f in figs for p in f.points)]
+    want_m = _names(models, "model", sorted(set(available()) | set(in_figs_m)), in_figs_m)
+    want_s = _names(systems, "system", list(ALL_SYSTEMS), in_figs_s)
+    out = []
+    for f in figs:
+        pts = tuple(p for p in f.points if (want_m is None or p.model in want_m)
+                    and (want_s is None or p.system in want_s))
+        if pts:
+            out.append(replace(f, points=pts))
+    if not out:
+        raise ExperimentError("the --models/--systems filters leave no point in the chosen figures")
+    return out
+
+
+def for_emulated(fig: Figure, host_counts: list[int], hosts: int, cluster: str,
+                 rates: list[float] | None = None) -> Figure:
+    """The figure's points for real mode: GPU counts become host counts of the emulated ``cluster``.
+
+    Scaling figures run at every count of ``host_counts``; the breakdown and the rate sweep at
+    ``hosts``; ``rates`` (if given) keeps only those of the rate sweep. One rank per emulated host,
+    so ``Point.gpus`` holds the host count. The breakdown's fixed computation time is the
+    simulator's input and is dropped: real runs measure theirs.
+    """
+    pts: list[Point] = []
+    for p in fig.points:
+        if fig.kind == "scaling":
+            if p.gpus != min(q.gpus for q in fig.points):
+                continue  # one point per (model, system): expanded over the host counts below
+            pts += [replace(p, cluster=cluster, gpus=h) for h in host_counts]
+        elif fig.kind == "rate" and rates is not None and p.rate is not None and not any(
+                abs(p.rate - r) < 1e-12 for r in rates):
+            continue
+        else:
+            pts.append(replace(p, cluster=cluster, gpus=hosts, compute_ms=None))
+    return replace(fig, points=tuple(pts))

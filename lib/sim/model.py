@@ -64,6 +64,18 @@ class IterationResult:
         }
 
 
+def plan_spec(alg: str, rate: float | None) -> str:
+    """The compressor spec SeCoPa plans for: the swept rate must reach the plan's payload model too,
+    or the plan's compress/partition decisions would be made for the default rate (figure 12)."""
+    if rate is None:
+        return alg
+    if alg == "dgc":
+        return f"dgc:ratio={rate:g}"
+    if alg == "terngrad":
+        return f"terngrad:bits={int(rate)}"
+    return alg
+
+
 def simulate(
     system: str,
     workload: Workload,
@@ -99,7 +111,9 @@ def simulate(
     if spec.topology is not None and layout.nodes > 1:
         opts = options or Options()
         if planner is not None and opts.secopa:
-            plan = planner([(g.name, g.size) for g in workload.gradients], layout.nodes, alg_name, spec.topology)
+            plan = planner(
+                [(g.name, g.size) for g in workload.gradients], layout.nodes, plan_spec(alg_name, rate), spec.topology
+            )
             plan_source = "secopa"
         else:
             plan_source = "naive (compress all, 4 MiB partitions)"

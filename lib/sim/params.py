@@ -23,9 +23,11 @@ FITTABLE: dict[str, tuple[float, float, str]] = {
     "compute_overhead": (0.001, 0.3, "all (compute slowdown once several GPUs share a host)"),
     "nccl_step_ms": (0.001, 0.5, "ring, ring-dgc (NCCL per-step latency over TCP sockets)"),
     "byteps_host_gbytes": (0.3, 20.0, "byteps, byteps-onebit (host memory path: copies, sums, ZMQ)"),
+    "byteps_message_ms": (0.0001, 1.0, "byteps, byteps-onebit (fixed CPU cost of one host step of a partition)"),
     "host_jitter": (0.001, 1.0, "byteps, byteps-onebit (spread of CPU speed across nodes, log-normal sigma)"),
     "cpu_codec_gbytes": (0.2, 50.0, "byteps-onebit (onebit on the CPU, per fp32 byte)"),
     "oss_codec_work": (0.5, 50.0, "ring-dgc (open-source DGC kernels vs CompLL's, multiplier)"),
+    "local_host_slowdown": (1.0, 20.0, "byteps, byteps-onebit on the local cluster (its hosts' CPU vs aws's)"),
 }
 
 
@@ -39,17 +41,20 @@ class SimParams:
     # documented defaults of the systems modelled
     fusion_mb: float = 64.0  # Horovod HOROVOD_FUSION_THRESHOLD
     cycle_ms: float = 5.0  # Horovod HOROVOD_CYCLE_TIME
-    byteps_partition_mb: float = 4.0  # BytePS BYTEPS_PARTITION_BYTES
+    byteps_partition_bytes: int = 4096000  # BytePS BYTEPS_PARTITION_BYTES
     bulk_kb: float = 256.0  # CaSync bulk synchronization: fuse gradients smaller than this
     dgc_min_elements: int = 16384  # the open-source DGC leaves smaller tensors dense
     tcp_latency_ms: float = 0.05  # one TCP message through the kernel stack (BytePS/ZMQ)
+    rdma_latency_ms: float = 0.01  # one RDMA verbs message (ps-lite's RDMA van)
     # fitted (see FITTABLE); these defaults are only a starting point for the fit
     compute_overhead: float = 0.05
     nccl_step_ms: float = 0.03
     byteps_host_gbytes: float = 2.5
     cpu_codec_gbytes: float = 4.0
     host_jitter: float = 0.1
+    byteps_message_ms: float = 0.02
     oss_codec_work: float = 4.0
+    local_host_slowdown: float = 3.0
 
     def with_values(self, **values: float) -> SimParams:
         unknown = set(values) - {f.name for f in fields(self)}
@@ -66,10 +71,11 @@ SOURCES: dict[str, str] = {
     "message_latency_ms": "derived: SeCoPa ring_send_one_step A",
     "fusion_mb": "default: Horovod fusion threshold",
     "cycle_ms": "default: Horovod cycle time",
-    "byteps_partition_mb": "default: BytePS partition bytes",
+    "byteps_partition_bytes": "default: BytePS BYTEPS_PARTITION_BYTES (4096000)",
     "bulk_kb": "default: CaSync bulk-sync threshold (this model's choice)",
     "dgc_min_elements": "default: open-source DGC leaves small tensors uncompressed",
     "tcp_latency_ms": "default: kernel TCP round of one ZMQ message",
+    "rdma_latency_ms": "default: one RDMA verbs message (ps-lite RDMA van, local cluster)",
 }
 
 

@@ -1,21 +1,26 @@
 """BytePS (co-located parameter servers on the hosts' CPUs), plain and with on-CPU onebit.
 
 BytePS reduces a node's gradients onto one GPU (NCCL), copies them to host memory in partitions of
-``byteps_partition_mb``, and pushes each partition to the server that owns it (round robin over the
-nodes); the server sums the pushes on the CPU and answers the pulls; the result is copied back and
-broadcast over the node's GPUs. Every byte of gradient passes the host once per node and iteration
-whatever the node count: a worker pushes and pulls the whole gradient, a server takes ``n`` pushes
-of ``1/n`` of it and answers ``n`` pulls, the local server included (it is reached through ZMQ
-like the others). That message path (ZMQ and the kernel's TCP stack, ``byteps_host_gbytes`` per
-byte at each end, fitted) and the CPU summation (``cpu_codec_gbytes`` per fp32 byte, fitted) are
-why BytePS scales flat but low over TCP. CPU work is uneven across nodes (``host_jitter``, fitted, see
-:func:`host_slowdown`): a synchronous PS runs at its slowest node's pace, which costs more the
-more nodes there are.
+``byteps_partition_bytes``, and pushes each partition to the server that owns it; the server sums
+the pushes on the CPU and answers the pulls; the result is copied back and broadcast over the
+node's GPUs. Every byte of gradient passes the host once per node and iteration whatever the node
+count: a worker pushes and pulls the whole gradient, a server takes ``n`` pushes of ``1/n`` of it
+and answers ``n`` pulls, the local server included (it is reached through ZMQ like the others).
+That message path (ZMQ and the kernel's TCP stack, ``byteps_host_gbytes`` per byte at each end,
+fitted) and the CPU summation (``cpu_codec_gbytes`` per fp32 byte, fitted) are why BytePS scales
+flat but low over TCP. Over RDMA (the local cluster) the NIC moves registered host memory itself: no
+message-path CPU cost, only the summation. CPU work is uneven across nodes (``host_jitter``,
+fitted, see :func:`host_slowdown`): a synchronous PS runs at its slowest node's pace, which costs
+more the more nodes there are.
 
-``byteps-onebit`` is BytePS's compression plug-in: the worker encodes on the CPU after the copy,
-the server decodes each push into its sum, re-encodes, and the worker decodes the pull, all on the
-CPU at ``cpu_codec_gbytes`` -- figure 11's "on-CPU compression" bar. Only compressed bytes take the
-message path.
+Partitions go to servers round robin in the order they are declared (BytePS hashes the key; over
+many keys that evens out the bytes, and it is what sosp21.json's VGG19 curve, flat past 16 GPUs,
+implies: a skewed placement would bend it down at 16 servers). Every host step also pays a fixed
+CPU cost per message (``byteps_message_ms``, fitted: ZMQ/ps-lite message handling and BytePS's
+per-partition scheduling stages), scaled like the rest by the node's slowness. A server meets each of
+its keys ``3n`` times (``n`` receives, ``n`` sums, ``n`` replies) one after another, so a key's
+latency grows with the node count; a model of many small tensors (ResNet50: 161) feels it at every
+key, VGG19 (a few large ones) hardly -- why BytePS's ResNet50 curve bends down at 128 GPUs.
 """
 
 from __future__ import annotations
@@ -47,16 +52,25 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
             finals.append(ctx.intra_allreduce(0, g.nbytes, [r]))
         return finals
     p = ctx.params
-    part_elems = max(1, int(p.byteps_partition_mb * (1 << 20) / 4))
-    lat = p.tcp_latency_ms
-    counter = 0
-
+    part_elems = max(1, int(p.byteps_partition_bytes / 4))
+    rdma = ctx.cluster.transport == "rdma"
+    lat = p.rdma_latency_ms if rdma else p.tcp_latency_ms
     slow = host_slowdown(n, p.host_jitter)
+    grads = ctx.workload.gradients
+
+    per_msg = p.byteps_message_ms
 
     def host(kind: str, node: int, nbytes: float, rate: float, deps: list[Task | None]) -> Task:
-        return ctx.sim.task(kind, nbytes / rate * slow[node], (ctx.res("host", node),), deps)
+        return ctx.sim.task(kind, (nbytes / rate + per_msg) * slow[node], (ctx.res("host", node),), deps)
 
-    for g, r in zip(ctx.workload.gradients, ctx.ready, strict=True):
+    def message(kind: str, node: int, nbytes: float, deps: list[Task | None]) -> Task | None:
+        """The socket path of one message on a host: free over RDMA (the NIC reads host memory)."""
+        if rdma:
+            return deps[0] if len(deps) == 1 else ctx.after(deps)
+        return host(kind, node, nbytes, ctx.host_rate, deps)
+
+    counter = 0
+    for g, r in zip(grads, ctx.ready, strict=True):
         k = max(1, math.ceil(g.size / part_elems))
         for _off, ln in split_even(g.size, k):
             s = counter % n
@@ -69,21 +83,20 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
                 x = ctx.sim.task("d2h", nbytes / ctx.pcie_rate, (ctx.res("pcie", w),), [x])
                 if compressed:
                     x = host("cpu-encode", w, nbytes, ctx.cpu_codec_rate, [x])
-                x = host("zmq-send", w, wire, ctx.host_rate, [x])
+                x = message("zmq-send", w, wire, [x])
                 if w != s:
                     x = ctx.transfer(w, s, wire, [x], latency=lat)
-                x = host("zmq-recv", s, wire, ctx.host_rate, [x])
+                x = message("zmq-recv", s, wire, [x])
                 # the server sums (a compressed push is decoded into the sum: one streaming pass)
                 arrived.append(host("sum", s, nbytes, ctx.cpu_codec_rate, [x]))
             agg: Task = ctx.after(arrived)
             if compressed:
                 agg = host("cpu-encode", s, nbytes, ctx.cpu_codec_rate, [agg])
             for w in range(n):
-                y: Task = agg
-                y = host("zmq-send", s, wire, ctx.host_rate, [agg])
+                y = message("zmq-send", s, wire, [agg])
                 if w != s:
                     y = ctx.transfer(s, w, wire, [y], latency=lat)
-                y = host("zmq-recv", w, wire, ctx.host_rate, [y])
+                y = message("zmq-recv", w, wire, [y])
                 if compressed:
                     y = host("cpu-decode", w, nbytes, ctx.cpu_codec_rate, [y])
                 y = ctx.sim.task("h2d", nbytes / ctx.pcie_rate, (ctx.res("pcie", w),), [y])
