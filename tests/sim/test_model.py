@@ -125,3 +125,53 @@ def test_bad_input_is_clear(vgg):
     with pytest.raises(ValueError, match="unknown simulator parameter"):
         params.with_values(bandwidth=3)
     assert math.isfinite(simulate("ring", vgg, AWS, 16, params, REF).throughput)
+
+
+def test_figure11_setting_is_stated_once(experiments_dir):
+    """fig11.toml and the calibration's figure 11 setting must describe the same run."""
+    import tomllib
+
+    from hipress.sim.calibrate import BREAKDOWN
+
+    fig = tomllib.loads((experiments_dir / "fig11.toml").read_text())
+    assert {k: fig[k] for k in BREAKDOWN} == BREAKDOWN
+
+
+def test_swept_rate_reaches_the_plan(vgg):
+    """Figure 12: the planner must be asked for the swept DGC rate, not the default one."""
+    from hipress.sim.model import plan_spec
+
+    asked = []
+
+    def planner(grads, nodes, alg, topology):
+        asked.append(alg)
+        return {name: PlanEntry(name, size, True, 1) for name, size in grads}
+
+    for rate in (0.001, 0.05):
+        simulate("casync-ring", vgg, AWS, 32, derive_params(REF), REF, alg="dgc", rate=rate, planner=planner)
+    assert asked == ["dgc:ratio=0.001", "dgc:ratio=0.05"]
+    assert plan_spec("terngrad", 4) == "terngrad:bits=4" and plan_spec("onebit", None) == "onebit"
+
+
+def test_byteps_over_rdma_spends_no_host_time_on_messages():
+    local = cluster_from_reference(REF, "local")
+    assert local.transport == "rdma" and AWS.transport == "tcp"
+    w = make_workload("vgg19", REF.per_gpu_rate("local", "vgg19"))
+    params = derive_params(REF).with_values(local_host_slowdown=1.0)
+    rdma = simulate("byteps", w, local, 8, params, REF)
+    tcp = simulate("byteps", w, local.__class__(**{**local.__dict__, "transport": "tcp"}), 8, params, REF)
+    assert rdma.busy_ms["host"] < 0.5 * tcp.busy_ms["host"]
+
+
+def test_byteps_per_message_cost_grows_with_nodes_for_many_small_tensors():
+    """The per-message host cost is what bends BytePS's ResNet50 curve: without it, 16 nodes scale
+    as well as 2; with it, the per-GPU rate falls with the node count."""
+    w = make_workload("resnet50", REF.per_gpu_rate("aws", "resnet50"))
+    params = derive_params(REF)
+
+    def eff(p, gpus):
+        return simulate("byteps", w, AWS, gpus, p, REF).throughput / gpus
+
+    free = params.with_values(byteps_message_ms=1e-6)
+    assert eff(free, 128) == pytest.approx(eff(free, 16), rel=0.01)
+    assert eff(params, 128) < 0.97 * eff(params, 16)
