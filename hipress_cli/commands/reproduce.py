@@ -8,8 +8,10 @@ where it stopped. Then one PNG per figure with the paper's points overlaid, ``er
 of predicted against published) and ``summary.json``; ``--json`` prints the throughput per cluster,
 model, system and GPU count, plus the errors and the parameters.
 
-The planner lives here, not in ``hipress.sim``: ``sim`` and ``plan`` are the same layer, so the
-command hands SeCoPa to the simulator as a callable.
+The work is in ``hipress.reproduce`` (a layer above ``sim``, ``train``, ``launch`` and ``plan``): the
+sim planner (``sim`` and ``plan`` are one layer, so SeCoPa is handed to the simulator as a
+callable), and for real mode the system mapping, ``real.toml`` and the runner. ``--models`` and
+``--systems`` select a subset in both modes.
 """
 
 from __future__ import annotations
@@ -36,7 +38,14 @@ ExperimentsOpt = Annotated[Path | None, typer.Option(
     "--experiments", help="Directory of fig*.toml [default: the checkout's experiments/sosp21].")]
 HostsOpt = Annotated[int, typer.Option("--hosts", min=1, max=4, help="real: largest emulated cluster (1-4 hosts).")]
 RateOpt = Annotated[str, typer.Option("--rate", help="real: link rate of the emulated cluster, e.g. 1gbit.")]
-ItersOpt = Annotated[int, typer.Option("--iters", min=1, help="real: measured iterations per point.")]
+ItersOpt = Annotated[int | None, typer.Option(
+    "--iters", min=1, help="real: measured iterations per point (default: real.toml's).")]
+ModelsOpt = Annotated[str | None, typer.Option(
+    "--models", help="Only these models, e.g. vgg19,resnet50 (sim: all; real: real.toml's default_models, "
+                     "vgg19 and resnet50, since all six take well over 30 minutes here).")]
+SystemsOpt = Annotated[str | None, typer.Option(
+    "--systems", help="Only these systems, e.g. byteps,casync-ps (byteps, ring, byteps-onebit, ring-dgc, "
+                      "casync-ps, casync-ring, linear).")]
 
 
 def _experiments_dir(given: Path | None) -> Path:
@@ -48,20 +57,13 @@ def _experiments_dir(given: Path | None) -> Path:
 
 
 def _planner() -> Any:
-    """SeCoPa with HiPress's published constants, memoised per (model, nodes, algorithm, topology)."""
-    try:
-        from hipress.plan import auto_plan
-    except ImportError:
-        return None
-    memo: dict[tuple, Any] = {}
+    from hipress.reproduce import sosp21_planner
 
-    def secopa_sosp21(grads: list[tuple[str, int]], nodes: int, alg: str, topology: str) -> Any:
-        key = (grads[0][0] if grads else "", len(grads), sum(n for _, n in grads), nodes, alg, topology)
-        if key not in memo:
-            memo[key] = auto_plan(grads, nodes, alg, topology, profile="sosp21")
-        return memo[key]
+    return sosp21_planner()
 
-    return secopa_sosp21
+
+def _names(text: str | None) -> list[str] | None:
+    return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
 
 @app.command("sosp21")
@@ -75,12 +77,14 @@ def sosp21(
     experiments: ExperimentsOpt = None,
     hosts: HostsOpt = 4,
     rate: RateOpt = "1gbit",
-    iters: ItersOpt = 3,
+    iters: ItersOpt = None,
+    models: ModelsOpt = None,
+    systems: SystemsOpt = None,
 ) -> None:
     """HiPress (SOSP'21) figures 7, 8, 11, 12: throughput, sync-time breakdown, rate sensitivity."""
     from hipress.sim import derive_params, load_calibration, load_reference
     from hipress.sim import explain as explain_params
-    from hipress.sim.experiments import ExperimentError, load_figures
+    from hipress.sim.experiments import ExperimentError, load_figures, select
 
     if mode not in ("sim", "real"):
         raise fail(f"--mode must be sim or real, not {mode!r}")
@@ -88,33 +92,130 @@ def sosp21(
     if refit:
         _refit(ref, json_)
     params = derive_params(ref)
+    exp_dir = _experiments_dir(experiments)
     try:
-        figs = load_figures(_experiments_dir(experiments), ref, figure)
+        figs = load_figures(exp_dir, ref, figure)
+        if mode == "real":
+            return _real(ref, exp_dir, figs, figure, out, json_, hosts, rate, iters, _names(models),
+                         _names(systems))
+        figs = select(figs, _names(models), _names(systems))
     except ExperimentError as e:
         raise fail(str(e)) from None
-    out_dir = out or Path("results") / f"sosp21-{mode}"
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise fail(f"cannot create the output directory {out_dir}: {e.strerror}") from None
+    out_dir = _out_dir(out, mode)
+    from hipress.sim.runner import PointCache, SimRunner
 
-    if mode == "sim":
-        from hipress.sim.runner import PointCache, SimRunner
-
-        runner: Any = SimRunner(ref, params, _planner())
-        cache = PointCache(out_dir / "points", runner.salt())
-    else:
-        try:
-            runner = RealRunner(out_dir, hosts=hosts, rate=rate, iters=iters)
-        except RealRunnerError as e:
-            raise fail(str(e)) from None
-        cache = runner.cache
+    runner: Any = SimRunner(ref, params, _planner())
+    cache = PointCache(out_dir / "points", runner.salt())
     results = _run_points(figs, runner, cache, err_console if json_ else console, mode)
     report = _write_outputs(figs, results, ref, out_dir, mode, params, explain_params(params), load_calibration())
     if json_:
         print_json(report)
         return
     _render(report, out_dir, explain)
+
+
+def _out_dir(out: Path | None, mode: str) -> Path:
+    out_dir = out or Path("results") / f"sosp21-{mode}"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise fail(f"cannot create the output directory {out_dir}: {e.strerror}") from None
+    return out_dir
+
+
+def _real(ref: Any, exp_dir: Path, figs: list, figure: int | None, out: Path | None, json_: bool, hosts: int,
+          rate: str, iters: int | None, models: list[str] | None, systems: list[str] | None) -> None:
+    """``--mode real``: the figures' points on the emulated cluster (``hipress.reproduce``)."""
+    import dataclasses
+    import time
+
+    from hipress.reproduce import RealRunner, RealRunnerError, SettingsError, load_settings
+    from hipress.reproduce.report import write_real_outputs
+    from hipress.sim.experiments import ExperimentError, for_emulated, select
+
+    say = err_console if json_ else console
+    fig12 = exp_dir / "fig12.toml"
+    try:
+        import tomllib
+
+        sweep = tomllib.loads(fig12.read_text()).get("rates") if fig12.exists() else None
+        settings = load_settings(exp_dir / "real.toml", sweep)
+        if iters is not None:
+            settings = dataclasses.replace(settings, iters=iters)
+        if figure is None and {7, 8} <= {f.figure for f in figs}:
+            figs = [f for f in figs if f.figure != 8]
+            say.print("[dim]real mode: figure 8 differs from 7 only in the paper's cluster; on the emulated cluster "
+                      "it is the same measurement, so it is left out (--figure 8 runs it)[/]")
+        figs = select(figs, models or list(settings.default_models), systems)
+        for m in sorted({p.model for f in figs for p in f.points}):
+            settings.model_options(m)
+    except (ExperimentError, SettingsError, OSError, ValueError) as e:
+        raise fail(str(e)) from None
+    out_dir = _out_dir(out, "real")
+    t0 = time.monotonic()
+    try:
+        runner = RealRunner(out_dir, settings, hosts, rate)
+    except RealRunnerError as e:
+        raise fail(str(e)) from None
+    figs = [for_emulated(f, settings.counts_up_to(hosts), hosts, runner.cluster_name, list(settings.fig12_rates))
+            for f in figs]
+    say.print(f"[dim]emulated cluster: {hosts} host(s) at {runner.rate}, one rank each; {settings.iters} measured "
+              f"iteration(s) after {settings.warmup} warm-up per point; runs in {out_dir / 'runs'}[/]")
+    try:
+        with runner:
+            results = _run_points(figs, runner, runner.cache, say, "real")
+    except RealRunnerError as e:
+        raise fail(str(e)) from None
+    except KeyboardInterrupt:
+        raise fail(f"interrupted; the emulated cluster was removed and finished points are kept in "
+                   f"{out_dir / 'points'}: run the same command again to resume", code=130) from None
+    report = write_real_outputs(figs, results, ref, out_dir, runner.rate, {
+        "wall_s": round(time.monotonic() - t0, 1), "hosts": hosts, "rate": runner.rate,
+        "settings": settings.to_dict()})
+    if json_:
+        print_json(report)
+        return
+    _render_real(report, out_dir)
+
+
+def _render_real(report: dict[str, Any], out_dir: Path) -> None:
+    for cluster, models in report["throughput"].items():
+        t = Table(title=f"measured throughput, {cluster} (medians)")
+        for col in ("model", "system", "hosts", "throughput"):
+            t.add_column(col, justify="right" if col in ("hosts", "throughput") else "left")
+        for model, systems in models.items():
+            for system, pts in systems.items():
+                for h, v in sorted(pts.items(), key=lambda kv: int(kv[0])):
+                    t.add_row(model, system, h, f"{v:.2f}")
+        console.print(t)
+    for model, steps in report["breakdown_ms"].items():
+        t = Table(title=f"{model}: synchronization per iteration (ms, medians)")
+        for col in ("step", "sync span", "exposed sync", "compute", "iteration"):
+            t.add_column(col, justify="left" if col == "step" else "right")
+        for step, v in steps.items():
+            t.add_row(step, *(f"{v[k]:.0f}" if v.get(k) is not None else "-"
+                              for k in ("sync_span_ms", "exposed_sync_ms", "compute_ms", "iteration_ms")))
+        console.print(t)
+    if report["ratios"]:
+        t = Table(title="throughput ratios vs the paper")
+        for col in ("model", "system", "hosts", "/byteps", "paper 2 nodes", "paper max", "/baseline", "paper 2 nodes",
+                    "paper max"):
+            t.add_column(col, justify="left" if col in ("model", "system") else "right")
+
+        def f(x: Any) -> str:
+            return "-" if x is None else f"{x:.2f}"
+
+        for r in report["ratios"]:
+            small, large = r["paper_counts"]
+            ob, oc = r.get("over_byteps") or {}, r.get("over_baseline") or {}
+            t.add_row(r["model"], r["system"], str(r["hosts"]), f(ob.get("measured")), f(ob.get(f"paper_{small}")),
+                      f(ob.get(f"paper_{large}")), f(oc.get("measured")) + (f" ({oc['baseline']})" if oc else ""),
+                      f(oc.get(f"paper_{small}")), f(oc.get(f"paper_{large}")))
+        console.print(t)
+    for n in report.get("notes", []):
+        console.print(f"[dim]note: {n}[/]")
+    console.print(f"figures: {', '.join(report['figures'])}; wall time {report['wall_s']:.0f} s")
+    console.print(f"ratios: {out_dir / 'errors.md'}; everything: {out_dir / 'summary.json'}")
 
 
 def _run_points(figs: list, runner: Any, cache: Any, out: Any, mode: str) -> dict[int, list[dict[str, Any]]]:
@@ -124,12 +225,16 @@ def _run_points(figs: list, runner: Any, cache: Any, out: Any, mode: str) -> dic
     cached = 0
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[what]}"),
-        TimeElapsedColumn(), console=out, transient=False,
+        TextColumn("[dim]{task.fields[detail]}"), TimeElapsedColumn(), console=out, transient=False,
     )
     with progress:
-        task = progress.add_task(f"sosp21 ({mode})", total=len(todo), what="")
+        task = progress.add_task(f"sosp21 ({mode})", total=len(todo), what="", detail="")
+        if hasattr(runner, "on_iteration"):
+            runner.on_iteration = lambda d: progress.update(task, detail=d)
         for f, p in todo:
-            progress.update(task, what=f"fig {f.figure} {p.model} {p.system} {p.gpus}")
+            unit = "hosts" if mode == "real" else "GPUs"
+            progress.update(task, what=f"fig {f.figure} {p.model} {p.step or p.system} {p.gpus} {unit}"
+                            + (f" rate {p.rate:g}" if p.rate is not None else ""), detail="")
             res = cache.get(p)
             if res is None:
                 try:
@@ -230,25 +335,3 @@ def _refit(ref: Any, quiet: bool) -> None:
     result = fit(ref, start if isinstance(start, SimParams) else SimParams(), progress=lambda m: out.print(m))
     write_atomic(calibration_path(), json.dumps(result, indent=1))
     out.print(f"calibration saved to {calibration_path()}")
-
-
-class RealRunnerError(RuntimeError):
-    """The emulated cluster or the real engine cannot run this reproduction."""
-
-
-class RealRunner:
-    """Would run figure points on the emulated cluster with the real engine: not written yet.
-
-    The pieces it needs have landed (``hipress.launch.emulate`` for the shaped namespaces,
-    ``hipress.launch.launch_local(..., emulated=)``, ``hipress.train`` for a measured iteration);
-    what is missing is the mapping of each figure point onto them (byteps -> uncompressed ``ps``,
-    ring -> ``allreduce``, ring-dgc -> ``allgather`` with dgc, casync-* -> ``ps``/``ring`` with a
-    SeCoPa plan; byteps-onebit has no counterpart) and the per-point run directory.
-    """
-
-    def __init__(self, out_dir: Path, hosts: int, rate: str, iters: int) -> None:
-        raise RealRunnerError(
-            "--mode real is not implemented in this version of `hipress reproduce`; "
-            f"measure points by hand meanwhile: `hipress cluster emulate up --hosts {hosts} --rate {rate}`, "
-            "then `hipress run MODEL --topo ring|ps --alg ALG --np N`, or use --mode sim"
-        )
