@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -150,13 +151,13 @@ def _real(ref: Any, exp_dir: Path, figs: list, figure: int | None, out: Path | N
         for m in sorted({p.model for f in figs for p in f.points}):
             settings.model_options(m)
     except (ExperimentError, SettingsError, OSError, ValueError) as e:
-        raise fail(str(e)) from None
+        raise fail(escape(str(e))) from None
     out_dir = _out_dir(out, "real")
     t0 = time.monotonic()
     try:
         runner = RealRunner(out_dir, settings, hosts, rate)
     except RealRunnerError as e:
-        raise fail(str(e)) from None
+        raise fail(escape(str(e))) from None
     figs = [for_emulated(f, settings.counts_up_to(hosts), hosts, runner.cluster_name, list(settings.fig12_rates))
             for f in figs]
     say.print(f"[dim]emulated cluster: {hosts} host(s) at {runner.rate}, one rank each; {settings.iters} measured "
@@ -165,7 +166,7 @@ def _real(ref: Any, exp_dir: Path, figs: list, figure: int | None, out: Path | N
         with runner:
             results = _run_points(figs, runner, runner.cache, say, "real")
     except RealRunnerError as e:
-        raise fail(str(e)) from None
+        raise fail(escape(str(e))) from None
     except KeyboardInterrupt:
         raise fail(f"interrupted; the emulated cluster was removed and finished points are kept in "
                    f"{out_dir / 'points'}: run the same command again to resume", code=130) from None
@@ -240,7 +241,7 @@ def _run_points(figs: list, runner: Any, cache: Any, out: Any, mode: str) -> dic
                 try:
                     res = runner.run(p)
                 except (ValueError, RuntimeError) as e:
-                    raise fail(f"figure {f.figure}, {p.key()}: {e}", code=1) from None
+                    raise fail(escape(f"figure {f.figure}, {p.key()}: {e}"), code=1) from None
                 cache.put(p, res)
                 res = {"point": p.to_dict(), **res}
             else:

@@ -1,7 +1,8 @@
 """Run figure points on the emulated cluster with the real engine, one ``hipress run`` each.
 
 ``RealRunner`` is a context manager: entering builds the emulated cluster (``hipress.launch.emulate``,
-``--hosts`` network-namespace hosts, links shaped to ``--rate``) under its own prefix, leaving is
+``--hosts`` network-namespace hosts, links shaped to ``--rate``) under a prefix of its own
+(``hrepro-PID``: a user's ``hipress cluster emulate`` cluster is never touched), leaving is
 tearing it down -- also on Ctrl-C, SIGTERM and a failing point. Each point becomes a real run
 directory ``OUT/runs/<point>/`` (``config.json``, ``events.jsonl``, ``summary.json``, ``output.log``)
 and its result a file under ``OUT/points/`` (``RealCache``), written atomically, so an interrupted
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import signal
 import sys
@@ -31,7 +33,9 @@ from .settings import RealSettings
 
 #: Bump when a change here changes what a measurement means: older cached points are then re-run.
 REAL_VERSION = 1
-DEFAULT_PREFIX = "hipress-repro"
+#: The emulated cluster's name prefix: one per process (``hrepro-PID``), so that two reproductions
+#: (or a test beside a long run) never rebuild or remove each other's namespaces.
+DEFAULT_PREFIX = "hrepro"
 
 
 class RealRunnerError(RuntimeError):
@@ -72,7 +76,7 @@ class RealRunner:
     """Measures points (see the module docstring); use as ``with RealRunner(...) as r: r.run(p)``."""
 
     def __init__(self, out_dir: Path, settings: RealSettings, hosts: int, rate: str, *,
-                 prefix: str = DEFAULT_PREFIX, timeout_s: float = 900.0,
+                 prefix: str | None = None, timeout_s: float = 900.0,
                  on_iteration: Callable[[str], None] | None = None) -> None:
         from hipress.launch import EmulationError
         from hipress.launch import emulate as emu
@@ -80,8 +84,11 @@ class RealRunner:
         if not 1 <= hosts <= 4:
             raise RealRunnerError(f"--hosts must be between 1 and 4 (one rank per emulated host), got {hosts}")
         try:
-            emu.check_support()
             self.rate_bits = emu.parse_rate(rate)
+        except EmulationError as e:
+            raise RealRunnerError(str(e)) from None
+        try:
+            emu.check_support()
         except EmulationError as e:
             raise RealRunnerError(
                 f"{e}. Real mode runs every point on an emulated cluster of network namespaces: run it as "
@@ -90,7 +97,7 @@ class RealRunner:
         self.out_dir = Path(out_dir)
         self.settings = settings
         self.hosts = hosts
-        self.prefix = prefix
+        self.prefix = prefix or f"{DEFAULT_PREFIX}-{os.getpid()}"
         self.timeout_s = timeout_s
         self.on_iteration = on_iteration
         self.cluster_name = f"emulated-{self.rate}"

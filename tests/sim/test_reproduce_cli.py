@@ -42,6 +42,13 @@ def test_bad_options(tmp_path):
     assert r.exit_code == 2 and "does not exist" in r.output
 
 
-def test_real_mode_says_it_is_not_there(tmp_path):
-    r = invoke("reproduce", "sosp21", "--mode", "real", "--out", str(tmp_path))
-    assert r.exit_code == 2 and "--mode real is not implemented" in r.output
+def test_models_and_systems_filters(tmp_path):
+    r = invoke("reproduce", "sosp21", "--figure", "12", "--models", "resnet50", "--systems", "ring,linear",
+               "--out", str(tmp_path), "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["rate_sensitivity"] == {
+        "resnet50": {s: {"reference": json.loads(r.stdout)["rate_sensitivity"]["resnet50"][s]["reference"]}
+                     for s in ("ring", "linear")}}
+    assert len(list((tmp_path / "points").iterdir())) == 2
+    r = invoke("reproduce", "sosp21", "--figure", "12", "--systems", "byteps-onebit", "--out", str(tmp_path))
+    assert r.exit_code == 2 and "in none of the chosen figures" in r.output
