@@ -1,14 +1,22 @@
-"""The sparse payload shared by dgc, graddrop and topk, and the pieces they share.
+"""The sparse payload shared by dgc, graddrop and topk, and the selection they share.
 
 Extra header: count k (u32). Body: k int32 indices, strictly increasing, then k float32 values:
 8 bytes per kept element. Two such payloads merge in the compressed domain (union of indices, sum
 on common ones), which is what CaSync's aggregators use.
+
+What is kept, on every path: DGC and GradDrop keep |v| >= a threshold taken from a seeded sample
+of |v| (DGC at most its budget k: the k largest, ties to the lower index); top-k keeps exactly the
+k largest |v|, ties to the lower index. On the CPU that is decided in one pass over the gradient
+(``kernels.select``: a threshold from a sample, candidates gathered per chunk, the exact choice
+made among the few candidates and written straight into the body). Other devices take the plain
+torch path (``_select``), which is also the CPU path's oracle in the tests (``FAST = False``).
 """
 
 from __future__ import annotations
 
 import math
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -16,15 +24,32 @@ import torch
 from .base import Capabilities, Compressor, nonfinite
 from .errors import CompressionError
 from .kernels import backend_for, cpu
+from .kernels import select as ks
 from .payload import Header, allocate, seal
 from .state import GradientState
 
 _EXTRA = struct.Struct("<I")
 
+FAST = True  # False: every device takes the plain torch path (the tests' oracle)
+TOPK_SEED = 0x7F4A7C15  # top-k's sample positions (any fixed value: only the speed depends on it)
+TOPK_MIN_SAMPLE = 1 << 16  # top-k samples max(this, n / 256) positions; all of v below
+TOPK_MARGIN = 4.0  # standard deviations the top-k threshold estimate is set low by
+
 
 def budget(numel: int, ratio: float) -> int:
     """Elements kept out of ``numel`` at density ``ratio``: at least one of a non-empty gradient."""
     return min(numel, max(1, math.ceil(numel * ratio))) if numel else 0
+
+
+def sample_size(n: int, sample_ratio: float, min_sample: int = 1024) -> int:
+    """DGC's sample: ``sample_ratio`` of the elements, at least ``min_sample``, at most all."""
+    return min(n, max(min_sample, math.ceil(n * sample_ratio)))
+
+
+def kth_largest(a: np.ndarray, k: int) -> np.float32:
+    """The k-th largest of ``a`` (1 <= k <= a.size), by numpy's partition (a is reordered)."""
+    a.partition(a.size - k)
+    return a[a.size - k]
 
 
 def sampled_threshold(v: torch.Tensor, density: float, sample_ratio: float, seed: int, min_sample: int = 1024) -> float:
@@ -33,18 +58,122 @@ def sampled_threshold(v: torch.Tensor, density: float, sample_ratio: float, seed
     The sample indices come from the counter-based RNG, so every device draws the same sample.
     """
     n = v.numel()
-    ns = min(n, max(min_sample, math.ceil(n * sample_ratio)))
+    ns = sample_size(n, sample_ratio, min_sample)
     if ns == n:
         sample = v.abs()
     else:
         idx = (cpu.uniform_numpy(seed, ns).astype(np.float64) * n).astype(np.int64)
         sample = v[torch.from_numpy(idx).to(v.device)].abs()
-    ks = budget(ns, density)
-    return float(torch.topk(sample, ks, sorted=False).values.min())
+    ks_ = budget(ns, density)
+    return float(torch.topk(sample, ks_, sorted=False).values.min())
 
 
+# ---------------------------------------------------------------------------- the CPU selection
+@dataclass
+class Selection:
+    """The elements an encoder sends, decided but not yet written.
+
+    Kept: the candidates with |v| > ``cut`` and the first ``need_eq`` (by index) with |v| == ``cut``:
+    from the candidates themselves, or (``ties_from``, top-k) from a scan of v, the candidates then
+    all being above ``cut``. ``residual`` / ``momentum`` are zeroed where sent.
+    """
+
+    cand: ks.Candidates
+    count: int
+    cut: float
+    need_eq: int = 0
+    ties_from: np.ndarray | None = None
+    residual: torch.Tensor | None = None
+    momentum: torch.Tensor | None = None
+
+    def write(self, idx: np.ndarray, val: np.ndarray) -> None:
+        c = self.cand
+        zero_r, zero_u = self.residual is not None, self.momentum is not None
+        r = self.residual.numpy() if zero_r else c.val  # (unused placeholders keep one signature)
+        u = self.momentum.numpy() if zero_u else r
+        cut = np.float32(self.cut)
+        if self.ties_from is not None:
+            got = ks.take_with_ties(c.idx, c.val, self.ties_from, cut, self.need_eq, idx, val, r, zero_r)
+        else:
+            got = ks.take_top(c.idx, c.val, cut, self.need_eq, idx, val, r, zero_r, u, zero_u)
+        assert got == self.count, f"selection wrote {got} of {self.count} elements"
+
+
+def _keep_largest(cand: ks.Candidates, k: int | None, **zero: torch.Tensor | None) -> Selection:
+    """All candidates, or (more than ``k``) the k largest |v| among them, ties to the lower index."""
+    c = cand.idx.size
+    if k is None or c <= k:
+        return Selection(cand, c, -np.inf, **zero)
+    a = np.abs(cand.val)
+    t = kth_largest(a, k)
+    return Selection(cand, k, t, k - int(np.count_nonzero(a > t)), **zero)
+
+
+def select_top_k(x: torch.Tensor, k: int, residual: torch.Tensor | None = None) -> Selection | None:
+    """Exactly the k largest |v| (ties to the lower index), v = x or, with ``residual``, x + residual
+    (left in ``residual``, zeroed where sent: error feedback). None if v holds Inf or NaN.
+
+    The threshold comes from a sample of |v| at fixed positions, set ``TOPK_MARGIN`` standard
+    deviations below the k-th largest so that at least k pass; if fewer do (or ties at it decide),
+    the exact rule below still holds: a lower threshold is tried, down to 0, where all pass.
+    """
+    n = x.numel()
+    mode = ks.RESIDUAL if residual is not None else ks.PLAIN
+    ns = min(n, max(TOPK_MIN_SAMPLE, n >> 8))
+    sample = ks.sample_abs(x, residual, None, mode, 0.0, TOPK_SEED, ns)
+    if ns == n:
+        rank = k  # the sample is v: its k-th largest is the cut itself
+    else:
+        e = k / n * ns
+        rank = max(1, min(ns, math.ceil(e + TOPK_MARGIN * math.sqrt(e) + 1)))
+    while True:
+        thr = kth_largest(sample.copy(), rank) if rank <= ns else np.float32(0.0)
+        cand = ks.gather(x, residual, None, mode, 0.0, float(thr), True, min(1.0, rank / ns))
+        if not cand.finite:
+            return None
+        if mode == ks.RESIDUAL:  # residual now holds v: later passes read it as is
+            x, mode = residual, ks.PLAIN
+        gt = cand.idx.size
+        if gt >= k:
+            return _keep_largest(cand, k, residual=residual)
+        if gt + cand.ties >= k:
+            return Selection(cand, k, thr, k - gt, x.numpy(), residual=residual)
+        rank = ns + 1 if rank >= ns else min(ns, 4 * rank)  # past ns: threshold 0, everything passes
+
+
+def select_sampled(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    momentum: torch.Tensor | None,
+    m: float,
+    density: float,
+    sample_ratio: float,
+    seed: int,
+    limit: int | None,
+) -> Selection | None:
+    """DGC / GradDrop: keep |v| >= the ``density`` quantile of a seeded sample of |v|, at most
+    ``limit`` (the largest, ties to the lower index).
+
+    v = x; with ``residual``, v = residual + x; with ``momentum`` too, u = u*m + x and
+    v = residual + u, both left in place and zeroed where sent. With state the caller must have
+    checked x (the state is written); without, None if x holds Inf or NaN.
+    """
+    n = x.numel()
+    mode = ks.PLAIN if residual is None else (ks.RESIDUAL if momentum is None else ks.MOMENTUM)
+    ns = sample_size(n, sample_ratio)
+    sample = ks.sample_abs(x, residual, momentum, mode, m, seed, ns)
+    thr = kth_largest(sample, budget(ns, density))
+    expect = np.count_nonzero(sample >= thr) / ns
+    cand = ks.gather(x, residual, momentum, mode, m, float(thr), False, expect)
+    if mode == ks.PLAIN and not cand.finite:
+        return None
+    return _keep_largest(cand, limit, residual=residual, momentum=momentum)
+
+
+# ---------------------------------------------------------------------------- the compressor
 class SparseCompressor(Compressor):
-    """Base for (index, value) payloads; subclasses choose what to keep in ``_select``."""
+    """Base for (index, value) payloads; subclasses choose what to keep (``_choose`` on the CPU,
+    ``_select`` in plain torch elsewhere)."""
 
     caps = Capabilities(compressed_merge=True, sparse=True)
 
@@ -65,6 +194,14 @@ class SparseCompressor(Compressor):
         payload, body = allocate(self.wire_id, dtype, numel, _EXTRA.pack(k), 8 * k, device=idx.device)
         body[: 4 * k].view(torch.int32).copy_(idx)
         body[4 * k :].view(torch.float32).copy_(val)
+        return payload
+
+    def build_selected(self, dtype: torch.dtype, numel: int, sel: Selection) -> torch.Tensor:
+        """The payload of a CPU selection, written in place (no intermediate index/value tensors)."""
+        k = sel.count
+        payload, body = allocate(self.wire_id, dtype, numel, _EXTRA.pack(k), 8 * k)
+        if k:
+            sel.write(body[: 4 * k].view(torch.int32).numpy(), body[4 * k :].view(torch.float32).numpy())
         return payload
 
     def split(self, header: Header, body: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,16 +228,28 @@ class SparseCompressor(Compressor):
         return seal(self.build(ha.dtype, ha.numel, io, vo))
 
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
-        if x.numel() and not bool(torch.isfinite(x).all()):
-            raise nonfinite(name)
-        idx, val = self._select(x, state, name)
+        if FAST and x.device.type == "cpu":
+            if x.numel() == 0:
+                payload = self.build(dtype, 0, torch.empty(0, dtype=torch.int32), torch.empty(0))
+            else:
+                payload = self.build_selected(dtype, x.numel(), self._choose(x, state, name))
+        else:
+            if x.numel() and not bool(torch.isfinite(x).all()):
+                raise nonfinite(name)
+            idx, val = self._select(x, state, name)
+            payload = self.build(dtype, x.numel(), idx, val)
         if state is not None:
             state.step += 1
-        return self.build(dtype, x.numel(), idx, val)
+        return payload
+
+    def _choose(self, x: torch.Tensor, state: GradientState | None, name: str) -> Selection:
+        """The CPU path: what to send from a non-empty float32 x; raises on Inf or NaN in x."""
+        raise NotImplementedError
 
     def _select(
         self, x: torch.Tensor, state: GradientState | None, name: str
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The plain torch path, on a finite x."""
         raise NotImplementedError
 
 

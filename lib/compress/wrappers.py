@@ -5,6 +5,12 @@ Both wrap a compressor and are compressors themselves, so they compose:
 top of exact top-k. The wrapped payload is the inner algorithm's own: the receiver needs no wrapper.
 Their memories live in the gradient's ``GradientState.extra`` under their own keys, so an inner
 algorithm that keeps its own residual (tbq, onebit, dgc) is not disturbed.
+
+Fused error feedback: the generic recipe (v = g + e, encode v, decode it into e, e = v - e) reads
+and writes the gradient five or six times. An inner compressor that can do better offers
+``_encode_feedback(x, e, dtype, state, name)``: encode v = x + e and leave e = v - decode(payload)
+(on Inf or NaN in v: zero e and raise ``nonfinite(name, state_reset=True)``), or return None to
+take the generic path. signSGD (two passes) and top-k (one) offer it on the CPU.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from .base import Capabilities, Compressor, nonfinite
+from .kernels.select import all_finite
 from .payload import Header, seal
 from .state import GradientState
 
@@ -56,8 +63,14 @@ class ErrorFeedback(_Wrapper):
         if state is None:
             return self.inner._encode(x, dtype, None, name)
         e = state.buffer("ef_residual", x)
+        fused = getattr(self.inner, "_encode_feedback", None)
+        if fused is not None:
+            payload = fused(x, e, dtype, state, name)
+            if payload is not None:
+                return payload
         v = x + e
-        if v.numel() and not bool(torch.isfinite(v).all()):
+        finite = all_finite(v) if v.device.type == "cpu" else bool(torch.isfinite(v).all())
+        if not finite:
             e.zero_()
             raise nonfinite(name, state_reset=True)
         payload = seal(self.inner._encode(v, dtype, state, name))

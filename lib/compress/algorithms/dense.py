@@ -12,6 +12,20 @@ from ..registry import register
 from ..state import GradientState
 
 
+def merge_values(a: torch.Tensor, body_a: torch.Tensor, body_b: torch.Tensor) -> torch.Tensor:
+    """A payload like ``a`` (same header) whose body is the float32 sum of two aligned bodies.
+
+    For payloads whose bodies are float32 values at the same positions (``none``, ``randomk``):
+    their sum needs no decoding. One pass writes the sum into a new payload (``a`` stays as it is),
+    which is then sealed.
+    """
+    head = a.numel() - body_a.numel()
+    out = torch.empty_like(a)
+    out[:head].copy_(a[:head])
+    torch.add(body_a.view(torch.float32), body_b.view(torch.float32), out=out[head:].view(torch.float32))
+    return seal(out)
+
+
 class _Cast(Compressor):
     """Values cast to ``wire_dtype`` and sent as raw bytes."""
 
@@ -62,9 +76,7 @@ class NoCompression(_Cast):
         hb, bb = self.parse(b, name)
         if ha.numel != hb.numel:
             raise CompressionError(name, f"cannot merge payloads of {ha.numel} and {hb.numel} elements")
-        out = a.clone()
-        out[out.numel() - bb.numel() :].view(torch.float32).add_(bb.view(torch.float32))
-        return seal(out)
+        return merge_values(a, ba, bb)
 
 
 @register

@@ -1,19 +1,30 @@
 """DGC, Deep Gradient Compression (Lin et al. 2018).
 
 v = g + residual (gradient accumulation); threshold from a seeded random sample of |v|; keep
-|v| >= threshold, at most k = ceil(ratio * n) (the largest if more pass: the budget is never
-exceeded); residual <- v with the kept entries zeroed. ``momentum > 0`` turns on momentum correction
-(velocity u = m*u + g accumulated instead of g, masked where sent). Payload: the sparse format.
+|v| >= threshold, at most k = ceil(ratio * n) (the largest if more pass, ties to the lower index:
+the budget is never exceeded); residual <- v with the kept entries zeroed. ``momentum > 0`` turns
+on momentum correction (velocity u = m*u + g accumulated instead of g, masked where sent).
+Payload: the sparse format. On the CPU all of it is one pass over the gradient after a
+finiteness check (``sparse.select_sampled``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..base import Capabilities
+from ..base import Capabilities, nonfinite
 from ..kernels import backend_for
+from ..kernels.select import all_finite
 from ..registry import register
-from ..sparse import SparseCompressor, accumulate, budget, sampled_threshold, top_by_magnitude
+from ..sparse import (
+    Selection,
+    SparseCompressor,
+    accumulate,
+    budget,
+    sampled_threshold,
+    select_sampled,
+    top_by_magnitude,
+)
 from ..state import GradientState
 
 
@@ -42,6 +53,19 @@ class DGC(SparseCompressor):
 
     def widened(self, factor: int) -> DGC:
         return DGC(min(1.0, self.density * factor), self.sample_ratio, self.momentum)
+
+    def _choose(self, x: torch.Tensor, state: GradientState | None, name: str) -> Selection:
+        limit = budget(x.numel(), self.density)
+        if state is None:
+            sel = select_sampled(x, None, None, 0.0, self.density, self.sample_ratio, 0, limit)
+            if sel is None:
+                raise nonfinite(name)
+            return sel
+        if not all_finite(x):  # before the state is touched: it stays as it was
+            raise nonfinite(name)
+        u = state.buffer("momentum", x) if self.momentum else None
+        r = state.buffer("residual", x)
+        return select_sampled(x, r, u, self.momentum, self.density, self.sample_ratio, state.step_seed(), limit)
 
     def _select(self, x: torch.Tensor, state: GradientState | None, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         n = x.numel()

@@ -2,17 +2,18 @@
 
 The threshold comes from a seeded random sample (as in DGC), everything at or above it is sent
 (so the count varies around the target), and what is dropped stays in the residual. Payload: the
-sparse format.
+sparse format. On the CPU: one pass after a finiteness check (``sparse.select_sampled``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..base import Capabilities
+from ..base import Capabilities, nonfinite
 from ..kernels import backend_for
+from ..kernels.select import all_finite
 from ..registry import register
-from ..sparse import SparseCompressor, accumulate, sampled_threshold
+from ..sparse import Selection, SparseCompressor, accumulate, sampled_threshold, select_sampled
 from ..state import GradientState
 
 
@@ -36,6 +37,18 @@ class GradDrop(SparseCompressor):
     def ratio(self, numel: int = 1 << 24) -> float:
         """Nominal: the target density's worth of 8-byte pairs (the exact size varies with the data)."""
         return (28 + 8 * (1 - self.drop_ratio) * numel) / (4 * numel) if numel else 1.0
+
+    def _choose(self, x: torch.Tensor, state: GradientState | None, name: str) -> Selection:
+        density = 1.0 - self.drop_ratio
+        if state is None:
+            sel = select_sampled(x, None, None, 0.0, density, self.sample_ratio, 0, None)
+            if sel is None:
+                raise nonfinite(name)
+            return sel
+        if not all_finite(x):  # before the residual is touched: it stays as it was
+            raise nonfinite(name)
+        r = state.buffer("residual", x)
+        return select_sampled(x, r, None, 0.0, density, self.sample_ratio, state.step_seed(), None)
 
     def _select(self, x: torch.Tensor, state: GradientState | None, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         if x.numel() == 0:
