@@ -19,6 +19,7 @@ from ..base import Capabilities, Compressor, nonfinite
 from ..errors import CompressionError
 from ..kernels import choice
 from ..kernels.select import all_finite
+from ..kernels.sparse import scatter_numpy
 from ..payload import Header, allocate
 from ..registry import register
 from ..sparse import budget
@@ -86,16 +87,14 @@ class RandomK(Compressor):
 
     def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
         k, seed = self._unpack(header, name)
+        idx = positions(header.numel, k, seed)
+        vals = body.view(torch.float32)
         if not add:
-            out.zero_()
-        if k:
-            idx = positions(header.numel, k, seed)
-            vals = body.view(torch.float32)
-            if out.device.type == "cpu":  # positions are distinct: a fancy-index add is exact
-                oa = out.numpy()
-                oa[idx] += vals.numpy()
-            else:  # pragma: no cover - no GPU here
-                out.index_add_(0, torch.from_numpy(idx).to(out.device), vals)
+            out.zero_()  # then added to, as index_add_ does (0.0 + -0.0 is +0.0)
+        if out.device.type == "cpu":
+            scatter_numpy(idx, vals.numpy(), out.numpy(), True)  # positions ascend: always accepted
+        else:  # pragma: no cover - no GPU here
+            out.index_add_(0, torch.from_numpy(idx).to(out.device), vals)
 
     def merge(self, a: torch.Tensor, b: torch.Tensor, *, name: str = "<unnamed>") -> torch.Tensor:
         ha, ba = self.parse(a, name)

@@ -15,9 +15,8 @@ checks the positions against numpy's for both algorithms and their boundary.
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
-from .common import jit, pjit
+from .common import jit
 
 _M32 = np.uint64(0xFFFFFFFF)
 _MUL_HI = np.uint64(0x2360ED051FC65DA4)  # PCG_DEFAULT_MULTIPLIER_128
@@ -28,8 +27,8 @@ _U32 = np.uint64(32)
 _U58 = np.uint64(58)
 _U63 = np.uint64(63)
 _U64 = np.uint64(64)
-_DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
-_DEBRUIJN_POS = np.array(
+DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)  # an isolated bit times this: its position in the top 6 bits
+DEBRUIJN_POS = np.array(
     [0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4, 62, 55, 59, 36, 53, 51, 43, 22, 45, 39, 33, 30, 24,
      18, 12, 5, 63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11, 46, 26, 40, 15, 34, 20, 31, 10, 25,
      14, 19, 9, 13, 8, 7, 6],
@@ -117,31 +116,18 @@ def floyd_bitmap(st, n, k, bits):
         bits[w] |= _U1 << b
 
 
-@pjit
-def bitmap_counts(bits, per, counts):
-    """Set bits in each run of ``per`` words (the scan's offsets)."""
-    for t in prange(counts.size):
-        c = 0
-        for w in bits[t * per : (t + 1) * per]:
-            while w:
-                w &= w - _U1
-                c += 1
-        counts[t] = c
-
-
-@pjit
-def bitmap_positions(bits, per, offsets, out):
-    """The set bits' positions, ascending, each run of ``per`` words from its offset."""
-    for t in prange(offsets.size):
-        o = offsets[t]
-        w0 = t * per
-        for wi in range(w0, min(bits.size, w0 + per)):
-            w = bits[wi]
-            while w:
-                low = w & (~w + _U1)
-                out[o] = wi * 64 + _DEBRUIJN_POS[np.int64((low * _DEBRUIJN) >> _U58)]
-                o += 1
-                w ^= low
+@jit
+def bitmap_positions(bits, out):
+    """The set bits' positions, ascending (serial: a few MiB of bits, less than a thread wake-up)."""
+    o = 0
+    for wi in range(bits.size):
+        w = bits[wi]
+        while w:
+            low = w & (~w + _U1)
+            out[o] = wi * 64 + DEBRUIJN_POS[np.int64((low * DEBRUIJN) >> _U58)]
+            o += 1
+            w ^= low
+    return o
 
 
 @jit
@@ -176,11 +162,6 @@ def positions(n: int, k: int, seed: int) -> np.ndarray:
         return out
     bits = np.zeros((n + 63) // 64, np.uint64)
     floyd_bitmap(st, n, k, bits)
-    per = 1 << 12  # words per scan task (256 Ki positions)
-    counts = np.zeros((bits.size + per - 1) // per, np.int64)
-    bitmap_counts(bits, per, counts)
-    offsets = np.zeros_like(counts)
-    np.cumsum(counts[:-1], out=offsets[1:])
     out = np.empty(k, np.int64)
-    bitmap_positions(bits, per, offsets, out)
+    bitmap_positions(bits, out)
     return out

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from numba import prange
 
+from . import choice
 from .common import BLOCK, CHUNK, CODES_LEN, PARALLEL_MIN, TASK, U8_0, U8_1, bad_flag, inline, jit, pjit, uniform01
 
 PLAIN = 0
@@ -35,6 +36,10 @@ RESIDUAL = 1
 MOMENTUM = 2
 
 _EXP = np.int32(0x7F800000)
+_U64_1 = np.uint64(1)
+_U64_58 = np.uint64(58)
+_DEBRUIJN = choice.DEBRUIJN  # lowest set bit's position: DEBRUIJN_POS[(bit * DEBRUIJN) >> 58]
+_DEBRUIJN_POS = choice.DEBRUIJN_POS
 
 
 # ---------------------------------------------------------------------------- finiteness
@@ -140,8 +145,9 @@ def gather_chunk(x, r, u, mode, m, thr, strict, cap, sidx, sval, counts, ties, c
 
     ``counts[c]`` is the true number selected (more than ``cap`` means the slot overflowed and
     holds only the first ``cap``); ``ties[c]`` counts |v| == thr in strict mode. Per block the
-    mask is made in a vectorized loop, then read 8 bytes at a time: the scalar compaction visits
-    only the words with a hit (at 1% density, one in thirteen).
+    mask is made in a vectorized loop, then read 8 bytes at a time: the scalar compaction turns
+    once per hit (lowest set byte by a de Bruijn multiply), not once per element, and its only
+    unpredictable branch is whether a word has a hit at all (2x faster at 1% density).
     """
     n = x.size
     s = c * CHUNK
@@ -166,15 +172,16 @@ def gather_chunk(x, r, u, mode, m, thr, strict, cap, sidx, sval, counts, ties, c
         nb = b1 - b0
         for j in range(nb, (nb + 7) // 8 * 8):
             mask[j] = U8_0
-        for w in range((nb + 7) // 8):
-            if words[w] == 0:
-                continue
-            for i in range(8 * w, 8 * w + 8):
-                if mask[i] != U8_0:
-                    if cnt < cap:
-                        sidx[o + cnt] = b0 + i
-                        sval[o + cnt] = vs[i]
-                    cnt += 1
+        for wi in range((nb + 7) // 8):
+            w = words[wi]
+            while w:  # one turn per hit: the lowest set byte, found by its isolated bit
+                low = w & (~w + _U64_1)
+                i = 8 * wi + (_DEBRUIJN_POS[np.int64((low * _DEBRUIJN) >> _U64_58)] >> 3)
+                if cnt < cap:
+                    sidx[o + cnt] = b0 + i
+                    sval[o + cnt] = vs[i]
+                cnt += 1
+                w ^= low
     counts[c] = cnt
     ties[c] = eq
     return np.int64(bad)

@@ -81,10 +81,16 @@ def _scatter(idx, val, out, add, n):
 
 
 def scatter(idx: torch.Tensor, val: torch.Tensor, out: torch.Tensor, add: bool) -> bool:
-    oa = out.numpy()
+    """out = 0 then out[idx] = val, or out[idx] += val; False if idx is not strictly increasing
+    and within out."""
+    return scatter_numpy(idx.numpy(), val.numpy(), out.numpy(), add)
+
+
+def scatter_numpy(idx: np.ndarray, val: np.ndarray, out: np.ndarray, add: bool) -> bool:
+    """``scatter`` on numpy arrays (any integer index type)."""
     if not add:
-        oa[:] = 0
-    return bool(_scatter(idx.numpy(), val.numpy(), oa, add, oa.size))
+        out[:] = 0
+    return bool(_scatter(idx, val, out, add, out.size))
 
 
 @_jit
