@@ -19,7 +19,7 @@ from ..base import Capabilities, Compressor, nonfinite
 from ..errors import CompressionError
 from ..kernels import choice
 from ..kernels.select import all_finite
-from ..kernels.sparse import scatter_numpy
+from ..kernels.sparse import scatter_numpy, zero
 from ..payload import Header, allocate
 from ..registry import register
 from ..sparse import budget
@@ -89,11 +89,14 @@ class RandomK(Compressor):
         k, seed = self._unpack(header, name)
         idx = positions(header.numel, k, seed)
         vals = body.view(torch.float32)
-        if not add:
-            out.zero_()  # then added to, as index_add_ does (0.0 + -0.0 is +0.0)
         if out.device.type == "cpu":
-            scatter_numpy(idx, vals.numpy(), out.numpy(), True)  # positions ascend: always accepted
+            oa = out.numpy()
+            if not add:
+                zero(oa)  # then added to, as index_add_ does (0.0 + -0.0 is +0.0)
+            scatter_numpy(idx, vals.numpy(), oa, True)  # positions ascend: always accepted
         else:  # pragma: no cover - no GPU here
+            if not add:
+                out.zero_()
             out.index_add_(0, torch.from_numpy(idx).to(out.device), vals)
 
     def merge(self, a: torch.Tensor, b: torch.Tensor, *, name: str = "<unnamed>") -> torch.Tensor:
