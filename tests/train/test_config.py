@@ -50,7 +50,7 @@ def test_a_plan_file_is_checked_against_the_model(tmp_path):
         make_config("mlp", plan=str(bad))
     other = tmp_path / "other.txt"
     other.write_text("conv0.weight,1728,y,1\n")
-    with pytest.raises(ConfigError, match="not in the model"):
+    with pytest.raises(ConfigError, match="plan does not fit this model"):
         make_config("mlp", plan=str(other))
     good = tmp_path / "good.txt"
     good.write_text("fc2.bias,10,n,1\nfc2.weight,1280,y,2\nfc1.bias,128,n,1\nfc1.weight,8192,y,4\n")
