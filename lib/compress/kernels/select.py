@@ -348,7 +348,10 @@ def gather(
     xa, ra, ua = _arrays(x, r, u)
     n = xa.size
     nch = (n + CHUNK - 1) // CHUNK
-    cap = int(min(CHUNK, 2.0 * expect * CHUNK + 64))
+    # slots for twice the expected count (+64); when most elements pass, none: every chunk then
+    # "overflows" and is gathered from v by the compaction (a count pass and a gather pass, with
+    # no slot copy of nearly the whole gradient)
+    cap = 0 if expect > 0.25 else int(min(CHUNK, 2.0 * expect * CHUNK + 64))
     sidx = np.empty(nch * cap, np.int32)
     sval = np.empty(nch * cap, np.float32)
     counts = np.zeros(nch, np.int64)
