@@ -165,7 +165,10 @@ def _breakdown(plt: Any, fig: Figure, results: list[dict[str, Any]], rate: str) 
     ax.set_ylabel("ms per iteration (median)")
     ax.legend(fontsize=8)
     hosts = results[0]["point"]["gpus"] if results else "?"
-    ax.set_title(f"Figure {fig.figure} (real, {hosts} emulated hosts at {rate})\n{CPU_NOTE}", fontsize=8)
+    import textwrap
+
+    note = "\n".join(textwrap.wrap(CPU_NOTE, 110))
+    ax.set_title(f"Figure {fig.figure} (real, {hosts} emulated hosts at {rate})\n{note}", fontsize=8)
     f.tight_layout()
     return f
 
