@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 console = Console()
 err_console = Console(stderr=True)
@@ -27,8 +28,12 @@ def parse_size(text: str) -> int:
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
-    """Print a clear error and return the Exit to raise: ``raise fail("...")``."""
-    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False)
+    """Print a clear error and return the Exit to raise: ``raise fail("...")``.
+
+    The message is plain text, escaped for rich: a ``[models.vgg19]`` or ``[y/n]`` in it is shown,
+    not taken for markup and swallowed.
+    """
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
     return typer.Exit(code)
 
 

@@ -18,14 +18,17 @@ from .builtins import BUILTINS, GENERATED, spec_path
 
 COMPRESS = Path(__file__).resolve().parent.parent / "compress"
 
-# entry points in compress/kernels/cpu.py of each algorithm's hand-written path; everything they
-# reach in compress/kernels/ is counted (merge_sparse is left out: the DSL has no merge operator)
+# entry points of each algorithm's hand-written path (in compress/kernels/cpu.py, or MODULE:NAME in
+# another kernels module); everything they reach in compress/kernels/ is counted (merge_sparse is
+# left out: the DSL has no merge operator)
 ENTRIES = {
     "onebit": ["onebit_scales", "onebit_encode", "sign_decode"],
     "tbq": ["tbq_encode", "tbq_decode"],
     "terngrad": ["minmax", "quant_encode", "quant_decode"],
-    "dgc": ["select_abs_ge", "scatter", "uniform_numpy"],
-    "graddrop": ["select_abs_ge", "scatter", "uniform_numpy"],
+    "dgc": ["select:sample_abs", "select:gather", "select:take_top", "select:take_with_ties", "scatter",
+            "uniform_numpy"],
+    "graddrop": ["select:sample_abs", "select:gather", "select:take_top", "select:take_with_ties", "scatter",
+                 "uniform_numpy"],
 }
 SHARED = {"dgc": ["sparse.py"], "graddrop": ["sparse.py"]}
 
@@ -143,7 +146,11 @@ def builtin_stats() -> list[dict]:
     kernels = _Kernels(COMPRESS / "kernels")
     for name in BUILTINS:
         hand = python_lines((COMPRESS / "algorithms" / f"{name}.py").read_text())
-        hand += kernels.lines(kernels.reachable("cpu", ENTRIES[name]))
+        funcs: set[tuple[str, str]] = set()
+        for entry in ENTRIES[name]:  # "function" of kernels/cpu.py, or "module:function"
+            mod, _, func = entry.rpartition(":")
+            funcs |= kernels.reachable(mod or "cpu", [func])
+        hand += kernels.lines(funcs)
         for shared in SHARED.get(name, []):
             hand += python_lines((COMPRESS / shared).read_text())
         cuda_c, cuda_py = cuda_lines((GENERATED / f"{name}_cupy.py").read_text())

@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,7 +204,12 @@ def make_config(
     except BadModelOption as e:
         raise ConfigError(str(e)) from None
     sizes = gradient_sizes(model, **{k: opts[k] for k in spec.build_opts})
-    plan_entries = resolve_plan(plan, sizes, np, alg, eng) if plan else None
+    def forward() -> list[tuple[str, int]]:
+        from hipress.plan import definition_order
+
+        return definition_order(model, **{k: opts[k] for k in spec.build_opts})
+
+    plan_entries = resolve_plan(plan, sizes, np, alg, eng, forward) if plan else None
     return RunConfig(
         run_id=run_id or make_run_id(model, topo, alg),
         model=model,
@@ -270,8 +276,15 @@ def install_compll(specs: dict[str, str], source: str | Path | None = None) -> l
         raise ConfigError(f"--compll-dir: {e}") from None
 
 
-def resolve_plan(plan: str, sizes: list[tuple[str, int]], np: int, alg: str, eng: str) -> list[list[Any]]:
-    """``--plan FILE|auto`` -> plan entries ``[name, size, compress, partitions]`` in gradient order."""
+def resolve_plan(
+    plan: str, sizes: list[tuple[str, int]], np: int, alg: str, eng: str,
+    forward: Callable[[], list[tuple[str, int]]] | None = None,
+) -> list[list[Any]]:
+    """``--plan FILE|auto`` -> plan entries ``[name, size, compress, partitions]`` in gradient order.
+
+    ``forward`` gives the model's gradients in definition order: a plan file written with another
+    framework's names (HiPress's MXNet files list parameters that way) is then mapped by position.
+    """
     if eng not in ("casync-ring", "casync-ps"):
         raise ConfigError(f"--plan applies to CaSync (--topo ring|ps with a compressing --alg), not to {eng!r}")
     try:
@@ -285,7 +298,7 @@ def resolve_plan(plan: str, sizes: list[tuple[str, int]], np: int, alg: str, eng
             path = Path(plan)
             if not path.is_file():
                 raise ConfigError(f"plan file {plan!r} does not exist; give a SeCoPaPlan.txt path or 'auto'")
-            entries = load_plan(path, dict(sizes))
+            entries = load_plan(path, dict(sizes), forward=forward() if forward else None)
     except PlanError as e:
         raise ConfigError(f"--plan {plan}: {e}") from None
     return [[e.name, e.size, e.compress, e.partitions] for e in entries.values()]

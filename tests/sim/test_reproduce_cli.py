@@ -23,6 +23,9 @@ def test_figure11_json_resumes_from_cache(tmp_path):
     assert steps["secopa"]["sync_span_ms"] < steps["default"]["sync_span_ms"]
     assert {e["system"].split()[0] for e in report["errors"]} == set(steps)
     assert (out / "fig11.png").stat().st_size > 1000 and (out / "errors.md").exists()
+    claims = [c for c in report["findings"] if c["kind"] == "breakdown"]
+    assert len(claims) == 5 and all("order_holds" in c for c in claims)
+    assert "figure 11 directions kept" in (out / "findings.md").read_text()
     cached = sorted((out / "points").iterdir())
     assert len(cached) == 6
     mtimes = [p.stat().st_mtime_ns for p in cached]

@@ -59,6 +59,18 @@ def test_a_plan_file_is_checked_against_the_model(tmp_path):
     assert entries["fc1.weight"].partitions == 4 and not entries["fc2.bias"].compress
 
 
+def test_a_plan_with_another_frameworks_names_maps_by_position(tmp_path):
+    # HiPress's files name parameters the MXNet way and list them in definition order
+    mx = tmp_path / "mx.txt"
+    mx.write_text("dense0_weight,8192,y,4\ndense0_bias,128,n,1\ndense1_weight,1280,y,2\ndense1_bias,10,n,1\n")
+    entries = make_config("mlp", plan=str(mx)).plan_entries()
+    assert entries["fc1.weight"].partitions == 4 and entries["fc2.weight"].partitions == 2
+    assert not entries["fc1.bias"].compress and not entries["fc2.bias"].compress
+    mx.write_text("dense0_weight,8192,y,4\ndense0_bias,128,n,1\ndense1_weight,1281,y,2\ndense1_bias,10,n,1\n")
+    with pytest.raises(ConfigError, match="1281"):
+        make_config("mlp", plan=str(mx))
+
+
 def test_config_round_trips_through_json(tmp_path):
     cfg = make_config("vgg19", "ps", "onebit", np=4, iters=3)
     cfg.write(tmp_path)
