@@ -25,12 +25,16 @@ GENERATED = Path(__file__).with_name("generated")
 #   onebit    encode 0.39 | 0.38   decode 1.17 | 1.23
 #   tbq       encode 0.82 | 0.73   decode 1.07 | 1.26
 #   terngrad  encode 0.40 | 0.48   decode 0.70 | 0.76
-#   dgc       encode 1.41 | 1.67   decode 1.38 | 1.65
-#   graddrop  encode 1.78 | 2.72   decode 0.83 | 0.65
-# Listed: as fast or faster on both encode and decode, with the same capabilities (dgc keeps the
-# library's compressed merge, see SPARSE). The hand-written onebit/TBQ/TernGrad encoders sum and
-# compare 16 chunks per SIMD lane through LLVM intrinsics, which the generator does not produce.
-REPLACE: tuple[str, ...] = ("dgc",)
+# and, after the hand-written sparse path became one numba pass (kernels/select.py), with
+# `hipress compll bench --alg dgc,graddrop --size 64M --repeat 10` (2 threads, loaded machine):
+#   dgc       encode 0.32 [0.24, 0.49]   decode 1.00 [0.56, 1.31]
+#   graddrop  encode 0.48 [0.06, 2.28]   decode 0.75 [0.11, 2.55]
+# (dgc was listed here, at 1.41 / 1.38, while the hand-written encoder went through torch.)
+# Listed: as fast or faster on both encode and decode, with the same capabilities. None is now:
+# the hand-written onebit/TBQ/TernGrad encoders sum and compare 16 chunks per SIMD lane through
+# LLVM intrinsics, and the sparse ones gather candidates per chunk in one pass, neither of which
+# the generator produces. The generated classes stay registered by name (`install_builtins(names)`).
+REPLACE: tuple[str, ...] = ()
 
 
 def spec_path(name: str) -> Path:
