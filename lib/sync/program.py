@@ -47,7 +47,8 @@ class Submitted:
     copy_back: bool
 
 
-def _flat_view(name: str, t: object) -> tuple[torch.Tensor, bool]:
+def _check_gradient(name: str, t: object) -> torch.Tensor:
+    """Refuse what the engine cannot synchronize (not a tensor, not floating point, not on the CPU)."""
     if not isinstance(t, torch.Tensor):
         raise SyncError(f"gradient {name!r}: expected a torch.Tensor, got {type(t).__name__}")
     if not t.is_floating_point():
@@ -56,7 +57,11 @@ def _flat_view(name: str, t: object) -> tuple[torch.Tensor, bool]:
         raise SyncError(
             f"gradient {name!r} is on {t.device}; the MPI engine moves CPU tensors (copy it to the CPU first)"
         )
-    t = t.detach()
+    return t
+
+
+def _flat_view(name: str, t: object) -> tuple[torch.Tensor, bool]:
+    t = _check_gradient(name, t).detach()
     if t.dtype == torch.float32 and t.is_contiguous():
         return t.view(-1), False
     return t.reshape(-1).to(torch.float32, copy=True).contiguous(), True
@@ -187,6 +192,15 @@ class SyncProgram:
             raise SyncError(f"gradient name must be a non-empty string, got {name!r}")
         if name in self.submitted:
             raise SyncError(f"gradient {name!r} was submitted twice in one iteration; call wait_all() in between")
+        if self.world == 1:
+            # Alone, the sum is the gradient and the average divides by 1: no task at all (no
+            # encode/decode round-trip, no copy, no division; compressed topologies included,
+            # as Horovod skips its allreduce at size 1). Submissions are still checked, so a bad
+            # one fails at one rank as it would at many.
+            t = _check_gradient(name, tensor)
+            self.entry(name, t.numel())
+            self.submitted[name] = Submitted(name, t, t, False)
+            return []
         flat, copy_back = _flat_view(name, tensor)
         sub = Submitted(name, tensor, flat, copy_back)
         e = self.entry(name, flat.numel())

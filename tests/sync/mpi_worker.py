@@ -273,6 +273,40 @@ def close(mode: str) -> None:
         raise SystemExit(f"unknown close mode {mode!r}")
 
 
+def alone() -> None:
+    """World size 1: every topology, compressed or not, leaves each gradient as it was (same
+    storage, same bits), runs no task and sends nothing; a bad submission is still refused."""
+    assert WORLD == 1, "the alone scenario runs on one rank"
+    for topo in topologies():
+        for alg in (None, "onebit", "dgc"):
+            with Engine(comm, alg, topo, timeout=30, trace=True) as eng:
+                for it in range(2):
+                    g = torch.Generator().manual_seed(it)
+                    work = {
+                        "conv.weight": torch.randn(64, 3, 3, 3, generator=g),
+                        "fc.weight": torch.randn(300_000, generator=g),
+                        "fc.bias": torch.randn(10, generator=g),
+                        "fc.t": torch.randn(7, 5, generator=g).t(),  # non-contiguous
+                    }
+                    before = {k: (v.clone(), v.data_ptr()) for k, v in work.items()}
+                    submit_all(eng, work, topo, seed=it, threaded=it == 1)
+                    st = eng.wait_all()
+                    what = f"{topo}/{alg} iteration {it}"
+                    for k, v in work.items():
+                        if v.data_ptr() != before[k][1] or not torch.equal(v, before[k][0]):
+                            raise AssertionError(f"{what}: {k} changed although this rank is alone")
+                    if st.messages or st.bytes_sent or st.tasks or st.trace or st.compute_s:
+                        raise AssertionError(f"{what}: work was done alone: {st.tasks} {st.messages} messages")
+                    assert st.gradients == len(work), st
+                try:
+                    eng.submit("bad", torch.zeros(3, dtype=torch.int32))
+                except SyncError:
+                    pass
+                else:
+                    raise AssertionError(f"{topo}: an int32 gradient was accepted at world size 1")
+    print("PASS alone np=1", flush=True)
+
+
 def main(argv: list[str]) -> None:
     """``SCENARIO[:ARG][+SCENARIO[:ARG]...]``: several checks in one launch (startup costs seconds)."""
     set_threads(1)
@@ -285,6 +319,8 @@ def main(argv: list[str]) -> None:
             reference(algs)
         elif scenario == "plan":
             plan()
+        elif scenario == "alone":
+            alone()
         elif scenario == "fail":
             fail(arg)
         elif scenario == "memory":

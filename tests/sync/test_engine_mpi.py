@@ -29,6 +29,14 @@ def test_engine_matches_allreduce_and_the_reference(np, scenarios):
         assert f"PASS plan np={np}" in res.output
 
 
+def test_a_rank_alone_does_no_work():
+    """World size 1 (a one-host run): no task, no message, every gradient untouched in place, for
+    every topology (a regression: the PS graph copied 548 MB through its aggregator for VGG19)."""
+    res = run_mpi(1, "alone", timeout=120)
+    assert res.ok, res.output
+    assert "PASS alone np=1" in res.output
+
+
 def test_failing_rank_makes_the_others_fail_clearly():
     """Rank 1 submits a NaN: every rank reports rank 1's error, within seconds."""
     res = run_mpi(3, "fail:nan", timeout=60)

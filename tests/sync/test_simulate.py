@@ -139,6 +139,27 @@ def test_plan_entries_are_respected():
     assert not torch.equal(outs[0]["b"], (inputs[0]["b"] + inputs[1]["b"]) / 2)
 
 
+@pytest.mark.parametrize("topo", TOPOLOGIES)
+@pytest.mark.parametrize("alg", [None, "onebit", "dgc"])
+def test_a_rank_alone_builds_no_task(topo, alg):
+    """World size 1: nothing to exchange and the average divides by 1, so no graph at all (no
+    encode/decode round-trip, no copy through an aggregator); the states are left untouched."""
+    plan = {"w": PlanEntry("w", 50_000, True, 4), "b": PlanEntry("b", 10, True, 1)}
+    for pl in (None, plan):
+        states = StateStore()
+        prog = SyncProgram(0, 1, alg, topo, pl, states)
+        g = torch.Generator().manual_seed(0)
+        w, b = torch.randn(50_000, generator=g), torch.randn(10, generator=g)
+        assert prog.submit("w", w) == [] and prog.submit("b", b) == [] and prog.flush() == []
+        assert set(prog.submitted) == {"w", "b"} and len(states) == 0
+        with pytest.raises(SyncError, match="submitted twice"):
+            prog.submit("w", w)
+        prog.end_iteration()
+        if pl is not None:
+            with pytest.raises(SyncError, match="not in the plan"):
+                prog.submit("other", w)
+
+
 # ---------------------------------------------------------------------------- bad input
 def program(**kw) -> SyncProgram:
     return SyncProgram(0, 2, kw.pop("comp", "tbq"), kw.pop("topo", "casync-ring"), kw.pop("plan", None), None, **kw)
