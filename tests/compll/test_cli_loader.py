@@ -153,6 +153,11 @@ def test_install_builtins_replaces_only_what_was_measured_faster():
         for n in REPLACE:  # same bytes as the hand-written class it replaced
             assert torch.equal(create(n).encode(x, GradientState(seed=1)), before[n]().encode(x, GradientState(seed=1)))
         assert install_builtins() == []  # idempotent
+        named = [n for n in ("dgc", "graddrop") if n not in REPLACE]
+        assert sorted(install_builtins(named)) == sorted(named)  # by name, measured slower or not
+        for n in named:
+            assert get_class(n) is generated_class(n)
+            assert torch.equal(create(n).encode(x, GradientState(seed=1)), before[n]().encode(x, GradientState(seed=1)))
     finally:
         for n, cls in before.items():
             unregister(n)
