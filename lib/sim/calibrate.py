@@ -122,7 +122,8 @@ class Evaluator:
     def workload(self, cluster: str, model: str) -> Workload:
         key = (cluster, model)
         if key not in self._workloads:
-            self._workloads[key] = make_workload(model, self.ref.per_gpu_rate(cluster, model))
+            self._workloads[key] = make_workload(model, self.ref.per_gpu_rate(cluster, model),
+                                                 gpu=self.ref.clusters[cluster].get("gpu"))
         return self._workloads[key]
 
     def cluster(self, name: str) -> Cluster:

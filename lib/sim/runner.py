@@ -25,7 +25,7 @@ from .systems import Options
 from .workload import Workload, make_workload
 
 #: Bump when a change to the model changes results, so that caches made before it are ignored.
-SIM_VERSION = 3
+SIM_VERSION = 4
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
@@ -90,7 +90,8 @@ class SimRunner:
     def workload(self, cluster: str, model: str, compute_ms: float | None = None) -> Workload:
         key = (cluster, model, compute_ms)
         if key not in self._workloads:
-            self._workloads[key] = make_workload(model, self.ref.per_gpu_rate(cluster, model), compute_ms=compute_ms)
+            self._workloads[key] = make_workload(model, self.ref.per_gpu_rate(cluster, model), compute_ms=compute_ms,
+                                                 gpu=self.ref.clusters[cluster].get("gpu"))
         return self._workloads[key]
 
     def cluster(self, name: str) -> Cluster:
@@ -105,4 +106,7 @@ class SimRunner:
             alg=p.algorithm, rate=p.rate, planner=self.planner,
             options=Options(pipeline=p.pipeline, bulk=p.bulk, secopa=p.secopa),
         )
-        return {**r.to_dict(), "unit": f"{w.unit}/s", "mode": "sim"}
+        out = {**r.to_dict(), "unit": f"{w.unit}/s", "mode": "sim"}
+        if w.note:
+            out["unit_note"] = w.note
+        return out

@@ -17,6 +17,10 @@ from functools import lru_cache
 #: Backward costs about twice the forward (two matrix products per forward one).
 BACKWARD_SHARE = 2.0 / 3.0
 
+#: Peak arithmetic of the clusters' GPUs, TFLOP/s (NVIDIA datasheets: V100 SXM2 tensor cores, fp16;
+#: GTX 1080 Ti fp32, no tensor cores). A published rate that needs more is not in the unit it says.
+PEAK_TFLOPS = {"V100": 125.0, "1080Ti": 11.3}
+
 
 @dataclass(frozen=True)
 class Gradient:
@@ -41,6 +45,8 @@ class Workload:
     forward_ms: float
     backward_ms: float
     gradients: tuple[Gradient, ...]
+    #: why the unit differs from the zoo's, when it does (see ``make_workload``)
+    note: str = ""
 
     @property
     def total_elements(self) -> int:
@@ -57,12 +63,19 @@ def make_workload(
     batch_size: int | None = None,
     gradients: list[tuple[str, int]] | None = None,
     compute_ms: float | None = None,
+    gpu: str | None = None,
 ) -> Workload:
     """The step of ``model`` on a GPU that trains ``per_gpu_rate`` units/s.
 
     ``gradients`` overrides the zoo's list (e.g. a HiPress ``input.txt``); then work is spread in
     proportion to size, as no layer shapes are known. ``compute_ms`` overrides the rate-derived
     step time (figure 11 states its own).
+
+    ``gpu`` (a ``PEAK_TFLOPS`` key) checks the rate against the GPU's peak arithmetic: sosp21.json
+    gives BERT-base in "sequences/s" at 5,200 per V100 and 9,000 per 1080 Ti, which at 128 tokens a
+    sequence would take 363 and 626 TFLOP/s, 3x and 55x those GPUs' peaks. Such a rate can only be
+    per token, so a sequence model whose rate is impossible per sample is read per token (its step is
+    then ``seq_len`` times longer), and ``note`` says so.
     """
     from hipress.models import get
 
@@ -70,6 +83,13 @@ def make_workload(
     opts = spec.options("paper", batch_size=batch_size)
     batch = opts["batch_size"]
     units = spec.units(opts)
+    unit, note = spec.unit, ""
+    if compute_ms is None and gpu is not None and gpu in PEAK_TFLOPS and units == 1 and "seq_len" in opts:
+        need = 3.0 * forward_flops(model) * per_gpu_rate / 1e12  # forward + backward, TFLOP/s
+        if need > PEAK_TFLOPS[gpu]:
+            units, unit = int(opts["seq_len"]), "tokens"
+            note = (f"{model}: {per_gpu_rate:.0f} {spec.unit}/s per {gpu} would need {need:.0f} TFLOP/s "
+                    f"(peak {PEAK_TFLOPS[gpu]:g}); read as tokens/s ({units} tokens a sequence)")
     if compute_ms is None:
         if per_gpu_rate <= 0:
             raise ValueError(f"{model}: per-GPU throughput must be positive, got {per_gpu_rate}")
@@ -86,7 +106,7 @@ def make_workload(
     for (name, size), w in zip(grads, work, strict=True):
         t += backward * w / total
         out.append(Gradient(name, int(size), t))
-    return Workload(model, spec.unit, batch, units, compute_ms, compute_ms - backward, backward, tuple(out))
+    return Workload(model, unit, batch, units, compute_ms, compute_ms - backward, backward, tuple(out), note)
 
 
 @lru_cache(maxsize=16)
@@ -98,23 +118,10 @@ def _zoo_profile(model: str) -> tuple[tuple[tuple[str, int], ...], tuple[float, 
     spread work done outside parameterised modules (attention products, pooling) in proportion.
     Models whose layers the counter cannot see (fused RNN kernels) fall back to size-proportional.
     """
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from hipress.models import get, gradient_sizes
+    from hipress.models import gradient_sizes
 
     grads = tuple(gradient_sizes(model))
-    spec = get(model)
-    opts = spec.options("paper")
-    with torch.device("meta"):
-        net = spec.build(**opts)
-    batch = spec.make_batch(1, opts, torch.device("meta"), None)
-    counter = FlopCounterMode(display=False, depth=None)
-    with counter:
-        spec.loss(net, batch)
-    counts = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
-    root = type(net).__name__
-    total = float(counter.get_total_flops())
+    counts, root, total = _flop_counts(model)
     work: list[float] = []
     charged: set[str] = set()
     for name, _ in grads:
@@ -131,6 +138,31 @@ def _zoo_profile(model: str) -> tuple[tuple[tuple[str, int], ...], tuple[float, 
     # spread the unattributed remainder in proportion to what was attributed
     scale = total / attributed
     return grads, tuple(w * scale for w in work)
+
+
+def forward_flops(model: str) -> float:
+    """Forward FLOPs of one sample of ``model`` at the paper's sizes."""
+    return _flop_counts(model)[2]
+
+
+@lru_cache(maxsize=16)
+def _flop_counts(model: str) -> tuple[dict[str, int], str, float]:
+    """Per-module forward FLOPs of one sample, the root module's name and the total (meta device)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from hipress.models import get
+
+    spec = get(model)
+    opts = spec.options("paper")
+    with torch.device("meta"):
+        net = spec.build(**opts)
+    batch = spec.make_batch(1, opts, torch.device("meta"), None)
+    counter = FlopCounterMode(display=False, depth=None)
+    with counter:
+        spec.loss(net, batch)
+    counts = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
+    return counts, type(net).__name__, float(counter.get_total_flops())
 
 
 def _has_counted_child(key: str, counts: dict[str, int]) -> bool:

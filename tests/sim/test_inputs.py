@@ -85,3 +85,20 @@ def test_write_atomic_leaves_no_temporary(tmp_path):
     write_atomic(target, b"[1]")
     assert target.read_text() == "[1]"
     assert [p.name for p in target.parent.iterdir()] == ["x.json"]
+
+
+def test_a_rate_beyond_the_gpus_peak_is_read_per_token():
+    from hipress.sim.workload import PEAK_TFLOPS, forward_flops, make_workload
+
+    ref = load_reference()
+    bert = make_workload("bert", ref.per_gpu_rate("aws", "bert"), gpu="V100")
+    assert bert.unit == "tokens" and bert.units_per_sample == 128 and "TFLOP/s" in bert.note
+    # per token, the step needs less than the peak; per sequence it needed more
+    need = 3 * forward_flops("bert") * ref.per_gpu_rate("aws", "bert") / 1e12
+    assert need / 128 < PEAK_TFLOPS["V100"] < need
+    # a plausible rate keeps its unit, and without a GPU nothing is reinterpreted
+    vgg = make_workload("vgg19", ref.per_gpu_rate("aws", "vgg19"), gpu="V100")
+    assert vgg.unit == "images" and vgg.note == ""
+    lstm = make_workload("lstm", ref.per_gpu_rate("local", "lstm"), gpu="1080Ti")
+    assert lstm.unit == "sequences" and lstm.units_per_sample == 1
+    assert make_workload("bert", ref.per_gpu_rate("aws", "bert")).unit == "sequences"
