@@ -145,8 +145,10 @@ def _scaling(plt: Any, fig: Figure, results: list[dict[str, Any]], rate: str) ->
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(models):]:
         ax.axis("off")
-    f.suptitle(f"Figure {fig.figure} (real, emulated cluster at {rate}): {fig.title}\nmeasured; "
-               f"linear = 1-host byteps x hosts", fontsize=10)
+    # fig.title describes the paper's cluster; here only the systems and the axes are the paper's
+    f.suptitle(f"Figure {fig.figure}'s systems measured on this machine's emulated cluster ({rate} links, "
+               f"one rank per host)\nthe paper's version: {fig.title}; linear = 1-host byteps x hosts",
+               fontsize=10)
     f.tight_layout()
     return f
 
