@@ -7,12 +7,16 @@ and a broadcast. We take encode/decode as given (they are GPU kernels, measured)
 network constants only for what they imply: ``B`` of one ring step is 8.5e-7 ms per fp32 element,
 i.e. 4.7 GB/s (37.6 Gbit/s) through one link, and ``A`` is the per-message software latency (0.2
 ms) of HiPress's transport. The gather/broadcast ``B`` divided by the peer count agrees (8.6e-7 ms
-per element and peer), which is why one link model serves both topologies here.
+per element and peer): the same link. Their ``A`` does not: a gather of 16 nodes costs 1.44 ms
+before any byte counts (0.096 ms per incoming message, against the ring step's 0.20 ms for one
+message that overlaps its neighbour's), a broadcast 0.455 ms. That is the server process's fixed
+cost of one partition's push and pull, which CaSync-PS pays per partition and in turn on each
+server; :meth:`CodecCosts.collective` gives them to the PS task graph where they were measured.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -87,12 +91,15 @@ def algorithm(name: str, rate: float | None = None) -> Algorithm:
 
 @dataclass(frozen=True)
 class CodecCosts:
-    """GPU encode/decode (SeCoPa constants) plus the per-message transport latency they imply."""
+    """GPU encode/decode (SeCoPa constants), the per-message transport latency they imply, and
+    HiPress's measured gather/broadcast (per node count) for CaSync-PS."""
 
     encode: Primitive
     decode: Primitive
     link_ms_per_element: float
     message_latency_ms: float
+    gather: dict[int, Primitive] = field(default_factory=dict)
+    broadcast: dict[int, Primitive] = field(default_factory=dict)
 
     @classmethod
     def from_secopa(cls, secopa: dict[str, Any]) -> CodecCosts:
@@ -102,7 +109,26 @@ class CodecCosts:
             decode=Primitive.from_dict(secopa["decode"]),
             link_ms_per_element=ring.B,
             message_latency_ms=ring.A,
+            gather={int(n): Primitive.from_dict(v) for n, v in secopa.get("gather", {}).items()},
+            broadcast={int(n): Primitive.from_dict(v) for n, v in secopa.get("broadcast", {}).items()},
         )
+
+    def collective(self, kind: str, nodes: int, link_ms_per_element: float, latency_ms: float) -> Primitive:
+        """A CaSync-PS gather (``nodes - 1`` pushes of ``x`` elements into one server) or broadcast
+        (one server to ``nodes - 1``), as one piecewise-linear cost of ``x``.
+
+        Where HiPress measured this node count, its ``A`` (the server's fixed cost of the
+        collective) and ``overhead`` are taken as they are, and its ``B`` rescaled from the link it
+        was measured on to this one (``link_ms_per_element`` against the ring constant's; 1 on the
+        cluster the constants come from). Elsewhere it is derived from the ring step, as
+        ``hipress.plan.costmodel`` does: ``A_send + (nodes-1) * B * x``, the receiving (sending)
+        link carrying ``nodes - 1`` messages whose latencies overlap.
+        """
+        table = self.gather if kind == "gather" else self.broadcast
+        m = table.get(nodes)
+        if m is not None:
+            return Primitive(m.B * link_ms_per_element / self.link_ms_per_element, m.A, m.overhead)
+        return Primitive((nodes - 1) * link_ms_per_element, latency_ms, 0.0)
 
     @property
     def link_gbps(self) -> float:

@@ -124,4 +124,24 @@ def explain(params: SimParams) -> list[dict[str, Any]]:
         else:
             src = SOURCES.get(f.name, "")
         rows.append({"name": f.name, "value": getattr(params, f.name), "source": src})
+    return rows + _published_constants()
+
+
+def _published_constants() -> list[dict[str, Any]]:
+    """The sosp21.json constants the task graphs use as they are (no fit): CaSync's GPU codec and
+    CaSync-PS's gather/broadcast per node count (``A`` ms per collective, ``B`` ms per element)."""
+    from .reference import load_reference
+
+    secopa = load_reference().secopa
+    src = "published: sosp21.json secopa_cost_model (HiPress's constants, measured on the local cluster)"
+    rows = []
+    for prim in ("encode", "decode"):
+        for k in ("A", "B", "overhead"):
+            rows.append({"name": f"{prim}_{k}", "value": float(secopa[prim][k]), "source": f"{src}; CaSync GPU codec"})
+    for prim in ("gather", "broadcast"):
+        for n, c in sorted(secopa.get(prim, {}).items(), key=lambda kv: int(kv[0])):
+            for k in ("A", "B", "overhead"):
+                rows.append({"name": f"{prim}{n}_{k}", "value": float(c[k]),
+                             "source": f"{src}; CaSync-PS {prim} at {n} nodes, per partition on the server's "
+                                       "process (B rescaled to the cluster's link)"})
     return rows

@@ -16,6 +16,7 @@ from hipress.sim import (
     simulate,
 )
 from hipress.sim.systems import Options
+from hipress.sync.graph import split_even
 from hipress.sync.plan import PlanEntry
 
 REF = load_reference()
@@ -87,9 +88,10 @@ def test_compression_wins_on_a_slow_network_and_not_on_one_node(vgg):
     assert one[0] == pytest.approx(one[1])
 
 
-def test_uncompressed_ps_puts_the_expected_bytes_on_each_link(vgg):
-    """A PS with every gradient in n partitions, uncompressed: each node sends (n-1)/n of the model
-    as a worker and (n-1)/n as a server -- the link busy time must say exactly that."""
+def test_uncompressed_ps_servers_carry_the_measured_collectives(vgg):
+    """A PS with every gradient in n partitions, uncompressed: the servers' processes run one
+    gather and one broadcast per partition at HiPress's measured cost (A per collective, B per
+    element, rescaled to this link), and the placement spreads them evenly over the n servers."""
     n = 4
     params = derive_params(REF).with_values(bulk_kb=0)
 
@@ -97,9 +99,23 @@ def test_uncompressed_ps_puts_the_expected_bytes_on_each_link(vgg):
         return {name: PlanEntry(name, size, False, nodes) for name, size in grads}
 
     r = simulate("casync-ps", vgg, AWS, 8 * n, params, REF, alg="onebit", planner=planner)
-    rate = AWS.network_gbps * params.net_efficiency * 1e9 / 8 / 1e3
-    expected = 2 * (n - 1) / n * 4 * vgg.total_elements / rate
-    assert r.busy_ms["out"] == pytest.approx(expected, rel=0.02)
+    costs = CodecCosts.from_secopa(REF.secopa)
+    link = 4 / (AWS.network_gbps * params.net_efficiency * 1e9 / 8 / 1e3)
+    gather = costs.collective("gather", n, link, params.message_latency_ms)
+    bcast = costs.collective("broadcast", n, link, params.message_latency_ms)
+    assert gather.A == REF.secopa["gather"]["4"]["A"] and bcast.A == REF.secopa["broadcast"]["4"]["A"]
+    total = sum(gather(ln) + bcast(ln) for g in vgg.gradients for _o, ln in split_even(g.size, n) if ln)
+    assert r.busy_ms["ps"] == pytest.approx(total / n, rel=0.03)
+    assert "out" not in r.busy_ms  # the measured collectives include the wire: links not charged twice
+
+
+def test_collective_off_the_table_is_the_ring_step():
+    """A node count HiPress did not measure: (n-1) messages through one link, latencies overlapped."""
+    costs = CodecCosts.from_secopa(REF.secopa)
+    g = costs.collective("gather", 3, costs.link_ms_per_element, 0.2)
+    assert g(1000) == pytest.approx(0.2 + 2 * 1000 * costs.link_ms_per_element)
+    m = costs.collective("broadcast", 16, costs.link_ms_per_element, 0.2)
+    assert (m.A, m.B) == (REF.secopa["broadcast"]["16"]["A"], REF.secopa["broadcast"]["16"]["B"])
 
 
 def test_figure11_switches_order(vgg):

@@ -117,6 +117,15 @@ class Context:
         dur = 2 * (g - 1) / g * nbytes / self.intra_rate
         return self.sim.task("intra-allreduce", dur, (self.res("intra", node),), deps)
 
+    def collective(self, kind: str, server: int, nbytes: float, deps: Sequence[Task | None]) -> Task:
+        """A CaSync-PS gather (every other node pushes ``nbytes`` to ``server``) or broadcast
+        (``server`` sends ``nbytes`` to every other node), costed as HiPress measured it
+        (:meth:`CodecCosts.collective`). It runs on ``ps{server}``, the node's one server process,
+        which handles its partitions' gathers and broadcasts one at a time; the measured cost
+        includes the bytes on the wire, so the links are not charged again."""
+        prim = self.costs.collective(kind, self.nodes, 4.0 / self.net_rate, self.params.message_latency_ms)
+        return self.sim.task(kind, prim(nbytes / 4.0), (self.res("ps", server),), deps)
+
     def encode(self, node: int, elements: int, deps: Sequence[Task | None], alg: Algorithm | None = None) -> Task:
         a = alg or self.alg
         return self.sim.task("encode", self.costs.encode_ms(elements, a), (self.res("gpu", node),), deps)

@@ -6,10 +6,15 @@ same steps are tasks with costs. Reused from the engine as they are: the partiti
 least-loaded node). CaSync synchronizes *between nodes*: a node's GPUs first reduce onto one
 (NCCL), and the result is broadcast back after.
 
-CaSync-PS, per partition of ``ln`` elements owned by node ``s``: every other node encodes and sends
-its payload to ``s``; ``s`` decodes each into its sum (decode-merge), re-encodes the sum once (a
-sparse algorithm with the budget widened by the node count), decodes its own copy, and sends the
-payload to all; each decodes it. CaSync-Ring, per partition (cut into ``N`` chunks of ``q``): ``N-1``
+CaSync-PS, per partition of ``ln`` elements owned by node ``s``: every other node encodes and pushes
+its payload to ``s`` (a gather); ``s`` decodes each into its sum (decode-merge), re-encodes the sum
+once (a sparse algorithm with the budget widened by the node count), decodes its own copy, and sends
+the payload to all (a broadcast); each decodes it. The gather and the broadcast cost what HiPress
+measured on its cluster (sosp21.json's ``secopa_cost_model``: a fixed ``A`` per collective -- 1.44
+and 0.455 ms at 16 nodes -- plus ``B`` per element) and run on the server's one process in turn, so a
+server pays ``A`` once per partition it owns, whatever the partition's size.
+
+CaSync-Ring, per partition (cut into ``N`` chunks of ``q``): ``N-1``
 reduce-scatter hops of encode -> send -> decode-merge, one final encode, then ``N-1`` all-gather hops
 forwarding the payload unchanged, each received payload decoded.
 
@@ -122,38 +127,36 @@ def build_casync(ctx: Context, topology: str) -> list[Task]:
 
 
 def _ps_partition(ctx: Context, ln: int, compress: bool, s: int, deps: list[Task | None]) -> list[Task]:
+    """One partition through its server ``s``: every other node encodes and pushes (one gather,
+    HiPress's measured cost), ``s`` decodes the ``n - 1`` payloads into its sum one by one on its
+    GPU, re-encodes the sum, and pulls go out as one broadcast; each node decodes its copy."""
     n = ctx.nodes
     nbytes = 4.0 * ln
     reduced = [ctx.intra_reduce(w, nbytes, deps) for w in range(n)]
     wire = ctx.alg.payload_bytes(ln) if compress else nbytes
-    merged: Task | None = reduced[s]
-    sent: dict[int, Task] = {}
-    for w in range(n):
-        if w == s:
-            continue
-        x = reduced[w]
-        if compress:
-            x = ctx.encode(w, ln, [x])
-        x = ctx.transfer(w, s, wire, [x])
-        sent[w] = x
-        # decode-merge into the aggregator's sum, in rank order (one GPU stream serializes them anyway)
-        merged = ctx.decode(s, ln, [x, merged]) if compress else ctx.after([x, merged])
-    out: list[Task] = []
+    pushed: dict[int, Task | None] = {
+        w: (ctx.encode(w, ln, [reduced[w]]) if compress else reduced[w]) for w in range(n) if w != s
+    }
+    gathered = ctx.collective("gather", s, wire, list(pushed.values()))
+    merged: Task | None = ctx.after([gathered, reduced[s]])
+    if compress:
+        # decode-merge into the aggregator's sum, one payload after another on the server's GPU
+        for _ in range(n - 1):
+            merged = ctx.decode(s, ln, [merged])
     agg_alg = ctx.alg.widened(n)
     agg: Task | None = merged
+    own: Task | None = merged
     if compress:
         agg = ctx.encode(s, ln, [merged], agg_alg)
         own = ctx.decode(s, ln, [agg], agg_alg)
-    else:
-        own = agg
     agg_wire = agg_alg.payload_bytes(ln) if compress else nbytes
+    pulled = ctx.collective("broadcast", s, agg_wire, [agg])
+    out: list[Task] = []
     for w in range(n):
         if w == s:
             y = own
         else:
-            y = ctx.transfer(s, w, agg_wire, [agg])
-            if compress:
-                y = ctx.decode(w, ln, [y, sent[w]], agg_alg)
+            y = ctx.decode(w, ln, [pulled, pushed[w]], agg_alg) if compress else pulled
         out.append(ctx.intra_broadcast(w, nbytes, [y]))
     return out
 
