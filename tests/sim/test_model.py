@@ -191,3 +191,18 @@ def test_byteps_per_message_cost_grows_with_nodes_for_many_small_tensors():
     free = params.with_values(byteps_message_ms=1e-6)
     assert eff(free, 128) == pytest.approx(eff(free, 16), rel=0.01)
     assert eff(params, 128) < 0.97 * eff(params, 16)
+
+
+def test_no_pipeline_synchronizes_each_gradient_in_one_piece():
+    """Figure 11's on-GPU step: no partitions, so VGG19's 103M-element fc6 gradient is gathered and
+    pulled whole through one server; that alone costs more than the pipelined run's whole tail."""
+    params = derive_params(REF)
+    local = cluster_from_reference(REF, "local")
+    w = make_workload("vgg19", REF.per_gpu_rate("local", "vgg19"), compute_ms=278.0)
+    span = [simulate("casync-ps", w, local, 32, params, REF, alg="onebit",
+                     options=Options(pipeline=p, bulk=False, secopa=False)).sync_span_ms for p in (False, True)]
+    costs = CodecCosts.from_secopa(REF.secopa)
+    fc6 = max(g.size for g in w.gradients) / 32  # onebit payload, fp32 words
+    whole = sum(costs.collective(k, 16, costs.link_ms_per_element, 0.2)(fc6) for k in ("gather", "broadcast"))
+    assert whole > 50
+    assert span[0] - span[1] > whole

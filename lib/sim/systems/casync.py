@@ -18,8 +18,10 @@ CaSync-Ring, per partition (cut into ``N`` chunks of ``q``): ``N-1``
 reduce-scatter hops of encode -> send -> decode-merge, one final encode, then ``N-1`` all-gather hops
 forwarding the payload unchanged, each received payload decoded.
 
-``Options`` switches figure 11's optimizations: without ``pipeline`` a gradient's synchronization
-starts only once the previous one's is done; without ``bulk`` small gradients travel alone; without
+``Options`` switches figure 11's optimizations: without ``pipeline`` a gradient is synchronized in
+one piece (CaSync's pipelining is the overlap of one gradient's partitions' encode, transfer and
+decode; with no partitions there is nothing to overlap), on one server, and only once the previous
+gradient's synchronization is done; without ``bulk`` small gradients travel alone; without
 ``secopa`` every gradient is compressed and cut into 4 MiB partitions (the engine's default).
 """
 
@@ -82,7 +84,8 @@ def _units(ctx: Context, topology: str) -> list[Unit]:
         e = plan.get(g.name)
         if e is None:
             raise ValueError(f"the plan has no entry for gradient {g.name!r} of {ctx.workload.model}")
-        k = max(1, min(e.partitions, ctx.nodes))
+        # without pipelining a gradient is not partitioned: encoded, gathered and pulled in one piece
+        k = max(1, min(e.partitions, ctx.nodes)) if ctx.options.pipeline else 1
         if bulk and k == 1 and g.nbytes < bulk:
             if group and (group_compress != e.compress or group_bytes + g.nbytes > bulk):
                 close()
