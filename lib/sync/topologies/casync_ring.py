@@ -20,6 +20,7 @@ iteration, so its residual is that position's error), the owner's final encode
 from __future__ import annotations
 
 from ..graph import GraphBuilder, Job, Task, Widened, split_even
+from ..raw import Raw
 from . import Topology, default_partitions_ring, register
 
 
@@ -64,7 +65,10 @@ def build_ring(b: GraphBuilder, job: Job) -> list[Task]:
             continue
         after = [readers.get((i, owned))]  # the last merge into it (none when alone)
         p = b.encode(ch[owned], wid(n_), f"{key}#chunk{owned}@agg", f"{key} agg encode c{owned}", after=after)
-        finals.append(b.decode(p, wid(n_), ch[owned], f"{key} agg decode c{owned}"))
+        if isinstance(job.comp, Raw):
+            finals.append(p.producer)  # a raw payload is a view of the sum: decoding it copied it onto itself
+        else:
+            finals.append(b.decode(p, wid(n_), ch[owned], f"{key} agg decode c{owned}"))
         final_payload[(i, owned)] = p
 
     # -------- all-gather: forward aggregated payloads unchanged, decode each
