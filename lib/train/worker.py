@@ -48,6 +48,12 @@ def _set_threads(comm: Any, requested: int) -> int:
     else:
         local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
         n = max(1, len(os.sched_getaffinity(0)) // local)
+        # Ranks in emulated hosts (network namespaces) do not see each other as local, yet share
+        # these cores: the launcher, which knows how many it started here, caps the pools
+        # (``supervise.thread_env``). Without this cap 4 emulated ranks ran 2 threads each on 2 cores.
+        cap = os.environ.get("OMP_NUM_THREADS", "")
+        if cap.isdigit() and int(cap) > 0:
+            n = min(n, int(cap))
     torch.set_num_threads(n)
     from hipress.compress.kernels import set_threads
 

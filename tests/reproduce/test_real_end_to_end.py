@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 
+from hipress.train.supervise import threads_per_rank
+
 from .conftest import experiments, invoke
 
 
@@ -35,6 +37,11 @@ def test_real_mode_measures_caches_and_resumes(tmp_path, netns, monkeypatch):
     for d in runs:
         assert {"config.json", "events.jsonl", "summary.json"} <= {p.name for p in d.iterdir()}
         assert json.loads((d / "summary.json").read_text())["status"] == "ok"
+        # emulated hosts share this machine's cores: each rank takes its share, not all of them
+        start = next(json.loads(line) for line in (d / "events.jsonl").read_text().splitlines()
+                     if '"start"' in line)
+        ranks = 1 if "-1h-" in d.name else 2
+        assert start["threads_per_rank"] == threads_per_rank(ranks), (d.name, start)
     ring = json.loads(next(d for d in runs if "casync-ring" in d.name).joinpath("config.json").read_text())
     assert ring["engine_topology"] == "casync-ring" and ring["alg"] == "dgc" and ring["np"] == 2
     assert ring["plan"] and ring["plan_source"].startswith("secopa")
