@@ -125,7 +125,9 @@ def breakdown_rows(breakdown: dict[str, Any] | None, ref: Reference, tie_pct: fl
             if _ties(pa, pb, tie_pct):
                 continue
             pub_dir = "slower" if pb > pa else "faster"
-            pred_dir = "slower" if qb > qa else "faster"
+            # a step the published bars show as a real change, predicted within the tie margin, is
+            # "flat": the optimization does nothing in the prediction, which is no agreement
+            pred_dir = "flat" if _ties(qa, qb, tie_pct) else "slower" if qb > qa else "faster"
             rows.append({
                 "kind": "breakdown", "cluster": "", "model": model, "step": f"{a} -> {b}",
                 "published_change_pct": 100.0 * (pb - pa) / pa,

@@ -53,5 +53,9 @@ def test_breakdown_directions():
     assert rows[0]["published"] == "slower"  # on-CPU compression hurts
     flat = {"vgg19": {k: {"sync_span_ms": 100.0 - i} for i, k in enumerate(pub)}}
     assert not breakdown_rows(flat, REF)[0]["order_holds"]
+    # a published change predicted within the tie margin is "flat", which does not hold
+    level = {"vgg19": {k: {"sync_span_ms": v if k != "secopa" else pub["bulk_sync"] * 0.995} for k, v in pub.items()}}
+    last = breakdown_rows(level, REF)[-1]
+    assert last["predicted"] == "flat" and not last["order_holds"]
     md = findings_markdown(findings(published_as_report(), REF, same))
     assert "figure 11 directions kept: 5/5" in md and "pairwise orders kept" in md
