@@ -17,7 +17,7 @@ from typing import Any
 
 from hipress.sim.experiments import Figure
 from hipress.sim.reference import Reference
-from hipress.sim.report import _COLORS
+from hipress.sim.report import _COLORS, rate_figure
 from hipress.sim.runner import write_atomic
 
 CPU_NOTE = ("on this CPU-only machine encode/decode run on the CPU in every step: on_cpu_compression and "
@@ -176,34 +176,8 @@ def _breakdown(plt: Any, fig: Figure, results: list[dict[str, Any]], rate: str) 
 
 
 def _rates(plt: Any, fig: Figure, results: list[dict[str, Any]], rate: str) -> Any:
-    by: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
-    flat: dict[str, dict[str, float]] = defaultdict(dict)
-    units: dict[str, str] = {}
-    for r in results:
-        p = r["point"]
-        units[p["model"]] = r.get("unit", "")
-        if p["rate"] is None:
-            flat[p["model"]][p["system"]] = r["throughput"]
-        else:
-            by[p["model"]][p["system"]].append((p["rate"], r["throughput"]))
-    models = list(by) or list(flat)
-    f, axes = plt.subplots(1, max(1, len(models)), figsize=(5 * max(1, len(models)), 3.8), squeeze=False)
-    for ax, model in zip(axes.flat, models, strict=False):
-        for system, pts in by[model].items():
-            pts.sort()
-            ax.plot([x for x, _ in pts], [y for _, y in pts], "-o", color=_COLORS.get(system), label=system, ms=4)
-        for system, y in flat[model].items():
-            ax.axhline(y, ls="--", color=_COLORS.get(system), label=system, lw=1)
-        ax.set_xscale("log")
-        ax.set_xlabel("DGC kept fraction")
-        ax.set_ylabel(units.get(model, ""))
-        ax.set_title(model)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
     hosts = results[0]["point"]["gpus"] if results else "?"
-    f.suptitle(f"Figure {fig.figure} (real, {hosts} emulated hosts at {rate}): measured", fontsize=10)
-    f.tight_layout()
-    return f
+    return rate_figure(plt, results, f"Figure {fig.figure} (real, {hosts} emulated hosts at {rate}): measured")
 
 
 def write_real_outputs(figs: list[Figure], results: dict[int, list[dict[str, Any]]], ref: Reference,

@@ -164,6 +164,14 @@ def _plot_breakdown(plt: Any, fig: Figure, results: list[dict[str, Any]], ref: R
 
 
 def _plot_rate(plt: Any, fig: Figure, results: list[dict[str, Any]], mode: str) -> Any:
+    return rate_figure(plt, results, f"Figure {fig.figure}: {fig.title} ({mode}; no published points)")
+
+
+def rate_figure(plt: Any, results: list[dict[str, Any]], title: str) -> Any:
+    """Throughput against the kept fraction, a panel per model; rate-less points are reference lines.
+
+    Shared by the simulated and the measured (``hipress.reproduce``) figure 12.
+    """
     by_model: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     flat: dict[str, dict[str, float]] = defaultdict(dict)
     units: dict[str, str] = {}
@@ -174,7 +182,7 @@ def _plot_rate(plt: Any, fig: Figure, results: list[dict[str, Any]], mode: str) 
             flat[p["model"]][p["system"]] = r["throughput"]
         else:
             by_model[p["model"]][p["system"]].append((p["rate"], r["throughput"]))
-    models = list(by_model)
+    models = list(by_model) or list(flat)
     f, axes = plt.subplots(1, max(1, len(models)), figsize=(5 * max(1, len(models)), 3.8), squeeze=False)
     for ax, model in zip(axes.flat, models, strict=False):
         for system, pts in by_model[model].items():
@@ -188,6 +196,6 @@ def _plot_rate(plt: Any, fig: Figure, results: list[dict[str, Any]], mode: str) 
         ax.set_title(model)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    f.suptitle(f"Figure {fig.figure}: {fig.title} ({mode}; no published points)", fontsize=10)
+    f.suptitle(title, fontsize=10)
     f.tight_layout()
     return f
