@@ -20,7 +20,6 @@ import os
 import shutil
 import signal
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -224,8 +223,7 @@ class RealRunner:
 
     def _measure(self, p: Point, spec: RunSpec) -> dict[str, Any]:
         from hipress.train.config import ConfigError, make_config
-        from hipress.train.results import EVENTS, read_events, summarize
-        from hipress.train.supervise import Job, thread_env, threads_per_rank
+        from hipress.train.supervise import Job, RunFailed, thread_env, threads_per_rank
 
         ident = self.identity(p)
         name = self.cache.path(p).stem
@@ -248,29 +246,15 @@ class RealRunner:
         env.update({"HIPRESS_DDP_ADDR": self.emulated.address(0), "GLOO_SOCKET_IFNAME": "eth0"})
         job = Job(p.gpus, [sys.executable, "-m", "hipress.train.worker", str(run_dir.resolve())],
                   log=run_dir / "output.log", env=env, emulated=self.emulated)
-        deadline = time.monotonic() + self.timeout_s
-        seen = 0
+        total = cfg.warmup + cfg.iters
+
+        def progress(n: int, _event: dict[str, Any]) -> None:
+            if self.on_iteration:
+                self.on_iteration(f"iter {n}/{total}")
         try:
-            while (rc := job.poll()) is None:
-                evs = list(read_events(run_dir / EVENTS))
-                if evs and evs[0].get("event") == "start" and not job.pids:
-                    job.watch(evs[0].get("pids", []))
-                its = sum(1 for e in evs if e.get("event") == "iteration")
-                if its != seen and self.on_iteration:
-                    self.on_iteration(f"iter {its}/{cfg.warmup + cfg.iters}")
-                seen = its
-                if time.monotonic() > deadline:
-                    job.stop()
-                    summarize(run_dir, status="failed", error=f"timed out after {self.timeout_s:.0f} s")
-                    raise RuntimeError(f"timed out after {self.timeout_s:.0f} s; see {run_dir}")
-                time.sleep(0.3)
-        finally:
-            job.stop()
-        if rc != 0:
-            msg = job.failure_message(run_dir)
-            summarize(run_dir, status="failed", error=msg)
-            raise RuntimeError(f"{msg}; see {run_dir}")
-        s = summarize(run_dir)
+            s = job.follow(run_dir, progress, timeout_s=self.timeout_s)
+        except RunFailed as e:
+            raise RuntimeError(f"{e}; see {run_dir}") from None
         if not s.get("throughput"):
             raise RuntimeError(f"no measured iteration in {run_dir}")
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from .config import ConfigError, RunConfig, make_config
-from .results import EVENTS, read_events, summarize, write_json_atomic
-from .supervise import Job, thread_env, threads_per_rank
+from .results import EVENTS, read_events, write_json_atomic
+from .supervise import Job, RunFailed, thread_env, threads_per_rank
 
 DEFAULT_VARIANTS = "ring+tbq;ps+tbq;ring+none;ps+none;ddp+none"
 
@@ -99,25 +98,14 @@ def bench_train(
                 on_event("start", {"variant": v.label, "round": r, "run_dir": str(run_dir)})
             job = Job(np_, [sys.executable, "-m", "hipress.train.worker", str(run_dir.resolve())],
                       log=run_dir / "output.log", env=env, emulated=emulated)
-            seen = 0
+
+            def show(_n: int, e: dict[str, Any], label: str = v.label) -> None:
+                if on_event:
+                    on_event("iteration", {"variant": label, **e})
             try:
-                while (rc := job.poll()) is None:
-                    evs = list(read_events(run_dir / EVENTS))
-                    if evs and evs[0].get("event") == "start":
-                        job.watch(evs[0].get("pids", []))
-                    its = [e for e in evs if e.get("event") == "iteration"]
-                    for e in its[seen:]:
-                        if on_event:
-                            on_event("iteration", {"variant": v.label, **e})
-                    seen = len(its)
-                    time.sleep(0.3)
-            finally:
-                job.stop()
-            if rc != 0:
-                msg = job.failure_message(run_dir)
-                summarize(run_dir, status="failed", error=msg)
-                raise RuntimeError(f"variant {v.label} (round {r}) failed: {msg}; see {run_dir}")
-            summary = summarize(run_dir)
+                summary = job.follow(run_dir, show)
+            except RunFailed as e:
+                raise RuntimeError(f"variant {v.label} (round {r}) failed: {e}; see {run_dir}") from None
             measured = [e for e in read_events(run_dir / EVENTS) if e.get("event") == "iteration" and not e["warmup"]]
             runs[v.label].append({"summary": summary, "iterations": measured})
             if on_event:

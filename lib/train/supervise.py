@@ -20,11 +20,11 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .results import read_errors
+from .results import EVENTS, read_errors, read_events, summarize
 
 
 def alive(pid: int) -> bool:
@@ -209,6 +209,10 @@ def failure_message(run_dir: Path, output: str, returncode: int, pids: Sequence[
     return f"mpiexec exited with code {returncode}" + (f"; last output:\n{tail}" if tail else "")
 
 
+class RunFailed(RuntimeError):
+    """A launched run that failed or timed out; its ``summary.json`` says so too."""
+
+
 class Job:
     """``argv`` on ``np`` local ranks under the embedded ``mpiexec``, not waited for: ``hipress run``
     polls it while it renders progress (``hipress.launch.remote.RemoteJob`` has the same methods).
@@ -280,6 +284,39 @@ class Job:
         self.dog.kill_all()
         if not self._log.closed:
             self._log.close()
+
+    def follow(self, run_dir: Path, on_iteration: Callable[[int, dict[str, Any]], None] | None = None,
+               timeout_s: float | None = None, poll_s: float = 0.3) -> dict[str, Any]:
+        """Wait for the run in ``run_dir`` to end and return its summary; the job is stopped whatever happens.
+
+        Watches the ranks once rank 0's ``start`` event names them, calls ``on_iteration(n, event)`` for
+        each new iteration event, and on a failure or after ``timeout_s`` writes a failed summary and
+        raises :class:`RunFailed` with the message that names the rank (``hipress run`` shows the same).
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        seen = 0
+        try:
+            while (rc := self.poll()) is None:
+                evs = list(read_events(run_dir / EVENTS))
+                if evs and evs[0].get("event") == "start" and not self.pids:
+                    self.watch(evs[0].get("pids", []))
+                its = [e for e in evs if e.get("event") == "iteration"]
+                for n, e in enumerate(its[seen:], start=seen + 1):
+                    if on_iteration:
+                        on_iteration(n, e)
+                seen = len(its)
+                if deadline is not None and time.monotonic() > deadline:
+                    self.stop()
+                    summarize(run_dir, status="failed", error=f"timed out after {timeout_s:.0f} s")
+                    raise RunFailed(f"timed out after {timeout_s:.0f} s")
+                time.sleep(poll_s)
+        finally:
+            self.stop()
+        if rc != 0:
+            msg = self.failure_message(run_dir)
+            summarize(run_dir, status="failed", error=msg)
+            raise RunFailed(msg)
+        return summarize(run_dir)
 
     def failure_message(self, run_dir: Path) -> str:
         output = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
