@@ -136,6 +136,14 @@ class Compressor(ABC):
     @abstractmethod
     def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None: ...
 
+    def _encode_feedback(
+        self, x: torch.Tensor, e: torch.Tensor, dtype: torch.dtype, state: GradientState, name: str
+    ) -> torch.Tensor | None:
+        """Error feedback fused into the encode (``wrappers.ErrorFeedback``): encode v = x + e and leave
+        e = v - decode(payload); on Inf or NaN in v zero e and raise ``nonfinite(name, state_reset=True)``.
+        None (this default): the wrapper takes its generic, several-pass recipe."""
+        return None
+
     def body_size(self, header: Header) -> int | None:
         """Body bytes implied by the header, to reject truncated payloads; None to check in ``_decode``."""
         return None

@@ -170,6 +170,30 @@ def select_sampled(
     return _keep_largest(cand, limit, residual=residual, momentum=momentum)
 
 
+def choose_sampled(
+    x: torch.Tensor,
+    state: GradientState | None,
+    name: str,
+    density: float,
+    sample_ratio: float,
+    limit: int | None,
+    momentum: float = 0.0,
+) -> Selection:
+    """DGC's and GradDrop's CPU choice, with their state: ``select_sampled`` over the residual (and
+    the velocity when ``momentum``), from the step's seed. x is checked for Inf and NaN before any
+    state is touched, so a bad gradient leaves the state as it was; raises ``nonfinite(name)``."""
+    if state is None:
+        sel = select_sampled(x, None, None, 0.0, density, sample_ratio, 0, limit)
+        if sel is None:
+            raise nonfinite(name)
+        return sel
+    if not ks.all_finite(x):
+        raise nonfinite(name)
+    u = state.buffer("momentum", x) if momentum else None
+    r = state.buffer("residual", x)
+    return select_sampled(x, r, u, momentum, density, sample_ratio, state.step_seed(), limit)
+
+
 # ---------------------------------------------------------------------------- the compressor
 class SparseCompressor(Compressor):
     """Base for (index, value) payloads; subclasses choose what to keep (``_choose`` on the CPU,

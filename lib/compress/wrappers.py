@@ -63,14 +63,11 @@ class ErrorFeedback(_Wrapper):
         if state is None:
             return self.inner._encode(x, dtype, None, name)
         e = state.buffer("ef_residual", x)
-        fused = getattr(self.inner, "_encode_feedback", None)
-        if fused is not None:
-            payload = fused(x, e, dtype, state, name)
-            if payload is not None:
-                return payload
+        payload = self.inner._encode_feedback(x, e, dtype, state, name)
+        if payload is not None:
+            return payload
         v = x + e
-        finite = all_finite(v) if v.device.type == "cpu" else bool(torch.isfinite(v).all())
-        if not finite:
+        if not all_finite(v):
             e.zero_()
             raise nonfinite(name, state_reset=True)
         payload = seal(self.inner._encode(v, dtype, state, name))

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import torch
 
-from ..base import Capabilities, nonfinite
+from ..base import Capabilities
 from ..kernels import backend_for
-from ..kernels.select import all_finite
 from ..registry import register
 from ..sparse import (
     Selection,
     SparseCompressor,
     accumulate,
     budget,
+    choose_sampled,
     sampled_threshold,
-    select_sampled,
     top_by_magnitude,
 )
 from ..state import GradientState
@@ -56,16 +55,7 @@ class DGC(SparseCompressor):
 
     def _choose(self, x: torch.Tensor, state: GradientState | None, name: str) -> Selection:
         limit = budget(x.numel(), self.density)
-        if state is None:
-            sel = select_sampled(x, None, None, 0.0, self.density, self.sample_ratio, 0, limit)
-            if sel is None:
-                raise nonfinite(name)
-            return sel
-        if not all_finite(x):  # before the state is touched: it stays as it was
-            raise nonfinite(name)
-        u = state.buffer("momentum", x) if self.momentum else None
-        r = state.buffer("residual", x)
-        return select_sampled(x, r, u, self.momentum, self.density, self.sample_ratio, state.step_seed(), limit)
+        return choose_sampled(x, state, name, self.density, self.sample_ratio, limit, self.momentum)
 
     def _select(self, x: torch.Tensor, state: GradientState | None, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         n = x.numel()

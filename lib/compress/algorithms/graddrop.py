@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from ..base import Capabilities, nonfinite
+from ..base import Capabilities
 from ..kernels import backend_for
-from ..kernels.select import all_finite
 from ..registry import register
-from ..sparse import Selection, SparseCompressor, accumulate, sampled_threshold, select_sampled
+from ..sparse import Selection, SparseCompressor, accumulate, choose_sampled, sampled_threshold
 from ..state import GradientState
 
 
@@ -39,16 +38,7 @@ class GradDrop(SparseCompressor):
         return (28 + 8 * (1 - self.drop_ratio) * numel) / (4 * numel) if numel else 1.0
 
     def _choose(self, x: torch.Tensor, state: GradientState | None, name: str) -> Selection:
-        density = 1.0 - self.drop_ratio
-        if state is None:
-            sel = select_sampled(x, None, None, 0.0, density, self.sample_ratio, 0, None)
-            if sel is None:
-                raise nonfinite(name)
-            return sel
-        if not all_finite(x):  # before the residual is touched: it stays as it was
-            raise nonfinite(name)
-        r = state.buffer("residual", x)
-        return select_sampled(x, r, None, 0.0, density, self.sample_ratio, state.step_seed(), None)
+        return choose_sampled(x, state, name, 1.0 - self.drop_ratio, self.sample_ratio, None)
 
     def _select(self, x: torch.Tensor, state: GradientState | None, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         if x.numel() == 0:
