@@ -89,20 +89,15 @@ def _finite(x: float) -> float | None:
     return x if np.isfinite(x) else None
 
 
-def _sync_span(stats: Any) -> float:
-    """From the first gradient submitted to the last one averaged (the engine's ``wall_s``), or NaN."""
-    if stats is None:
-        return float("nan")
-    return float(stats.get("wall_s", "nan") if isinstance(stats, dict) else getattr(stats, "wall_s", float("nan")))
+def _stat(stats: Any, key: str, default: float) -> float:
+    """One figure of the engine's statistics of a synchronization (an object, or a dict), else ``default``.
 
-
-def _bytes_sent(stats: Any) -> float:
-    """Bytes this rank sent in one synchronization, from the engine's statistics."""
+    ``bytes_sent``: what this rank sent; ``wall_s``: from the first gradient submitted to the last
+    one averaged (the sync span).
+    """
     if stats is None:
-        return 0.0
-    if isinstance(stats, dict):
-        return float(stats.get("bytes_sent", 0))
-    return float(getattr(stats, "bytes_sent", 0))
+        return default
+    return float(stats.get(key, default) if isinstance(stats, dict) else getattr(stats, key, default))
 
 
 def _broadcast_parameters(comm: Any, model: torch.nn.Module) -> None:
@@ -198,8 +193,8 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
             opt.step()
             span = float("nan")
             if cfg.engine_topology != "ddp":
-                sync_s, sent = opt.last_wait_s, _bytes_sent(opt.last_stats)
-                span = _sync_span(opt.last_stats)
+                sync_s, sent = opt.last_wait_s, _stat(opt.last_stats, "bytes_sent", 0.0)
+                span = _stat(opt.last_stats, "wall_s", float("nan"))
             elif hook_state is not None:
                 sync_s, sent = float("nan"), float(hook_state.bytes_sent - sent_before)
                 sent_before = hook_state.bytes_sent
