@@ -37,7 +37,7 @@ from .costs import CodecCosts
 from .model import Planner, simulate
 from .params import FITTABLE, SimParams
 from .reference import Reference
-from .workload import Workload, make_workload
+from .workload import Workload, make_workload, reference_workload
 
 BASELINES = ("byteps", "byteps-onebit", "ring", "ring-dgc")
 
@@ -122,8 +122,7 @@ class Evaluator:
     def workload(self, cluster: str, model: str) -> Workload:
         key = (cluster, model)
         if key not in self._workloads:
-            self._workloads[key] = make_workload(model, self.ref.per_gpu_rate(cluster, model),
-                                                 gpu=self.ref.clusters[cluster].get("gpu"))
+            self._workloads[key] = reference_workload(self.ref, cluster, model)
         return self._workloads[key]
 
     def cluster(self, name: str) -> Cluster:

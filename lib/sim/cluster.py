@@ -11,9 +11,9 @@ cluster that names none is taken to be TCP, as the aws p3dn's ENA is). It matter
 TCP every pushed and pulled byte crosses the host's ZMQ/kernel socket path, over RDMA (ps-lite's
 RDMA van) the NIC moves registered host memory itself and only the server's summation is CPU work.
 
-``host_cpu`` is how much slower a node's CPU streams data than an aws p3dn host's (the host on which
-the BytePS parameters were fitted, so 1.0 there); for the local cluster it is the fitted
-``local_host_slowdown`` (see :func:`host_slowdown_of`).
+:func:`host_slowdown_of` says how much slower a node's CPU streams data than an aws p3dn host's (the
+host on which the BytePS parameters were fitted, so 1.0 there); for the local cluster it is the
+fitted ``local_host_slowdown``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from .model import Planner, simulate
 from .params import SimParams
 from .reference import Reference
 from .systems import Options
-from .workload import Workload, make_workload
+from .workload import Workload, reference_workload
 
 #: Bump when a change to the model changes results, so that caches made before it are ignored.
 SIM_VERSION = 6
@@ -90,8 +90,7 @@ class SimRunner:
     def workload(self, cluster: str, model: str, compute_ms: float | None = None) -> Workload:
         key = (cluster, model, compute_ms)
         if key not in self._workloads:
-            self._workloads[key] = make_workload(model, self.ref.per_gpu_rate(cluster, model), compute_ms=compute_ms,
-                                                 gpu=self.ref.clusters[cluster].get("gpu"))
+            self._workloads[key] = reference_workload(self.ref, cluster, model, compute_ms)
         return self._workloads[key]
 
     def cluster(self, name: str) -> Cluster:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .reference import Reference
+
 #: Backward costs about twice the forward (two matrix products per forward one).
 BACKWARD_SHARE = 2.0 / 3.0
 
@@ -107,6 +109,13 @@ def make_workload(
         t += backward * w / total
         out.append(Gradient(name, int(size), t))
     return Workload(model, unit, batch, units, compute_ms, compute_ms - backward, backward, tuple(out), note)
+
+
+def reference_workload(ref: Reference, cluster: str, model: str, compute_ms: float | None = None) -> Workload:
+    """``model``'s step on ``cluster`` as sosp21.json gives it: the per-GPU rate of its ``linear``
+    series, checked against that cluster's GPU (see ``make_workload``'s ``gpu``)."""
+    return make_workload(model, ref.per_gpu_rate(cluster, model), compute_ms=compute_ms,
+                         gpu=ref.clusters[cluster].get("gpu"))
 
 
 @lru_cache(maxsize=16)
