@@ -257,28 +257,14 @@ def _write_outputs(
     params: Any, explained: list[dict[str, Any]], calibration: dict[str, Any],
 ) -> dict[str, Any]:
     from hipress.sim.findings import findings, findings_markdown
-    from hipress.sim.report import error_rows, plot_figure, table_markdown
+    from hipress.sim.report import collect, error_rows, plot_figure, table_markdown
     from hipress.sim.runner import write_atomic
 
-    throughput: dict[str, Any] = {}
-    breakdown: dict[str, Any] = {}
-    rates: dict[str, Any] = {}
+    throughput, breakdown, rates = collect(figs, results)
     errors: list[dict[str, Any]] = []
     pngs = []
     for f in figs:
         rs = results[f.figure]
-        for r in rs:
-            p = r["point"]
-            if f.kind == "scaling":
-                (throughput.setdefault(p["cluster"], {}).setdefault(p["model"], {})
-                 .setdefault(p["system"], {}))[str(p["gpus"])] = r["throughput"]
-            elif f.kind == "breakdown":
-                breakdown.setdefault(p["model"], {})[p["step"]] = {
-                    "sync_span_ms": r["sync_span_ms"], "exposed_sync_ms": r["sync_ms"],
-                    "iteration_ms": r["iteration_ms"], "compute_ms": r["compute_ms"]}
-            else:
-                key = "reference" if p["rate"] is None else f"{p['rate']:g}"
-                rates.setdefault(p["model"], {}).setdefault(p["system"], {})[key] = r["throughput"]
         errors += error_rows(f, rs, ref)
         png = out_dir / f"fig{f.figure}.png"
         plot_figure(f, rs, ref, png, mode)

@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hipress.sim.model import plan_spec
+
 #: Plan kinds: SeCoPa's (profiled), every gradient whole and compressed, or the engine's default.
 PLAN_KINDS = ("secopa", "whole", "default")
 
@@ -56,11 +58,9 @@ def alg_spec(alg: str | None, rate: float | None) -> str:
     """The compressor spec: the model's algorithm, with DGC's kept fraction when a rate is swept."""
     if not alg:
         raise ValueError("a compressing system needs an algorithm (sosp21.json names none for this model)")
-    if rate is None:
-        return alg
-    if alg != "dgc":
+    if rate is not None and alg != "dgc":
         raise ValueError(f"a compression rate is swept for dgc only, not {alg!r}")
-    return f"dgc:ratio={rate:g}"
+    return plan_spec(alg, rate)  # the simulator's spec of a swept rate, so both modes name it alike
 
 
 def run_spec(system: str, alg: str | None = None, rate: float | None = None, *, pipeline: bool = True,

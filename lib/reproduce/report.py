@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import io
 import json
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from hipress.sim.experiments import Figure
 from hipress.sim.reference import Reference
-from hipress.sim.report import _COLORS, rate_figure
+from hipress.sim.report import _COLORS, collect, rate_figure
 from hipress.sim.runner import write_atomic
 
 CPU_NOTE = ("on this CPU-only machine encode/decode run on the CPU in every step: on_cpu_compression and "
@@ -167,8 +168,6 @@ def _breakdown(plt: Any, fig: Figure, results: list[dict[str, Any]], rate: str) 
     ax.set_ylabel("ms per iteration (median)")
     ax.legend(fontsize=8)
     hosts = results[0]["point"]["gpus"] if results else "?"
-    import textwrap
-
     note = "\n".join(textwrap.wrap(CPU_NOTE, 110))
     ax.set_title(f"Figure {fig.figure} (real, {hosts} emulated hosts at {rate})\n{note}", fontsize=8)
     f.tight_layout()
@@ -183,24 +182,10 @@ def _rates(plt: Any, fig: Figure, results: list[dict[str, Any]], rate: str) -> A
 def write_real_outputs(figs: list[Figure], results: dict[int, list[dict[str, Any]]], ref: Reference,
                        out_dir: Path, rate: str, extra: dict[str, Any]) -> dict[str, Any]:
     """PNGs, ``errors.md`` (the ratio table) and ``summary.json``; returns the report (``--json``)."""
-    throughput: dict[str, Any] = {}
-    breakdown: dict[str, Any] = {}
-    rates: dict[str, Any] = {}
+    throughput, breakdown, rates = collect(
+        figs, results, lambda p, r: {"hosts": p["gpus"], "run": r.get("run"), "plan": r.get("plan")})
     pngs = []
     for f in figs:
-        for r in results[f.figure]:
-            p = r["point"]
-            if f.kind == "scaling":
-                (throughput.setdefault(p["cluster"], {}).setdefault(p["model"], {})
-                 .setdefault(p["system"], {}))[str(p["gpus"])] = r["throughput"]
-            elif f.kind == "breakdown":
-                breakdown.setdefault(p["model"], {})[p["step"]] = {
-                    "sync_span_ms": r.get("sync_span_ms"), "exposed_sync_ms": r.get("sync_ms"),
-                    "iteration_ms": r.get("iteration_ms"), "compute_ms": r.get("compute_ms"),
-                    "hosts": p["gpus"], "run": r.get("run"), "plan": r.get("plan")}
-            else:
-                key = "reference" if p["rate"] is None else f"{p['rate']:g}"
-                rates.setdefault(p["model"], {}).setdefault(p["system"], {})[key] = r["throughput"]
         png = out_dir / f"fig{f.figure}.png"
         plot_real(f, results[f.figure], png, rate)
         pngs.append(str(png))

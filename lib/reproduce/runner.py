@@ -157,9 +157,6 @@ class RealRunner:
             "iters": self.settings.iters, "warmup": self.settings.warmup,
         }
 
-    def salt(self) -> dict[str, Any]:
-        return {"version": REAL_VERSION, "rate": self.rate, "settings": self.settings.to_dict()}
-
     # ------------------------------------------------------------------ measuring
     def run(self, p: Point) -> dict[str, Any]:
         """Measure ``p`` (``linear``: from the cached or measured 1-host ``byteps`` run)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,36 @@ def _row(fig: Figure, p: dict[str, Any], metric: str, pred: float, pub: float, u
         "error_pct": err,
         "within_goal": abs(err) <= GOAL_PCT,
     }
+
+
+def collect(
+    figs: list[Figure], results: dict[int, list[dict[str, Any]]],
+    breakdown_extra: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The report's three tables from the point results (simulated or measured, the same records).
+
+    ``throughput[cluster][model][system][str(gpus)]``, ``breakdown[model][step]`` (sync span,
+    exposed sync, iteration and compute in ms, plus ``breakdown_extra(point, result)``) and
+    ``rates[model][system][rate or "reference"]``.
+    """
+    throughput: dict[str, Any] = {}
+    breakdown: dict[str, Any] = {}
+    rates: dict[str, Any] = {}
+    for f in figs:
+        for r in results[f.figure]:
+            p = r["point"]
+            if f.kind == "scaling":
+                (throughput.setdefault(p["cluster"], {}).setdefault(p["model"], {})
+                 .setdefault(p["system"], {}))[str(p["gpus"])] = r["throughput"]
+            elif f.kind == "breakdown":
+                breakdown.setdefault(p["model"], {})[p["step"]] = {
+                    "sync_span_ms": r.get("sync_span_ms"), "exposed_sync_ms": r.get("sync_ms"),
+                    "iteration_ms": r.get("iteration_ms"), "compute_ms": r.get("compute_ms"),
+                    **(breakdown_extra(p, r) if breakdown_extra else {})}
+            else:
+                key = "reference" if p["rate"] is None else f"{p['rate']:g}"
+                rates.setdefault(p["model"], {}).setdefault(p["system"], {})[key] = r["throughput"]
+    return throughput, breakdown, rates
 
 
 def table_markdown(rows: list[dict[str, Any]]) -> str:
