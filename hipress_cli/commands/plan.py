@@ -12,12 +12,17 @@ from hipress_cli.options import JsonOpt, console, fail, print_json
 
 InputOpt = Annotated[Path | None, typer.Option("--input", help="HiPress input.txt: 'name,num_floats' a line.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A model of the zoo (e.g. vgg19) instead.")]
-TopologyOpt = Annotated[str, typer.Option("--topology", help="ps (CaSync-PS) or ring (CaSync-Ring).")]
-NodesOpt = Annotated[int, typer.Option("--nnodes", min=1, help="Number of nodes N (K ranges over 1..N).")]
+TopologyOpt = Annotated[str, typer.Option(
+    "--topology", help="ps (CaSync-PS) or ring (CaSync-Ring), any case (PS, Ring as in HiPress).")]
+NodesOpt = Annotated[int, typer.Option("--nnodes", help="Number of nodes N, 1..4096 (K ranges over 1..N).")]
 AlgOpt = Annotated[str | None, typer.Option(
-    "--alg", help="Compressor spec; its payload size sets the ratio (default: the profile's; sosp21: 1/16).")]
-ProfileOpt = Annotated[Path | None, typer.Option("--profile", help="A profile JSON from `hipress profile`.")]
-CostModelOpt = Annotated[str | None, typer.Option("--cost-model", help="A built-in cost model: sosp21 (default).")]
+    "--alg", help="Compressor spec; with a profile its payload size sets the ratio (default: the profile's). "
+    "sosp21 plans as HiPress does, with its fixed 1/16, whatever the algorithm.")]
+ProfileOpt = Annotated[Path | None, typer.Option(
+    "--profile", help="A profile JSON from `hipress profile`: planned with hipress's CaSync pipeline formulas.")]
+CostModelOpt = Annotated[str | None, typer.Option(
+    "--cost-model", help="A built-in cost model: sosp21 (default): HiPress's constants and HiPress's own planner, "
+    "line for line; gather/broadcast are measured at N=4, 8, 16 only and interpolated in N elsewhere.")]
 OutputOpt = Annotated[Path | None, typer.Option("--output", help="Write the plan here (HiPress SeCoPaPlan.txt).")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-gradient costs and a whole-iteration prediction.")]
 ComputeOpt = Annotated[float | None, typer.Option(
@@ -84,10 +89,14 @@ def plan(
     json_: JsonOpt = False,
 ) -> None:
     """Decide, per gradient, whether to compress it and into how many partitions (SeCoPa, SOSP'21)."""
-    from hipress.plan import PlanError, default_payload, plan_gradients, write_plan
+    from hipress.plan import MAX_NODES, PlanError, default_payload, normalize_topology, plan_gradients, write_plan
 
-    if topology not in ("ps", "ring"):
-        raise fail(f"unknown topology {topology!r}; use ps or ring")
+    try:
+        topology = normalize_topology(topology)
+    except PlanError as e:
+        raise fail(str(e)) from None
+    if not 1 <= nnodes <= MAX_NODES:
+        raise fail(f"--nnodes {nnodes} is out of range: give 1..{MAX_NODES} nodes (machines; K ranges over 1..N)")
     gradients, source = load_gradients(input_, model)
     cm = load_model(profile, cost_model)
     try:
@@ -103,13 +112,18 @@ def plan(
     tot = result.totals()
     derived = [k for k in ("gather", "broadcast")
                if topology == "ps" and nnodes > 1 and nnodes not in cm.fitted_nodes(k)]
+    origins = {k: cm.collective_origin(k, nnodes) for k in derived}
+    decided_by = (f"HiPress's SeCoPa planner (cost model {cm.name}: partitions synchronized in parallel, "
+                  "compressed size m/16/K)" if result.planner == "hipress" else
+                  f"hipress's CaSync pipeline formulas (cost model {cm.name})")
     strategies = {"secopa": tot["secopa_ms"], "compress nothing": tot["compress_nothing_ms"],
                   "compress everything": tot["compress_everything_ms"]}
     iters = {k: iteration(v, compute_ms, lam) for k, v in strategies.items()}
     if json_:
         print_json({
             "source": source, "topology": topology, "nnodes": nnodes, "cost_model": cm.name,
-            "payload": payload.source, "derived_collectives": derived, "output": str(output) if output else None,
+            "payload": result.payload.source, "planner": result.planner, "decided_by": decided_by,
+            "derived_collectives": derived, "collective_origin": origins, "output": str(output) if output else None,
             "totals": tot,
             "iteration_ms": {k: v for k, v in iters.items()} if compute_ms is not None else None,
             "plan": [
@@ -134,7 +148,8 @@ def plan(
 
     ks = result.partitions
     hist = ", ".join(f"K={k}: {int((ks == k).sum())}" for k in sorted(set(ks.tolist())))
-    t = Table(title=f"SeCoPa plan for {source}: {topology}, N={nnodes}, cost model {cm.name}, payload {payload.source}")
+    t = Table(title=f"SeCoPa plan for {source}: {topology}, N={nnodes}, cost model {cm.name}, "
+                    f"payload {result.payload.source}")
     t.add_column("strategy")
     t.add_column("sync ms (sum over gradients)", justify="right")
     t.add_column("vs compress nothing", justify="right")
@@ -150,9 +165,11 @@ def plan(
     console.print(f"compressed {tot['compressed']} of {tot['gradients']} gradients "
                   f"({tot['compressed_elements'] / max(tot['elements'], 1):.1%} of {tot['elements']:,} elements); "
                   f"partitions: {hist}")
+    console.print(f"decided by: {decided_by}")
     if derived:
-        console.print(f"[yellow]note:[/] no fitted {' and '.join(derived)} constants for N={nnodes} in {cm.name}: "
-                      f"derived from the send latency and bandwidth (fitted for N in {cm.fitted_nodes('gather')})")
+        how = "; ".join(f"{k} {v}" for k, v in origins.items())
+        console.print(f"[yellow]note:[/] no measured {' and '.join(derived)} constants for N={nnodes} in {cm.name} "
+                      f"(measured for N in {cm.fitted_nodes('gather')}): {how}")
     if explain:
         best = min(strategies, key=lambda k: strategies[k])
         if compute_ms is None:

@@ -8,6 +8,9 @@ payload header so that a decoder can refuse a payload of another algorithm.
 from __future__ import annotations
 
 import inspect
+import math
+import re
+import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -60,27 +63,124 @@ def get_class(name: str) -> Callable[..., Compressor]:
         raise UnknownAlgorithm(name) from None
 
 
-def create(name: str, **params: Any) -> Compressor:
+class AlgorithmSpecError(ValueError):
+    """An algorithm spec or parameters that the algorithm cannot take; the message names the
+    parameter, the value given and what was expected, so a user can fix the ``--alg`` string."""
+
+
+#: The parameter types a spec can give, by the constructor's annotation (or its default's type).
+_SPEC_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
+_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?")
+_EXPECTED = {"bool": "true, false, 1 or 0", "int": "a whole number", "float": "a finite number", "str": "text"}
+
+
+def _declared_type(annotation: Any, default: Any) -> type | None:
+    """bool/int/float/str from an annotation (also ``X | None`` and the string forms), else the default's type."""
+    if isinstance(annotation, str):
+        annotation = {n: t for t, n in _SPEC_TYPES.items()}.get(annotation.replace(" ", "").removesuffix("|None"))
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if len(args) == 1:
+        annotation = args[0]
+    if annotation in _SPEC_TYPES:
+        return annotation
+    if default is not inspect.Parameter.empty and type(default) in _SPEC_TYPES:
+        return type(default)
+    return None
+
+
+def parameters(name: str) -> dict[str, tuple[type | None, Any]]:
+    """``{parameter: (type or None, default or inspect.Parameter.empty)}`` of an algorithm's constructor."""
     cls = get_class(name)
     try:
-        inspect.signature(cls).bind(**params)
-    except TypeError as e:
-        raise ValueError(f"algorithm {name!r}: bad parameters {params}: {e}") from None
-    return cls(**params)
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return {}
+    init = getattr(cls, "__init__", None)
+    try:
+        hints = typing.get_type_hints(init) if init is not None else {}
+    except Exception:  # unresolvable annotations: fall back to their text
+        hints = dict(getattr(init, "__annotations__", {}))
+    out: dict[str, tuple[type | None, Any]] = {}
+    for p in sig.parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        out[p.name] = (_declared_type(hints.get(p.name, p.annotation), p.default), p.default)
+    return out
 
 
-def _parse_value(text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "yes", "on"):
-        return True
-    if low in ("false", "no", "off"):
-        return False
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            pass
-    return text
+def _describe(params: dict[str, tuple[type | None, Any]]) -> str:
+    if not params:
+        return "it takes no parameters"
+    parts = []
+    for k, (t, d) in params.items():
+        kind = _SPEC_TYPES.get(t, "any") if t is not None else "any"
+        parts.append(f"{k} ({kind}" + (", required)" if d is inspect.Parameter.empty else f", default {d!r})"))
+    return "its parameters: " + ", ".join(parts)
+
+
+def _typed(name: str, key: str, value: Any, kind: type | None) -> Any:
+    """A value given from Python, checked against the declared type (an int is accepted for a float)."""
+    import numbers
+
+    if kind is None:
+        return value
+    ok = {
+        bool: isinstance(value, bool) or type(value).__name__ == "bool_",
+        int: isinstance(value, numbers.Integral) and not isinstance(value, bool),
+        float: isinstance(value, numbers.Real) and not isinstance(value, bool),
+        str: isinstance(value, str),
+    }[kind]
+    if not ok:
+        raise AlgorithmSpecError(f"algorithm {name!r}: parameter {key!r} got {value!r} "
+                                 f"({type(value).__name__}); expected {_EXPECTED[_SPEC_TYPES[kind]]}")
+    return kind(value)
+
+
+def create(name: str, **params: Any) -> Compressor:
+    """Build algorithm ``name``; parameters are checked against its constructor's declared types first."""
+    cls = get_class(name)
+    declared = parameters(name)
+    unknown = [k for k in params if k not in declared]
+    if unknown:
+        raise AlgorithmSpecError(f"algorithm {name!r}: bad parameters {params}: no parameter "
+                                 f"{', '.join(map(repr, unknown))}; {_describe(declared)}")
+    params = {k: _typed(name, k, v, declared[k][0]) for k, v in params.items()}
+    missing = [k for k, (_, d) in declared.items() if d is inspect.Parameter.empty and k not in params]
+    if missing:
+        raise AlgorithmSpecError(f"algorithm {name!r}: bad parameters {params}: missing required parameter "
+                                 f"{', '.join(map(repr, missing))}; {_describe(declared)}")
+    try:
+        return cls(**params)
+    except AlgorithmSpecError:
+        raise
+    except (ValueError, TypeError, OverflowError) as e:
+        raise AlgorithmSpecError(f"algorithm {name!r}: {e}") from None
+
+
+def _parse_value(text: str, kind: type | None, where: str) -> Any:
+    """A spec's value text as the parameter's declared type; ``where`` names it in the error."""
+    low = text.strip().lower()
+    if kind is bool:
+        if low in ("true", "1"):
+            return True
+        if low in ("false", "0"):
+            return False
+    elif kind is int:
+        if _INT_TEXT.fullmatch(low):
+            return int(low)
+        if re.fullmatch(r"[+-]?[0-9]+", low):
+            raise AlgorithmSpecError(f"{where}: {low[:24]}{'...' if len(low) > 24 else ''} has {len(low)} digits, "
+                                     "out of range for any parameter; give a smaller whole number")
+    elif kind is float:
+        if len(low) <= 64 and _FLOAT_TEXT.fullmatch(low):
+            value = float(low)
+            if math.isfinite(value):
+                return value
+    else:  # str, or a parameter without a declared type: the text as given
+        return text
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    raise AlgorithmSpecError(f"{where}: got {shown!r}, expected {_SPEC_TYPES[kind]} ({_EXPECTED[_SPEC_TYPES[kind]]})")
 
 
 def split_specs(text: str) -> list[str]:
@@ -101,12 +201,31 @@ def split_specs(text: str) -> list[str]:
 
 
 def create_from_spec(spec: str) -> Compressor:
-    """``"tbq"``, ``"terngrad:bits=4,stochastic=false"``, ``"dgc:ratio=0.01"``."""
+    """``"tbq"``, ``"terngrad:bits=4,stochastic=false"``, ``"dgc:ratio=0.01"``.
+
+    Each value is read as its parameter's declared type (``parameters``): a bool is exactly
+    true/false/1/0, an int a whole number, a float a finite decimal number; an unknown or repeated
+    key is an error. Raises ``UnknownAlgorithm`` or ``AlgorithmSpecError`` (a ``ValueError``).
+    """
+    if not isinstance(spec, str):
+        raise AlgorithmSpecError(f"an algorithm spec is text like 'dgc:ratio=0.01', got {type(spec).__name__}")
     name, _, rest = spec.partition(":")
+    name = name.strip()
+    if not name:
+        raise AlgorithmSpecError(f"algorithm spec {spec!r}: no algorithm name before ':'; e.g. 'dgc:ratio=0.01'")
+    declared = parameters(name)  # raises UnknownAlgorithm first: the name is the likelier typo
     params: dict[str, Any] = {}
     for item in filter(None, (p.strip() for p in rest.split(","))):
         key, eq, val = item.partition("=")
+        key = key.strip()
         if not eq or not key:
-            raise ValueError(f"algorithm spec {spec!r}: expected key=value, got {item!r}")
-        params[key.strip()] = _parse_value(val.strip())
-    return create(name.strip(), **params)
+            raise AlgorithmSpecError(f"algorithm spec {spec!r}: expected key=value, got {item!r}")
+        if key in params:
+            raise AlgorithmSpecError(f"algorithm spec {spec!r}: parameter {key!r} is given twice; give it once")
+        if key not in declared:
+            raise AlgorithmSpecError(f"algorithm spec {spec!r}: algorithm {name!r} has no parameter {key!r}; "
+                                     f"{_describe(declared)}")
+        if not val.strip():
+            raise AlgorithmSpecError(f"algorithm spec {spec!r}: parameter {key!r} has no value")
+        params[key] = _parse_value(val.strip(), declared[key][0], f"algorithm spec {spec!r}: parameter {key!r}")
+    return create(name, **params)

@@ -6,8 +6,9 @@
     >>> # HiPress's own (MXNet-named) plan: mapped by position in the model's forward order, sizes checked
     >>> plan = load_plan("SeCoPaPlan.txt", dict(gradient_sizes), forward=definition_order("vgg19"))
 
-``plan_gradients`` decides (see ``secopa`` for the cost formulas), ``costmodel`` holds the
-primitives' costs (HiPress's published ``sosp21`` constants or a ``hipress profile`` fit),
+``plan_gradients`` decides (HiPress's own planner, ``secopa_sosp21``, for HiPress's ``sosp21``
+constants; ``secopa``'s CaSync formulas for a ``hipress profile`` fit), ``costmodel`` holds the
+primitives' costs,
 ``formats`` reads and writes HiPress's ``input.txt`` and ``SeCoPaPlan.txt``.
 """
 
@@ -15,10 +16,13 @@ from .api import auto_plan, definition_order, load_plan
 from .costmodel import CostModel, Linear, load_cost_model, sosp21
 from .errors import PlanError, PlanFormatError, PlanMismatchError
 from .formats import parse_input, parse_plan, read_input, read_plan, write_input, write_plan
+from .limits import MAX_ELEMENTS, MAX_NODES
 from .payload import PayloadModel
-from .secopa import TOPOLOGIES, PlanResult, default_payload, plan_gradients
+from .secopa import TOPOLOGIES, PlanResult, default_payload, normalize_topology, plan_gradients
 
 __all__ = [
+    "MAX_ELEMENTS",
+    "MAX_NODES",
     "TOPOLOGIES",
     "CostModel",
     "Linear",
@@ -32,6 +36,7 @@ __all__ = [
     "definition_order",
     "load_cost_model",
     "load_plan",
+    "normalize_topology",
     "parse_input",
     "parse_plan",
     "plan_gradients",

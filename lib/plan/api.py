@@ -75,8 +75,14 @@ def load_plan(
     gradient_names: Iterable[str] | Mapping[str, int],
     *,
     forward: Sequence[tuple[str, int]] | None = None,
+    world_size: int | None = None,
 ) -> Plan:
     """Read a plan and fit it to the model's gradients: by name, or by position (see the module notes).
+
+    ``world_size``: the ranks that will run the plan; a K above it is refused (each partition is
+    aggregated by its own rank: a plan made for a larger cluster). None skips that check (callers
+    that do not know the world size yet). A K above the gradient's size (HiPress's planner writes
+    ``bias,1,n,4``) is taken as the size: the empty partitions would carry nothing.
 
     ``gradient_names``: the model's gradient names, or ``{name: num_elements}`` (in backward ready
     order) to check sizes too and to allow mapping by position. ``forward``: the same gradients in
@@ -88,6 +94,10 @@ def load_plan(
     differs from the model's gradient at its position.
     """
     plan = read_plan(path)
+    if world_size is not None:
+        _check_world(str(path), plan, world_size)
+    plan = {n: e if e.partitions <= max(e.size, 1) else PlanEntry(n, e.size, e.compress, max(e.size, 1))
+            for n, e in plan.items()}
     sizes = dict(gradient_names) if isinstance(gradient_names, Mapping) else None
     names = list(sizes) if sizes is not None else list(gradient_names)
     want = set(names)
@@ -113,6 +123,18 @@ def load_plan(
 
 
 _REMEDY = "Make a plan for this model with `hipress plan --model ...` or `--plan auto`."
+
+
+def _check_world(source: str, plan: Plan, world_size: int) -> None:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise PlanError(f"internal: world_size must be a whole number >= 1, got {world_size!r}")
+    over = [e for e in plan.values() if e.partitions > world_size]
+    if over:
+        worst = max(e.partitions for e in over)
+        raise PlanMismatchError(
+            f"{source}: {len(over)} gradient(s) are cut into more partitions than this run has ranks "
+            f"({world_size}): {_few([f'{e.name} (K={e.partitions})' for e in over])}. The plan was made for "
+            f"{worst} or more nodes; make one for this cluster with `hipress plan --nnodes {world_size} ...`.")
 
 
 def _checked_forward(forward: Sequence[tuple[str, int]] | None, sizes: Mapping[str, int]) -> list | None:

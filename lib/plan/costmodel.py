@@ -1,8 +1,10 @@
 """Cost of each synchronization primitive as a function of the fp32 elements it handles.
 
 HiPress's model, kept as is so that its published constants mean what they meant there: a primitive
-costs ``overhead`` ms while ``x < max(0, (overhead - A) / B)`` and ``B*x + A`` ms above, i.e.
-``max(overhead, A + B*x)`` (the same numbers, and also defined when B = 0). ``x`` counts fp32
+costs ``overhead`` ms while ``x < max(0, (overhead - A) / B)`` and ``B*x + A`` ms above. The
+CaSync formulas (``secopa``) evaluate it as ``max(overhead, A + B*x)``: the same numbers except when
+B = 0 and overhead > A (HiPress then charges A) and, by rounding, right at the threshold; HiPress's
+own planner (``secopa_sosp21``) evaluates HiPress's expression literally. ``x`` counts fp32
 elements; for a payload, its bytes / 4.
 
 Primitives (names as in hipress; HiPress's own names accepted when loading):
@@ -18,11 +20,18 @@ gather     (per node count N)      N-1 nodes each send x elements to one node (c
 broadcast  (per node count N)      one node sends x elements to each of N-1 nodes (PS pull)
 =========  ======================  ====================================================================
 
-Gather and broadcast are measured for particular node counts. For any other N they are derived from
-the link's latency and bandwidth, i.e. from ``send``: ``gather_N(x) = max(o, A + (N-1)*B*x)`` -- the
-receiving link carries (N-1)*x elements while the N-1 messages' latencies overlap. (On HiPress's
-constants this underestimates the measured A, e.g. 0.20 against 0.42 ms at N=4, and matches B within
-6%; it is a fallback, and ``hipress profile`` measures the node count you run.)
+Gather and broadcast are measured for particular node counts. For any other N:
+
+- a profile (``planner="casync"``) derives them from the link's latency and bandwidth, i.e. from
+  ``send``: ``gather_N(x) = max(o, A + (N-1)*B*x)`` -- the receiving link carries (N-1)*x elements
+  while the N-1 messages' latencies overlap. (On HiPress's constants this underestimates the measured
+  A, e.g. 0.20 against 0.42 ms at N=4, and matches B within 6%; it is a fallback, and ``hipress
+  profile`` measures the node count you run.)
+- HiPress's constants (``planner="hipress"``: ``sosp21``, measured at N = 4, 8, 16 only) are
+  interpolated linearly in N, each of B, A and overhead, between the two nearest measured node
+  counts, and extrapolated from the two nearest outside them (N = 2, 3 from 4 and 8; N > 16 from 8
+  and 16). HiPress's planner has no constants there at all; ``collective_origin`` says which was used
+  so that ``hipress plan`` can tell the user. With one node nothing travels: cost 0.
 """
 
 from __future__ import annotations
@@ -42,6 +51,9 @@ from .errors import PlanError
 COMPUTE = ("encode", "decode", "merge")
 ALIASES = {"aggregate": "merge", "ring_send_one_step": "send"}
 PROFILE_FORMAT = "hipress-profile"
+#: Which formulas a cost model is meant for: "hipress" = HiPress's own SeCoPa planner
+#: (``secopa_sosp21``, HiPress's constants), "casync" = hipress's pipeline formulas (``secopa``, profiles).
+PLANNERS = ("hipress", "casync")
 HIPRESS_RATIO = 1 / 16  # HiPress's planner assumes every compressed gradient shrinks 16x
 
 
@@ -102,7 +114,9 @@ class CostModel:
 
     ``ratio`` is HiPress's fixed payload/fp32 ratio (1/16 in ``sosp21``); ``None`` when the ratio
     should come from the algorithm the plan is made for. ``alg`` names the compressor whose
-    encode/decode were measured (a profile), ``None`` for the published constants.
+    encode/decode were measured (a profile), ``None`` for the published constants. ``planner`` names
+    the formulas that decide with these constants (see ``PLANNERS``): HiPress's constants mean what
+    they meant in HiPress's planner, a profile what it measured for hipress's engine.
     """
 
     encode: Linear
@@ -115,9 +129,14 @@ class CostModel:
     alg: str | None = None
     name: str = field(default="custom", compare=False)
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    planner: str = "casync"
+
+    def __post_init__(self) -> None:
+        if self.planner not in PLANNERS:
+            raise PlanError(f"cost model {self.name!r}: planner {self.planner!r} is not one of {', '.join(PLANNERS)}")
 
     def collective(self, kind: str, nnodes: int) -> Linear:
-        """Gather or broadcast at ``nnodes``: fitted constants if there are some, else from ``send``."""
+        """Gather or broadcast at ``nnodes``: fitted constants if there are some, else see ``collective_origin``."""
         if nnodes < 1:
             raise PlanError(f"the number of nodes must be >= 1, got {nnodes}")
         if nnodes == 1:
@@ -125,8 +144,44 @@ class CostModel:
         table = self.gather if kind == "gather" else self.broadcast
         if nnodes in table:
             return table[nnodes]
+        pair = self._neighbours(table, nnodes)
+        if pair is not None:
+            (n0, c0), (n1, c1) = pair
+            t = (nnodes - n0) / (n1 - n0)
+            vals = {k: getattr(c0, k) + t * (getattr(c1, k) - getattr(c0, k)) for k in ("B", "A", "overhead")}
+            if vals["B"] < 0 or vals["overhead"] < 0:
+                raise PlanError(f"cost model {self.name!r}: {kind} at N={nnodes}, extrapolated from N={n0} and "
+                                f"N={n1}, has a negative constant; give {kind} constants for N={nnodes}")
+            return Linear(vals["B"], vals["A"], vals["overhead"])
         s = self.send
         return Linear(s.B * (nnodes - 1), s.A, s.overhead)
+
+    def _neighbours(self, table: Mapping[int, Linear], nnodes: int) -> tuple | None:
+        """For HiPress's constants, the two measured node counts to interpolate (or extrapolate) from."""
+        if self.planner != "hipress" or len(table) < 2:
+            return None
+        ns = sorted(table)
+        lo = max([n for n in ns if n < nnodes], default=None)
+        hi = min([n for n in ns if n > nnodes], default=None)
+        if lo is None:
+            lo, hi = ns[0], ns[1]
+        elif hi is None:
+            lo, hi = ns[-2], ns[-1]
+        return (lo, table[lo]), (hi, table[hi])
+
+    def collective_origin(self, kind: str, nnodes: int) -> str:
+        """Where ``collective(kind, nnodes)`` comes from, in words (for ``hipress plan``)."""
+        table = self.gather if kind == "gather" else self.broadcast
+        if nnodes <= 1:
+            return "none: one node sends nothing"
+        if nnodes in table:
+            return f"measured at N={nnodes}"
+        pair = self._neighbours(table, nnodes)
+        if pair is not None:
+            (n0, _), (n1, _) = pair
+            how = "interpolated" if n0 < nnodes < n1 else "extrapolated"
+            return f"{how} linearly in N from the constants measured at N={n0} and N={n1}"
+        return "derived from the send latency and bandwidth"
 
     def fitted_nodes(self, kind: str) -> list[int]:
         return sorted(self.gather if kind == "gather" else self.broadcast)
@@ -144,6 +199,8 @@ class CostModel:
         d["broadcast"] = {str(n): v.to_json() for n, v in sorted(self.broadcast.items())}
         if self.meta:
             d["meta"] = dict(self.meta)
+        if self.planner != "casync":
+            d["planner"] = self.planner
         return d
 
     @classmethod
@@ -175,15 +232,21 @@ class CostModel:
         if alg is not None and not isinstance(alg, str):
             raise PlanError(f"{source}: alg must be an algorithm spec string, got {alg!r}")
         meta = d.get("meta", {})
+        planner = d.get("planner", "casync")
+        if planner not in PLANNERS:
+            raise PlanError(f"{source}: planner {planner!r} must be one of {', '.join(PLANNERS)}")
         return cls(**prims, gather=colls["gather"], broadcast=colls["broadcast"], ratio=ratio, alg=alg,
-                   name=str(d.get("name", source)), meta=meta if isinstance(meta, Mapping) else {})
+                   name=str(d.get("name", source)), meta=meta if isinstance(meta, Mapping) else {},
+                   planner=planner)
 
 
 def sosp21() -> CostModel:
-    """HiPress's published constants (fitted on the authors' 56 Gbps RDMA cluster), ratio 1/16."""
+    """HiPress's published constants (fitted on the authors' 56 Gbps RDMA cluster), ratio 1/16, for
+    HiPress's own planner (``secopa_sosp21``)."""
     text = resources.files("hipress.plan").joinpath("data/sosp21_cost_model.json").read_text("utf-8")
     d = json.loads(text)
     d["name"] = "sosp21"
+    d["planner"] = "hipress"
     return CostModel.from_json(d, "sosp21")
 
 
@@ -207,5 +270,5 @@ def load_cost_model(spec: str | Path | CostModel) -> CostModel:
     except json.JSONDecodeError as e:
         raise PlanError(f"{p}:{e.lineno}: not valid JSON: {e.msg}") from None
     if isinstance(d, Mapping) and "secopa_cost_model" in d:  # the whole sosp21.json
-        d = {"ratio": HIPRESS_RATIO, **d["secopa_cost_model"]}
+        d = {"ratio": HIPRESS_RATIO, "planner": "hipress", **d["secopa_cost_model"]}
     return CostModel.from_json(d, str(p))

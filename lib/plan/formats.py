@@ -9,9 +9,16 @@
 ``SeCoPaPlan.txt``  one gradient a line: ``name,size,y|n,K`` (compress or not, K partitions).
 
 Both readers refuse, with the file name and line number, what HiPress's own scripts would silently
-mis-read or crash on: an empty file, a wrong number of fields, an empty, non-numeric, negative or
-zero size, a name with whitespace, a name given twice. Blank lines (and a trailing newline, CRLF
-endings, spaces around fields) are accepted. Nothing is evaluated: fields are matched by regex.
+mis-read or crash on: an empty file, a wrong number of fields, an empty, non-numeric, negative, zero
+or absurd size (above ``limits.MAX_ELEMENTS``, checked on the digits before any conversion), a name
+with whitespace, a name given twice. Blank lines (and a trailing newline, CRLF endings, spaces around
+fields, a UTF-8 byte order mark as Windows editors write it) are accepted. Nothing is evaluated:
+fields are matched by regex.
+
+A plan's K may exceed its gradient's size: HiPress's planner tries every K up to N, so it writes
+``bias,1,n,4`` for a 1-element gradient at N = 4 (the engine leaves empty partitions out). K is
+checked against the cluster where the plan is used (``api.load_plan``'s ``world_size``): it may not
+exceed the number of ranks, nor ``limits.MAX_NODES`` here.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from pathlib import Path
 from hipress.sync.plan import Plan, PlanEntry
 
 from .errors import PlanError, PlanFormatError
+from .limits import MAX_ELEMENTS, MAX_NODES
 
 _INT = re.compile(r"[0-9]+")
 _BAD_NAME = re.compile(r"[\s,\x00-\x1f\x7f]")
@@ -35,6 +43,7 @@ PLAN_FORMAT = "name,size,y|n,K"
 
 def _lines(text: str) -> Iterable[tuple[int, str]]:
     """(line number, content) of the non-blank lines; only ``\\n`` ends a line, as in an editor."""
+    text = text.removeprefix("\ufeff")  # a byte order mark is not part of the first name
     for no, raw in enumerate(text.split("\n"), start=1):
         line = raw.rstrip("\r")
         if line.strip():
@@ -70,15 +79,21 @@ def _name(source: str, no: int, field: str) -> str:
     return name
 
 
-def _count(source: str, no: int, field: str, what: str, fix: str) -> int:
+def _count(source: str, no: int, field: str, what: str, fix: str, limit: int) -> int:
+    """A whole number in 1..limit; its digits are checked before ``int()`` sees them."""
     text = field.strip()
     if not text:
         raise PlanFormatError(source, no, f"the {what} is empty", fix)
     if text.startswith("-") and _INT.fullmatch(text[1:]):
         raise PlanFormatError(source, no, f"the {what} {text} is negative", fix)
     if not _INT.fullmatch(text):
-        raise PlanFormatError(source, no, f"the {what} {text!r} is not a whole number", fix)
-    value = int(text)
+        raise PlanFormatError(source, no, f"the {what} {text[:40]!r}{'...' if len(text) > 40 else ''} is not a "
+                              "whole number", fix)
+    digits = text.lstrip("0")
+    if len(digits) > len(str(limit)) or int(digits or "0") > limit:
+        shown = text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
+        raise PlanFormatError(source, no, f"the {what} {shown} is too large: at most {limit}", fix)
+    value = int(digits or "0")
     if value == 0:
         raise PlanFormatError(source, no, f"the {what} is 0", fix)
     return value
@@ -106,7 +121,8 @@ def parse_input(text: str, source: str = "<string>") -> list[tuple[str, int]]:
     for no, line in _lines(text):
         name_f, size_f = _fields(source, no, line, 2, INPUT_FORMAT)
         name = _name(source, no, name_f)
-        size = _count(source, no, size_f, "size", "the number of fp32 elements must be a positive whole number")
+        size = _count(source, no, size_f, "size", "the number of fp32 elements must be a positive whole number",
+                      MAX_ELEMENTS)
         _no_duplicate(source, no, name, seen)
         out.append((name, size))
     if not out:
@@ -122,14 +138,13 @@ def parse_plan(text: str, source: str = "<string>") -> Plan:
     for no, line in _lines(text):
         name_f, size_f, flag_f, k_f = _fields(source, no, line, 4, PLAN_FORMAT)
         name = _name(source, no, name_f)
-        size = _count(source, no, size_f, "size", "the number of fp32 elements must be a positive whole number")
+        size = _count(source, no, size_f, "size", "the number of fp32 elements must be a positive whole number",
+                      MAX_ELEMENTS)
         flag = flag_f.strip()
         if flag not in ("y", "n"):
             raise PlanFormatError(source, no, f"the compress flag is {flag!r}", "write y (compress) or n (do not)")
-        k = _count(source, no, k_f, "partition count K", "K must be a whole number >= 1")
-        if k > size:
-            raise PlanFormatError(source, no, f"K={k} partitions for a gradient of {size} elements",
-                                  "K may not exceed the gradient's size")
+        k = _count(source, no, k_f, "partition count K", "K must be a whole number >= 1, at most the number of nodes",
+                   MAX_NODES)
         _no_duplicate(source, no, name, seen)
         plan[name] = PlanEntry(name, size, flag == "y", k)
     if not plan:
@@ -160,8 +175,8 @@ def format_input(gradients: Iterable[tuple[str, int]]) -> str:
     lines = []
     for name, size in gradients:
         _check_writable_name(name)
-        if size < 1:
-            raise PlanError(f"gradient {name!r}: size {size} must be >= 1")
+        if not 1 <= size <= MAX_ELEMENTS:
+            raise PlanError(f"gradient {name!r}: size {size} must be in 1..{MAX_ELEMENTS}")
         lines.append(f"{name},{int(size)}\n")
     return "".join(lines)
 

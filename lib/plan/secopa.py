@@ -2,8 +2,14 @@
 
 HiPress (SOSP'21) decides, for each gradient of m elements, the K in 1..N minimising the
 synchronization cost for the topology, with and without compression, and compresses only where the
-compressed cost is strictly lower. Its planner's source is not public; the costs below are derived
-from the paper's description of CaSync and from what its cost constants measure (see ``costmodel``).
+compressed cost is strictly lower. Two sets of formulas weigh the costs, chosen by the cost model
+(``CostModel.planner``):
+
+- ``"hipress"`` -- HiPress's constants (``--cost-model sosp21``): HiPress's own planner, exactly
+  (``secopa_sosp21``: partitions synchronized in parallel, fixed ratio 1/16), so that its plans
+  agree line for line with HiPress's.
+- ``"casync"`` -- a ``hipress profile`` of your cluster: the formulas below, which follow how
+  hipress's engine runs a gradient (partitions pipelined, the payload of the algorithm planned for).
 
 Notation: N nodes; a gradient of m fp32 elements cut into K partitions of p = m/K elements; in a
 ring a partition is cut again into N chunks of q = p/N; c(x) = payload elements of x compressed
@@ -51,18 +57,28 @@ import numpy as np
 
 from hipress.sync.plan import Plan, PlanEntry
 
-from .costmodel import CostModel
+from . import secopa_sosp21
+from .costmodel import HIPRESS_RATIO, CostModel
 from .errors import PlanError
+from .limits import MAX_ELEMENTS, MAX_NODES
 from .payload import PayloadModel
 
 TOPOLOGIES = ("ps", "ring")
 
 
-def _check(topology: str, nnodes: int) -> None:
-    if topology not in TOPOLOGIES:
-        raise PlanError(f"unknown topology {topology!r}; use one of: {', '.join(TOPOLOGIES)}")
-    if not isinstance(nnodes, (int, np.integer)) or nnodes < 1:
-        raise PlanError(f"the number of nodes must be a whole number >= 1, got {nnodes!r}")
+def normalize_topology(topology: str) -> str:
+    """``PS``, ``Ring``, ``RING`` (HiPress's spellings) -> ``ps``/``ring``; anything else is an error."""
+    t = topology.strip().lower() if isinstance(topology, str) else topology
+    if t not in TOPOLOGIES:
+        raise PlanError(f"unknown topology {topology!r}; use one of: {', '.join(TOPOLOGIES)} (any case)")
+    return t
+
+
+def _check(topology: str, nnodes: int) -> str:
+    topology = normalize_topology(topology)
+    if isinstance(nnodes, bool) or not isinstance(nnodes, (int, np.integer)) or not 1 <= nnodes <= MAX_NODES:
+        raise PlanError(f"the number of nodes must be a whole number in 1..{MAX_NODES}, got {nnodes!r}")
+    return topology
 
 
 def costs(
@@ -106,6 +122,7 @@ class PlanResult:
     topology: str
     model: CostModel
     payload: PayloadModel
+    planner: str = "casync"  # which formulas decided: "hipress" (HiPress's planner) or "casync"
 
     def to_plan(self) -> Plan:
         """``{name: PlanEntry}`` in gradient order: what CaSync consumes."""
@@ -132,17 +149,25 @@ def plan_gradients(
     model: CostModel,
     payload: PayloadModel | None = None,
 ) -> PlanResult:
-    """Decide every gradient; vectorized over gradients, one pass per K."""
-    _check(topology, nnodes)
-    if payload is None:
+    """Decide every gradient; vectorized over gradients, one pass per K (at most ``MAX_NODES`` passes).
+
+    The cost model's ``planner`` picks the formulas: HiPress's (``secopa_sosp21``; K = 1..N, the
+    payload fixed at 1/16 whatever ``payload`` says) or hipress's (``costs``; K = 1..min(N, m)).
+    """
+    topology = _check(topology, nnodes)
+    hipress = model.planner == "hipress"
+    if hipress:
+        payload = PayloadModel(0.0, HIPRESS_RATIO, "HiPress's fixed 1/16 (its planner ignores the algorithm's ratio)")
+    elif payload is None:
         payload = default_payload(model)
     names = [g[0] for g in gradients]
+    for name, size in gradients:
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 1 <= size <= MAX_ELEMENTS:
+            raise PlanError(f"gradient {name!r} has size {size!r}; sizes must be >= 1 (whole numbers) and at most "
+                            f"2^40 = {MAX_ELEMENTS} fp32 elements (4 TiB)")
     sizes = np.fromiter((g[1] for g in gradients), dtype=np.int64, count=len(gradients))
     if len(set(names)) != len(names):
         raise PlanError("gradient names must be unique")
-    if sizes.size and sizes.min() < 1:
-        bad = names[int(sizes.argmin())]
-        raise PlanError(f"gradient {bad!r} has size {int(sizes.min())}; sizes must be >= 1")
     m = sizes.astype(np.float64)
     g = m.size
     raw_best = np.full(g, np.inf)
@@ -150,10 +175,14 @@ def plan_gradients(
     raw_k = np.ones(g, dtype=np.int64)
     cpr_k = np.ones(g, dtype=np.int64)
     for k in range(1, nnodes + 1):
-        ok = sizes >= k  # every partition holds at least one element
-        if not ok.any():
-            break
-        raw, cpr = costs(m, k, nnodes, topology, model, payload)
+        if hipress:  # HiPress tries every K up to N, even beyond the gradient's size
+            ok = np.ones(g, dtype=bool)
+            raw, cpr = secopa_sosp21.costs(m, k, nnodes, topology, model)
+        else:
+            ok = sizes >= k  # every partition holds at least one element
+            if not ok.any():
+                break
+            raw, cpr = costs(m, k, nnodes, topology, model, payload)
         better = ok & (raw < raw_best)
         raw_best[better], raw_k[better] = raw[better], k
         better = ok & (cpr < cpr_best)
@@ -163,7 +192,7 @@ def plan_gradients(
         names=names, sizes=sizes, compress=compress,
         partitions=np.where(compress, cpr_k, raw_k), cost=np.where(compress, cpr_best, raw_best),
         raw_cost=raw_best, raw_k=raw_k, cpr_cost=cpr_best, cpr_k=cpr_k,
-        nnodes=nnodes, topology=topology, model=model, payload=payload,
+        nnodes=nnodes, topology=topology, model=model, payload=payload, planner=model.planner,
     )
 
 

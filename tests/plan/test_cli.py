@@ -41,7 +41,7 @@ def test_console_script_subprocess(tmp_path):
     r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", str(bad), "--output", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert out.read_text() == "a,1,n,1\nb,4000000,y,3\n"
+    assert out.read_text() == "a,1,n,4\nb,4000000,y,4\n"  # HiPress's planner: uncompressed -> K=N, even K > size
 
 
 @pytest.fixture
@@ -55,17 +55,19 @@ def test_plan_vgg19_writes_hipress_plan(vgg_input, tmp_path):
     out = tmp_path / "SeCoPaPlan.txt"
     r = hipress("plan", "--input", vgg_input, "--topology", "ps", "--nnodes", 8, "--output", out)
     assert r.returncode == 0, r.stderr
-    assert "compressed 15 of 38 gradients" in r.stdout and "compress everything" in r.stdout
+    assert "compressed 10 of 38 gradients" in r.stdout and "compress everything" in r.stdout
+    assert "decided by: HiPress's SeCoPa planner" in r.stdout
     want = plan_gradients(read_input(vgg_input), 8, "ps", sosp21()).to_plan()
     assert read_plan(out) == want
-    assert out.read_text().splitlines()[-2:] == ["vgg0_dense2_weight,4096000,y,4", "vgg0_dense2_bias,1000,n,1"]
+    assert out.read_text().splitlines()[-2:] == ["vgg0_dense2_weight,4096000,y,4", "vgg0_dense2_bias,1000,n,8"]
 
 
 def test_plan_json_and_explain(vgg_input):
     r = hipress("plan", "--input", vgg_input, "--topology", "ring", "--nnodes", 4, "--json", "--compute-ms", 280)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.raw)
-    assert out["payload"] == "fixed ratio 0.0625" and len(out["plan"]) == 38
+    assert out["payload"].startswith("HiPress's fixed 1/16") and len(out["plan"]) == 38
+    assert out["planner"] == "hipress"
     t = out["totals"]
     assert t["secopa_ms"] <= min(t["compress_nothing_ms"], t["compress_everything_ms"])
     assert out["iteration_ms"]["secopa"] == max(280, t["secopa_ms"])
@@ -80,9 +82,10 @@ def test_plan_any_node_count_and_alg(vgg_input):
     r = hipress("plan", "--input", vgg_input, "--nnodes", 5, "--alg", "onebit", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.raw)
-    assert out["derived_collectives"] == ["gather", "broadcast"] and out["payload"] == "onebit"
+    assert out["derived_collectives"] == ["gather", "broadcast"] and out["payload"].startswith("HiPress's fixed")
+    assert out["collective_origin"]["gather"] == "interpolated linearly in N from the constants measured at N=4 and N=8"
     r = hipress("plan", "--input", vgg_input, "--nnodes", 5)
-    assert "derived from the send latency and bandwidth" in r.stdout
+    assert "gather interpolated linearly in N" in r.stdout
 
 
 def test_plan_from_zoo_model():
@@ -124,6 +127,30 @@ def test_plan_bad_arguments(tmp_path):
     for extra, msg in cases:
         r = hipress("plan", "--input", path, *extra)
         assert r.returncode != 0 and msg in r.stderr, (extra, r.stderr)
+
+
+def test_plan_topology_any_case_and_bounds(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_bytes("\ufefffc2.weight,4000000\nfc2.bias,10\n".encode())
+    outs = []
+    for topo in ("PS", "Ring", "RING", "ring"):
+        out = tmp_path / f"{topo}.txt"
+        r = hipress("plan", "--input", path, "--topology", topo, "--nnodes", 8, "--output", out)
+        assert r.returncode == 0, r.stderr
+        outs.append(out.read_text())
+    assert outs[1] == outs[2] == outs[3] != outs[0] and outs[0].startswith("fc2.weight,4000000,y,")
+    r = hipress("plan", "--model", "vgg19", "--nnodes", 100_000_000)
+    assert r.returncode == 2 and "--nnodes 100000000 is out of range: give 1..4096" in r.stderr
+    for content, msg in [(f"a,{'9' * 5000}\n", "(5000 digits) is too large"),
+                         (f"a,{2**63}\n", "is too large: at most 1099511627776")]:
+        path.write_text(content)
+        r = hipress("plan", "--input", path)
+        assert r.returncode == 2 and msg in r.stderr, r.stderr
+    path.write_text("a,10\n")
+    for alg, msg in [("dgc:ratio=abc", "parameter 'ratio': got 'abc', expected float"),
+                     ("terngrad:stochastic=maybe", "expected bool")]:
+        r = hipress("plan", "--input", path, "--alg", alg)
+        assert r.returncode == 2 and msg in r.stderr, r.stderr
 
 
 @pytest.mark.mpi

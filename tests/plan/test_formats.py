@@ -101,7 +101,9 @@ PLAN_BAD = [
     ("a,4,Y,2\n", 1, "compress flag"),
     ("a,4,y,0\n", 1, "partition count K is 0"),
     ("a,4,y,-1\n", 1, "negative"),
-    ("a,4,y,5\n", 1, "K=5 partitions for a gradient of 4"),
+    ("a,4,y,4097\n", 1, "partition count K 4097 is too large: at most 4096"),
+    ("a,1099511627777,n,1\n", 1, "size 1099511627777 is too large"),
+    ("a," + "9" * 5000 + ",n,1\n", 1, "(5000 digits) is too large"),
     ("a,-4,y,1\n", 1, "negative"),
     ("a,4,n,1\na,4,n,1\n", 2, "listed twice"),
 ]
@@ -189,3 +191,31 @@ def test_load_plan_checks_names_and_sizes(tmp_path):
         load_plan(path, ["a", "b", "c"])
     with pytest.raises(PlanMismatchError, match=r"another size in the plan: a \(plan 3, model 5\)"):
         load_plan(path, {"a": 5, "b": 4})
+
+
+# ---------------------------------------------------------------------------- issue 15: hostile files
+def test_bom_is_stripped(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_bytes("\ufefffc2.weight,10\nfc2.bias,2\n".encode())
+    assert read_input(path) == [("fc2.weight", 10), ("fc2.bias", 2)]
+    plan = tmp_path / "plan.txt"
+    plan.write_bytes("\ufefffc2.bias,2,n,1\n".encode())
+    assert list(load_plan(plan, {"fc2.bias": 2})) == ["fc2.bias"]
+
+
+def test_sizes_bounded_before_conversion():
+    with pytest.raises(PlanFormatError, match="too large: at most 1099511627776"):
+        parse_input(f"a,{2**63 - 1}\n")
+    assert parse_input(f"a,{2**40}\n") == [("a", 2**40)]
+    assert parse_input("a,0007\n") == [("a", 7)]
+
+
+def test_k_beyond_size_is_hipress_and_k_beyond_world_is_refused(tmp_path):
+    path = tmp_path / "plan.txt"
+    path.write_text("bias,1,n,4\nw,100,y,4\n")  # what HiPress's planner writes at N=4
+    assert parse_plan(path.read_text())["bias"].partitions == 4
+    plan = load_plan(path, {"bias": 1, "w": 100}, world_size=4)
+    assert plan["bias"] == PlanEntry("bias", 1, False, 1) and plan["w"].partitions == 4  # empty partitions dropped
+    with pytest.raises(PlanMismatchError, match=r"more partitions than this run has ranks \(2\): bias \(K=4\), w "
+                                                r"\(K=4\).*hipress plan --nnodes 2"):
+        load_plan(path, {"bias": 1, "w": 100}, world_size=2)
