@@ -48,7 +48,14 @@ def auto_plan(
     else:
         model = load_cost_model(profile)
     result = plan_gradients(gradient_sizes, nnodes, topology, model, default_payload(model, alg))
-    return result.to_plan()
+    return _no_empty_partitions(result.to_plan())
+
+
+def _no_empty_partitions(plan: Plan) -> Plan:
+    """K capped at the gradient's size: HiPress's planner may cut 3 elements into 4 (the file keeps
+    that, for line-for-line agreement); the engine gets the same partitions without the empty one."""
+    return {n: e if e.partitions <= e.size else PlanEntry(n, e.size, e.compress, max(e.size, 1))
+            for n, e in plan.items()}
 
 
 def definition_order(model: str, **opts: int) -> list[tuple[str, int]]:
@@ -96,8 +103,7 @@ def load_plan(
     plan = read_plan(path)
     if world_size is not None:
         _check_world(str(path), plan, world_size)
-    plan = {n: e if e.partitions <= max(e.size, 1) else PlanEntry(n, e.size, e.compress, max(e.size, 1))
-            for n, e in plan.items()}
+    plan = _no_empty_partitions(plan)
     sizes = dict(gradient_names) if isinstance(gradient_names, Mapping) else None
     names = list(sizes) if sizes is not None else list(gradient_names)
     want = set(names)

@@ -180,3 +180,10 @@ def test_notice_is_printed_on_stderr_without_logging_setup(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "names differ from the model's: mapped all 4 entries by position" in r.stderr
+
+
+def test_auto_plan_drops_empty_partitions():
+    from hipress.plan import auto_plan
+
+    plan = auto_plan([("b", 3), ("w", 10**6)], 8, "tbq", "ring", profile="sosp21")
+    assert plan["b"] == PlanEntry("b", 3, False, 3) and plan["w"].partitions == 8
