@@ -18,7 +18,7 @@ from typing import ClassVar
 import torch
 
 from .errors import CompressionError
-from .payload import DTYPE_CODES, Header, parse, seal
+from .payload import DEFAULT_MAX_ELEMENTS, DTYPE_CODES, Header, parse, seal
 from .registry import name_of_wire_id
 from .state import GradientState
 
@@ -48,13 +48,14 @@ class Compressor(ABC):
     name: ClassVar[str]
     wire_id: ClassVar[int]
     caps: ClassVar[Capabilities] = Capabilities()
+    takes_half: ClassVar[bool] = False  # _encode accepts float16/bfloat16 x as is (no copy to float32)
 
     # ------------------------------------------------------------------ public API
     def encode(
         self, x: torch.Tensor, state: GradientState | None = None, *, name: str = "<unnamed>"
     ) -> torch.Tensor:
         """Compress ``x`` (any shape, a floating dtype) into a uint8 payload."""
-        flat = _as_flat_float32(x, name)
+        flat = _as_flat_float32(x, name, keep_half=self.takes_half and state is None)
         return seal(self._encode(flat, x.dtype, state, name))
 
     def decode(
@@ -64,12 +65,22 @@ class Compressor(ABC):
         *,
         add: bool = False,
         name: str = "<unnamed>",
+        max_elements: int = DEFAULT_MAX_ELEMENTS,
     ) -> torch.Tensor:
-        """Decompress into ``out`` (overwrite, or accumulate with ``add=True``) or a new flat tensor."""
+        """Decompress into ``out`` (overwrite, or accumulate with ``add=True``) or a new flat tensor.
+
+        A new tensor is allocated only for a payload of at most ``max_elements`` elements: the count
+        comes from the (possibly crafted) header, and sparse bodies do not prove it."""
         header, body = self.parse(payload, name)
         if out is None:
             if add:
                 raise CompressionError(name, "decode(add=True) needs an `out` tensor to accumulate into")
+            if header.numel > max_elements:
+                raise CompressionError(
+                    name,
+                    f"payload claims {header.numel} elements, more than the {max_elements} this decode may allocate",
+                    "pass an `out` tensor of the gradient's size, or a larger `max_elements` if it is genuine",
+                )
             out = torch.empty(header.numel, dtype=header.dtype, device=payload.device)
         elif out.numel() != header.numel:
             raise CompressionError(
@@ -149,7 +160,7 @@ class Compressor(ABC):
         return None
 
 
-def _as_flat_float32(x: torch.Tensor, name: str) -> torch.Tensor:
+def _as_flat_float32(x: torch.Tensor, name: str, keep_half: bool = False) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise CompressionError(name, f"expected a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in DTYPE_CODES:
@@ -159,6 +170,8 @@ def _as_flat_float32(x: torch.Tensor, name: str) -> torch.Tensor:
             "gradients must be float32, float16, bfloat16 or float64",
         )
     flat = x.reshape(-1)
+    if keep_half and flat.dtype in (torch.float16, torch.bfloat16):
+        return flat.contiguous()
     if flat.dtype != torch.float32:
         flat = flat.to(torch.float32)
     return flat.contiguous()

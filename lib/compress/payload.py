@@ -46,6 +46,8 @@ VERSION = 1
 _FIXED = struct.Struct("<2sBBBBHQ")
 _CRC = struct.Struct("<I")
 HEADER_SIZE = _FIXED.size + _CRC.size  # 20
+MAX_NUMEL = 1 << 48  # no gradient has more elements; a header claiming more is refused in ``parse``
+DEFAULT_MAX_ELEMENTS = 1 << 31  # ``decode(out=None)`` allocates at most this many (8 GiB fp32) unless told more
 _NUMPY_ALLOC_MIN = 1 << 20  # payload bytes from which numpy allocates (huge pages; see PayloadPool)
 
 DTYPE_CODES: dict[torch.dtype, int] = {
@@ -73,7 +75,10 @@ class Header:
         return HEADER_SIZE + len(self.extra)
 
 
-def header_size(extra_len: int) -> int:
+def header_size(extra_len: int = 0) -> int:
+    """Bytes before the body of a payload whose algorithm writes ``extra_len`` extra-header bytes.
+
+    The one place algorithms take their ``payload_size`` arithmetic from."""
     return HEADER_SIZE + extra_len
 
 
@@ -147,8 +152,15 @@ _POOL = PayloadPool()
 
 
 def _crc(payload: torch.Tensor) -> int:
-    cpu = payload if payload.device.type == "cpu" else payload.cpu()
-    a = cpu.numpy()
+    """CRC-32 of bytes [0, 16) then [20, end): on the device that holds the payload.
+
+    A CUDA payload is checksummed on the GPU (``kernels.cuda.crc32``: the same zlib CRC-32, per-thread
+    segments combined in GF(2)), so neither encode nor decode copies the body to the host."""
+    if payload.device.type != "cpu":
+        from .kernels import backend_for
+
+        return backend_for(payload, "<payload>").payload_crc(payload, _FIXED.size, HEADER_SIZE)
+    a = payload.numpy()
     return _crclib.crc32(a[HEADER_SIZE:], _crclib.crc32(a[: _FIXED.size]))
 
 
@@ -198,5 +210,10 @@ def parse(payload: torch.Tensor, gradient: str = "<unnamed>") -> tuple[Header, t
         raise CompressionError(gradient, "payload is corrupted (CRC-32 mismatch)")
     if dcode not in CODE_DTYPES:
         raise CompressionError(gradient, f"unknown dtype code {dcode} in payload header")
+    if numel > MAX_NUMEL:
+        raise CompressionError(
+            gradient, f"payload header claims {numel} elements, more than any gradient ({MAX_NUMEL})",
+            "the payload was crafted or damaged before it was sealed",
+        )
     header = Header(alg_id=alg_id, dtype=CODE_DTYPES[dcode], flags=flags, numel=numel, extra=extra)
     return header, payload[HEADER_SIZE + extra_len :]

@@ -25,7 +25,7 @@ from .base import Capabilities, Compressor, nonfinite
 from .errors import CompressionError
 from .kernels import backend_for, cpu
 from .kernels import select as ks
-from .payload import Header, allocate, seal
+from .payload import Header, allocate, header_size, seal
 from .state import GradientState
 
 _EXTRA = struct.Struct("<I")
@@ -203,7 +203,7 @@ class SparseCompressor(Compressor):
 
     def payload_size(self, numel: int) -> int:
         """Upper bound: the budget's worth of pairs (subclasses without a budget: every element)."""
-        return 20 + _EXTRA.size + 8 * self.max_kept(numel)
+        return header_size(_EXTRA.size) + 8 * self.max_kept(numel)
 
     def max_kept(self, numel: int) -> int:
         return numel

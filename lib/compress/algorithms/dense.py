@@ -7,9 +7,10 @@ import torch
 from ..base import Capabilities, Compressor, nonfinite
 from ..errors import CompressionError
 from ..kernels import backend_for
-from ..payload import Header, allocate, seal
+from ..payload import Header, allocate, header_size, seal
 from ..registry import register
 from ..state import GradientState
+from ..wire import WIRE_IDS
 
 
 def merge_values(a: torch.Tensor, body_a: torch.Tensor, body_b: torch.Tensor) -> torch.Tensor:
@@ -32,7 +33,7 @@ class _Cast(Compressor):
     wire_dtype: torch.dtype = torch.float32
 
     def payload_size(self, numel: int) -> int:
-        return 20 + numel * self.wire_dtype.itemsize
+        return header_size() + numel * self.wire_dtype.itemsize
 
     def body_size(self, header: Header) -> int:
         return header.numel * self.wire_dtype.itemsize
@@ -68,7 +69,7 @@ class NoCompression(_Cast):
     """fp32 as is: the baseline every algorithm is measured against."""
 
     name = "none"
-    wire_id = 0
+    wire_id = WIRE_IDS["none"]
     caps = Capabilities(compressed_merge=True, lossless=True)
 
     def merge(self, a: torch.Tensor, b: torch.Tensor, *, name: str = "<unnamed>") -> torch.Tensor:
@@ -84,8 +85,9 @@ class FP16(_Cast):
     """IEEE half precision: 2x smaller, overflows above 65504 (reported, not silently inf)."""
 
     name = "fp16"
-    wire_id = 1
+    wire_id = WIRE_IDS["fp16"]
     wire_dtype = torch.float16
+    takes_half = True  # a float16/bfloat16 gradient is cast straight to the wire type, never via float32
 
 
 @register
@@ -93,5 +95,6 @@ class BF16(_Cast):
     """bfloat16: 2x smaller, fp32's range, 8 bits of mantissa."""
 
     name = "bf16"
-    wire_id = 2
+    wire_id = WIRE_IDS["bf16"]
     wire_dtype = torch.bfloat16
+    takes_half = True

@@ -25,12 +25,13 @@ from ..sparse import (
     top_by_magnitude,
 )
 from ..state import GradientState
+from ..wire import WIRE_IDS
 
 
 @register
 class DGC(SparseCompressor):
     name = "dgc"
-    wire_id = 6
+    wire_id = WIRE_IDS["dgc"]
     caps = Capabilities(compressed_merge=True, sparse=True, uses_state=True)
 
     def __init__(self, ratio: float = 0.001, sample_ratio: float = 0.01, momentum: float = 0.0) -> None:

@@ -14,12 +14,13 @@ from ..kernels import backend_for
 from ..registry import register
 from ..sparse import Selection, SparseCompressor, accumulate, choose_sampled, sampled_threshold
 from ..state import GradientState
+from ..wire import WIRE_IDS
 
 
 @register
 class GradDrop(SparseCompressor):
     name = "graddrop"
-    wire_id = 7
+    wire_id = WIRE_IDS["graddrop"]
     caps = Capabilities(compressed_merge=True, sparse=True, uses_state=True)
 
     def __init__(self, drop_ratio: float = 0.99, sample_ratio: float = 0.01) -> None:
@@ -35,7 +36,7 @@ class GradDrop(SparseCompressor):
 
     def ratio(self, numel: int = 1 << 24) -> float:
         """Nominal: the target density's worth of 8-byte pairs (the exact size varies with the data)."""
-        return (28 + 8 * (1 - self.drop_ratio) * numel) / (4 * numel) if numel else 1.0
+        return (self.payload_size(0) + 8 * (1 - self.drop_ratio) * numel) / (4 * numel) if numel else 1.0
 
     def _choose(self, x: torch.Tensor, state: GradientState | None, name: str) -> Selection:
         return choose_sampled(x, state, name, 1.0 - self.drop_ratio, self.sample_ratio, None)

@@ -15,9 +15,10 @@ import torch
 from ..base import Capabilities, Compressor, nonfinite
 from ..errors import CompressionError
 from ..kernels import backend_for
-from ..payload import Header, allocate
+from ..payload import Header, allocate, header_size
 from ..registry import register
 from ..state import GradientState
+from ..wire import WIRE_IDS
 
 _EXTRA = struct.Struct("<ff")
 
@@ -25,11 +26,11 @@ _EXTRA = struct.Struct("<ff")
 @register
 class OneBit(Compressor):
     name = "onebit"
-    wire_id = 3
+    wire_id = WIRE_IDS["onebit"]
     caps = Capabilities(uses_state=True)
 
     def payload_size(self, numel: int) -> int:
-        return 20 + _EXTRA.size + (numel + 7) // 8
+        return header_size(_EXTRA.size) + (numel + 7) // 8
 
     def body_size(self, header: Header) -> int:
         return (header.numel + 7) // 8

@@ -21,9 +21,10 @@ import torch
 from ..base import Capabilities, Compressor, nonfinite
 from ..errors import CompressionError
 from ..kernels import backend_for
-from ..payload import Header, allocate
+from ..payload import Header, allocate, header_size
 from ..registry import register
 from ..state import GradientState
+from ..wire import WIRE_IDS
 
 _EXTRA = struct.Struct("<BxxxI")
 BITS = (2, 4, 8)
@@ -38,7 +39,7 @@ def _layout(numel: int, bits: int, bucket: int) -> tuple[int, int]:
 @register
 class QSGD(Compressor):
     name = "qsgd"
-    wire_id = 10
+    wire_id = WIRE_IDS["qsgd"]
     caps = Capabilities(uses_state=True, stochastic=True)
 
     def __init__(self, bits: int = 8, bucket_size: int = 512) -> None:
@@ -57,7 +58,7 @@ class QSGD(Compressor):
         return {"bits": self.bits, "bucket_size": self.bucket_size}
 
     def payload_size(self, numel: int) -> int:
-        return 20 + _EXTRA.size + sum(_layout(numel, self.bits, self.bucket_size))
+        return header_size(_EXTRA.size) + sum(_layout(numel, self.bits, self.bucket_size))
 
     def body_size(self, header: Header) -> int | None:
         if len(header.extra) != _EXTRA.size:

@@ -20,10 +20,11 @@ from ..errors import CompressionError
 from ..kernels import choice
 from ..kernels.select import all_finite
 from ..kernels.sparse import scatter_numpy, zero
-from ..payload import Header, allocate
+from ..payload import Header, allocate, header_size
 from ..registry import register
 from ..sparse import budget
 from ..state import GradientState
+from ..wire import WIRE_IDS
 from .dense import merge_values
 
 _EXTRA = struct.Struct("<IQ")
@@ -37,7 +38,7 @@ def positions(numel: int, k: int, seed: int) -> np.ndarray:
 @register
 class RandomK(Compressor):
     name = "randomk"
-    wire_id = 9
+    wire_id = WIRE_IDS["randomk"]
     caps = Capabilities(compressed_merge=True, sparse=True, uses_state=True, stochastic=True)
 
     def __init__(self, ratio: float = 0.01) -> None:
@@ -49,7 +50,7 @@ class RandomK(Compressor):
         return {"ratio": self.density}
 
     def payload_size(self, numel: int) -> int:
-        return 20 + _EXTRA.size + 4 * budget(numel, self.density)
+        return header_size(_EXTRA.size) + 4 * budget(numel, self.density)
 
     def body_size(self, header: Header) -> int | None:
         if len(header.extra) != _EXTRA.size:

@@ -18,9 +18,10 @@ from ..base import Compressor, nonfinite
 from ..errors import CompressionError
 from ..kernels import backend_for
 from ..kernels.feedback import sign_feedback
-from ..payload import HEADER_SIZE, Header, allocate
+from ..payload import HEADER_SIZE, Header, allocate, header_size
 from ..registry import register
 from ..state import GradientState
+from ..wire import WIRE_IDS
 from ..wrappers import ErrorFeedback
 
 _EXTRA = struct.Struct("<f")
@@ -29,7 +30,7 @@ _EXTRA = struct.Struct("<f")
 @register
 class SignSGD(Compressor):
     name = "signsgd"
-    wire_id = 11
+    wire_id = WIRE_IDS["signsgd"]
 
     def __init__(self, scaled: bool = False) -> None:
         self.scaled = bool(scaled)
@@ -38,7 +39,7 @@ class SignSGD(Compressor):
         return {"scaled": self.scaled}
 
     def payload_size(self, numel: int) -> int:
-        return 20 + _EXTRA.size + (numel + 7) // 8
+        return header_size(_EXTRA.size) + (numel + 7) // 8
 
     def body_size(self, header: Header) -> int:
         return (header.numel + 7) // 8
@@ -81,7 +82,7 @@ class SignSGD(Compressor):
 @register
 class EFSignSGD(ErrorFeedback):
     name = "efsignsgd"
-    wire_id = 12
+    wire_id = WIRE_IDS["efsignsgd"]
 
     def __init__(self) -> None:
         super().__init__(SignSGD(scaled=True))

@@ -16,9 +16,10 @@ import torch
 from ..base import Capabilities, Compressor, nonfinite
 from ..errors import CompressionError
 from ..kernels import backend_for
-from ..payload import Header, allocate
+from ..payload import Header, allocate, header_size
 from ..registry import register
 from ..state import GradientState
+from ..wire import WIRE_IDS
 
 _EXTRA = struct.Struct("<f")
 
@@ -26,7 +27,7 @@ _EXTRA = struct.Struct("<f")
 @register
 class TBQ(Compressor):
     name = "tbq"
-    wire_id = 4
+    wire_id = WIRE_IDS["tbq"]
     caps = Capabilities(uses_state=True)
 
     def __init__(self, tau: float = 0.5) -> None:
@@ -38,7 +39,7 @@ class TBQ(Compressor):
         return {"tau": self.tau}
 
     def payload_size(self, numel: int) -> int:
-        return 20 + _EXTRA.size + (numel + 3) // 4
+        return header_size(_EXTRA.size) + (numel + 3) // 4
 
     def body_size(self, header: Header) -> int:
         return (header.numel + 3) // 4

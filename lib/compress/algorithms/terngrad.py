@@ -17,9 +17,10 @@ import torch
 from ..base import Capabilities, Compressor, nonfinite
 from ..errors import CompressionError
 from ..kernels import backend_for
-from ..payload import Header, allocate
+from ..payload import Header, allocate, header_size
 from ..registry import register
 from ..state import GradientState
+from ..wire import WIRE_IDS
 
 _EXTRA = struct.Struct("<BBff")
 BITS = (1, 2, 4, 8)
@@ -33,7 +34,7 @@ def gap_of(lo: float, hi: float, bits: int) -> float:
 @register
 class TernGrad(Compressor):
     name = "terngrad"
-    wire_id = 5
+    wire_id = WIRE_IDS["terngrad"]
     caps = Capabilities(uses_state=True, stochastic=True)
 
     def __init__(self, bits: int = 2, stochastic: bool = True) -> None:
@@ -46,7 +47,7 @@ class TernGrad(Compressor):
         return {"bits": self.bits, "stochastic": self.stochastic}
 
     def payload_size(self, numel: int) -> int:
-        return 20 + _EXTRA.size + (numel * self.bits + 7) // 8
+        return header_size(_EXTRA.size) + (numel * self.bits + 7) // 8
 
     def body_size(self, header: Header) -> int | None:
         if len(header.extra) != _EXTRA.size:

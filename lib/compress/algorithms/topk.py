@@ -8,12 +8,13 @@ from ..base import nonfinite
 from ..registry import register
 from ..sparse import Selection, SparseCompressor, budget, select_top_k
 from ..state import GradientState
+from ..wire import WIRE_IDS
 
 
 @register
 class TopK(SparseCompressor):
     name = "topk"
-    wire_id = 8
+    wire_id = WIRE_IDS["topk"]
 
     def __init__(self, ratio: float = 0.01) -> None:
         if not 0 < ratio <= 1:
