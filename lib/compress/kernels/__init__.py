@@ -34,12 +34,14 @@ def backend_for(t: torch.Tensor, name: str = "<unnamed>"):
             register_backend("cpu", cpu)
         elif dev == "cuda":
             try:
-                from . import cuda  # noqa: F401  (registers itself when CuPy works)
+                from . import cuda
+
+                cuda.register()
             except ImportError as e:
                 raise CompressionError(
                     name,
-                    "a CUDA tensor was given but no GPU kernels are available",
-                    f"install the `gpu` extra (CuPy) or move the tensor to the CPU: {e}",
+                    "a CUDA tensor was given but the GPU kernels cannot run",
+                    f"{e}; install the `gpu` extra (CuPy) on a machine with a GPU, or move the tensor to the CPU",
                 ) from None
     if dev not in _BACKENDS:
         raise CompressionError(name, f"no compression kernels for device {t.device}")
