@@ -20,25 +20,31 @@ def compress(
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured warm-up runs.")] = 2,
     threads: Annotated[int, typer.Option("--threads", min=0, help="Kernel threads (0: all cores).")] = 0,
     reference: Annotated[bool, typer.Option(help="Also time the plain-torch reference implementations.")] = True,
+    device: Annotated[
+        str, typer.Option("--device", help="cpu, cuda (cuda:N) or auto: CUDA when torch sees a GPU.")
+    ] = "auto",
     json_: JsonOpt = False,
 ) -> None:
     """Encode/decode throughput, ratio and error per algorithm, beside memory copy and plain torch."""
-    from hipress.compress import UnknownAlgorithm, available
+    from hipress.compress import CompressionError, UnknownAlgorithm, available
     from hipress.compress.bench import bench_compress
     from hipress.compress.registry import split_specs
 
     names = available() if alg == "all" else split_specs(alg)
     nbytes = parse_size(size)
     try:
-        result = bench_compress(names, nbytes, repeat=repeat, warmup=warmup, threads=threads, reference=reference)
-    except (UnknownAlgorithm, ValueError) as e:
+        result = bench_compress(
+            names, nbytes, repeat=repeat, warmup=warmup, threads=threads, reference=reference, device=device
+        )
+    except (UnknownAlgorithm, ValueError, CompressionError) as e:
         raise fail(str(e)) from None
     if json_:
         print_json(result)
         return
     mc = result["memcpy_gbps"]
-    t = Table(title=f"compressors on {nbytes / 2**20:.0f} MiB fp32, {result['threads']} threads; "
-              f"memcpy {mc:.2f} GB/s (median of {repeat})")
+    where = result["device_name"] if result["device"] != "cpu" else f"{result['threads']} threads"
+    t = Table(title=f"compressors on {nbytes / 2**20:.0f} MiB fp32, {where}; "
+              f"{'device copy' if result['device'] != 'cpu' else 'memcpy'} {mc:.2f} GB/s (median of {repeat})")
     for col in ("alg", "encode GB/s", "x memcpy", "decode GB/s", "x memcpy", "decode+add GB/s", "ratio",
                 "rel L2 err", "ref enc GB/s", "ref dec GB/s", "speedup enc"):
         t.add_column(col, justify="right" if col != "alg" else "left")

@@ -20,6 +20,8 @@ from . import reference as ref
 from .registry import create_from_spec
 from .state import GradientState
 
+_CPU = torch.device("cpu")
+
 
 def median_ci(samples: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
     """Median and a bootstrap 95% CI of the median."""
@@ -29,19 +31,45 @@ def median_ci(samples: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[
     return float(np.median(a)), float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
 
 
-def timeit(fn: Callable[[], object], repeat: int, warmup: int) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(repeat):
+def resolve_device(device: str) -> torch.device:
+    """``cpu``, ``cuda`` (``cuda:N``) or ``auto`` (CUDA when torch sees a GPU); ValueError otherwise."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"unknown device {device!r}: use cpu, cuda, cuda:N or auto") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"unsupported device {device!r}: use cpu, cuda, cuda:N or auto")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no CUDA GPU here (use --device cpu or auto)")
+    return dev
+
+
+def _timed(fn: Callable[[], object], device: torch.device) -> float:
+    """Seconds one call of ``fn`` takes: wall clock on the CPU, CUDA events around it on a GPU."""
+    if device.type != "cuda":
         t0 = time.perf_counter()
         fn()
-        out.append(time.perf_counter() - t0)
-    return out
+        return time.perf_counter() - t0
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
+def timeit(fn: Callable[[], object], repeat: int, warmup: int, device: torch.device = _CPU) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return [_timed(fn, device) for _ in range(repeat)]
 
 
 def timeit_paired(
-    fn: Callable[[], object], base: Callable[[], object], repeat: int, warmup: int
+    fn: Callable[[], object], base: Callable[[], object], repeat: int, warmup: int, device: torch.device = _CPU
 ) -> tuple[list[float], list[float]]:
     """Times of ``fn`` and of ``base`` run right before it, repetition by repetition.
 
@@ -54,13 +82,8 @@ def timeit_paired(
         fn()
     ts, tb = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        base()
-        t1 = time.perf_counter()
-        fn()
-        t2 = time.perf_counter()
-        tb.append(t1 - t0)
-        ts.append(t2 - t1)
+        tb.append(_timed(base, device))
+        ts.append(_timed(fn, device))
     return ts, tb
 
 
@@ -85,21 +108,36 @@ def _references(alg: str, x: torch.Tensor, params: dict) -> tuple[Callable, Call
         bits, sto = params.get("bits", 2), params.get("stochastic", True)
         body, lo, hi = ref.terngrad_encode(x, bits, sto, 1)
         return (lambda: ref.terngrad_encode(x, bits, sto, 1)), (lambda: ref.terngrad_decode(body, lo, hi, bits, n))
-    if alg in ("topk", "dgc"):
-        ratio = params.get("ratio", 0.01 if alg == "topk" else 0.001)
+    if alg == "topk":
+        ratio = params.get("ratio", 0.01)
         idx, val = ref.topk_encode(x, ratio)
         return (lambda: ref.topk_encode(x, ratio)), (lambda: ref.sparse_decode(idx, val, n))
     if alg == "fp16":
         h = ref.fp16_encode(x)
         return (lambda: ref.fp16_encode(x)), (lambda: ref.fp16_decode(h))
+    if alg in ("signsgd", "efsignsgd"):
+        body = ref.signsgd_encode(x)
+        return (lambda: ref.signsgd_encode(x)), (lambda: ref.signsgd_decode(body, n))
+    if alg in ("dgc", "graddrop"):
+        ratio = params.get("ratio", 0.001) if alg == "dgc" else 1 - params.get("drop_ratio", 0.99)
+        sr = params.get("sample_ratio", 0.01)
+        idx, val = ref.sampled_encode(x, ratio, sr, alg == "dgc")
+        return (lambda: ref.sampled_encode(x, ratio, sr, alg == "dgc")), (lambda: ref.sparse_decode(idx, val, n))
+    if alg == "randomk":
+        ratio = params.get("ratio", 0.01)
+        idx, val = ref.randomk_encode(x, ratio)
+        return (lambda: ref.randomk_encode(x, ratio)), (lambda: ref.sparse_decode(idx, val, n))
     return None
 
 
 def bench_compress(
     specs: list[str], nbytes: int, repeat: int = 10, warmup: int = 2, threads: int = 0, reference: bool = True,
-    seed: int = 0,
+    seed: int = 0, device: str = "cpu",
 ) -> dict:
-    """Measure every algorithm spec on one ``nbytes`` fp32 gradient (normal values)."""
+    """Measure every algorithm spec on one ``nbytes`` fp32 gradient (normal values) on ``device``.
+
+    On a GPU every time is taken with CUDA events around the call (after warm-up, so NVRTC
+    compilation is not counted), and the baseline is a device-to-device copy of the gradient."""
     import numba
 
     from .kernels import set_threads
@@ -107,12 +145,13 @@ def bench_compress(
     if threads:
         set_threads(threads)
         torch.set_num_threads(threads)
+    dev = resolve_device(device)
     comps = [(s, create_from_spec(s)) for s in specs]  # fail before measuring anything
     n = max(1, nbytes // 4)
-    x = torch.randn(n, generator=torch.Generator().manual_seed(seed))
+    x = torch.randn(n, generator=torch.Generator().manual_seed(seed)).to(dev)
     dst = torch.empty_like(x)
     copy = lambda: dst.copy_(x)  # noqa: E731
-    memcpy = timeit(copy, repeat, warmup)
+    memcpy = timeit(copy, repeat, warmup, dev)
     rows = []
     for spec, comp in comps:
         state = GradientState(seed=seed)
@@ -121,7 +160,7 @@ def bench_compress(
         decoded = comp.decode(payload)
         err = float((decoded - x).norm() / x.norm())
         out = torch.empty_like(x)
-        row = {"alg": spec, "params": comp.params()}
+        row: dict = {"alg": spec, "params": comp.params()}
         runs = {
             "encode": lambda c=comp, s=state, nm=spec: c.encode(x, s, name=nm),
             "decode": lambda c=comp, p=payload, o=out: c.decode(p, out=o),
@@ -129,7 +168,7 @@ def bench_compress(
             "decode_add": lambda c=comp, p=payload, o=out: c.decode(p, out=o, add=True),
         }
         for key, fn in runs.items():
-            ts, tb = timeit_paired(fn, copy, repeat, warmup)
+            ts, tb = timeit_paired(fn, copy, repeat, warmup, dev)
             memcpy += tb
             g = _gbps(4 * n, ts)
             row[f"{key}_gbps"] = g["gbps"]
@@ -139,11 +178,15 @@ def bench_compress(
         refs = _references(spec.partition(":")[0], x, comp.params()) if reference else None
         if refs is not None:
             renc, rdec = refs
-            row["reference_encode_gbps"] = _gbps(4 * n, timeit(renc, max(3, repeat // 3), 1))["gbps"]
-            row["reference_decode_gbps"] = _gbps(4 * n, timeit(rdec, max(3, repeat // 3), 1))["gbps"]
+            row["reference_encode_gbps"] = _gbps(4 * n, timeit(renc, max(3, repeat // 3), 1, dev))["gbps"]
+            row["reference_decode_gbps"] = _gbps(4 * n, timeit(rdec, max(3, repeat // 3), 1, dev))["gbps"]
+            row["speedup_encode"] = row["encode_gbps"] / row["reference_encode_gbps"]
+            row["speedup_decode"] = row["decode_gbps"] / row["reference_decode_gbps"]
         rows.append(row)
     mc = _gbps(4 * n, memcpy)
     return {
+        "device": str(dev),
+        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "size_bytes": 4 * n,
         "repeat": repeat,
         "warmup": warmup,

@@ -17,8 +17,8 @@ def _pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
     per = 8 // bits
     n = codes.numel()
     pad = (-n) % per
-    c = torch.cat([codes.to(torch.uint8), torch.zeros(pad, dtype=torch.uint8)]).view(-1, per)
-    out = torch.zeros(c.shape[0], dtype=torch.uint8)
+    c = torch.cat([codes.to(torch.uint8), torch.zeros(pad, dtype=torch.uint8, device=codes.device)]).view(-1, per)
+    out = torch.zeros(c.shape[0], dtype=torch.uint8, device=codes.device)
     for k in range(per):
         out |= c[:, k] << (k * bits)
     return out
@@ -55,14 +55,14 @@ def onebit_encode(g: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, float
 
 def onebit_decode(body: torch.Tensor, pos: float, neg: float, n: int) -> torch.Tensor:
     bits = _unpack(body, 1, n).bool()
-    return torch.where(bits, torch.tensor(pos), torch.tensor(neg))
+    return torch.where(bits, pos, neg).to(torch.float32)
 
 
 def terngrad_encode(g: torch.Tensor, bits: int, stochastic: bool, seed: int) -> tuple[torch.Tensor, float, float]:
     lo, hi = g.min().item(), g.max().item()
     gap = np.float32(np.float32(hi) - np.float32(lo)) / np.float32((1 << bits) - 1)
     if gap > 0:
-        u = torch.from_numpy(uniform_numpy(seed, g.numel())) if stochastic else torch.full_like(g, 0.5)
+        u = torch.from_numpy(uniform_numpy(seed, g.numel())).to(g.device) if stochastic else torch.full_like(g, 0.5)
         q = torch.floor((g - np.float32(lo)) / torch.tensor(gap) + u).clamp_(0, (1 << bits) - 1)
     else:
         q = torch.zeros_like(g)
@@ -81,8 +81,38 @@ def topk_encode(g: torch.Tensor, ratio: float) -> tuple[torch.Tensor, torch.Tens
     return idx.to(torch.int32), g[idx]
 
 
+def sampled_encode(
+    g: torch.Tensor, ratio: float, sample_ratio: float = 0.01, limit: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """DGC (``limit``: at most the budget, by a second top-k) or GradDrop: threshold from a random sample."""
+    n = g.numel()
+    k = max(1, int(np.ceil(n * ratio)))
+    a = g.abs()
+    ns = min(n, max(1024, int(np.ceil(n * sample_ratio))))
+    sample = a[torch.randint(0, n, (ns,), device=g.device)]
+    thr = torch.topk(sample, max(1, int(np.ceil(ns * ratio))), sorted=False).values.min()
+    idx = (a >= thr).nonzero().squeeze(1)
+    if limit and idx.numel() > k:
+        idx = idx[torch.topk(a[idx], k, sorted=False).indices].sort().values
+    return idx.to(torch.int32), g[idx]
+
+
+def randomk_encode(g: torch.Tensor, ratio: float) -> tuple[torch.Tensor, torch.Tensor]:
+    k = max(1, int(np.ceil(g.numel() * ratio)))
+    idx = torch.randperm(g.numel(), device=g.device)[:k].sort().values
+    return idx.to(torch.int32), g[idx]
+
+
+def signsgd_encode(g: torch.Tensor) -> torch.Tensor:
+    return _pack(g >= 0, 1)
+
+
+def signsgd_decode(body: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.where(_unpack(body, 1, n).bool(), 1.0, -1.0).to(torch.float32)
+
+
 def sparse_decode(idx: torch.Tensor, val: torch.Tensor, n: int) -> torch.Tensor:
-    out = torch.zeros(n)
+    out = torch.zeros(n, device=val.device)
     out[idx.long()] = val
     return out
 
