@@ -61,7 +61,7 @@ class DGC(SparseCompressor):
     def _select(self, x: torch.Tensor, state: GradientState | None, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         n = x.numel()
         if n == 0:
-            return torch.empty(0, dtype=torch.int32), torch.empty(0)
+            return torch.empty(0, dtype=torch.int32, device=x.device), torch.empty(0, device=x.device)
         u = None
         if self.momentum and state is not None:
             u = state.buffer("momentum", x)

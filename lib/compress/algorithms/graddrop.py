@@ -43,7 +43,7 @@ class GradDrop(SparseCompressor):
 
     def _select(self, x: torch.Tensor, state: GradientState | None, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         if x.numel() == 0:
-            return torch.empty(0, dtype=torch.int32), torch.empty(0)
+            return torch.empty(0, dtype=torch.int32, device=x.device), torch.empty(0, device=x.device)
         v = accumulate(x, state)
         seed = state.step_seed() if state is not None else 0
         thr = sampled_threshold(v, 1.0 - self.drop_ratio, self.sample_ratio, seed)
