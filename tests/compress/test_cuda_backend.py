@@ -96,9 +96,11 @@ def emulated():
 
 
 @needs_cxx
-@pytest.mark.parametrize("n", [0, 1, 15, 20, 1023, 1024, 1025, 3 * 1024 + 7, 70_001])
-def test_device_crc_is_zlibs(emulated, n):
-    p = torch.randint(0, 256, (HEADER_SIZE + n,), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
+@pytest.mark.parametrize("n", [0, 1, 3, 15, 20, 1023, 1024, 1025, 3 * 1024 + 7, 70_001])
+@pytest.mark.parametrize("offset", [0, 1, 2, 3])  # the body 4-byte aligned (word path) or not (byte path)
+def test_device_crc_is_zlibs(emulated, n, offset):
+    g = torch.Generator().manual_seed(n)
+    p = torch.randint(0, 256, (offset + HEADER_SIZE + n,), dtype=torch.uint8, generator=g)[offset:]
     a = p.numpy()
     assert emulated.payload_crc(p, 16, HEADER_SIZE) == zlib.crc32(a[HEADER_SIZE:], zlib.crc32(a[:16]))
 

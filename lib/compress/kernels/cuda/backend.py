@@ -30,13 +30,17 @@ def ptr(t: torch.Tensor) -> np.uint64:
 
 
 def _crc_tables() -> tuple[list[int], list[int]]:
-    """zlib's byte table of the reflected polynomial, and x^(2^k) modulo it for k < 32."""
+    """zlib's four slicing tables of the reflected polynomial (4 x 256, the first the byte table),
+    and x^(2^k) modulo it for k < 32."""
     table = []
     for b in range(256):
         c = b
         for _ in range(8):
             c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
         table.append(c)
+    for k in range(1, 4):
+        prev = table[256 * (k - 1) : 256 * k]
+        table += [(t >> 8) ^ table[t & 0xFF] for t in prev]
     x2n = [1 << 30]
     for _ in range(31):
         x2n.append(multmodp(x2n[-1], x2n[-1]))
