@@ -32,6 +32,7 @@ from mpi4py import MPI
 from hipress.compress import create_from_spec
 from hipress.compress.kernels import set_threads
 
+from .device import DEVICES, bind_rank
 from .engine import Engine
 from .guard import abort_on_error
 from .topologies import available, get
@@ -60,11 +61,14 @@ def run_topology(
     partition_bytes: int,
     timeout: float,
     trace: str | None = None,
+    device: torch.device | None = None,
 ) -> dict:
     rank, world = comm.Get_rank(), comm.Get_size()
     gen = torch.Generator().manual_seed(1234 + rank)
-    grad = torch.randn(numel, generator=gen)
+    dev = device if device is not None else torch.device("cpu")
+    grad = torch.randn(numel, generator=gen).to(dev)
     work = torch.empty_like(grad)
+    cuda = dev.type == "cuda"
     comp = create_from_spec(alg) if get(topo).compressed else None
     times, walls = [], []
     sent, outs, ins = [], [], []
@@ -73,10 +77,14 @@ def run_topology(
     with Engine(comm, comp, topo, partition_bytes=partition_bytes, timeout=timeout, trace=bool(trace)) as eng:
         for it in range(warmup + repeat):
             work.copy_(grad)
+            if cuda:
+                torch.cuda.synchronize(dev)  # the copy is not part of the measured time
             comm.Barrier()
             t0, c0 = time.perf_counter(), time.process_time()
             eng.submit("grad", work)
             st = eng.wait_all()
+            if cuda:  # wait_all only orders the caller's stream: the average is done when it is
+                torch.cuda.current_stream(dev).synchronize()
             dt, cpu = time.perf_counter() - t0, time.process_time() - c0
             slowest = _max(comm, dt)
             if it < warmup:
@@ -132,6 +140,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1, help="compressor kernel threads per rank")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--link-bits", type=float, default=0.0, help="link rate in bit/s (0: not shaped)")
+    p.add_argument("--device", default="cpu", choices=DEVICES,
+                   help="where the gradient lives (auto: CUDA when torch sees a GPU); rank i uses GPU i %% count")
     p.add_argument("--out", required=True)
     p.add_argument("--trace", default=None, help="write every rank's task trace to TRACE.<topo>.rank<r>.json")
     a = p.parse_args(argv)
@@ -141,8 +151,12 @@ def main(argv: list[str] | None = None) -> None:
     for t in topos:
         get(t)  # unknown names fail before anything runs
     numel = a.size // 4
+    choice = bind_rank(comm, a.device)
+    if choice.note and comm.Get_rank() == 0:
+        print(f"hipress bench sync: {choice.note}", file=sys.stderr, flush=True)
     rows = [
-        run_topology(comm, t, a.alg, numel, a.repeat, a.warmup, a.partition_bytes, a.timeout, a.trace) for t in topos
+        run_topology(comm, t, a.alg, numel, a.repeat, a.warmup, a.partition_bytes, a.timeout, a.trace, choice.device)
+        for t in topos
     ]
     if comm.Get_rank() != 0:
         return
@@ -161,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
         "warmup": a.warmup,
         "partition_bytes": a.partition_bytes,
         "threads": a.threads,
+        **choice.summary(),
         "link_bits": a.link_bits or None,
         "mpi": MPI.Get_library_version().splitlines()[0],
         "netmod": os.environ.get("MPIR_CVAR_CH4_NETMOD", "default (shared memory)"),

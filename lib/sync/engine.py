@@ -14,6 +14,14 @@ cheap enough for autograd hooks: synchronization of the last layers starts while
 are still being differentiated. Every rank must submit the same set of gradient names each
 iteration (any order for the CaSync/ring/ps topologies; the same order for ``allreduce`` and
 ``allgather``, which use MPI collectives); sizes must agree across ranks.
+
+CUDA gradients are synchronized on the GPU: encode/decode/merge and the averaging run on a CUDA
+stream of the engine's own, ordered after the stream that produced each gradient (so they overlap
+the rest of backward); payloads reach MPI through pooled pinned host buffers (or device memory with
+a CUDA-aware MPI); ``wait_all`` makes the caller's current stream wait for the engine's work, so
+the averages are in place for the next kernel without a host synchronization (see ``transport``).
+On CUDA, ``SyncStats.compute_s`` is the worker's time to *enqueue* the kernels (plus "stage", the
+waits for device-to-host copies), not GPU time.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from . import guard
 from .executor import MPIExecutor
 from .plan import PlanEntry
 from .program import DEFAULT_BULK_BYTES, DEFAULT_PARTITION_BYTES, SyncError, SyncProgram
+from .transport import Transport
 
 
 @dataclass
@@ -83,6 +92,10 @@ class Engine:
         error naming what is pending (a peer that failed *with* an error is reported at once).
       trace: record every task's (kind, label, start, end, cpu seconds) in ``SyncStats.trace``
         (times from ``time.perf_counter``, relative to the first submit): where the time went.
+      staging: how payloads reach MPI (``transport.Transport``): None stages CUDA payloads through
+        pinned host memory unless MPI reports CUDA support; True forces staging (on the CPU too,
+        with plain host buffers: real copies, the tested path without a GPU); False never stages.
+        The device is the first submitted gradient's; every gradient must be on it.
     """
 
     def __init__(
@@ -97,9 +110,11 @@ class Engine:
         bulk_bytes: int = DEFAULT_BULK_BYTES,
         timeout: float = 60.0,
         trace: bool = False,
+        staging: bool | None = None,
     ) -> None:
         self.states = states if states is not None else StateStore()
-        self.executor = MPIExecutor(comm, timeout=timeout, trace=trace)
+        self.transport = Transport(staging)
+        self.executor = MPIExecutor(comm, timeout=timeout, trace=trace, transport=self.transport)
         try:
             self.program = SyncProgram(
                 comm.Get_rank(),
@@ -128,10 +143,12 @@ class Engine:
         return self.program.comp
 
     def submit(self, name: str, tensor: torch.Tensor) -> None:
-        """Start synchronizing ``tensor`` (a ready gradient, any shape, CPU, float) under ``name``.
+        """Start synchronizing ``tensor`` (a ready gradient, any shape, float, CPU or CUDA) under ``name``.
 
         Thread-safe (autograd hooks call it from the backward thread). The tensor must not be
-        modified until ``wait_all`` returns; it then holds the average over ranks.
+        modified until ``wait_all`` returns; it then holds the average over ranks. A CUDA tensor
+        must be complete on the caller's *current* stream at this call (as a gradient is in its
+        hook); the engine's kernels are ordered after that stream's work so far.
         """
         with self._lock:
             self._check_open()
@@ -143,7 +160,11 @@ class Engine:
                 )
             if self._t0 is None:
                 self._t0 = time.perf_counter()
+            if isinstance(tensor, torch.Tensor):
+                self.transport.bind(tensor, name)
             tasks = self.program.submit(name, tensor)
+            if tasks:
+                self.transport.producer_ready()  # after submit's own copies (fp16 -> fp32) too
             self.executor.schedule(tasks)
 
     def wait_all(self) -> SyncStats:
@@ -155,7 +176,10 @@ class Engine:
             self._check_open()
             if self._t0 is None:
                 self._t0 = time.perf_counter()
-            self.executor.schedule(self.program.flush())
+            tasks = self.program.flush()
+            if tasks:
+                self.transport.producer_ready()  # the fused bulk buffers were filled on the caller's stream
+            self.executor.schedule(tasks)
             n = len(self.program.submitted)
             self._waiting = True
         t_wait = time.perf_counter()
@@ -165,6 +189,8 @@ class Engine:
             self._waiting = False
         t_end = time.perf_counter()
         with self._lock:
+            # before the iteration's buffers are dropped: their memory is reused in stream order
+            self.transport.hand_back()
             self.program.end_iteration()
             t0, self._t0 = self._t0, None
             ex = self.executor.take_stats()
@@ -202,7 +228,10 @@ class Engine:
             if self.executor.busy and self.executor.failed is None:
                 self.executor.abort("the engine was closed with a synchronization in flight")
             self._closed = True
-            self.executor.close(handshake=sys.exc_info()[0] is None, timeout=timeout)
+            try:
+                self.executor.close(handshake=sys.exc_info()[0] is None, timeout=timeout)
+            finally:
+                self.transport.close()
 
     def abort(self, reason: str) -> None:
         """Fail this engine and tell every peer why (they fail with "rank k failed: reason")."""

@@ -52,11 +52,13 @@ from hipress.compress.kernels import set_threads
 
 from .graph import ChannelOrder, Task, complete, roots
 from .program import SyncError
+from .transport import Transport, mpi_buffer
 
 NOTICE_TAG = 1
 CLOSE_TAG = 2  # the close handshake's one-byte messages, on the control communicator
 NOTICE_BYTES = 2048
 _STOP = (float("inf"), float("inf"))
+STAGED_OUT = frozenset({"send", "allgatherv", "allreduce"})  # what reads a buffer MPI must see on the wire
 
 
 @dataclass
@@ -78,7 +80,12 @@ class MPIExecutor:
     """Executes ``Task`` graphs on ``comm`` (see the module docstring)."""
 
     def __init__(
-        self, comm: MPI.Comm, timeout: float = 60.0, poll_max_s: float = 0.001, trace: bool = False
+        self,
+        comm: MPI.Comm,
+        timeout: float = 60.0,
+        poll_max_s: float = 0.001,
+        trace: bool = False,
+        transport: Transport | None = None,
     ) -> None:
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             raise SyncError(
@@ -91,6 +98,11 @@ class MPIExecutor:
         self.timeout = float(timeout)
         self.poll_max_s = poll_max_s
         self.trace = trace  # record every task's start/end (time.perf_counter) in the stats
+        # device tensors (or forced staging): communication goes through wire buffers, see ``transport``
+        self.transport = transport if transport is not None else Transport(staging=False)
+        self._wire: dict[Task, torch.Tensor] = {}  # staged outgoing buffers, until posted
+        self._copy_done: dict[Task, object] = {}  # their device->host copy's CUDA event (set by the worker)
+        self._copying: list[Task] = []  # comm thread: staged tasks whose copy is still running
         # own communicators: our traffic never matches the caller's, collectives never cross
         self.p2p = comm.Dup()
         self.coll = [comm.Dup(), comm.Dup()]  # COLL_SIZES, COLL_DATA channels
@@ -176,7 +188,7 @@ class MPIExecutor:
             self._comm.join(limit + 5.0)  # it leaves its loop once the handshake is over, either way
         self._stop = True
         self._wake.set()
-        self._work.put((_STOP, 0, None))
+        self._work.put((_STOP, 0, None, _RUN))
         self._comm.join(5)
         self._worker.join(5)
         if self._error is None and not self._comm.is_alive():
@@ -212,10 +224,13 @@ class MPIExecutor:
 
     def _ready(self, t: Task) -> None:
         if t.is_comm:
+            if self.transport.active and t.kind in STAGED_OUT:
+                self._work.put((t.prio, next(self._count), t, _OUT))  # the worker copies it out first
+                return
             self._inbox.append(t)
             self._wake.set()
         else:
-            self._work.put((t.prio, next(self._count), t))
+            self._work.put((t.prio, next(self._count), t, _RUN))
 
     def _done(self, t: Task) -> None:
         with self._lock:
@@ -240,27 +255,65 @@ class MPIExecutor:
     def _compute_loop(self) -> None:
         set_threads(self._kernel_threads)
         while True:
-            _prio, _n, t = self._work.get()
+            _prio, _n, t, step = self._work.get()
             if t is None:
                 return
             if self._error is not None:
                 continue
+            self.transport.enter()  # CUDA: the engine's stream becomes this thread's current one
             t0 = time.perf_counter()
             c0 = time.thread_time()
             try:
-                t.run()
+                if step is _RUN:
+                    t.run()
+                elif step is _OUT:
+                    self._stage_out(t)
+                else:
+                    self._stage_in(t)
             except Exception as e:  # noqa: BLE001 - any failure of a task fails the sync, clearly
-                err = SyncError(f"rank {self.rank}: {t.kind} of {t.label} failed: {e}")
+                what = t.kind if step is _RUN else f"staging ({step}) of the {t.kind}"
+                err = SyncError(f"rank {self.rank}: {what} of {t.label} failed: {e}")
                 err.__cause__ = e
                 self._fail(err, tell_peers=True)
                 continue
             t1 = time.perf_counter()
+            kind = t.kind if step is _RUN else "stage"
             with self._lock:
-                self.stats.compute_s[t.kind] += t1 - t0
-                self.stats.tasks[t.kind] += 1
+                self.stats.compute_s[kind] += t1 - t0
+                if step is _RUN:
+                    self.stats.tasks[kind] += 1
                 if self.trace:
-                    self.stats.trace.append((t.kind, t.label, t0, t1, time.thread_time() - c0))
-            self._done(t)
+                    self.stats.trace.append((kind, t.label, t0, t1, time.thread_time() - c0))
+            if step is _OUT:
+                with self._lock:
+                    self._inbox.append(t)
+                self._wake.set()
+            else:
+                self._done(t)
+
+    # ------------------------------------------------------------------ staging (transport.active)
+    def _stage_out(self, t: Task) -> None:
+        """Copy what a send/collective reads into a wire buffer, before the comm thread posts it."""
+        src = t.buffer if t.kind == "allreduce" else t.slot.get()
+        self._wire[t], done = self.transport.to_wire(src)
+        if done is not None:  # the copy is in flight (CUDA, or the CPU copier): posted once it finished
+            self._copy_done[t] = done
+
+    def _stage_in(self, t: Task) -> None:
+        """A completed receive/collective: its bytes to the device, where the next tasks read them."""
+        tr = self.transport
+        if t.kind == "recv":
+            t.slot.value = tr.from_wire(t.aux)
+        elif t.kind == "allreduce":
+            tr.from_wire(t.aux, into=t.buffer)
+        else:  # allgatherv: one copy of everything gathered, then a view per rank
+            gathered, counts = t.aux
+            dev = tr.from_wire(gathered)
+            off = 0
+            for j, c in enumerate(counts):
+                t.outs[j].value = dev[off : off + c]
+                off += c
+        t.aux = None
 
     # ------------------------------------------------------------------ communication thread
     def _comm_loop(self) -> None:
@@ -305,7 +358,7 @@ class MPIExecutor:
                     cpu0 = cpu
                 if progressed:
                     sleep = 0.0
-                elif not reqs and not self._inbox and not self._recv_queue and bye is None:
+                elif not reqs and not self._inbox and not self._recv_queue and not self._copying and bye is None:
                     self._wake.wait(0.05)  # idle: sleep until a task is ready (or check notices)
                     self._wake.clear()
                 else:
@@ -324,10 +377,30 @@ class MPIExecutor:
                 notice_req.Wait()
 
     def _post_ready(self, reqs: list[MPI.Request], inflight: list[Task]) -> bool:
-        """Post what became ready: per channel in creation order, receives within their window."""
+        """Post what became ready: per channel in creation order, receives within their window.
+
+        A staged task enters its channel's order only once its device->host copy has finished
+        (a CUDA event, polled here: neither thread blocks on the copy).
+        """
         posted = False
+        arrived: list[Task] = []
+        if self._copying:
+            still = []
+            for t in self._copying:
+                (arrived if self._copy_done[t].query() else still).append(t)  # type: ignore[attr-defined]
+            self._copying = still
+            for t in arrived:
+                del self._copy_done[t]
         while self._inbox and self._error is None:
-            for p in self._order.ready(self._inbox.popleft()):
+            t = self._inbox.popleft()
+            if t in self._copy_done:
+                self._copying.append(t)
+            else:
+                arrived.append(t)
+        for t in arrived:
+            if self._error is not None:
+                break
+            for p in self._order.ready(t):
                 if p.kind == "recv":
                     self._recv_queue[p.tag].append(p)
                 else:
@@ -380,7 +453,7 @@ class MPIExecutor:
             f"{'all ranks' if t.peer < 0 else f'rank {t.peer}'} ({t.label})"
             for t in pending
         )
-        held = len(self._order.stuck()) + sum(len(q) for q in self._recv_queue.values())
+        held = len(self._order.stuck()) + sum(len(q) for q in self._recv_queue.values()) + len(self._copying)
         if len(inflight) > len(pending):
             what += f"; {len(inflight) - len(pending)} more in flight"
         return (what or "compute tasks") + (f"; {held} more not posted yet" if held else "")
@@ -405,51 +478,77 @@ class MPIExecutor:
         st = self.stats
         if self.trace:
             t.t_posted = time.perf_counter()
+        staged = self.transport.active
         if t.kind == "send":
-            payload = t.slot.get()
+            if staged:
+                payload = t.aux = self._wire.pop(t)  # released when the send completes
+            else:
+                payload = t.slot.get()
             t.nbytes = payload.numel()
             with self._lock:
                 st.bytes_sent += t.nbytes
                 st.bytes_to[t.peer] += t.nbytes
                 st.messages += 1
-            return self.p2p.Isend([payload.numpy(), MPI.BYTE], dest=t.peer, tag=t.tag)
+            return self.p2p.Isend([mpi_buffer(payload), MPI.BYTE], dest=t.peer, tag=t.tag)
         if t.kind == "recv":
-            t.aux = torch.empty(t.max_bytes, dtype=torch.uint8)
-            return self.p2p.Irecv([t.aux.numpy(), MPI.BYTE], source=t.peer, tag=t.tag)
+            if staged:
+                t.aux = self.transport.wire_buffer(t.max_bytes)
+            else:
+                t.aux = torch.empty(t.max_bytes, dtype=torch.uint8)
+            return self.p2p.Irecv([mpi_buffer(t.aux[: t.max_bytes]), MPI.BYTE], source=t.peer, tag=t.tag)
         if t.kind == "allgather_sizes":
             size = t.slot.get().numel() if t.slot is not None else 0
             mine = np.array([size, t.tag], dtype=np.int64)
             t.aux = (mine, np.empty((self.world, 2), dtype=np.int64))
             return self.coll[0].Iallgather([mine, MPI.INT64_T], [t.aux[1], MPI.INT64_T])
         if t.kind == "allgatherv":
-            payload = t.slot.get()
             counts = t.link.aux[1][:, 0].copy()  # type: ignore[union-attr,index]
             displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-            t.aux = torch.empty(int(counts.sum()), dtype=torch.uint8)
-            t.nbytes = int(counts.sum()) * (self.world - 1) // self.world
+            total = int(counts.sum())
+            if staged:
+                payload = self._wire.pop(t)
+                gathered = self.transport.wire_buffer(total)[:total]
+                t.aux = (gathered, payload)  # both wire buffers, until the gather completes
+            else:
+                payload = t.slot.get()
+                gathered = t.aux = torch.empty(total, dtype=torch.uint8)
+            t.nbytes = total * (self.world - 1) // self.world
             with self._lock:
                 st.collective_bytes_est += t.nbytes
             return self.coll[1].Iallgatherv(
-                [payload.numpy(), MPI.BYTE], [t.aux.numpy(), (counts.tolist(), displs.tolist()), MPI.BYTE]
+                [mpi_buffer(payload), MPI.BYTE],
+                [mpi_buffer(gathered), (counts.tolist(), displs.tolist()), MPI.BYTE],
             )
         if t.kind == "allreduce":
             t.nbytes = 2 * (self.world - 1) * 4 * t.buffer.numel() // self.world
             with self._lock:
                 st.collective_bytes_est += t.nbytes
-            return self.coll[1].Iallreduce(MPI.IN_PLACE, [t.buffer.numpy(), MPI.FLOAT], op=MPI.SUM)
+            buf = t.buffer
+            if staged:
+                buf = t.aux = self._wire.pop(t).view(torch.float32)  # reduced on the wire, copied back
+            return self.coll[1].Iallreduce(MPI.IN_PLACE, [mpi_buffer(buf), MPI.FLOAT], op=MPI.SUM)
         raise SyncError(f"internal error: cannot post a {t.kind} task")
 
     def _finished(self, t: Task, status: MPI.Status) -> None:
         if self.trace:
             with self._lock:
                 self.stats.trace.append((t.kind, t.label, t.t_posted, time.perf_counter(), 0.0))
-        if t.kind == "recv":
+        staged = self.transport.active
+        if t.kind == "send":
+            if staged:
+                self.transport.release(t.aux)
+                t.aux = None
+        elif t.kind == "recv":
             self._recv_live[t.tag] -= 1
             n = status.Get_count(MPI.BYTE)
-            t.slot.value = t.aux[:n]
-            t.aux = None
             with self._lock:
                 self.stats.bytes_from[t.peer] += n
+            if staged:
+                t.aux = t.aux[:n]
+                self._work.put((t.prio, next(self._count), t, _IN))  # the worker copies it in, then done
+                return
+            t.slot.value = t.aux[:n]
+            t.aux = None
         elif t.kind == "allgather_sizes":
             tags = t.aux[1][:, 1].tolist()
             if any(x != t.tag for x in tags):
@@ -465,12 +564,26 @@ class MPIExecutor:
                 return
         elif t.kind == "allgatherv":
             counts = t.link.aux[1][:, 0].tolist()  # type: ignore[union-attr,index]
+            if staged:
+                gathered, payload = t.aux
+                self.transport.release(payload)
+                t.aux = (gathered, counts)
+                t.link.aux = None  # type: ignore[union-attr]
+                self._work.put((t.prio, next(self._count), t, _IN))
+                return
             off = 0
             for j, c in enumerate(counts):
                 t.outs[j].value = t.aux[off : off + c]
                 off += c
             t.link.aux = None  # type: ignore[union-attr]
+        elif t.kind == "allreduce" and staged:
+            self._work.put((t.prio, next(self._count), t, _IN))
+            return
         self._done(t)
+
+
+# what the compute worker does with a queued task: run it, or stage its bytes out/in (``transport``)
+_RUN, _OUT, _IN = "run", "out", "in"
 
 
 class _Goodbye:

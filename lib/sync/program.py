@@ -48,14 +48,14 @@ class Submitted:
 
 
 def _check_gradient(name: str, t: object) -> torch.Tensor:
-    """Refuse what the engine cannot synchronize (not a tensor, not floating point, not on the CPU)."""
+    """Refuse what the engine cannot synchronize (not a tensor, not floating point, not CPU/CUDA)."""
     if not isinstance(t, torch.Tensor):
         raise SyncError(f"gradient {name!r}: expected a torch.Tensor, got {type(t).__name__}")
     if not t.is_floating_point():
         raise SyncError(f"gradient {name!r}: dtype {t.dtype} is not a floating type; gradients are float32")
-    if t.device.type != "cpu":
+    if t.device.type not in ("cpu", "cuda"):
         raise SyncError(
-            f"gradient {name!r} is on {t.device}; the MPI engine moves CPU tensors (copy it to the CPU first)"
+            f"gradient {name!r} is on {t.device}; the engine synchronizes CPU and CUDA tensors (move it to one)"
         )
     return t
 
@@ -152,6 +152,9 @@ class SyncProgram:
         self._order = itertools.count()
         self.submitted: dict[str, Submitted] = {}
         self._held: list[Submitted] = []
+        # fused bulk buffers, kept until ``end_iteration``: on a GPU their memory must not be
+        # reused before the engine's stream is done with them (the engine orders that first)
+        self._fused: list[torch.Tensor] = []
 
     # ------------------------------------------------------------------ naming
     def tag(self, name: str) -> int:
@@ -233,6 +236,7 @@ class SyncProgram:
     def end_iteration(self) -> None:
         self.submitted.clear()
         self._held.clear()
+        self._fused.clear()
 
     # ------------------------------------------------------------------ graph building
     def _build_bulk(self, group: list[Submitted], compress: bool) -> list[Task]:
@@ -241,6 +245,7 @@ class SyncProgram:
             return self._build(s.name, s.flat, self.entry(s.name, s.flat.numel()), group)
         name = f"bulk[{group[0].name}..{group[-1].name}]x{len(group)}"
         flat = torch.cat([s.flat for s in group])
+        self._fused.append(flat)
         return self._build(name, flat, PlanEntry(name, flat.numel(), compress, 1), group, fused=True)
 
     def _build(

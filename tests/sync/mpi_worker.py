@@ -307,6 +307,119 @@ def alone() -> None:
     print("PASS alone np=1", flush=True)
 
 
+def on_device(dev_name: str, staging: str) -> None:
+    """Every topology on ``dev_name`` tensors ("cpu" or "cuda"), with ``staging`` "force" (payloads
+    copied through the engine's wire buffers: on the CPU, the staged path a GPU takes) or "auto":
+    results equal the single-process CPU reference, averaged in place, in the caller's tensors."""
+    if dev_name == "cuda":
+        dev = torch.device("cuda", RANK % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+    else:
+        dev = torch.device("cpu")
+    force = {"force": True, "auto": None}[staging]
+    sizes = [1, 3, 1000, 4099, 20000]
+    for topo in topologies():
+        algs = [None, "tbq", "onebit"] if topo in COMPRESSED else [None]
+        for alg in algs:
+            opts = {"partition_bytes": 1 << 14, "bulk_bytes": 1 << 11}
+            from hipress.compress import StateStore
+
+            ref_states = [StateStore() for _ in range(WORLD)]
+            with Engine(comm, alg, topo, timeout=60, staging=force, **opts) as eng:
+                for it in range(2):  # a second iteration reuses the wire buffers and residuals
+                    inputs = make_inputs(sizes, seed=21 + it, integer=alg is None)
+                    for r in range(WORLD):  # an fp16 gradient (a copy to fp32 and back) and a non-contiguous one
+                        inputs[r]["half.weight"] = (torch.arange(64, dtype=torch.float32) * (r + 1)).half()
+                        inputs[r]["fc.t"] = (torch.arange(30, dtype=torch.float32) * (r - 1)).reshape(5, 6).t()
+                    ref = simulate(inputs, alg, topo, states=ref_states, **opts)
+                    work = {k: v.to(dev) for k, v in inputs[RANK].items()}
+                    work["fc.t"] = inputs[RANK]["fc.t"].t().contiguous().to(dev).t()  # non-contiguous there too
+                    ptrs = {k: v.data_ptr() for k, v in work.items()}
+                    if dev.type == "cuda":
+                        # gradients produced on a side stream that is still busy when they are submitted:
+                        # the engine must order its work after that stream (else it reads the zeros)
+                        values, work = work, {k: torch.zeros_like(v) for k, v in work.items()}
+                        ptrs = {k: v.data_ptr() for k, v in work.items()}
+                        side = torch.cuda.Stream(dev)
+                        side.wait_stream(torch.cuda.current_stream(dev))
+                        with torch.cuda.stream(side):
+                            torch.cuda._sleep(50_000_000)
+                            for k, v in work.items():
+                                v.copy_(values[k])
+                            submit_all(eng, work, topo, seed=it, threaded=False)
+                    else:
+                        submit_all(eng, work, topo, seed=it, threaded=True)
+                    st = eng.wait_all()
+                    what = f"{dev_name}/{staging} {topo}/{alg} it {it}"
+                    for k, v in work.items():
+                        if v.device != dev or v.data_ptr() != ptrs[k]:
+                            raise AssertionError(f"{what}: {k} was not averaged in place on {dev}")
+                        got = v.cpu()
+                        if alg is None or dev.type == "cpu":
+                            ok = torch.equal(got, ref[RANK][k])
+                        else:  # GPU kernels: bit-identical where the algorithm has no reduction
+                            ok = torch.allclose(got.float(), ref[RANK][k].float(), rtol=1e-5, atol=1e-6)
+                        if not ok:
+                            diff = (got.float() - ref[RANK][k].float()).abs().max().item()
+                            raise AssertionError(f"{what}: {k} differs from the CPU reference by {diff}")
+                    assert_identical_across_ranks({k: v.cpu() for k, v in work.items()}, what)
+                    assert st.gradients == len(work), st
+                    staged = eng.transport.active
+                    if (force or dev.type == "cuda") and not (staged and eng.transport.pool.allocated_bytes):
+                        raise AssertionError(f"{what}: the payloads did not go through wire buffers")
+                    if dev.type == "cpu" and force is None and staged:
+                        raise AssertionError(f"{what}: CPU tensors were staged although staging was not asked for")
+    if RANK == 0:
+        print(f"PASS device {dev_name}/{staging} np={WORLD}", flush=True)
+
+
+def torchdist(dev_name: str) -> None:
+    """The torch.distributed baselines from MPI: device binding by local rank, a process group
+    rendezvoused over MPI, bucketed allreduce-average equal to MPI's Allreduce / N. On CUDA with
+    more ranks than GPUs, the up-front NCCL refusal instead (naming the alternatives)."""
+    from hipress.sync.device import DeviceError, bind_rank
+    from hipress.train.torchdist import BucketedAllreduce, backend_for, destroy_process_group, init_process_group
+
+    choice = bind_rank(comm, dev_name)
+    if (choice.local_rank, choice.local_size) != (RANK, WORLD):  # one host: local = global
+        raise AssertionError(f"local rank {choice.local_rank}/{choice.local_size} on one host of {WORLD} ranks")
+    try:
+        backend = backend_for(choice)
+    except DeviceError as e:
+        if not (choice.is_cuda and choice.sharing > 1 and "gloo" in str(e) and "ring/ps" in str(e)):
+            raise
+        if RANK == 0:
+            print(f"PASS torchdist {dev_name} refused np={WORLD}: {e}", flush=True)
+        return
+    init_process_group(comm, backend, choice.device)
+    try:
+        g = torch.Generator().manual_seed(RANK)
+        dev = choice.device
+        params = [torch.nn.Parameter(torch.zeros(n, device=dev)) for n in (5, 300, 7, 1000, 1)]
+        params.append(torch.nn.Parameter(torch.zeros(40, dtype=torch.float64, device=dev)))  # own dtype, own bucket
+        params.append(torch.nn.Parameter(torch.zeros(3, device=dev), requires_grad=False))
+        expect = []
+        for p in params:
+            if p.requires_grad:
+                grad = torch.randint(-50, 50, p.shape, generator=g).to(p.dtype)
+                buf = grad.clone()
+                comm.Allreduce(MPI.IN_PLACE, buf.numpy(), op=MPI.SUM)
+                expect.append(buf / WORLD)
+                p.grad = grad.to(dev)
+        red = BucketedAllreduce([p for p in params], bucket_bytes=1200)  # several buckets
+        assert len(red._buckets()) >= 3, red._buckets()
+        st = red.average()
+        got = [p.grad.cpu() for p in params if p.grad is not None]
+        for i, (a, b) in enumerate(zip(got, expect, strict=True)):
+            if not torch.equal(a, b):
+                raise AssertionError(f"{backend}: gradient {i} differs from MPI Allreduce / N")
+        assert st["bytes_sent"] > 0
+    finally:
+        destroy_process_group()
+    if RANK == 0:
+        print(f"PASS torchdist {dev_name} {backend} np={WORLD}", flush=True)
+
+
 def main(argv: list[str]) -> None:
     """``SCENARIO[:ARG][+SCENARIO[:ARG]...]``: several checks in one launch (startup costs seconds)."""
     set_threads(1)
@@ -327,6 +440,11 @@ def main(argv: list[str]) -> None:
             memory(arg.split(","))
         elif scenario == "close":
             close(arg)
+        elif scenario == "device":
+            dev_name, _, staging = arg.partition(",")
+            on_device(dev_name, staging or "auto")
+        elif scenario == "torchdist":
+            torchdist(arg or "cpu")
         elif scenario == "env":
             if RANK == 0:
                 print("ENV", os.environ.get("MPIR_CVAR_CH4_NETMOD"), os.environ.get("FI_PROVIDER"), flush=True)
