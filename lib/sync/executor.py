@@ -10,6 +10,14 @@ nothing moves so that four ranks can share two cores. Payload sizes vary (sparse
 receive is posted with a buffer of the codec's upper bound (``payload_size``, exact for dense
 ones) and the message's true length comes from its status, so no size message is needed.
 
+Device tensors (``transport.Transport.active``): MPI never sees them. A ready send or collective
+first goes to the compute worker, which queues its copy into a wire buffer (``_OUT``); the
+communication thread posts it once that copy has completed; a finished receive or collective
+goes back to the worker, which copies the bytes to the device (``_IN``) before the task counts as
+done. On CUDA the worker's current stream is the engine's, so every kernel and copy it queues
+runs in task order on that stream. Without device tensors none of this runs: the CPU path is the
+zero-copy one above.
+
 Failure handling, so that no rank hangs:
   * a task that raises on this rank fails the engine and sends a short notice (``NOTICE_TAG`` on a
     dedicated communicator) to every peer; a rank that receives one fails with

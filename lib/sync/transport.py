@@ -186,6 +186,13 @@ class Transport:
         if self.stream is not None and threading.get_ident() not in self._entered:
             torch.cuda.set_device(self.device)
             torch.cuda.set_stream(self.stream)
+            try:  # CuPy kernels that take CuPy's current stream instead of torch's get the same one
+                import cupy
+
+                cupy.cuda.Device(self.device.index).use()
+                cupy.cuda.ExternalStream(self.stream.cuda_stream).use()
+            except ImportError:
+                pass
             self._entered.add(threading.get_ident())
 
     def to_wire(self, x: torch.Tensor) -> tuple[torch.Tensor, object]:

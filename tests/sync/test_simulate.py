@@ -198,9 +198,9 @@ def test_plan_mismatches_name_the_gradient():
         p.submit("w", torch.zeros(5))
 
 
-def test_non_cpu_tensors_are_refused_clearly():
+def test_tensors_on_other_devices_than_cpu_and_cuda_are_refused_clearly():
     t = torch.zeros(3, device="meta")
-    with pytest.raises(SyncError, match="copy it to the CPU"):
+    with pytest.raises(SyncError, match="is on meta; the engine synchronizes CPU and CUDA tensors"):
         program().submit("w", t)
 
 
