@@ -63,8 +63,9 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
         state.iterations += 1
     payload = comp.encode(buf, state.states[key], name=key)
     if comp.caps.sparse:
-        mine = torch.tensor([payload.numel()], dtype=torch.int64)
-        every = [torch.empty(1, dtype=torch.int64) for _ in range(world)]
+        # on the bucket's device: NCCL moves only CUDA tensors (gloo, CPU ones)
+        mine = torch.tensor([payload.numel()], dtype=torch.int64, device=buf.device)
+        every = [torch.empty(1, dtype=torch.int64, device=buf.device) for _ in range(world)]
         dist.all_gather(every, mine, group=group)
         sizes = [int(t) for t in every]
     else:
@@ -72,7 +73,7 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
     width = max(sizes)
     if payload.numel() < width:
         payload = torch.cat([payload, payload.new_zeros(width - payload.numel())])
-    gathered = [torch.empty(width, dtype=torch.uint8) for _ in range(world)]
+    gathered = [torch.empty(width, dtype=torch.uint8, device=buf.device) for _ in range(world)]
     state.bytes_sent += (world - 1) * width
     fut = dist.all_gather(gathered, payload, group=group, async_op=True).get_future()
 

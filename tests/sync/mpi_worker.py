@@ -414,6 +414,17 @@ def torchdist(dev_name: str) -> None:
             if not torch.equal(a, b):
                 raise AssertionError(f"{backend}: gradient {i} differs from MPI Allreduce / N")
         assert st["bytes_sent"] > 0
+        # DDP on the same group with hipress's compression hook: every rank ends with the same gradients
+        from hipress.train.torchdist import make_ddp
+
+        torch.manual_seed(0)
+        model = torch.nn.Linear(20, 3).to(dev)
+        ddp, hook = make_ddp(model, dev, "tbq")
+        x = torch.randn(8, 20, generator=g).to(dev)
+        ddp(x).square().sum().backward()
+        grads = {n: p.grad.cpu() for n, p in model.named_parameters()}
+        assert hook is not None and hook.bytes_sent > 0
+        assert_identical_across_ranks(grads, f"ddp+tbq on {backend}")
     finally:
         destroy_process_group()
     if RANK == 0:
