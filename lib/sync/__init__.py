@@ -11,6 +11,8 @@ Layout, one concern a module:
   ``program``     what runs: plan, partitions, aggregator placement, tags, bulk fusion, averaging
   ``executor``    how it runs: a compute worker + a thread driving non-blocking MPI
   ``engine``      the API; ``raw`` the zero-copy uncompressed codec of the baselines
+  ``transport``   CUDA gradients: the engine's stream, pooled pinned wire buffers between GPU and MPI
+  ``device``      which device a rank uses (``--device cuda|cpu|auto``, GPU ``local_rank % count``)
   ``simulate``    the single-process reference every MPI run is compared with, bit for bit
   ``guard``       ``abort_on_error``: a failing rank ends the job instead of hanging it
   ``bench``       the worker of ``hipress bench sync``
