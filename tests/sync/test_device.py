@@ -114,13 +114,10 @@ def test_cuda_staging_round_trip_through_pinned_memory():
     x = torch.arange(1000, dtype=torch.float32, device="cuda")
     tr.bind(x, "x")
     assert tr.active and tr.cuda
-    tr.enter()
-    try:
+    with torch.cuda.stream(tr.stream):  # as the engine's worker runs (``enter`` is for its own thread)
         wire, done = tr.to_wire(x)
         done.synchronize()
         assert wire.device.type == "cpu" and wire.is_pinned()
         back = tr.from_wire(wire)
-        torch.cuda.current_stream().synchronize()
-        assert back.device.type == "cuda" and torch.equal(back.view(torch.float32).cpu(), x.cpu())
-    finally:
-        torch.cuda.set_stream(torch.cuda.default_stream())
+        tr.stream.synchronize()
+    assert back.device.type == "cuda" and torch.equal(back.view(torch.float32).cpu(), x.cpu())
