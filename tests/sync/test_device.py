@@ -114,6 +114,7 @@ def test_cuda_staging_round_trip_through_pinned_memory():
     x = torch.arange(1000, dtype=torch.float32, device="cuda")
     tr.bind(x, "x")
     assert tr.active and tr.cuda
+    tr.producer_ready()  # x was written on the default stream: the engine stream waits for it
     with torch.cuda.stream(tr.stream):  # as the engine's worker runs (``enter`` is for its own thread)
         wire, done = tr.to_wire(x)
         done.synchronize()
