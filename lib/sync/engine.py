@@ -20,8 +20,8 @@ stream of the engine's own, ordered after the stream that produced each gradient
 the rest of backward); payloads reach MPI through pooled pinned host buffers (or device memory with
 a CUDA-aware MPI); ``wait_all`` makes the caller's current stream wait for the engine's work, so
 the averages are in place for the next kernel without a host synchronization (see ``transport``).
-On CUDA, ``SyncStats.compute_s`` is the worker's time to *enqueue* the kernels (plus "stage", the
-waits for device-to-host copies), not GPU time.
+On CUDA, ``SyncStats.compute_s`` is the worker's time to *queue* the kernels (and, as "stage",
+the copies to and from the wire buffers), not GPU time: ``gpu_timing=True`` measures that.
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ class SyncStats:
     wall_s: from the first ``submit`` to the end of ``wait_all``; wait_s: time blocked in
     ``wait_all``. bytes_sent: payload bytes this rank sent point to point, plus the estimate for
     MPI collectives (``collective_bytes_est``, whose algorithm MPI chooses). compute_s: time the
-    worker spent in each primitive (encode, decode, merge; "compute" is averaging/copy-back).
+    worker spent in each primitive (encode, decode, merge; "compute" is averaging/copy-back); on
+    CUDA that is the time to *queue* the kernels. gpu_s: with ``gpu_timing`` on CUDA, the GPU time
+    of each primitive on the engine's stream (CUDA events; empty otherwise).
     """
 
     topology: str
@@ -68,6 +70,7 @@ class SyncStats:
     comm_cpu_s: float = 0.0
     trace: list[tuple] = field(default_factory=list)
     tasks: dict[str, int] = field(default_factory=dict)
+    gpu_s: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -96,6 +99,8 @@ class Engine:
         pinned host memory unless MPI reports CUDA support; True forces staging (on the CPU too,
         with plain host buffers: real copies, the tested path without a GPU); False never stages.
         The device is the first submitted gradient's; every gradient must be on it.
+      gpu_timing: on CUDA, time every encode/decode/merge on the GPU (``SyncStats.gpu_s``); costs
+        a host synchronization with the engine's stream in ``wait_all``, so it is off by default.
     """
 
     def __init__(
@@ -111,10 +116,13 @@ class Engine:
         timeout: float = 60.0,
         trace: bool = False,
         staging: bool | None = None,
+        gpu_timing: bool = False,
     ) -> None:
         self.states = states if states is not None else StateStore()
         self.transport = Transport(staging)
-        self.executor = MPIExecutor(comm, timeout=timeout, trace=trace, transport=self.transport)
+        self.executor = MPIExecutor(
+            comm, timeout=timeout, trace=trace, transport=self.transport, gpu_timing=gpu_timing
+        )
         try:
             self.program = SyncProgram(
                 comm.Get_rank(),
@@ -194,6 +202,11 @@ class Engine:
             self.program.end_iteration()
             t0, self._t0 = self._t0, None
             ex = self.executor.take_stats()
+        gpu_s: dict[str, float] = {}
+        if ex.gpu_events:
+            ex.gpu_events[-1][2].synchronize()  # one stream: every earlier event has completed too
+            for kind, start, end in ex.gpu_events:
+                gpu_s[kind] = gpu_s.get(kind, 0.0) + start.elapsed_time(end) / 1e3
         return SyncStats(
             topology=self.topology,
             compressor=self.program.comp.name,
@@ -209,6 +222,7 @@ class Engine:
             comm_cpu_s=ex.comm_cpu_s,
             trace=[(k, lb, a - t0, b - t0, c) for k, lb, a, b, c in ex.trace],
             tasks=dict(ex.tasks),
+            gpu_s=gpu_s,
         )
 
     def close(self, timeout: float | None = None) -> None:

@@ -82,6 +82,7 @@ class ExecStats:
     comm_cpu_s: float = 0.0  # CPU time of the communication thread (polling included)
     trace: list[tuple] = field(default_factory=list)  # (kind, label, start, end, cpu_s) if tracing
     tasks: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    gpu_events: list[tuple] = field(default_factory=list)  # (kind, start, end) CUDA events if gpu_timing
 
 
 class MPIExecutor:
@@ -94,6 +95,7 @@ class MPIExecutor:
         poll_max_s: float = 0.001,
         trace: bool = False,
         transport: Transport | None = None,
+        gpu_timing: bool = False,
     ) -> None:
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             raise SyncError(
@@ -108,6 +110,7 @@ class MPIExecutor:
         self.trace = trace  # record every task's start/end (time.perf_counter) in the stats
         # device tensors (or forced staging): communication goes through wire buffers, see ``transport``
         self.transport = transport if transport is not None else Transport(staging=False)
+        self.gpu_timing = gpu_timing  # CUDA: time every compute task on the engine stream with events
         self._wire: dict[Task, torch.Tensor] = {}  # staged outgoing buffers, until posted
         self._copy_done: dict[Task, object] = {}  # their device->host copy's CUDA event (set by the worker)
         self._copying: list[Task] = []  # comm thread: staged tasks whose copy is still running
@@ -271,6 +274,10 @@ class MPIExecutor:
             self.transport.enter()  # CUDA: the engine's stream becomes this thread's current one
             t0 = time.perf_counter()
             c0 = time.thread_time()
+            stream = self.transport.stream if self.gpu_timing and step is _RUN else None
+            if stream is not None:
+                ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                ev0.record(stream)
             try:
                 if step is _RUN:
                     t.run()
@@ -286,7 +293,11 @@ class MPIExecutor:
                 continue
             t1 = time.perf_counter()
             kind = t.kind if step is _RUN else "stage"
+            if stream is not None:
+                ev1.record(stream)
             with self._lock:
+                if stream is not None:
+                    self.stats.gpu_events.append((kind, ev0, ev1))
                 self.stats.compute_s[kind] += t1 - t0
                 if step is _RUN:
                     self.stats.tasks[kind] += 1

@@ -325,7 +325,8 @@ def on_device(dev_name: str, staging: str) -> None:
             from hipress.compress import StateStore
 
             ref_states = [StateStore() for _ in range(WORLD)]
-            with Engine(comm, alg, topo, timeout=60, staging=force, **opts) as eng:
+            timing = dev.type == "cuda"
+            with Engine(comm, alg, topo, timeout=60, staging=force, gpu_timing=timing, **opts) as eng:
                 for it in range(2):  # a second iteration reuses the wire buffers and residuals
                     inputs = make_inputs(sizes, seed=21 + it, integer=alg is None)
                     for r in range(WORLD):  # an fp16 gradient (a copy to fp32 and back) and a non-contiguous one
@@ -364,6 +365,10 @@ def on_device(dev_name: str, staging: str) -> None:
                             raise AssertionError(f"{what}: {k} differs from the CPU reference by {diff}")
                     assert_identical_across_ranks({k: v.cpu() for k, v in work.items()}, what)
                     assert st.gradients == len(work), st
+                    if timing != bool(st.gpu_s) or any(v < 0 for v in st.gpu_s.values()):
+                        raise AssertionError(f"{what}: GPU times {st.gpu_s} (gpu_timing={timing})")
+                    if timing and alg is not None and "encode" not in st.gpu_s:
+                        raise AssertionError(f"{what}: no GPU time for encode in {st.gpu_s}")
                     staged = eng.transport.active
                     if (force or dev.type == "cuda") and not (staged and eng.transport.pool.allocated_bytes):
                         raise AssertionError(f"{what}: the payloads did not go through wire buffers")
