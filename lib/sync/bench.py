@@ -74,7 +74,9 @@ def run_topology(
     sent, outs, ins = [], [], []
     compute: dict[str, list[float]] = {}
     traced = []
-    with Engine(comm, comp, topo, partition_bytes=partition_bytes, timeout=timeout, trace=bool(trace)) as eng:
+    with Engine(
+        comm, comp, topo, partition_bytes=partition_bytes, timeout=timeout, trace=bool(trace), gpu_timing=cuda
+    ) as eng:
         for it in range(warmup + repeat):
             work.copy_(grad)
             if cuda:
@@ -98,6 +100,8 @@ def run_topology(
             ins.append(sum(st.bytes_from.values()) + est)
             for k, v in st.compute_s.items():
                 compute.setdefault(k, []).append(v)
+            for k, v in st.gpu_s.items():  # CUDA: the GPU time of each primitive (compute_s is queueing)
+                compute.setdefault(f"gpu_{k}", []).append(v)
             compute.setdefault("comm_thread_cpu", []).append(st.comm_cpu_s)
             compute.setdefault("process_cpu", []).append(cpu)
     # per-rank figures, gathered as numbers (no pickles)
