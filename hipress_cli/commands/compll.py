@@ -19,7 +19,13 @@ FLAVORS = ("cpu", "cupy")
 
 @app.command("gen")
 def gen(
-    spec: Annotated[Path, typer.Argument(help="The .pse spec file.", show_default=False)],
+    specs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="The .pse spec file; or HiPress's pair XEncode.pse XDecode.pse, generated as one compressor.",
+            show_default=False,
+        ),
+    ],
     body: Annotated[
         bool, typer.Option("-b", "--body", help="Kernels and drivers (the default if no flag is given).")
     ] = False,
@@ -33,16 +39,23 @@ def gen(
     ptx: Annotated[bool, typer.Option("--ptx", help="With -f cupy: also compile the CUDA with nvcc -ptx.")] = False,
     json_: JsonOpt = False,
 ) -> None:
-    """Generate code from a spec: ``hipress compll gen SPEC.pse [-b] [-w] [-r] -f cpu|cupy [-o DIR]``."""
+    """Generate code from a spec: ``hipress compll gen SPEC.pse [DECODE.pse] [-b] [-w] [-r] -f cpu|cupy [-o DIR]``.
+
+    As in HiPress, ``XDecode.pse -b`` generates a decoder alone and ``XEncode.pse -b`` an encoder
+    alone; a wrapper (``-w``/``-r``) needs both: one spec holding both functions, or the two files.
+    """
     from hipress.compll import CompLLError
-    from hipress.compll.loader import read_spec, write_modules
+    from hipress.compll.loader import read_specs, write_modules
+    from hipress.compll.names import check_name
 
     if flavor not in FLAVORS:
         raise fail(f"--flavor must be one of {', '.join(FLAVORS)}, got {flavor!r}")
     if not (body or wrapper or register):
         body = True
     try:
-        _, checked = read_spec(spec)
+        if name:
+            check_name(name)
+        checked = read_specs(list(specs))
         paths = write_modules(
             checked, out, body=body, wrapper=wrapper, register=register, flavors=(flavor,), name=name or None
         )
@@ -54,7 +67,7 @@ def gen(
     if ptx and flavor == "cupy" and body:
         ptx_files = _nvcc_ptx([p for p in paths if p.suffix == ".cu"])
     if json_:
-        print_json({"spec": str(spec), "files": [str(p) for p in paths + ptx_files]})
+        print_json({"spec": " ".join(str(s) for s in specs), "files": [str(p) for p in paths + ptx_files]})
         return
     for p in paths + ptx_files:
         console.print(f"wrote {p} ({sum(1 for _ in p.open())} lines)")
@@ -97,7 +110,7 @@ def check(
             err_console.print(f"[bold red]error:[/] {e}")
             bad += 1
             continue
-        roles = "encoder" + (" and decoder" if checked.decode is not None else " only")
+        roles = checked.roles
         params = ", ".join(p.name for p in checked.params) or "none"
         console.print(f"{s}: ok ({roles}; parameters: {params})")
     if bad:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from . import ast
 from . import types as T
 from .errors import CompLLError
+from .limits import check_nesting, deep
+from .names import param_name_problem
 
 VECTOR_OPS = ("map", "reduce", "filter", "sort", "scan", "concat", "extract", "scatter", "range")
 MATH_1 = ("floor", "ceil", "sqrt", "exp", "log")
@@ -92,14 +94,35 @@ class FunctionInfo:
 @dataclass(eq=False)
 class CheckedSpec:
     spec: ast.Spec
-    encode: FunctionInfo
-    decode: FunctionInfo | None
+    encode: FunctionInfo | None  # None: a decoder alone (HiPress's XDecode.pse)
+    decode: FunctionInfo | None  # None: an encoder alone
     params: list[ParamInfo]
     param_requires: list[tuple[ast.ParamBlock, ast.Require]]
 
     @property
     def file(self) -> str:
         return self.spec.file
+
+    @property
+    def roles(self) -> str:
+        """What the spec holds, in words: "encoder and decoder", "encoder only", "decoder only"."""
+        if self.encode is not None and self.decode is not None:
+            return "encoder and decoder"
+        return "encoder only" if self.encode is not None else "decoder only"
+
+    def require_both(self, what: str) -> tuple[FunctionInfo, FunctionInfo]:
+        """The encoder and decoder, or a CompLLError saying that ``what`` needs both."""
+        if self.encode is None or self.decode is None:
+            missing = "a decoder" if self.decode is None else "an encoder"
+            raise CompLLError(
+                f"{what} needs an encoder and a decoder: this spec is {self.roles}, it has no {missing[2:].strip()}",
+                self.file,
+                1,
+                1,
+                "pair the two files: hipress compll gen XEncode.pse XDecode.pse -w -r "
+                "(or put both functions in one spec)",
+            )
+        return self.encode, self.decode
 
 
 class _Scope:
@@ -183,13 +206,14 @@ class Checker:
                     f"function {fn.name!r} is neither an encoder nor a decoder",
                     "name the encoder ...Encode and the decoder ...Decode",
                 )
-        if enc is None:
+        if enc is None and dec is None:
             raise self.err(
                 ast.Pos(1, 1),
-                "the spec has no encoder",
+                "the spec has no encoder and no decoder",
                 "define e.g. void MyEncode(float* gradient, uint8* compressed)",
             )
-        enc_info = self._function(enc, "encode")
+        # HiPress writes XEncode.pse and XDecode.pse and generates each alone: either may be missing
+        enc_info = self._function(enc, "encode") if enc is not None else None
         dec_info = self._function(dec, "decode") if dec is not None else None
         params += self._scalar_params(enc_info, dec_info)
         return CheckedSpec(self.spec, enc_info, dec_info, params, reqs)
@@ -215,6 +239,7 @@ class Checker:
                 )
             if f.name in fields:
                 raise self.err(f, f"parameter {f.name!r} is declared twice in {blk.name}")
+            self._param_name(f, f.name)
             fields[f.name] = ty
             default = None
             if f.default is not None:
@@ -229,6 +254,12 @@ class Checker:
         self.fields[blk.name] = fields
         self.block_types[blk.name] = T.Type("struct", name=blk.name)
         return out
+
+    def _param_name(self, node, name: str) -> None:
+        """Compressor parameters become Python constructor arguments: refuse names Python cannot take."""
+        problem = param_name_problem(name)
+        if problem:
+            raise self.err(node, problem, f"rename it, e.g. {name.strip('_')}_value (it is a constructor argument)")
 
     def _constant(self, e: ast.Expr, ty: T.Type):
         """A parameter default: a literal (optionally negated), converted to the parameter's type."""
@@ -330,7 +361,7 @@ class Checker:
         self.fn = None
         return info
 
-    def _scalar_params(self, enc: FunctionInfo, dec: FunctionInfo | None) -> list[ParamInfo]:
+    def _scalar_params(self, enc: FunctionInfo | None, dec: FunctionInfo | None) -> list[ParamInfo]:
         out: list[ParamInfo] = []
         seen: dict[str, Symbol] = {}
         fields = {f: b for b, fs in self.fields.items() for f in fs}
@@ -346,6 +377,7 @@ class Checker:
                             s.node, f"parameter {s.name!r} is {s.ty} here but {seen[s.name].ty} in the encoder"
                         )
                     continue
+                self._param_name(s.node, s.name)
                 seen[s.name] = s
                 out.append(ParamInfo(s.name, s.ty, None, True, s.node.pos))  # type: ignore[union-attr]
         return out
@@ -1022,11 +1054,25 @@ class Checker:
             raise self.err(buf, f"extract's first argument is the payload {fn.buffer.name!r}")
         buf.sym = fn.buffer
         buf.ty = fn.buffer.ty
-        for a in e.args[1:]:
+        last = len(e.args) - 1
+        for k, a in enumerate(e.args[1:], start=1):
             if isinstance(a, ast.Name):
                 sym = scope.lookup(a.id)
                 if sym is None:
                     raise self._undefined(a, scope)
+                if sym.ty.is_vec and k == last and sym.kind == "local" and id(sym) not in self.assigned:
+                    # HiPress's style: the last field, a vector without a length, takes the rest of the payload
+                    self._width_extracted_before(a, sym)
+                    a.sym = sym
+                    a.ty = sym.ty
+                    self.assigned.add(id(sym))
+                    continue
+                if sym.ty.is_vec and sym.kind == "local" and id(sym) not in self.assigned:
+                    raise self.err(
+                        a,
+                        f"vector {a.id!r} in extract needs its length, {a.id}[n], unless it is the last field",
+                        "only the last vector may take the rest of the payload",
+                    )
                 if sym.kind != "local" or sym.ty.is_vec or id(sym) in self.assigned:
                     raise self.err(
                         a,
@@ -1044,15 +1090,7 @@ class Checker:
                     raise self.err(a, f"{a.base.id}[n] in extract needs a declared, unassigned vector")
                 a.base.sym = sym
                 a.base.ty = sym.ty
-                assert sym.ty.elem is not None
-                if sym.ty.elem.is_code and isinstance(sym.ty.elem.bits, str):
-                    for n in _names(sym.node.type.width):  # type: ignore[union-attr]
-                        if n.sym is not None and n.sym.kind == "local" and id(n.sym) not in self.assigned:
-                            raise self.err(
-                                a,
-                                f"the bit width of {a.base.id!r} uses {n.id!r}, extracted only later",
-                                f"extract {n.id!r} before {a.base.id!r}",
-                            )
+                self._width_extracted_before(a, sym)
                 lt = self._expr(a.index, scope, True)
                 if not lt.is_int:
                     raise self.err(a.index, f"a vector's length must be an integer, got {lt}")
@@ -1060,8 +1098,22 @@ class Checker:
                 a.ty = sym.ty
                 self.assigned.add(id(sym))
             else:
-                raise self.err(a, "extract's fields are scalar names or vectors with their length, v[n]")
+                raise self.err(
+                    a, "extract's fields are scalar names, vectors with their length (v[n]), and a last vector v"
+                )
         fn.extract = st
+
+    def _width_extracted_before(self, a: ast.Expr, sym: Symbol) -> None:
+        """A vector's runtime bit width (``uint<bitwidth>*``) must be known when it is extracted."""
+        assert sym.ty.elem is not None
+        if sym.ty.elem.is_code and isinstance(sym.ty.elem.bits, str):
+            for n in _names(sym.node.type.width):  # type: ignore[union-attr]
+                if n.sym is not None and n.sym.kind == "local" and id(n.sym) not in self.assigned:
+                    raise self.err(
+                        a,
+                        f"the bit width of {sym.name!r} uses {n.id!r}, extracted only later",
+                        f"extract {n.id!r} before {sym.name!r}",
+                    )
 
 
 def _lit(t: T.Type, literal: bool) -> T.Type:
@@ -1152,7 +1204,6 @@ def _returns(st: ast.Stmt) -> bool:
 
 def check(spec: ast.Spec) -> CheckedSpec:
     """Check a parsed spec; raises ``CompLLError`` at the first problem."""
-    try:
+    with deep(spec.file):
+        check_nesting(spec)
         return Checker(spec).run()
-    except RecursionError:
-        raise CompLLError("spec nested too deeply", spec.file, 1, 1) from None

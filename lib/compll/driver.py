@@ -12,13 +12,14 @@ that one wrapper drives any spec::
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from . import ast
 from . import types as T
 from .checker import CheckedSpec, Symbol
 from .emit import Context, ExprEmitter, PyDialect
 from .errors import CompLLError
-from .lower import (
+from .ir import (
     IPack,
     IReduce,
     Plan,
@@ -31,6 +32,7 @@ from .lower import (
     SHost,
     SIf,
     SLoop,
+    SOutputLength,
     SRequire,
     SScan,
     SScatter,
@@ -38,9 +40,10 @@ from .lower import (
     Step,
     SWidth,
     SZero,
+    TempSym,
     Vec,
-    _TempSym,
 )
+from .names import doc_text
 
 STRUCT_FMT = {"bool": "?", "code": "B", "uint8": "B", "int": "i", "uint": "I", "float": "f", "double": "d"}
 NP_DTYPE = {
@@ -69,7 +72,7 @@ class HostContext(Context):
         self.driver = driver
 
     def name(self, sym: Symbol) -> str:
-        if isinstance(sym, _TempSym):
+        if isinstance(sym, TempSym):
             return sym.name
         if sym.kind == "field":
             return "p_" + sym.name
@@ -145,7 +148,7 @@ class Driver:
             head = "def encode(ctx, gradient, states, params, seed):"
         else:
             head = "def decode(ctx, extra, body, out, add, params):"
-        doc = f'"""{info.node.name} of {self.checked.spec.file.split("/")[-1]} (generated)."""'
+        doc = f'"""{info.node.name} of {doc_text(Path(self.checked.spec.file).name)} (generated)."""'
         self.emit(head, 0)
         self.emit(doc, 1)
         names = self.plan.names
@@ -205,12 +208,16 @@ class Driver:
         b = self.backend
         if isinstance(st, SHost):
             target = st.target
-            name = target.name if isinstance(target, _TempSym) else self.plan.names[id(target)]
+            name = target.name if isinstance(target, TempSym) else self.plan.names[id(target)]
             self.emit(f"{name} = {em.expr(st.expr, target.ty.plain())}", ind)
         elif isinstance(st, SWidth):
             self.emit(f"{st.var} = H.width({em.expr(st.expr, T.INT)})", ind)
         elif isinstance(st, SIf):  # pragma: no cover - handled in steps()
             raise CompLLError("internal: SIf reached step()")
+        elif isinstance(st, SOutputLength):
+            self.emit(f"{st.count} = min(max(int({st.length}), 0), n_elems)", ind)
+            self.emit(f"if not add and {st.count} < n_elems:", ind)
+            self.emit(f"{st.dst}[{st.count}:] = 0", ind + 1)
         elif isinstance(st, SRequire):
             self.emit(f"if not {em.truthy(st.cond)}:", ind)
             self.emit(f"ctx.fail({st.message!r})", ind + 1)
@@ -311,7 +318,7 @@ class Driver:
             if f.in_header:
                 continue
             name = self.plan.names[id(f.sym)]
-            if f.length is None:
+            if f.length is None and not f.rest:
                 size1 = T.SIZES[f.ty.kind]
                 self.emit(f"if pos + {size1} > body_n:", ind)
                 self.emit(f"ctx.fail({'payload truncated: no room for ' + repr(f.sym.name)!r})", ind + 1)
@@ -325,7 +332,10 @@ class Driver:
             bits = storage_bits(elem)
             if isinstance(bits, str):
                 bits = self.backend.widths[bits]
-            self.emit(f"{vec.length} = H.length({self.em.expr(f.length, T.INT)}, {f.sym.name!r})", ind)
+            if f.rest:
+                self.emit(f"{vec.length} = H.rest_length(body_n - pos, {bits})", ind)
+            else:
+                self.emit(f"{vec.length} = H.length({self.em.expr(f.length, T.INT)}, {f.sym.name!r})", ind)
             self.emit(f"nb = H.nbytes({vec.length}, {bits})", ind)
             self.emit("if pos + nb > body_n:", ind)
             msg = "payload truncated: " + repr(f.sym.name) + " needs {nb} bytes at offset {pos}, the body has {body_n}"

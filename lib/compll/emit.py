@@ -22,7 +22,8 @@ from . import ast
 from . import types as T
 from .checker import CheckedSpec, LambdaInfo, Symbol
 from .errors import CompLLError
-from .lower import IPack, IReduce, IStore, Plan, SLoop, SScatter, Vec
+from .ir import IPack, IReduce, IStore, Plan, SLoop, SScatter, Vec
+from .limits import CHAIN_GROUPS as _CHAIN
 
 # ---------------------------------------------------------------------------- dialects
 
@@ -334,6 +335,10 @@ class ExprEmitter:
             if e.op in ("&&", "||"):
                 return d.logical(e.op, self.truthy(e.left), self.truthy(e.right)), T.BOOL
             opty = e.opty.plain()  # type: ignore[attr-defined]
+            if e.op in _CHAIN:
+                chain = self._chain(e, opty)
+                if chain is not None:
+                    return chain, opty
             a = self.expr(e.left, opty)
             b = self.expr(e.right, opty)
             if e.op in ("<", ">", "<=", ">=", "==", "!="):
@@ -348,6 +353,32 @@ class ExprEmitter:
         if isinstance(e, ast.Call):
             return self.call(e, ty)
         raise self.err(e, f"internal: cannot emit {type(e).__name__}")  # pragma: no cover
+
+    def _chain(self, e: ast.Binary, opty: T.Type) -> str | None:
+        """``a + b - c + ...`` (or ``a * b * ...``) written flat, without a parenthesis per term.
+
+        Both Python and C group these operators from the left, so ``(a + b + c)`` is ``((a + b) + c)``
+        operation for operation; a long sum in a spec must not nest past Python's parser limit
+        (200 parentheses). Only a left spine whose every node has this operator group and type
+        is flattened: anything else keeps the general path.
+        """
+        group = _CHAIN[e.op]
+        terms: list[tuple[str, ast.Expr]] = []
+        node: ast.Expr = e
+        while (
+            isinstance(node, ast.Binary)
+            and _CHAIN.get(node.op) == group
+            and getattr(node, "opty", None) is not None
+            and node.opty.plain() == opty  # type: ignore[attr-defined]
+        ):
+            terms.append((node.op, node.right))
+            node = node.left
+        if len(terms) < 2:
+            return None
+        parts = [self.expr(node, opty)]
+        for op, right in reversed(terms):
+            parts.append(f"{op} {self.expr(right, opty)}")
+        return "(" + " ".join(parts) + ")"
 
     def call(self, e: ast.Call, ty: T.Type) -> tuple[str, T.Type]:
         d = self.d

@@ -23,7 +23,7 @@ from . import types as T
 from .checker import LambdaInfo
 from .driver import NP_DTYPE, Driver, is_packed
 from .emit import ExprEmitter, KernelBackend, KernelNames, LambdaScope, LambdaTable, NumbaDialect
-from .lower import IPack, IReduce, IStore, SFilter, SLoop, SScan, SScatter, SSort, Vec
+from .ir import IPack, IReduce, IStore, SFilter, SLoop, SScan, SScatter, SSort, Vec
 
 ACC_DTYPE = {"float": "np.float32", "double": "np.float64", "bool": "np.bool_"}
 

@@ -9,7 +9,6 @@ for staleness, and numba's on-disk cache keeps working across runs.
 from __future__ import annotations
 
 import hashlib
-import re
 from pathlib import Path
 
 import jinja2
@@ -17,7 +16,9 @@ import jinja2
 from . import types as T
 from .checker import CheckedSpec, check
 from .errors import CompLLError
+from .limits import deep, deep_generation
 from .lower import lower
+from .names import check_name, doc_text, spec_name
 from .parser import parse
 
 VERSION = "0.1"
@@ -31,20 +32,18 @@ _env = jinja2.Environment(
     undefined=jinja2.StrictUndefined,
     autoescape=False,
 )
+_env.filters["doc"] = doc_text  # file names in docstrings and comments: escaped data, never code
+
+
+def render(template: str, **values) -> str:
+    """A generated module from one of ``templates/`` (the only way generated files are written)."""
+    return _env.get_template(template).render(**values)
 
 
 def compile_spec(source: str, file: str = "<spec>") -> CheckedSpec:
     """Parse and check a spec; raises ``CompLLError`` on any problem."""
-    return check(parse(source, file))
-
-
-def spec_name(file: str) -> str:
-    """The algorithm name a spec registers under: its file name, lower case (``TBQ.pse`` -> ``tbq``)."""
-    stem = Path(file).stem.lower()
-    name = re.sub(r"[^a-z0-9_]", "_", stem)
-    if not name or not name[0].isalpha():
-        name = "spec_" + name
-    return name
+    with deep(file):
+        return check(parse(source, file))
 
 
 def digest(checked: CheckedSpec) -> str:
@@ -52,11 +51,16 @@ def digest(checked: CheckedSpec) -> str:
 
 
 def header_bytes(checked: CheckedSpec) -> int:
-    """Bytes of the extra header: the scalars before the first vector of the encoder's concat."""
-    concat = checked.encode.concat
-    assert concat is not None
+    """Bytes of the extra header: the scalars before the first vector of the encoder's concat (of the
+    decoder's extract, for a decoder alone)."""
+    if checked.encode is not None:
+        assert checked.encode.concat is not None
+        args = checked.encode.concat.value.args  # type: ignore[attr-defined]
+    else:
+        assert checked.decode is not None and checked.decode.extract is not None
+        args = checked.decode.extract.expr.args[1:]  # type: ignore[attr-defined]
     total = 0
-    for a in concat.value.args:  # type: ignore[attr-defined]
+    for a in args:
         if a.ty.is_vec:
             break
         total += T.SIZES[a.ty.kind]
@@ -71,6 +75,7 @@ def _plans(checked: CheckedSpec):
     return out
 
 
+@deep_generation
 def generate_cpu(checked: CheckedSpec) -> str:
     """The numba body module of a spec."""
     from .driver import Driver
@@ -85,12 +90,13 @@ def generate_cpu(checked: CheckedSpec) -> str:
         drivers.append(Driver(checked, plan, backend).function())
         lambdas += backend.table.code
         kernels += backend.kernels
-    return _env.get_template("cpu_module.py.j2").render(
+    return render(
+        "cpu_module.py.j2",
         name=spec_name(checked.file),
         spec_file=Path(checked.file).name,
         version=VERSION,
         digest=digest(checked),
-        encode_name=checked.encode.node.name,
+        encode_name=checked.encode.node.name if checked.encode else "",
         decode_name=checked.decode.node.name if checked.decode else "",
         header_bytes=header_bytes(checked),
         lambdas=lambdas,
@@ -127,7 +133,7 @@ def _doc(checked: CheckedSpec) -> str:
         if not s.startswith("//"):
             break
         lines.append(s[2:].strip())
-    text = " ".join(x for x in lines if x) or f"Generated from {Path(checked.file).name}."
+    text = " ".join(x for x in lines if x) or f"Generated from {doc_text(Path(checked.file).name)}."
     text = "".join(c for c in text if c.isprintable()).replace("\\", "/").replace('"""', "'''")
     return text if not text.endswith('"') else text + " "
 
@@ -174,11 +180,11 @@ class _NotStatic(Exception):
 def _static_expr(checked: CheckedSpec, info, e, ty) -> str | None:
     from . import ast as A
     from .emit import ExprEmitter, PyDialect
-    from .lower import _all_stmts
+    from .ir import all_stmts
 
     decl_of = {}
     if info is not None:
-        for st in _all_stmts(info.node.body):
+        for st in all_stmts(info.node.body):
             if isinstance(st, A.VarDecl) and st.sym is not None:
                 decl_of[id(st.sym)] = st
     ctx = _StaticContext(decl_of)
@@ -194,24 +200,18 @@ def _py_kind(kind: str) -> str:
     return {"float": "float", "double": "float", "bool": "bool"}.get(kind, "int")
 
 
+@deep_generation
 def generate_wrapper(
     checked: CheckedSpec, name: str | None = None, wire_id: int | None = None, register: bool = False
 ) -> str:
     """The ``GeneratedCompressor`` subclass of a spec (``-w``), registering itself with ``-r``."""
     from .emit import ExprEmitter, PyDialect
 
-    if checked.decode is None:
-        raise CompLLError(
-            "a wrapper needs a decoder: the spec defines only an encoder",
-            checked.file,
-            1,
-            1,
-            "add a ...Decode function that extracts what the encoder concatenates",
-        )
-    name = name or spec_name(checked.file)
+    encode, _ = checked.require_both("a wrapper (-w, -r)")
+    name = check_name(name) if name else spec_name(checked.file)
     wire = wire_id if wire_id is not None else wire_id_for(name)
-    plan = lower(checked, checked.encode, {})
-    from .lower import SConcat
+    plan = lower(checked, encode, {})
+    from .ir import SConcat
 
     concat = next(st for st in _walk_steps(plan.steps) if isinstance(st, SConcat))
     sparse = any(f.vec is not None and f.vec.key != "N" for f in concat.fields)
@@ -226,8 +226,8 @@ def generate_wrapper(
         exact = exact and f.vec.key == "N"
         bits = f.ty.elem.elem_bits()  # type: ignore[union-attr]
         if isinstance(bits, str):
-            expr, _dep = checked.encode.widths[bits]
-            code = _static_expr(checked, checked.encode, expr, T.INT)
+            expr, _dep = encode.widths[bits]
+            code = _static_expr(checked, encode, expr, T.INT)
             bits = f"H.width({code})" if code is not None else "8"
             exact = exact and code is not None
         terms.append(f"H.nbytes(numel, {bits})")
@@ -253,7 +253,8 @@ def generate_wrapper(
         if exact
         else "An upper bound: data-dependent vectors counted at numel elements."
     )
-    return _env.get_template("wrapper.py.j2").render(
+    return render(
+        "wrapper.py.j2",
         name=name,
         cls=class_name(name),
         spec_file=Path(checked.file).name,
@@ -262,11 +263,11 @@ def generate_wrapper(
         register=register,
         wire_id=wire,
         doc=_doc(checked),
-        uses_state=bool(checked.encode.states) or checked.encode.uses_random,
+        uses_state=bool(encode.states) or encode.uses_random,
         sparse=sparse,
-        stochastic=checked.encode.uses_random,
+        stochastic=encode.uses_random,
         params=params,
-        states=[s.name for s in checked.encode.states],
+        states=[s.name for s in encode.states],
         bodies={"cpu": f"{name}_cpu", "cuda": f"{name}_cupy"},
         header_bytes=header_bytes(checked),
         requires=requires,
@@ -276,7 +277,7 @@ def generate_wrapper(
 
 
 def _walk_steps(steps):
-    from .lower import SIf
+    from .ir import SIf
 
     for st in steps:
         yield st

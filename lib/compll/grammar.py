@@ -41,7 +41,8 @@ _stmt: decl ";"
      | lambda_def
      | block
 
-decl: type NAME ["=" expr]
+decl: type declarator ("," declarator)*
+declarator: NAME ["=" expr]
 !assign: postfix ("=" | "+=" | "-=" | "*=" | "/=" | "%=" | "&=" | "|=" | "^=" | "<<=" | ">>=") expr
 expr_stmt: expr ";"
 if_stmt: "if" "(" expr ")" _stmt ("else" _stmt)?

@@ -8,16 +8,22 @@ run finds the cached modules (and numba's cache beside them) and compiles nothin
 
 from __future__ import annotations
 
-import importlib.util
+import functools
+import hashlib
 import os
 import shutil
-import sys
+import stat
 import tempfile
 from pathlib import Path
 
-from .checker import CheckedSpec
+from . import ast
+from .checker import CheckedSpec, check
 from .errors import CompLLError
-from .generate import compile_spec, digest, generate_cpu, generate_wrapper, spec_name
+from .generate import VERSION, compile_spec, generate_cpu, generate_wrapper
+from .limits import deep
+from .names import check_name, pair_prefix, spec_name
+from .parser import parse
+from .runtime.modules import import_file
 
 CACHE_ENV = "HIPRESS_COMPLL_CACHE"
 
@@ -26,6 +32,53 @@ def cache_dir() -> Path:
     """Where generated modules of user specs go: ``$HIPRESS_COMPLL_CACHE`` or ``~/.cache/hipress/compll``."""
     env = os.environ.get(CACHE_ENV)
     return Path(env) if env else Path.home() / ".cache" / "hipress" / "compll"
+
+
+@functools.lru_cache(maxsize=1)
+def generator_fingerprint() -> str:
+    """A hash of the generator's own code (its modules and templates) and version.
+
+    Part of every cache key: a generator change, even without a version bump, generates afresh
+    instead of importing modules that an older generator wrote.
+    """
+    h = hashlib.sha256(VERSION.encode())
+    here = Path(__file__).parent
+    for f in sorted([*here.glob("*.py"), *(here / "templates").glob("*.j2")]):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def cache_key(checked: CheckedSpec) -> str:
+    """The cache directory name of a spec: generator fingerprint + the spec text, hashed."""
+    h = hashlib.sha256(generator_fingerprint().encode() + b"\0" + checked.spec.source.encode())
+    return h.hexdigest()[:24]
+
+
+def private_cache(root: Path) -> Path:
+    """``root``, created 0700 if missing; a CompLLError if another user owns it or can write to it.
+
+    Modules in the cache are imported: a directory someone else controls could plant code in them.
+    """
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = root.stat()
+    except OSError as e:
+        raise CompLLError(f"cannot create the CompLL cache {root}: {e.strerror or e}", str(root)) from None
+    hint = f"set {CACHE_ENV} to a directory of your own (it is created 0700)"
+    if not root.is_dir():
+        raise CompLLError(f"the CompLL cache {root} is not a directory", str(root), hint=hint)
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise CompLLError(
+            f"the CompLL cache {root} belongs to another user (uid {st.st_uid}): its modules would run as you",
+            str(root),
+            hint=hint,
+        )
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        try:
+            os.chmod(root, 0o700)  # ours: make it private before anything in it is trusted
+        except OSError as e:
+            raise CompLLError(f"cannot make the CompLL cache {root} private: {e.strerror or e}", str(root)) from None
+    return root
 
 
 def read_spec(path: str | Path) -> tuple[str, CheckedSpec]:
@@ -40,6 +93,42 @@ def read_spec(path: str | Path) -> tuple[str, CheckedSpec]:
         line = raw[: e.start].count(b"\n") + 1
         raise CompLLError("spec is not UTF-8 text", str(p), line, 1) from None
     return text, compile_spec(text, str(p))
+
+
+def pair_specs(first: CheckedSpec, second: CheckedSpec) -> CheckedSpec:
+    """One compressor from an encoder-only and a decoder-only spec (HiPress's XEncode.pse + XDecode.pse).
+
+    Each file has been checked alone (errors point into the right file); the pair is checked again as
+    one spec named after the common prefix (``HpTernGradEncode.pse`` -> ``HpTernGrad.pse``, algorithm
+    ``hpterngrad``), its text the two files' texts, so the cache key covers both.
+    """
+    roles = {first.roles, second.roles}
+    if roles != {"encoder only", "decoder only"}:
+        raise CompLLError(
+            f"two spec files pair as an encoder and a decoder; {Path(first.file).name} is {first.roles} "
+            f"and {Path(second.file).name} is {second.roles}",
+            second.file,
+            hint="give one file holding both functions, or XEncode.pse and XDecode.pse",
+        )
+    enc, dec = (first, second) if first.encode is not None else (second, first)
+    parts = pair_prefix(enc.file)
+    stem = parts[0] if parts is not None else Path(enc.file).stem
+    file = str(Path(enc.file).with_name(stem + ".pse"))
+    source = enc.spec.source + "\n" + dec.spec.source
+    with deep(file):
+        a = parse(enc.spec.source, enc.file)
+        b = parse(dec.spec.source, dec.file)
+    merged = ast.Spec(ast.Pos(1, 1), file, source, a.param_blocks + b.param_blocks, a.functions + b.functions)
+    return check(merged)
+
+
+def read_specs(paths: list[str | Path]) -> CheckedSpec:
+    """One spec file, or an encoder file and a decoder file paired (``pair_specs``)."""
+    if len(paths) == 1:
+        return read_spec(paths[0])[1]
+    if len(paths) == 2:
+        return pair_specs(read_spec(paths[0])[1], read_spec(paths[1])[1])
+    raise CompLLError(f"give one spec file, or an encoder and a decoder file; got {len(paths)} files")
 
 
 def write_modules(
@@ -58,7 +147,7 @@ def write_modules(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    name = name or spec_name(checked.file)
+    name = check_name(name) if name else spec_name(checked.file)
     files: dict[str, str] = {}
     if body:
         for flavor in flavors:
@@ -83,22 +172,6 @@ def write_modules(
     return paths
 
 
-def _import_wrapper(path: Path, module: str):
-    if module in sys.modules:
-        return sys.modules[module]
-    spec = importlib.util.spec_from_file_location(module, path)
-    if spec is None or spec.loader is None:  # pragma: no cover
-        raise CompLLError(f"cannot import generated module {path}")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[module] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except Exception:
-        sys.modules.pop(module, None)
-        raise
-    return mod
-
-
 def load_spec(path: str | Path, *, register: bool = True, cache: Path | None = None):
     """The compressor class generated from one spec (registered unless ``register=False``)."""
     _, checked = read_spec(path)
@@ -111,12 +184,10 @@ def _load_checked(checked: CheckedSpec, *, register: bool, cache: Path | None):
     from .runtime.compressor import register_generated
 
     name = spec_name(checked.file)
-    if checked.decode is None:
-        raise CompLLError("a spec loaded as a compressor needs a decoder as well as an encoder", checked.file, 1, 1)
-    key = f"{name}-{digest(checked)}"
-    root = (cache or cache_dir()) / key
+    checked.require_both("a spec loaded as a compressor")
+    key = f"{name}-{cache_key(checked)}"
+    root = private_cache(cache or cache_dir()) / key
     if not (root / f"{name}.py").exists():
-        root.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root.parent))
         try:
             write_modules(checked, tmp, body=True, wrapper=True, flavors=("cpu", "cupy"))
@@ -127,7 +198,10 @@ def _load_checked(checked: CheckedSpec, *, register: bool, cache: Path | None):
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-    mod = _import_wrapper(root / f"{name}.py", f"hipress_compll_user_{name}_{digest(checked)}")
+    try:
+        mod = import_file(root / f"{name}.py", f"hipress_compll_user_{name}_{cache_key(checked)}")
+    except ImportError as e:  # pragma: no cover - the file was just written
+        raise CompLLError(f"cannot import generated module {root / name}.py: {e}", checked.file) from None
     from .generate import class_name
 
     cls = getattr(mod, class_name(name))
@@ -158,7 +232,7 @@ def load_dir(path: str | Path, *, cache: Path | None = None) -> list[str]:
     specs = sorted(d.glob("*.pse"))
     if not specs:
         raise CompLLError(f"no *.pse specs in {d}", str(d))
-    checked = [read_spec(p)[1] for p in specs]
+    checked = [read_specs(group) for group in group_files(specs)]
     names = [spec_name(c.file) for c in checked]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
@@ -166,6 +240,24 @@ def load_dir(path: str | Path, *, cache: Path | None = None) -> list[str]:
     for c in checked:
         _load_checked(c, register=True, cache=cache)
     return sorted(names)
+
+
+def group_files(specs: list[Path]) -> list[list[Path]]:
+    """Spec files as compressors: ``XEncode.pse`` with ``XDecode.pse`` beside it is one (HiPress's
+    pair, algorithm ``x``); any other file is one on its own."""
+    by_prefix: dict[str, dict[str, Path]] = {}
+    for p in specs:
+        parts = pair_prefix(p)
+        if parts is not None:
+            by_prefix.setdefault(parts[0].lower(), {})[parts[1]] = p
+    groups: list[list[Path]] = []
+    paired: set[Path] = set()
+    for roles in by_prefix.values():
+        if len(roles) == 2:
+            groups.append([roles["encode"], roles["decode"]])
+            paired |= set(roles.values())
+    groups += [[p] for p in specs if p not in paired]
+    return sorted(groups, key=lambda g: g[0].name)
 
 
 def load_texts(specs: dict[str, str], *, cache: Path | None = None) -> list[str]:

@@ -18,279 +18,15 @@ The plan is a list of ``Step``; both the numba and the CUDA generators walk it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from . import ast
+from . import ast, ir
 from . import types as T
 from .checker import CheckedSpec, FunctionInfo, LambdaInfo, Symbol, subexprs
 from .errors import CompLLError
-
-
-# ---------------------------------------------------------------------------- values
-@dataclass(eq=False)
-class Vec:
-    """A vector value: a materialized ``array``, a ``range``, or a lazy ``map``.
-
-    ``length``: driver code for the element count. ``key``: canonical text of the length, equal for
-    vectors known to have the same length (fusion and bounds-check elision rely on it).
-    """
-
-    kind: str
-    elem: T.Type
-    key: str
-    length: str
-    name: str = ""  # array: the driver (and kernel) variable
-    packed: int | str | None = None  # array: sub-byte elements packed LSB first (width or width variable)
-    src: Vec | None = None  # map
-    lam: LambdaInfo | None = None  # map
-    sym: Symbol | None = None  # the symbol bound to it, if any
-
-    def deps(self) -> set[Symbol]:
-        """Symbols whose values this vector's elements read."""
-        out: set[Symbol] = set()
-        if self.kind == "array" and self.sym is not None:
-            out.add(self.sym)
-        if self.src is not None:
-            out |= self.src.deps()
-        if self.lam is not None:
-            out |= set(self.lam.captures)
-        return out
-
-
-# ---------------------------------------------------------------------------- steps
-@dataclass(eq=False)
-class Step:
-    pass
-
-
-@dataclass(eq=False)
-class SHost(Step):
-    """``target = expr`` on the host (``target`` None: evaluate into ``temp``)."""
-
-    target: Symbol
-    expr: ast.Expr
-
-
-@dataclass(eq=False)
-class SIf(Step):
-    cond: ast.Expr
-    then: list[Step]
-    other: list[Step]
-
-
-@dataclass(eq=False)
-class SRequire(Step):
-    cond: ast.Expr
-    message: str
-    pos: ast.Pos
-
-
-@dataclass(eq=False)
-class SAlloc(Step):
-    name: str
-    elem: T.Type
-    length: str
-
-
-@dataclass(eq=False)
-class SCopy(Step):
-    dst: str
-    src: str
-
-
-@dataclass(eq=False)
-class SBind(Step):
-    """Bind a vector variable to a fresh array (no copy: temporaries are never written again)."""
-
-    dst: str
-    src: str
-
-
-@dataclass(eq=False)
-class SWidth(Step):
-    """Compute and validate a symbolic bit width (``uint<bitwidth>``) once its variable is known."""
-
-    var: str
-    expr: ast.Expr
-
-
-@dataclass(eq=False)
-class IReduce:
-    temp: str  # driver variable receiving the result
-    src: Vec
-    init: ast.Expr
-    lam: LambdaInfo
-
-
-@dataclass(eq=False)
-class IStore:
-    dst: str  # array variable written at the loop index
-    value: Vec
-    elem: T.Type  # the destination's element type
-    add: bool = False  # decoder output: accumulate when the caller asks for it
-
-
-@dataclass(eq=False)
-class IPack:
-    field: int  # index into the concat's fields
-    src: Vec
-    bits: int | str  # element bits (a width variable for uint<expr>)
-    offset: str  # driver variable: byte offset of the field in the body
-    nbytes: str  # driver variable: its byte size
-
-
-@dataclass(eq=False)
-class SLoop(Step):
-    """One fused elementwise loop over ``length`` elements."""
-
-    key: str
-    length: str
-    items: list = field(default_factory=list)
-    uid: int = 0
-
-    @property
-    def reduces(self) -> list[IReduce]:
-        return [i for i in self.items if isinstance(i, IReduce)]
-
-    @property
-    def packs(self) -> list[IPack]:
-        return [i for i in self.items if isinstance(i, IPack)]
-
-
-@dataclass(eq=False)
-class SFilter(Step):
-    dst: str
-    src: Vec
-    lam: LambdaInfo
-    uid: int = 0
-
-
-@dataclass(eq=False)
-class SSort(Step):
-    dst: str
-    src: str  # a materialized array
-    elem: T.Type
-    lam: LambdaInfo
-    uid: int = 0
-
-
-@dataclass(eq=False)
-class SScan(Step):
-    dst: str
-    src: Vec
-    init: ast.Expr
-    lam: LambdaInfo
-    uid: int = 0
-
-
-@dataclass(eq=False)
-class SScatter(Step):
-    """``dst[idx[j]] = val[j]`` (or ``+=`` in decoder add mode), bounds-checked."""
-
-    dst: str
-    dst_elem: T.Type
-    idx: Vec
-    val: Vec | None
-    scalar: ast.Expr | None
-    add: bool = False
-    uid: int = 0
-
-
-@dataclass(eq=False)
-class SZero(Step):
-    """Zero the decoder output unless accumulating (the base of a sparse decode)."""
-
-    dst: str
-
-
-@dataclass(eq=False)
-class ConcatField:
-    expr: ast.Expr
-    ty: T.Type
-    vec: Vec | None  # vectors
-    in_header: bool  # leading scalars form the payload's extra header
-    offset: str = ""  # body offset variable (vectors and body scalars)
-    nbytes: str = ""  # driver code for the byte size
-
-
-@dataclass(eq=False)
-class SConcat(Step):
-    fields: list[ConcatField]
-    body_len: str  # driver variable
-
-
-@dataclass(eq=False)
-class ExtractField:
-    sym: Symbol
-    ty: T.Type
-    in_header: bool
-    length: ast.Expr | None = None  # vectors
-
-
-@dataclass(eq=False)
-class SExtract(Step):
-    fields: list[ExtractField]
-    pos: ast.Pos
-    widths: list[SWidth] = field(default_factory=list)  # computable once the header is read
-
-
-@dataclass(eq=False)
-class Plan:
-    info: FunctionInfo
-    steps: list[Step]
-    names: dict[int, str]  # id(Symbol) -> driver variable
-    hoisted: dict[int, str]  # id(Call node) -> driver temp holding its value
-    vecs: dict[int, Vec]  # id(Symbol) -> its vector value
-    temps: dict[str, T.Type]  # driver temporaries and their types
-    lambdas: list[LambdaInfo]
-    lambda_names: dict[int, str]
-    widths: dict[str, str]  # symbolic bit width text -> driver variable
-
-
-# ---------------------------------------------------------------------------- helpers
-def _walk(e: ast.Expr):
-    yield e
-    for c in subexprs(e):
-        yield from _walk(c)
-
-
-def _stmt_exprs(st: ast.Stmt):
-    """Expressions directly inside a statement (not inside nested statements)."""
-    if isinstance(st, ast.VarDecl):
-        return [st.init] if st.init is not None else []
-    if isinstance(st, ast.Assign):
-        return [st.target, st.value]
-    if isinstance(st, (ast.If,)):
-        return [st.cond]
-    if isinstance(st, ast.Return):
-        return [st.value] if st.value is not None else []
-    if isinstance(st, ast.Require):
-        return [st.cond]
-    if isinstance(st, ast.ExprStmt):
-        return [st.expr]
-    return []
-
-
-def _child_stmts(st: ast.Stmt) -> list[ast.Stmt]:
-    if isinstance(st, ast.Block):
-        return st.stmts
-    if isinstance(st, ast.If):
-        return [st.then] + ([st.other] if st.other is not None else [])
-    return []
-
-
-def _all_stmts(st: ast.Stmt):
-    yield st
-    for c in _child_stmts(st):
-        yield from _all_stmts(c)
-
-
-def is_vector_op(e: ast.Expr) -> bool:
-    return isinstance(e, ast.Call) and e.func in ("map", "reduce", "filter", "sort", "scan", "scatter", "range")
+from .fuse import fuse
 
 
 class Lowerer:
-    """Lowers one function of a checked spec to a ``Plan``."""
+    """Lowers one function of a checked spec to a ``ir.Plan``."""
 
     def __init__(self, checked: CheckedSpec, info: FunctionInfo, lambda_names: dict[int, str]) -> None:
         self.checked = checked
@@ -299,7 +35,7 @@ class Lowerer:
         self.names: dict[int, str] = {}
         self.used_names: set[str] = set()
         self.hoisted: dict[int, str] = {}
-        self.vecs: dict[int, Vec] = {}
+        self.vecs: dict[int, ir.Vec] = {}
         self.temps: dict[str, T.Type] = {}
         self.lambda_names = lambda_names
         self.uid = 0
@@ -309,7 +45,7 @@ class Lowerer:
             self.widths[text] = name
             self.temps[name] = T.INT
         self.decl_of: dict[int, ast.VarDecl] = {}
-        for st in _all_stmts(info.node.body):
+        for st in ir.all_stmts(info.node.body):
             if isinstance(st, ast.VarDecl) and st.sym is not None:
                 self.decl_of[id(st.sym)] = st
 
@@ -400,7 +136,7 @@ class Lowerer:
     # ------------------------------------------------------------------ symbol closures
     def lazy_init(self, sym: Symbol) -> ast.Expr | None:
         decl = self.decl_of.get(id(sym))
-        if decl is not None and decl.init is not None and sym.ty.is_vec and is_lazy_expr(decl.init):
+        if decl is not None and decl.init is not None and sym.ty.is_vec and ir.is_lazy_expr(decl.init):
             return decl.init
         return None
 
@@ -408,7 +144,7 @@ class Lowerer:
         """Symbols an expression reads, through lambdas' captures and lazy vectors' definitions."""
         seen = set() if seen is None else seen
         out: set[Symbol] = set()
-        for x in _walk(e):
+        for x in ir.walk_expr(e):
             syms = []
             if isinstance(x, ast.Name) and x.sym is not None:
                 syms.append(x.sym)
@@ -434,8 +170,8 @@ class Lowerer:
 
     def stmt_reads(self, st: ast.Stmt) -> set[Symbol]:
         out: set[Symbol] = set()
-        for s in _all_stmts(st):
-            for e in _stmt_exprs(s):
+        for s in ir.all_stmts(st):
+            for e in ir.stmt_exprs(s):
                 if isinstance(s, ast.Assign) and e is s.target:
                     continue
                 if isinstance(s, ast.ExprStmt):
@@ -447,7 +183,7 @@ class Lowerer:
 
     def stmt_writes(self, st: ast.Stmt) -> set[Symbol]:
         out: set[Symbol] = set()
-        for s in _all_stmts(st):
+        for s in ir.all_stmts(st):
             if isinstance(s, ast.Assign) and isinstance(s.target, ast.Name) and s.target.sym is not None:
                 out.add(s.target.sym)
         return out
@@ -474,8 +210,8 @@ class Lowerer:
         """
         if depth > 50:
             return False
-        for st in _all_stmts(lam.node.body):
-            for e in _stmt_exprs(st):
+        for st in ir.all_stmts(lam.node.body):
+            for e in ir.stmt_exprs(st):
                 if not self._expr_safe(e, targets, safe, depth):
                     return False
         return True
@@ -513,11 +249,11 @@ class Lowerer:
             inner = self.lazy_init(src.sym)
             if inner is not None and not self._lazy_safe(inner, targets, depth + 1):
                 return False
-        elif is_lazy_expr(src) and not self._lazy_safe(src, targets, depth + 1):
+        elif ir.is_lazy_expr(src) and not self._lazy_safe(src, targets, depth + 1):
             return False
         return self.lam_safe(lam, targets, set(), depth + 1)
 
-    def vec_safe(self, v: Vec, targets: set[Symbol]) -> bool:
+    def vec_safe(self, v: ir.Vec, targets: set[Symbol]) -> bool:
         """Whether reading ``v`` at the loop index reads ``targets`` only at that index."""
         if v.kind in ("range", "array"):
             return True
@@ -527,12 +263,12 @@ class Lowerer:
         return self.vec_safe(v.src, targets) and self.lam_safe(v.lam, targets, set())
 
     # ------------------------------------------------------------------ entry
-    def run(self) -> Plan:
+    def run(self) -> ir.Plan:
         for s in self.info.symbols:
             if s.kind in ("input", "state", "output") and s.ty.is_vec:
                 name = self.name_of(s)
                 if s.ty == T.vec(T.FLOAT):
-                    self.vecs[id(s)] = Vec("array", T.FLOAT, "N", "n_elems", name=name, sym=s)
+                    self.vecs[id(s)] = ir.Vec("array", T.FLOAT, "N", "n_elems", name=name, sym=s)
             elif s.kind in ("param",):
                 self.name_of(s)
         self.used_names.update(
@@ -559,7 +295,7 @@ class Lowerer:
             self.used_names.add("p_" + p.name)
         steps = self.width_steps_after(None) + self.block(self.info.node.body.stmts)
         steps = fuse(steps, self)
-        return Plan(
+        return ir.Plan(
             self.info,
             steps,
             self.names,
@@ -572,13 +308,13 @@ class Lowerer:
         )
 
     # ------------------------------------------------------------------ statements
-    def block(self, stmts: list[ast.Stmt]) -> list[Step]:
-        out: list[Step] = []
+    def block(self, stmts: list[ast.Stmt]) -> list[ir.Step]:
+        out: list[ir.Step] = []
         for k, st in enumerate(stmts):
             out += self.stmt(st, stmts[k + 1 :])
         return out
 
-    def stmt(self, st: ast.Stmt, rest: list[ast.Stmt]) -> list[Step]:
+    def stmt(self, st: ast.Stmt, rest: list[ast.Stmt]) -> list[ir.Step]:
         if isinstance(st, ast.Block):
             return self.block(st.stmts)
         if isinstance(st, ast.LambdaDef):
@@ -591,15 +327,15 @@ class Lowerer:
             pre, cond = self.host_expr(st.cond)
             then = self.block([st.then])
             other = self.block([st.other]) if st.other is not None else []
-            return pre + [SIf(cond, fuse(then, self), fuse(other, self))]
+            return pre + [ir.SIf(cond, fuse(then, self), fuse(other, self))]
         if isinstance(st, ast.Require):
             pre, cond = self.host_expr(st.cond)
-            return pre + [SRequire(cond, st.message, st.pos)]
+            return pre + [ir.SRequire(cond, st.message, st.pos)]
         if isinstance(st, ast.ExprStmt):
             return self.extract(st)
         raise self.err(st, f"internal: cannot lower {type(st).__name__}")  # pragma: no cover
 
-    def decl(self, st: ast.VarDecl, rest: list[ast.Stmt]) -> list[Step]:
+    def decl(self, st: ast.VarDecl, rest: list[ast.Stmt]) -> list[ir.Step]:
         sym = st.sym
         assert sym is not None
         name = self.name_of(sym)
@@ -607,15 +343,15 @@ class Lowerer:
             return []
         if not sym.ty.is_vec:
             pre, e = self.host_expr(st.init)
-            return pre + [SHost(sym, e)] + self.width_steps_after(sym)
-        if is_lazy_expr(st.init) and sym.writes == 0 and self.may_stay_lazy(sym, st.init, rest):
+            return pre + [ir.SHost(sym, e)] + self.width_steps_after(sym)
+        if ir.is_lazy_expr(st.init) and sym.writes == 0 and self.may_stay_lazy(sym, st.init, rest):
             pre, v = self.vec_expr(st.init)
             v.sym = sym
             self.vecs[id(sym)] = v
             return pre
         pre, v = self.vec_expr(st.init)
         steps = pre + self.materialize_into(v, name, sym.ty.elem)  # type: ignore[arg-type]
-        self.vecs[id(sym)] = Vec(
+        self.vecs[id(sym)] = ir.Vec(
             "array",
             sym.ty.elem,
             v.key if sym.writes == 0 else f"len{id(sym)}",  # type: ignore[arg-type]
@@ -658,11 +394,11 @@ class Lowerer:
             if init is not None and not self._lazy_safe(init, targets, 0):
                 return False
             return self.lam_safe(lam, targets, set())
-        if is_lazy_expr(src):
+        if ir.is_lazy_expr(src):
             return self._lazy_safe(src, targets, 0) and self.lam_safe(lam, targets, set())
         return False
 
-    def assign(self, st: ast.Assign) -> list[Step]:
+    def assign(self, st: ast.Assign) -> list[ir.Step]:
         target = st.target
         assert isinstance(target, ast.Name) and target.sym is not None
         sym = target.sym
@@ -672,7 +408,7 @@ class Lowerer:
             return self.concat(st.value)  # type: ignore[arg-type]
         if not sym.ty.is_vec:
             pre, e = self.host_expr(st.value)
-            return pre + [SHost(sym, e)]
+            return pre + [ir.SHost(sym, e)]
         if sym.kind == "output":
             return self.output(st.value, name)
         value = st.value
@@ -691,44 +427,50 @@ class Lowerer:
                 return pre + [self.store_loop(name, v, T.FLOAT)]
             tmp = self.temp(sym.ty, "t_" + sym.name)
             steps = pre + self.materialize_into(v, tmp, T.FLOAT)
-            return steps + [SCopy(name, tmp)]
+            return steps + [ir.SCopy(name, tmp)]
         return pre + self.materialize_into(v, name, sym.ty.elem)  # type: ignore[arg-type]
 
-    def output(self, value: ast.Expr, name: str) -> list[Step]:
+    def output(self, value: ast.Expr, name: str) -> list[ir.Step]:
         """The decoder's one assignment of its output: honours accumulate (``add``) mode."""
         if isinstance(value, ast.Call) and value.func == "scatter":
             base = value.args[0]
-            if is_lazy_expr(base) and _is_zero_map(base):
+            if ir.is_lazy_expr(base) and ir.is_zero_map(base):
                 pre, _ = self.vec_expr(base)
-                return pre + [SZero(name)] + self.scatter_into(value, name, T.FLOAT, add=True, skip_base=True)
+                return pre + [ir.SZero(name)] + self.scatter_into(value, name, T.FLOAT, add=True, skip_base=True)
         pre, v = self.vec_expr(value)
+        if v.key != "N":  # a length not known to be the gradient's: decode what the value holds
+            count = self.temp(T.INT, "n_dec")
+            loop = ir.SLoop(v.key, count, [ir.IStore(name, v, T.FLOAT, add=True)], self.next_uid())
+            return pre + [ir.SOutputLength(v.length, name, count), loop]
         return pre + [
-            SLoop(v.key if v.kind != "array" else "N", "n_elems", [IStore(name, v, T.FLOAT, add=True)], self.next_uid())
+            ir.SLoop(
+                v.key if v.kind != "array" else "N", "n_elems", [ir.IStore(name, v, T.FLOAT, add=True)], self.next_uid()
+            )
         ]
 
-    def store_loop(self, dst: str, v: Vec, elem: T.Type) -> SLoop:
-        return SLoop(v.key, v.length, [IStore(dst, v, elem)], self.next_uid())
+    def store_loop(self, dst: str, v: ir.Vec, elem: T.Type) -> ir.SLoop:
+        return ir.SLoop(v.key, v.length, [ir.IStore(dst, v, elem)], self.next_uid())
 
-    def materialize_into(self, v: Vec, name: str, elem: T.Type) -> list[Step]:
+    def materialize_into(self, v: ir.Vec, name: str, elem: T.Type) -> list[ir.Step]:
         """Steps that leave ``v``'s elements in a new array bound to the driver variable ``name``."""
         if v.kind == "array":
             if v.name == name:
                 return []
             if v.packed is None and v.sym is None and v.name in self.temps:
-                return [SBind(name, v.name)]  # a fresh temporary: take it over
+                return [ir.SBind(name, v.name)]  # a fresh temporary: take it over
             if v.packed is None:
-                return [SAlloc(name, elem, v.length), SCopy(name, v.name)]
-        return [SAlloc(name, elem, v.length), self.store_loop(name, v, elem)]
+                return [ir.SAlloc(name, elem, v.length), ir.SCopy(name, v.name)]
+        return [ir.SAlloc(name, elem, v.length), self.store_loop(name, v, elem)]
 
-    def as_array(self, v: Vec, base: str = "t") -> tuple[list[Step], Vec]:
+    def as_array(self, v: ir.Vec, base: str = "t") -> tuple[list[ir.Step], ir.Vec]:
         if v.kind == "array" and v.packed is None:
             return [], v
         tmp = self.temp(T.vec(v.elem), base)
         steps = self.materialize_into(v, tmp, v.elem)
-        return steps, Vec("array", v.elem, v.key, f"{tmp}.shape[0]", name=tmp)
+        return steps, ir.Vec("array", v.elem, v.key, f"{tmp}.shape[0]", name=tmp)
 
     # ------------------------------------------------------------------ vector expressions
-    def vec_expr(self, e: ast.Expr) -> tuple[list[Step], Vec]:
+    def vec_expr(self, e: ast.Expr) -> tuple[list[ir.Step], ir.Vec]:
         """Lower a vector-valued expression; returns (steps to run first, its value)."""
         if isinstance(e, ast.Name):
             sym = e.sym
@@ -736,7 +478,7 @@ class Lowerer:
             v = self.vecs.get(id(sym))
             if v is None:  # a vector variable assigned at run time (possibly in a branch)
                 name = self.name_of(sym)
-                v = Vec("array", sym.ty.elem, f"len{id(sym)}", f"{name}.shape[0]", name=name, sym=sym)  # type: ignore[arg-type]
+                v = ir.Vec("array", sym.ty.elem, f"len{id(sym)}", f"{name}.shape[0]", name=name, sym=sym)  # type: ignore[arg-type]
             return [], v
         if not isinstance(e, ast.Call):  # pragma: no cover - the checker admits no other vector
             raise self.err(e, "internal: not a vector expression")
@@ -745,40 +487,40 @@ class Lowerer:
             arg = e.args[0]
             simple = self.simple_length(arg)
             if simple is not None:
-                return [], Vec("range", T.INT, self.canon(arg), simple)
+                return [], ir.Vec("range", T.INT, self.canon(arg), simple)
             pre, n = self.host_expr(arg)
             tmp = self.temp(T.INT, "t_n")
-            return pre + [SHost(_TempSym(tmp, T.INT), n)], Vec("range", T.INT, self.canon(arg), tmp)
+            return pre + [ir.SHost(ir.TempSym(tmp, T.INT), n)], ir.Vec("range", T.INT, self.canon(arg), tmp)
         if f == "map":
             pre, src = self.vec_expr(e.args[0])
             lam = e.args[1].sym.lam  # type: ignore[union-attr]
-            return pre, Vec("map", lam.ret, src.key, src.length, src=src, lam=lam)
+            return pre, ir.Vec("map", lam.ret, src.key, src.length, src=src, lam=lam)
         if f == "filter":
             pre, src = self.vec_expr(e.args[0])
             tmp = self.temp(e.ty, "t_filter")
             lam = e.args[1].sym.lam  # type: ignore[union-attr]
-            step = SFilter(tmp, src, lam, self.next_uid())
-            return pre + [step], Vec("array", src.elem, f"filter{id(e)}", f"{tmp}.shape[0]", name=tmp)
+            step = ir.SFilter(tmp, src, lam, self.next_uid())
+            return pre + [step], ir.Vec("array", src.elem, f"filter{id(e)}", f"{tmp}.shape[0]", name=tmp)
         if f == "sort":
             pre, src = self.vec_expr(e.args[0])
             more, arr = self.as_array(src, "t_unsorted")
             tmp = self.temp(e.ty, "t_sorted")
             lam = e.args[1].sym.lam  # type: ignore[union-attr]
-            step = SSort(tmp, arr.name, src.elem, lam, self.next_uid())
-            return pre + more + [step], Vec("array", src.elem, src.key, f"{tmp}.shape[0]", name=tmp)
+            step = ir.SSort(tmp, arr.name, src.elem, lam, self.next_uid())
+            return pre + more + [step], ir.Vec("array", src.elem, src.key, f"{tmp}.shape[0]", name=tmp)
         if f == "scan":
             pre, src = self.vec_expr(e.args[0])
             lam = e.args[2].sym.lam  # type: ignore[union-attr]
             ipre, init = self.host_expr(e.args[1])
             tmp = self.temp(e.ty, "t_scan")
-            step = SScan(tmp, src, init, lam, self.next_uid())
-            return pre + ipre + [step], Vec("array", lam.ret, src.key, f"{tmp}.shape[0]", name=tmp)
+            step = ir.SScan(tmp, src, init, lam, self.next_uid())
+            return pre + ipre + [step], ir.Vec("array", lam.ret, src.key, f"{tmp}.shape[0]", name=tmp)
         if f == "scatter":
             pre, base = self.vec_expr(e.args[0])
             tmp = self.temp(e.ty, "t_scatter")
             steps = pre + self.materialize_into(base, tmp, base.elem)
             steps += self.scatter_into(e, tmp, base.elem, add=False, skip_base=True)
-            return steps, Vec("array", base.elem, base.key, f"{tmp}.shape[0]", name=tmp)
+            return steps, ir.Vec("array", base.elem, base.key, f"{tmp}.shape[0]", name=tmp)
         raise self.err(e, f"{f}(...) does not give a vector here")
 
     def simple_length(self, e: ast.Expr) -> str | None:
@@ -794,23 +536,23 @@ class Lowerer:
                 return "n_elems"
         return None
 
-    def scatter_into(self, e: ast.Call, dst: str, elem: T.Type, add: bool, skip_base: bool = True) -> list[Step]:
+    def scatter_into(self, e: ast.Call, dst: str, elem: T.Type, add: bool, skip_base: bool = True) -> list[ir.Step]:
         pre, idx = self.vec_expr(e.args[1])
         val = e.args[2]
         if val.ty.is_vec:
             vpre, vv = self.vec_expr(val)
-            return pre + vpre + [SScatter(dst, elem, idx, vv, None, add, self.next_uid())]
+            return pre + vpre + [ir.SScatter(dst, elem, idx, vv, None, add, self.next_uid())]
         hpre, he = self.host_expr(val)
-        return pre + hpre + [SScatter(dst, elem, idx, None, he, add, self.next_uid())]
+        return pre + hpre + [ir.SScatter(dst, elem, idx, None, he, add, self.next_uid())]
 
     # ------------------------------------------------------------------ host expressions
-    def host_expr(self, e: ast.Expr) -> tuple[list[Step], ast.Expr]:
+    def host_expr(self, e: ast.Expr) -> tuple[list[ir.Step], ast.Expr]:
         """Hoist the vector operators out of a host expression; the expression itself is unchanged."""
-        steps: list[Step] = []
+        steps: list[ir.Step] = []
         self._hoist(e, steps, lazy_ctx=False)
         return steps, e
 
-    def _hoist(self, e: ast.Expr, steps: list[Step], lazy_ctx: bool) -> None:
+    def _hoist(self, e: ast.Expr, steps: list[ir.Step], lazy_ctx: bool) -> None:
         if isinstance(e, ast.Call) and e.func == "reduce":
             if lazy_ctx:
                 raise self.err(
@@ -823,9 +565,9 @@ class Lowerer:
             lam = e.args[2].sym.lam  # type: ignore[union-attr]
             tmp = self.temp(lam.ret, "t_reduce")
             self.hoisted[id(e)] = tmp
-            steps += pre + ipre + [SLoop(src.key, src.length, [IReduce(tmp, src, init, lam)], self.next_uid())]
+            steps += pre + ipre + [ir.SLoop(src.key, src.length, [ir.IReduce(tmp, src, init, lam)], self.next_uid())]
             return
-        if isinstance(e, ast.Call) and is_vector_op(e):
+        if isinstance(e, ast.Call) and ir.is_vector_op(e):
             if lazy_ctx:
                 raise self.err(
                     e,
@@ -859,62 +601,67 @@ class Lowerer:
             self._hoist(c, steps, lazy_ctx)
 
     # ------------------------------------------------------------------ payload
-    def concat(self, e: ast.Call) -> list[Step]:
-        steps: list[Step] = []
-        fields: list[ConcatField] = []
+    def concat(self, e: ast.Call) -> list[ir.Step]:
+        steps: list[ir.Step] = []
+        fields: list[ir.ConcatField] = []
         header = True
         for a in e.args:
             if a.ty.is_vec:
                 header = False
                 pre, v = self.vec_expr(a)
                 steps += pre
-                fields.append(ConcatField(a, a.ty, v, False))
+                fields.append(ir.ConcatField(a, a.ty, v, False))
             else:
                 pre, he = self.host_expr(a)
                 steps += pre
-                fields.append(ConcatField(he, a.ty, None, header))
+                fields.append(ir.ConcatField(he, a.ty, None, header))
         body_len = self.fresh("body_len")
         for k, f in enumerate(fields):
             if not f.in_header:
                 f.offset = self.fresh(f"off{k}")
                 f.nbytes = self.fresh(f"nb{k}")
-        step = SConcat(fields, body_len)
-        loops: list[Step] = []
+        step = ir.SConcat(fields, body_len)
+        loops: list[ir.Step] = []
         for k, f in enumerate(fields):
             if f.vec is None:
                 continue
             bits = f.ty.elem.elem_bits()  # type: ignore[union-attr]
             if isinstance(bits, str):
                 bits = self.width_var(f.ty.elem)  # type: ignore[arg-type]
-            loops.append(SLoop(f.vec.key, f.vec.length, [IPack(k, f.vec, bits, f.offset, f.nbytes)], self.next_uid()))
+            loops.append(
+                ir.SLoop(f.vec.key, f.vec.length, [ir.IPack(k, f.vec, bits, f.offset, f.nbytes)], self.next_uid())
+            )
         return steps + [step] + loops
 
     def width_var(self, ty: T.Type) -> str:
-        """Driver variable holding a symbolic bit width (see ``SWidth``)."""
+        """Driver variable holding a symbolic bit width (see ``ir.SWidth``)."""
         return self.widths[str(ty.bits)]
 
-    def width_steps_after(self, sym: Symbol | None) -> list[Step]:
-        """``SWidth`` steps for the widths that become computable once ``sym`` is assigned."""
-        out: list[Step] = []
+    def width_steps_after(self, sym: Symbol | None) -> list[ir.Step]:
+        """``ir.SWidth`` steps for the widths that become computable once ``sym`` is assigned."""
+        out: list[ir.Step] = []
         for text, (expr, dep) in self.info.widths.items():
             if dep is sym:
-                out.append(SWidth(self.widths[text], expr))
+                out.append(ir.SWidth(self.widths[text], expr))
         return out
 
-    def extract(self, st: ast.ExprStmt) -> list[Step]:
+    def extract(self, st: ast.ExprStmt) -> list[ir.Step]:
         call = st.expr
         assert isinstance(call, ast.Call)
-        fields: list[ExtractField] = []
+        fields: list[ir.ExtractField] = []
         header = True
         for a in call.args[1:]:
-            if isinstance(a, ast.Name):
+            if isinstance(a, ast.Name) and not a.ty.is_vec:
                 sym = a.sym
                 assert sym is not None
                 self.name_of(sym)
-                fields.append(ExtractField(sym, sym.ty, header))
+                fields.append(ir.ExtractField(sym, sym.ty, header))
             else:
-                assert isinstance(a, ast.Index) and isinstance(a.base, ast.Name)
-                sym = a.base.sym
+                # v[n], or a last vector v without a length: the rest of the payload (HiPress's style)
+                index = a.index if isinstance(a, ast.Index) else None
+                base = a.base if isinstance(a, ast.Index) else a
+                assert isinstance(base, ast.Name)
+                sym = base.sym
                 assert sym is not None
                 header = False
                 name = self.name_of(sym)
@@ -927,194 +674,19 @@ class Lowerer:
                         packed = None
                 length_var = self.fresh(f"len_{sym.name}")
                 self.temps[length_var] = T.INT
-                self.vecs[id(sym)] = Vec(
-                    "array", elem, self.canon(a.index), length_var, name=name, packed=packed, sym=sym
-                )
-                fields.append(ExtractField(sym, sym.ty, False, a.index))
-        step = SExtract(fields, st.pos)
+                key = self.canon(index) if index is not None else f"rest{id(sym)}"
+                self.vecs[id(sym)] = ir.Vec("array", elem, key, length_var, name=name, packed=packed, sym=sym)
+                fields.append(ir.ExtractField(sym, sym.ty, False, index, rest=index is None))
+        step = ir.SExtract(fields, st.pos)
         for f in fields:
             if f.in_header:
                 step.widths += self.width_steps_after(f.sym)  # type: ignore[arg-type]
-        steps: list[Step] = [step]
+        steps: list[ir.Step] = [step]
         for f in fields:
             if not f.in_header:
                 steps += self.width_steps_after(f.sym)
         return steps
 
 
-class _TempSym(Symbol):
-    """A symbol for a driver temporary (range lengths)."""
-
-    def __init__(self, name: str, ty: T.Type) -> None:
-        super().__init__(name, ty, "temp")
-
-
-def is_lazy_expr(e: ast.Expr) -> bool:
-    return isinstance(e, ast.Call) and e.func in ("map", "range")
-
-
-def _is_zero_map(e: ast.Expr) -> bool:
-    """``map(range(n), f)`` where f's body is ``return 0;``: an all-zeros vector."""
-    if not (
-        isinstance(e, ast.Call) and e.func == "map" and isinstance(e.args[0], ast.Call) and e.args[0].func == "range"
-    ):
-        return False
-    lam = e.args[1].sym.lam  # type: ignore[union-attr]
-    body = lam.node.body.stmts
-    return (
-        len(body) == 1
-        and isinstance(body[0], ast.Return)
-        and isinstance(body[0].value, ast.Num)
-        and body[0].value.value == 0
-    )
-
-
-# ---------------------------------------------------------------------------- fusion
-def _loop_reads(loop: SLoop, low: Lowerer) -> set[Symbol]:
-    out: set[Symbol] = set()
-    for it in loop.items:
-        v = it.src if isinstance(it, (IReduce, IPack)) else it.value
-        out |= _vec_syms(v, low)
-        if isinstance(it, IReduce):
-            out |= low.expr_syms(it.init)
-            for c in it.lam.captures:
-                out |= low.sym_closure(c, set())
-    return out
-
-
-def _vec_syms(v: Vec, low: Lowerer) -> set[Symbol]:
-    out: set[Symbol] = set()
-    if v.sym is not None:
-        out |= low.sym_closure(v.sym, set())
-    if v.src is not None:
-        out |= _vec_syms(v.src, low)
-    if v.lam is not None:
-        for c in v.lam.captures:
-            out |= low.sym_closure(c, set())
-    return out
-
-
-def _loop_writes(loop: SLoop, low: Lowerer) -> set[str]:
-    return {it.dst for it in loop.items if isinstance(it, IStore)}
-
-
-def _name_syms(names: set[str], low: Lowerer) -> set[Symbol]:
-    by_name = {v: k for k, v in low.names.items()}
-    out = set()
-    for s in low.info.symbols:
-        if id(s) in by_name and low.names[id(s)] in names:
-            out.add(s)
-    return out
-
-
-def _items_safe(loop: SLoop, targets: set[Symbol], low: Lowerer) -> bool:
-    for it in loop.items:
-        v = it.src if isinstance(it, (IReduce, IPack)) else it.value
-        if not low.vec_safe(v, targets):
-            return False
-        if isinstance(it, IReduce) and not low.lam_safe(it.lam, targets, set()):
-            return False
-    return True
-
-
-def _host_reads_names(step: SHost, low: Lowerer) -> set[str]:
-    out = set()
-    for x in _walk(step.expr):
-        if isinstance(x, ast.Name) and x.sym is not None and id(x.sym) in low.names:
-            out.add(low.names[id(x.sym)])
-        if isinstance(x, ast.Call) and id(x) in low.hoisted:
-            out.add(low.hoisted[id(x)])
-    return out
-
-
-def _host_target(step: SHost, low: Lowerer) -> str:
-    t = step.target
-    return t.name if isinstance(t, _TempSym) else low.names.get(id(t), t.name)
-
-
-def fuse(steps: list[Step], low: Lowerer) -> list[Step]:
-    """Merge consecutive compatible loops; see the module docstring for the rules."""
-    out: list[Step] = []
-    group: SLoop | None = None
-    pending: list[SHost] = []
-    for st in steps:
-        if isinstance(st, SLoop):
-            if group is not None and _can_fuse(group, st, pending, low):
-                group.items += st.items
-                continue
-            if group is not None:
-                out.append(group)
-                out += pending
-            group, pending = st, []
-            continue
-        if group is not None and isinstance(st, SHost):
-            pending.append(st)
-            continue
-        if group is not None:
-            out.append(group)
-            out += pending
-            group, pending = None, []
-        out.append(st)
-    if group is not None:
-        out.append(group)
-        out += pending
-    return out
-
-
-def _can_fuse(g: SLoop, l2: SLoop, pending: list[SHost], low: Lowerer) -> bool:
-    if g.key != l2.key or g.key.startswith("?"):
-        return False
-    # inputs of l2 computed by the group's reductions or by deferred host statements
-    produced = {r.temp for r in g.reduces} | {_host_target(p, low) for p in pending}
-    l2_inputs = {low.names.get(id(s), s.name) for s in _loop_reads(l2, low)}
-    l2_inputs |= {it.temp for it in l2.reduces}  # (fresh, never in produced)
-    for it in l2.items:
-        if isinstance(it, IReduce):
-            l2_inputs |= _host_reads_names(SHost(_TempSym("x", T.INT), it.init), low)
-    if l2.length in produced or (l2_inputs & produced):
-        return False
-    for it in l2.items:
-        for x in _captured_names(it, low):
-            if x in produced:
-                return False
-    # deferred host statements must not read what l2 writes
-    w2 = _loop_writes(l2, low)
-    for p in pending:
-        if _host_reads_names(p, low) & w2:
-            return False
-        if _name_syms(w2, low) & low.expr_syms(p.expr):
-            return False
-    # cross reads of written vectors only at the loop index
-    w1 = _name_syms(_loop_writes(g, low), low)
-    ws2 = _name_syms(w2, low)
-    if w1 and not _items_safe(l2, low.dependents(w1), low):
-        return False
-    if ws2 and not _items_safe(g, low.dependents(ws2), low):
-        return False
-    # stores into temporaries not tied to symbols: the later loop must not read them
-    tmp_w1 = _loop_writes(g, low) - {low.names[id(s)] for s in w1 if id(s) in low.names}
-    if tmp_w1 & {_vec_name(it) for it in l2.items}:
-        return False
-    return True
-
-
-def _vec_name(it) -> str:
-    v = it.src if isinstance(it, (IReduce, IPack)) else it.value
-    return v.name
-
-
-def _captured_names(it, low: Lowerer) -> set[str]:
-    out: set[str] = set()
-    v = it.src if isinstance(it, (IReduce, IPack)) else it.value
-    while v is not None:
-        if v.kind == "range":
-            out.add(v.length)
-        if v.lam is not None:
-            for c in v.lam.captures:
-                out.add(low.names.get(id(c), c.name))
-        v = v.src
-    return out
-
-
-def lower(checked: CheckedSpec, info: FunctionInfo, lambda_names: dict[int, str]) -> Plan:
+def lower(checked: CheckedSpec, info: FunctionInfo, lambda_names: dict[int, str]) -> ir.Plan:
     return Lowerer(checked, info, lambda_names).run()

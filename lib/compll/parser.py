@@ -114,6 +114,17 @@ def parse(source: str, file: str = "<spec>") -> ast.Spec:
     return ast.Spec(ast.Pos(1, 1), file, source, blocks, funcs)
 
 
+def _flat(items) -> list:
+    """Statements, a multi-name declaration's list spliced in place."""
+    out: list = []
+    for it in items:
+        if isinstance(it, list):
+            out.extend(it)
+        else:
+            out.append(it)
+    return out
+
+
 def _too_deep(file: str) -> CompLLError:
     return CompLLError("expression nested too deeply", file, 1, 1, "split it with local variables")
 
@@ -221,11 +232,18 @@ class _ToAst(Transformer):
 
     # -- statements
     def block(self, meta, items):
-        return ast.Block(_pos(meta), list(items))
+        return ast.Block(_pos(meta), _flat(items))
+
+    def declarator(self, meta, items):
+        name, init = items
+        return name, init
 
     def decl(self, meta, items):
-        ty, name, init = items
-        return ast.VarDecl(_pos(meta), ty, str(name), init)
+        """``float min, max;`` (HiPress's style) declares each name in turn, as in C."""
+        ty, *decls = items
+        out = [ast.VarDecl(_pos(name), ty, str(name), init) for name, init in decls]
+        out[0].pos = _pos(meta)
+        return out[0] if len(out) == 1 else out
 
     def assign(self, meta, items):
         target, op, value = items
@@ -236,6 +254,9 @@ class _ToAst(Transformer):
 
     def if_stmt(self, meta, items):
         cond, then, *other = items
+        other = [ast.Block(_pos(meta), o) if isinstance(o, list) else o for o in other]
+        if isinstance(then, list):
+            then = ast.Block(_pos(meta), then)
         return ast.If(_pos(meta), cond, then, other[0] if other else None)
 
     def return_stmt(self, meta, items):

@@ -34,7 +34,7 @@ def le_corrected(a_i, v_gradient, v_residual):
 
 @_ljit
 def le_quantize(a_x, v_tau):
-    return k_clampu(((np.int64(1) + np.int64((a_x >= v_tau))) - np.int64((a_x <= (-v_tau)))), 3)
+    return k_clampu((np.int64(1) + np.int64((a_x >= v_tau)) - np.int64((a_x <= (-v_tau)))), 3)
 
 @_ljit
 def le_nonfinite(a_x):

@@ -83,7 +83,7 @@ __device__ __forceinline__ float le_corrected(long long a_i, float* v_gradient, 
 }
 
 __device__ __forceinline__ long long le_quantize(float a_x, float v_tau) {
-    return cl_clampu(((1LL + ((long long) ((a_x >= v_tau)))) - ((long long) ((a_x <= (-v_tau))))), 3);
+    return cl_clampu((1LL + ((long long) ((a_x >= v_tau))) - ((long long) ((a_x <= (-v_tau))))), 3);
 }
 
 __device__ __forceinline__ long long le_nonfinite(float a_x) {

@@ -29,6 +29,7 @@ from hipress.compress import Capabilities, CompressionError, Compressor, Gradien
 from hipress.compress.payload import Header, allocate
 
 from .host import GeneratedError
+from .modules import import_file
 
 INT_RANGES = {"int": (-(1 << 31), (1 << 31) - 1), "uint": (0, 0xFFFFFFFF), "uint8": (0, 255)}
 
@@ -82,19 +83,7 @@ def load_sibling(module_name: str, sibling: str) -> ModuleType:
     path = Path(wrapper.__file__).with_name(sibling + ".py")  # type: ignore[arg-type]
     # a name that depends on the file only: numba's cache refers to callees by module name
     full = f"hipress_compll_body_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]}_{sibling}"
-    if full in sys.modules:
-        return sys.modules[full]
-    spec = importlib.util.spec_from_file_location(full, path)
-    if spec is None or spec.loader is None:  # pragma: no cover
-        raise ImportError(f"cannot load {path}")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[full] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        sys.modules.pop(full, None)
-        raise
-    return mod
+    return import_file(path, full)
 
 
 class _PayloadContext:

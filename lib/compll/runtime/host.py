@@ -98,6 +98,11 @@ def nbytes(n: int, bits: int) -> int:
     return (int(n) * int(bits) + 7) // 8
 
 
+def rest_length(nbytes: int, bits: int) -> int:
+    """Elements of ``bits`` bits that ``nbytes`` bytes hold: a last extracted vector given no length."""
+    return max(int(nbytes), 0) * 8 // int(bits)
+
+
 def length(n, what: str) -> int:
     n = int(n)
     if n < 0:

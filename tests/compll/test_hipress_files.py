@@ -1,0 +1,220 @@
+"""HiPress's CompLL files (issue 13): ``XEncode.pse`` and ``XDecode.pse`` generated alone or paired,
+HiPress-style decoders (fields declared without values, ``extract`` of a runtime-width vector without
+a length, ``.size`` of it, ``map`` over a range shorter than the vector), and a ``--compll-dir`` pair
+training as algorithm ``x``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hipress.compll import CompLLError, compile_spec, load_dir
+from hipress.compll.loader import group_files, pair_specs, read_spec
+from hipress.compress import GradientState, create
+from hipress.compress.registry import unregister
+
+from .conftest import DATA
+
+HP = DATA / "hipress"
+ENC = HP / "HpTernGradEncode.pse"
+DEC = HP / "HpTernGradDecode.pse"
+
+# HiPress's literal decoder shape: Q.size - tail elements (tail as HiPress's encoder writes it)
+TAIL_DECODER = """
+void TernGradDecode(uint8* compressed, float* gradient){
+    uint8 bitwidth;
+    uint8 tail;
+    float min, max;
+    uint<bitwidth>* Q;
+    extract(compressed, bitwidth, tail, min, max, Q);
+    float gap = (max - min) / ( (1<<bitwidth) -1 );
+    lambda_func uintToFloat = [&](int index) -> float{
+        return min + Q[index] * gap;
+    }
+    gradient = map(range(Q.size - tail), uintToFloat);
+}
+"""
+
+
+def cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600):
+    return subprocess.run(
+        [sys.executable, "-m", "hipress_cli.app", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
+
+
+def test_encoder_is_hipress_verbatim():
+    ref = Path("/work/shared/reference/compll/TernGradEncode.pse")
+    if ref.exists():
+        assert ENC.read_text() == ref.read_text()
+
+
+@pytest.mark.parametrize("flavor", ["cpu", "cupy"])
+def test_decoder_alone_generates(tmp_path, flavor):
+    r = cli("compll", "gen", str(DEC), "-b", "-f", flavor, "-o", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    files = sorted(Path(p).name for p in json.loads(r.stdout)["files"])
+    if flavor == "cpu":
+        assert files == ["hpterngraddecode_cpu.py"]
+    else:
+        assert files == ["hpterngraddecode.cu", "hpterngraddecode_cupy.py"]
+    for f in tmp_path.glob("*.py"):
+        text = f.read_text()
+        compile(text, f.name, "exec")
+        assert "def decode(" in text and "def encode(" not in text
+    nvcc = shutil.which("nvcc")
+    if flavor == "cupy" and nvcc:
+        r = subprocess.run(
+            [nvcc, "-ptx", "-arch=sm_80", "-o", str(tmp_path / "d.ptx"), str(tmp_path / "hpterngraddecode.cu")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert r.returncode == 0, r.stderr
+
+
+def test_encoder_alone_generates_but_needs_a_decoder_for_a_wrapper(tmp_path):
+    r = cli("compll", "gen", str(ENC), "-b", "-o", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "hpterngradencode_cpu.py").read_text()
+    assert "def encode(" in text and "def decode(" not in text
+    r = cli("compll", "gen", str(ENC), "-w", "-o", str(tmp_path))
+    assert r.returncode != 0 and "needs an encoder and a decoder" in r.stderr and "Traceback" not in r.stderr
+    assert "XEncode.pse XDecode.pse" in r.stderr
+    r = cli("compll", "check", str(ENC), str(DEC))
+    assert r.returncode == 0 and "encoder only" in r.stdout and "decoder only" in r.stdout
+
+
+def test_pair_generates_one_registered_compressor(tmp_path):
+    r = cli("compll", "gen", str(ENC), str(DEC), "-w", "-r", "-b", "-o", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    assert sorted(Path(p).name for p in json.loads(r.stdout)["files"]) == ["hpterngrad.py", "hpterngrad_cpu.py"]
+    # the order of the two files does not matter; two encoders do not pair
+    r = cli("compll", "gen", str(DEC), str(ENC), "-w", "-o", str(tmp_path / "b"))
+    assert r.returncode == 0, r.stderr
+    r = cli("compll", "gen", str(ENC), str(ENC), "-w", "-o", str(tmp_path / "c"))
+    assert r.returncode != 0 and "pair as an encoder and a decoder" in r.stderr
+
+
+@pytest.fixture
+def hpterngrad(tmp_path):
+    names = load_dir(HP, cache=tmp_path / "cache")
+    yield names
+    for n in names:
+        unregister(n)
+
+
+@pytest.mark.parametrize("bitwidth", [2, 4, 8])
+def test_pair_round_trips(hpterngrad, bitwidth):
+    assert hpterngrad == ["hpterngrad"]
+    rng = np.random.default_rng(bitwidth)
+    for n in (0, 1, 2, 5, 10, 11, 4805, 70001):
+        comp = create("hpterngrad", bitwidth=bitwidth)
+        x = torch.from_numpy(rng.standard_normal(n).astype(np.float32))
+        payload = comp.encode(x, GradientState(seed=3))
+        y = comp.decode(payload)
+        assert y.shape == x.shape
+        if n > 1:
+            gap = (x.max() - x.min()) / (2**bitwidth - 1)
+            assert ((y - x).abs() <= gap * 1.0001).all()
+            codes = torch.round((y - x.min()) / gap)
+            assert torch.allclose(y, x.min() + codes * gap, atol=1e-5)
+        # payload: 20-byte header, bitwidth, tail, min, max, then ceil(n * bitwidth / 8) bytes of codes
+        assert payload.numel() == 20 + 10 + (n * bitwidth + 7) // 8
+
+
+def test_pair_needs_its_parameter_and_checks_it(hpterngrad):
+    with pytest.raises(ValueError, match="bitwidth"):
+        create("hpterngrad")
+
+
+def test_range_shorter_than_the_vector_is_honoured(tmp_path):
+    """``map(range(Q.size - tail), f)`` decodes exactly Q.size - tail elements, not the gradient's length."""
+    d = tmp_path / "specs"
+    d.mkdir()
+    shutil.copy(ENC, d / "TailEncode.pse")
+    (d / "TailDecode.pse").write_text(TAIL_DECODER)
+    names = load_dir(d, cache=tmp_path / "cache")
+    try:
+        comp = create("tail", bitwidth=2)
+        for n, decoded in ((8, 8), (10, 10), (11, 9), (13, 15)):
+            x = torch.arange(1, n + 1, dtype=torch.float32)
+            y = comp.decode(comp.encode(x, GradientState(seed=1)))
+            # Q holds ceil(n/4)*4 codes; tail = n % 4; the output takes min(Q.size - tail, n) of them
+            want = min(decoded, n)
+            assert torch.count_nonzero(y[want:]) == 0
+            assert (y[:want] != 0).all()
+            acc = torch.full((n,), 100.0)
+            comp.decode(comp.encode(x, GradientState(seed=1)), out=acc, add=True)
+            assert (acc[want:] == 100.0).all()  # accumulating: elements past the range are kept
+    finally:
+        for n in names:
+            unregister(n)
+
+
+def test_grouping_and_names(tmp_path):
+    for f in ("HpTernGradEncode.pse", "HpTernGradDecode.pse", "solo.pse", "OnlyEncode.pse"):
+        (tmp_path / f).write_text("")
+    groups = [[p.name for p in g] for g in group_files(sorted(tmp_path.glob("*.pse")))]
+    assert groups == [["HpTernGradEncode.pse", "HpTernGradDecode.pse"], ["OnlyEncode.pse"], ["solo.pse"]]
+    checked = pair_specs(read_spec(DEC)[1], read_spec(ENC)[1])
+    assert Path(checked.file).name == "HpTernGrad.pse" and checked.roles == "encoder and decoder"
+
+
+def test_pair_named_like_a_builtin_is_a_clear_error(tmp_path):
+    d = tmp_path / "specs"
+    d.mkdir()
+    shutil.copy(ENC, d / "TernGradEncode.pse")
+    shutil.copy(DEC, d / "TernGradDecode.pse")
+    with pytest.raises(CompLLError, match="terngrad") as e:
+        load_dir(d, cache=tmp_path / "cache")
+    assert "rename" in str(e.value)
+
+
+def test_multi_name_declarations_and_rest_vector_errors():
+    spec = """
+    void ADecode(uint8* compressed, float* gradient) {
+        float a, b = 2, c;
+        uint8* v;
+        extract(compressed, a, c, v);
+        lambda_func f = [&](int i) -> float { return a + b + c + v[i]; }
+        gradient = map(range(v.size), f);
+    }
+    """
+    checked = compile_spec(spec, "a.pse")
+    assert checked.roles == "decoder only"
+    bad = spec.replace("extract(compressed, a, c, v);", "extract(compressed, v, a, c);")
+    with pytest.raises(CompLLError, match="unless it is the last field"):
+        compile_spec(bad, "a.pse")
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_hipress_pair_trains(tmp_path):
+    """The exact command of issue 13's check, with HiPress-named files in the directory."""
+    d = tmp_path / "D"
+    d.mkdir()
+    shutil.copy(ENC, d / "HpTernGradEncode.pse")
+    shutil.copy(DEC, d / "HpTernGradDecode.pse")
+    results = tmp_path / "results"
+    r = cli(
+        "run", "mlp", "--np", "2", "--iters", "3", "--alg", "hpterngrad:bitwidth=2", "--compll-dir", str(d),
+        "--results", str(results), "--json",
+        env={"HIPRESS_COMPLL_CACHE": str(tmp_path / "cache")},
+        timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["status"] == "ok" and s["alg"].startswith("hpterngrad")
