@@ -16,7 +16,6 @@ from pathlib import Path
 
 from . import ast
 from . import types as T
-from .checker import CheckedSpec, Symbol
 from .emit import Context, ExprEmitter, PyDialect
 from .errors import CompLLError
 from .ir import (
@@ -44,6 +43,7 @@ from .ir import (
     Vec,
 )
 from .names import doc_text
+from .symbols import CheckedSpec, Symbol
 
 STRUCT_FMT = {"bool": "?", "code": "B", "uint8": "B", "int": "i", "uint": "I", "float": "f", "double": "d"}
 NP_DTYPE = {

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 from . import ast
 from . import types as T
-from .checker import CheckedSpec, LambdaInfo, Symbol
 from .errors import CompLLError
 from .ir import IPack, IReduce, IStore, Plan, SLoop, SScatter, Vec
 from .limits import CHAIN_GROUPS as _CHAIN
+from .symbols import CheckedSpec, LambdaInfo, Symbol
 
 # ---------------------------------------------------------------------------- dialects
 

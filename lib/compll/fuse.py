@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from . import ast
 from . import types as T
-from .checker import Symbol
 from .ir import IPack, IReduce, IStore, SHost, SLoop, Step, TempSym, Vec, walk_expr
+from .symbols import Symbol
 
 if TYPE_CHECKING:
     from .lower import Lowerer

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from . import ast
 from . import types as T
-from .checker import LambdaInfo
 from .driver import NP_DTYPE, Driver, is_packed
 from .emit import ExprEmitter, KernelBackend, KernelNames, LambdaScope, LambdaTable, NumbaDialect
 from .ir import IPack, IReduce, IStore, SFilter, SLoop, SScan, SScatter, SSort, Vec
+from .symbols import LambdaInfo
 
 ACC_DTYPE = {"float": "np.float32", "double": "np.float64", "bool": "np.bool_"}
 

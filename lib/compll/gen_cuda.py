@@ -18,11 +18,11 @@ from pathlib import Path
 
 from . import ast
 from . import types as T
-from .checker import CheckedSpec, LambdaInfo
 from .driver import Driver, is_packed
 from .emit import CudaDialect, ExprEmitter, KernelBackend, KernelNames, LambdaScope, LambdaTable
 from .ir import IPack, IReduce, IStore, Plan, SFilter, SLoop, SScan, SScatter, SSort, Vec
 from .limits import deep_generation
+from .symbols import CheckedSpec, LambdaInfo
 
 ELEM_C = {
     "float": "float",

@@ -14,12 +14,13 @@ from pathlib import Path
 import jinja2
 
 from . import types as T
-from .checker import CheckedSpec, check
+from .checker import check
 from .errors import CompLLError
 from .limits import deep, deep_generation
 from .lower import lower
 from .names import check_name, doc_text, spec_name
 from .parser import parse
+from .symbols import CheckedSpec
 
 VERSION = "0.1"
 TEMPLATES = Path(__file__).with_name("templates")

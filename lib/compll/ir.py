@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from . import ast
 from . import types as T
-from .checker import FunctionInfo, LambdaInfo, Symbol, subexprs
+from .check_exprs import subexprs
+from .symbols import FunctionInfo, LambdaInfo, Symbol
 
 
 # ---------------------------------------------------------------------------- values

@@ -17,13 +17,14 @@ import tempfile
 from pathlib import Path
 
 from . import ast
-from .checker import CheckedSpec, check
+from .checker import check
 from .errors import CompLLError
 from .generate import VERSION, compile_spec, generate_cpu, generate_wrapper
 from .limits import deep
 from .names import check_name, pair_prefix, spec_name
 from .parser import parse
 from .runtime.modules import import_file
+from .symbols import CheckedSpec
 
 CACHE_ENV = "HIPRESS_COMPLL_CACHE"
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from . import ast, ir
 from . import types as T
-from .checker import CheckedSpec, FunctionInfo, LambdaInfo, Symbol, subexprs
+from .check_exprs import subexprs
 from .errors import CompLLError
 from .fuse import fuse
+from .symbols import CheckedSpec, FunctionInfo, LambdaInfo, Symbol
 
 
 class Lowerer:
