@@ -52,9 +52,12 @@ def gen(
         raise fail(f"--flavor must be one of {', '.join(FLAVORS)}, got {flavor!r}")
     if not (body or wrapper or register):
         body = True
-    try:
-        if name:
+    if name:
+        try:
             check_name(name)
+        except CompLLError as e:
+            raise fail(f"{e.message} (hint: {e.hint})") from None
+    try:
         checked = read_specs(list(specs))
         paths = write_modules(
             checked, out, body=body, wrapper=wrapper, register=register, flavors=(flavor,), name=name or None
