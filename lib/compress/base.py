@@ -33,13 +33,19 @@ class Capabilities:
     sparse: payload holds (index, value) pairs; its size depends on the data.
     stochastic: encode draws random numbers (seeded from the state, reproducibly).
     lossless: decode(encode(x)) == x exactly.
-    """
+    error_feedback: encode keeps its own error-feedback residual (tbq, onebit, dgc, graddrop, and
+        anything inside ``wrappers.ErrorFeedback``); a trainer adds feedback only to the others.
+    summable: the payload is a dense encoding that ranks *sum* (all-reduce) instead of decoding
+        each other's payloads and merging (PowerSGD's P and Q); see ``SummableCompressor``.
+"""
 
     compressed_merge: bool = False
     uses_state: bool = False
     sparse: bool = False
     stochastic: bool = False
     lossless: bool = False
+    error_feedback: bool = False
+    summable: bool = False
 
 
 class Compressor(ABC):

@@ -10,10 +10,21 @@ are all-gathered, and every rank decodes them in rank order into the bucket and 
 world size, so all ranks hold the same bits. Only payload bytes travel; sparse algorithms, whose
 payload size varies, first all-gather the sizes. This is the "allgather" synchronization of Horovod
 and GRACE -- the baseline CaSync improves on -- offered inside DDP; the state object follows
-PyTorch's PowerSGD hook: documented hyper-parameters, per-bucket state, picklable for checkpoints.
+PyTorch's PowerSGD hook: documented hyper-parameters, per-bucket state, checkpointable.
+
+Momentum correction (on by default when ``optimizer`` is a ``torch.optim.SGD`` with momentum): each
+rank applies momentum and weight decay to its own bucket before encoding it, with error feedback on
+the velocity, and the optimizer steps without them (step pre/post hooks switch them off and back on
+around every ``optimizer.step()``); see ``hipress.train.correction``. ``compress_after=N``: the
+first N iterations all-reduce the bucket uncompressed (PowerSGD's ``start_powerSGD_iter``).
+
+Checkpoints: ``state.state_dict()`` holds only tensors, numbers and strings, so it loads with
+``torch.load(weights_only=True)``; ``CompressionHookState.from_state_dict(d, process_group=...)``
+rebuilds the state. A state loaded without a process group does not fall back to the default group
+silently: the hook refuses to run until ``attach(group)`` says which group it is.
 """
 
-
+# no `from __future__ import annotations`: DDP checks the hook's annotations as objects
 from typing import Any
 
 import torch
@@ -21,46 +32,117 @@ import torch.distributed as dist
 
 from hipress.compress import Compressor, StateStore, create_from_spec
 
+from .correction import MomentumCorrection, velocity_key
+
+_DEFAULT = object()  # "the default process group", as opposed to "not attached yet" (None after a load)
+
 
 class CompressionHookState:
     """What the hook keeps between iterations.
 
     compression: algorithm spec (``"tbq"``, ``"dgc:ratio=0.01"``). process_group: the group to
-    reduce over (None: the default group). Per-bucket compressor state is keyed ``bucket<i>``:
+    reduce over (None: the default group). optimizer: the optimizer stepping the DDP model; an SGD
+    with momentum gets momentum correction unless ``momentum_correction=False``. compress_after:
+    iterations synchronized uncompressed first. Per-bucket compressor state is keyed ``bucket<i>``:
     DDP rebuilds its buckets once after the first iteration, and a state whose size no longer
     matches its bucket is reset rather than misapplied. ``bytes_sent`` counts what this rank put on
     the wire (its payload times the ``world - 1`` peers of a ring all-gather).
     """
 
     def __init__(self, compression: str = "tbq", process_group: dist.ProcessGroup | None = None,
-                 states: StateStore | None = None) -> None:
+                 states: StateStore | None = None, *, optimizer: torch.optim.Optimizer | None = None,
+                 momentum_correction: bool = True, compress_after: int = 0,
+                 factor_masking: bool = False) -> None:
+        if compress_after < 0:
+            raise ValueError(f"compress_after must be >= 0, got {compress_after}")
         self.compression = compression
         self.compressor: Compressor = create_from_spec(compression)
-        self.process_group = process_group
+        self.correction = (MomentumCorrection.for_optimizer(optimizer, self.compressor, momentum_correction,
+                                                          factor_masking)
+                           if optimizer is not None else None)
+        if momentum_correction:  # error feedback for every lossy compressor, with or without momentum
+            self.compressor = MomentumCorrection.compressor(self.compressor)
+        if self.correction is not None:
+            optimizer.register_step_pre_hook(lambda *_: self._enter_plain_step())
+            optimizer.register_step_post_hook(lambda *_: self._leave_plain_step())
+        self._plain: Any = None
+        self.momentum_correction = momentum_correction
+        self.compress_after = int(compress_after)
+        self.process_group: Any = _DEFAULT if process_group is None else process_group
         self.states = states if states is not None else StateStore()
         self.bytes_sent = 0
         self.iterations = 0
 
-    def __getstate__(self) -> dict[str, Any]:
-        # The process group cannot be pickled; it is re-attached to the default group on load.
+    def _enter_plain_step(self) -> None:
+        self._plain = self.correction.plain_step()
+        self._plain.__enter__()
+
+    def _leave_plain_step(self) -> None:
+        if self._plain is not None:
+            self._plain.__exit__(None, None, None)
+            self._plain = None
+
+    def attach(self, process_group: dist.ProcessGroup | None) -> None:
+        """The group to reduce over after a load (None: the default group, said explicitly)."""
+        self.process_group = _DEFAULT if process_group is None else process_group
+
+    def group(self) -> Any:
+        if self.process_group is None:
+            raise RuntimeError(
+                "this CompressionHookState was loaded from a checkpoint without a process group; call "
+                "state.attach(group) (attach(None) for the default group) before training"
+            )
+        return dist.group.WORLD if self.process_group is _DEFAULT else self.process_group
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain tensors, numbers and strings: loads with ``torch.load(weights_only=True)``."""
         return {"compression": self.compression, "states": self.states.state_dict(),
-                "bytes_sent": self.bytes_sent, "iterations": self.iterations}
+                "bytes_sent": self.bytes_sent, "iterations": self.iterations,
+                "compress_after": self.compress_after, "momentum_correction": self.momentum_correction}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        if d["compression"] != self.compression:
+            raise ValueError(f"checkpoint was made with {d['compression']!r}, this state uses {self.compression!r}")
+        self.states.load_state_dict(d["states"])
+        self.bytes_sent, self.iterations = int(d["bytes_sent"]), int(d["iterations"])
+
+    @classmethod
+    def from_state_dict(cls, d: dict[str, Any], process_group: dist.ProcessGroup | None = None,
+                        optimizer: torch.optim.Optimizer | None = None) -> "CompressionHookState":
+        st = cls(d["compression"], process_group, optimizer=optimizer,
+                 momentum_correction=bool(d.get("momentum_correction", True)),
+                 compress_after=int(d.get("compress_after", 0)))
+        st.load_state_dict(d)
+        return st
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The process group and the optimizer's hooks cannot be pickled; see ``attach``.
+        return self.state_dict()
 
     def __setstate__(self, d: dict[str, Any]) -> None:
-        self.__init__(d["compression"])  # type: ignore[misc]
-        self.states.load_state_dict(d["states"])
-        self.bytes_sent, self.iterations = d["bytes_sent"], d["iterations"]
+        self.__init__(d["compression"], compress_after=int(d.get("compress_after", 0)),  # type: ignore[misc]
+                      momentum_correction=bool(d.get("momentum_correction", True)))
+        self.load_state_dict(d)
+        self.process_group = None  # not attached: the hook refuses to guess
 
 
 def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Encode the bucket, all-gather the payloads, decode-accumulate them in rank order, average."""
-    group = state.process_group if state.process_group is not None else dist.group.WORLD
+    group = state.group()
     world = dist.get_world_size(group)
     buf = bucket.buffer()
     key = f"bucket{bucket.index()}"
     comp = state.compressor
+    warm = state.iterations < state.compress_after
     if bucket.is_last():
         state.iterations += 1
+    corr = state.correction
+    if corr is not None:
+        _apply_correction(corr, bucket, state.states)
+    if warm:
+        state.bytes_sent += 2 * (world - 1) * buf.numel() * buf.element_size() // world
+        fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
+        return fut.then(lambda f: f.value()[0].div_(world))
     payload = comp.encode(buf, state.states[key], name=key)
     if comp.caps.sparse:
         # on the bucket's device: NCCL moves only CUDA tensors (gloo, CPU ones)
@@ -82,6 +164,22 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
         flat.zero_()
         for r in range(world):
             comp.decode(gathered[r][: sizes[r]], out=flat, add=True, name=f"{key} from rank {r}")
-        return buf.div_(world)
+        out = buf.div_(world)
+        if corr is not None:
+            _mask(corr, bucket, state.states)
+        return out
 
     return fut.then(decode)
+
+
+def _apply_correction(corr: MomentumCorrection, bucket: dist.GradBucket, states: StateStore) -> None:
+    """Momentum and weight decay on this rank's gradients, one velocity per parameter (keyed by its
+    position in the optimizer: DDP rebuilds its buckets after the first iteration, so a per-bucket
+    velocity would be lost). The bucket's gradients are views of its buffer."""
+    for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
+        corr.before_sync(p, g, states[velocity_key(corr.position[id(p)])])
+
+
+def _mask(corr: MomentumCorrection, bucket: dist.GradBucket, states: StateStore) -> None:
+    for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
+        corr.after_sync(p, g, states[velocity_key(corr.position[id(p)])], compressed=True)

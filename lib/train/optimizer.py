@@ -30,6 +30,14 @@ import torch
 
 from hipress.compress import Compressor, StateStore, create_from_spec
 
+from .correction import MomentumCorrection, velocity_state
+
+
+def uncompressed_counterpart(topology: str) -> str:
+    """The uncompressed topology a warm-up runs on: ``ring`` for ``casync-ring``, ``ps`` for
+    ``casync-ps``, MPI's ``allreduce`` for the rest."""
+    return {"casync-ring": "ring", "casync-ps": "ps", "ring": "ring", "ps": "ps"}.get(topology, "allreduce")
+
 
 class GradientMismatch(RuntimeError):
     """Ranks disagree on the gradients they synchronize (different models or options)."""
@@ -62,6 +70,15 @@ class DistributedOptimizer:
         until ``synchronize()`` and submits them then, in the order backward produced them: no overlap
         of synchronization with backward (BytePS's compression path; figure 11's first steps).
     bulk_bytes: the engine's bulk threshold (None: its default; 0: every gradient travels alone).
+    momentum_correction: for a ``torch.optim.SGD`` with momentum, apply momentum (and weight decay)
+        to each rank's gradient before compression, with error feedback on the velocity, and step
+        the optimizer without them (``correction.MomentumCorrection``); and give every lossy
+        compressor error feedback (``wrappers.with_feedback``). On by default: compressed runs lose
+        accuracy otherwise. False: the compressor as given, momentum applied to the average.
+    factor_masking: DGC's momentum factor masking for sparse payloads under momentum correction
+        (off: measured to cost accuracy here, see ``MomentumCorrection.for_optimizer``).
+    compress_after: synchronize the first ``compress_after`` iterations uncompressed (warm-up, as
+        PowerSGD's ``start_powerSGD_iter``), through the topology's uncompressed counterpart.
     """
 
     def __init__(
@@ -76,6 +93,9 @@ class DistributedOptimizer:
         engine: Any = None,
         overlap: bool = True,
         bulk_bytes: int | None = None,
+        momentum_correction: bool = True,
+        factor_masking: bool = False,
+        compress_after: int = 0,
     ) -> None:
         from hipress.sync import Engine
 
@@ -86,6 +106,14 @@ class DistributedOptimizer:
         self.optimizer = optimizer
         self.comm = comm
         self.compressor = create_from_spec(compression) if isinstance(compression, str) else compression
+        self.correction = MomentumCorrection.for_optimizer(optimizer, self.compressor, momentum_correction,
+                                                          factor_masking)
+        if momentum_correction:  # error feedback for every lossy compressor, with or without momentum
+            self.compressor = MomentumCorrection.compressor(self.compressor)
+        if compress_after < 0:
+            raise ValueError(f"compress_after must be >= 0, got {compress_after}")
+        self.compress_after = int(compress_after)
+        self.iteration = 0
         self.topology = topology
         self.states = states if states is not None else StateStore()
         self._params: list[tuple[str, torch.nn.Parameter]] = []
@@ -103,6 +131,9 @@ class DistributedOptimizer:
         self.engine = engine if engine is not None else Engine(
             comm, self.compressor, topology=topology, plan=plan, states=self.states, **kwargs
         )
+        self._warm = None
+        if self.compress_after and not self.compressor.caps.lossless:
+            self._warm = Engine(comm, "none", topology=uncompressed_counterpart(topology), **kwargs)
         self.overlap = overlap
         self._held: list[tuple[str, torch.Tensor]] = []
         self._submitted: set[str] = set()
@@ -134,9 +165,16 @@ class DistributedOptimizer:
             p.grad = torch.zeros_like(p)
         elif not p.grad.is_contiguous():
             p.grad = p.grad.contiguous()
+        if self.correction is not None:
+            self.correction.before_sync(p, p.grad, velocity_state(self.states, name))
         self._submitted.add(name)
         self.submit_order.append(name)
-        self.engine.submit(name, p.grad)
+        self._active.submit(name, p.grad)
+
+    @property
+    def _active(self) -> Any:
+        """The engine of this iteration: the uncompressed one during warm-up, else ``engine``."""
+        return self._warm if self._warm is not None and self.iteration < self.compress_after else self.engine
 
     # ----------------------------------------------------------------------------- training step
     def synchronize(self) -> Any:
@@ -150,7 +188,7 @@ class DistributedOptimizer:
             if name not in self._submitted:
                 self._submit(name, p)
         t0 = time.perf_counter()
-        self.last_stats = self.engine.wait_all()
+        self.last_stats = self._active.wait_all()
         self.last_wait_s = time.perf_counter() - t0
         self._synchronized = True
         return self.last_stats
@@ -169,7 +207,19 @@ class DistributedOptimizer:
             self.synchronize()
         elif not self._synchronized:
             raise RuntimeError("step() inside skip_synchronize() needs synchronize() first")
-        out = self.optimizer.step(closure)
+        if self.correction is None:
+            out = self.optimizer.step(closure)
+        else:
+            compressed = self._active is self.engine
+            for name, p in self._params:
+                if p.grad is not None:
+                    self.correction.after_sync(p, p.grad, velocity_state(self.states, name), compressed)
+            with self.correction.plain_step():
+                out = self.optimizer.step(closure)
+        self.iteration += 1
+        if self._warm is not None and self.iteration == self.compress_after:
+            self._warm.close()  # collective: every rank reaches the same iteration
+            self._warm = None
         self._submitted.clear()
         self.submit_order = []
         self._synchronized = False
@@ -188,17 +238,25 @@ class DistributedOptimizer:
 
     def state_dict(self) -> dict:
         """The optimizer's state and the compressors' per-gradient state (plain tensors and numbers)."""
-        return {"optimizer": self.optimizer.state_dict(), "compression": self.states.state_dict()}
+        return {"optimizer": self.optimizer.state_dict(), "compression": self.states.state_dict(),
+                "iteration": self.iteration}
 
     def load_state_dict(self, d: dict) -> None:
         self.optimizer.load_state_dict(d["optimizer"])
         self.states.load_state_dict(d["compression"])
+        self.iteration = int(d.get("iteration", 0))
+        if self._warm is not None and self.iteration >= self.compress_after:
+            self._warm.close()
+            self._warm = None
 
     def close(self) -> None:
         """Remove the hooks and shut the engine down (its threads and pending requests)."""
         for h in self._handles:
             h.remove()
         self._handles = []
+        if self._warm is not None:
+            self._warm.close()
+            self._warm = None
         self.engine.close()
 
     def __enter__(self) -> DistributedOptimizer:

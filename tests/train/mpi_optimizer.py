@@ -192,6 +192,115 @@ def ddp(alg: str) -> None:
         dist.destroy_process_group()
 
 
+def correction(topology: str, nesterov: bool) -> None:
+    """Momentum correction with a lossless compressor is torch's momentum SGD (weight decay too):
+    the ranks' velocities average to the velocity of the averaged gradient; the optimizer keeps
+    its hyper-parameters and has no momentum buffer of its own."""
+    torch.manual_seed(0)
+    model = spec.build()
+    ref = copy.deepcopy(model)
+    kw = {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3, "nesterov": nesterov}
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), **kw), model.named_parameters(),
+                               compression="none", topology=topology, comm=comm)
+    plain = DistributedOptimizer(torch.optim.SGD(ref.parameters(), **kw), ref.named_parameters(),
+                                 compression="none", topology=topology, comm=comm, momentum_correction=False)
+    assert opt.correction is not None and plain.correction is None
+    for step in range(5):
+        for m, o in ((model, opt), (ref, plain)):
+            o.zero_grad()
+            spec.loss(m, batch(step)).backward()
+            o.step()
+        for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=n)
+    assert opt.param_groups[0]["momentum"] == 0.9 and opt.param_groups[0]["weight_decay"] == 1e-3
+    assert not opt.optimizer.state_dict()["state"], "the velocity lives in the compressor state"
+    assert any(k.endswith("@velocity") for k in opt.states.names())
+    opt.close()
+    plain.close()
+
+
+def warmup(topology: str) -> None:
+    """compress_after=N: the first N iterations are exactly the uncompressed run, later ones compressed."""
+    torch.manual_seed(0)
+    model = spec.build()
+    ref = copy.deepcopy(model)
+    mk = lambda m, alg, n: DistributedOptimizer(  # noqa: E731
+        torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9), m.named_parameters(), compression=alg,
+        topology=topology, comm=comm, compress_after=n)
+    opt, plain = mk(model, "tbq:tau=0.05", 2), mk(ref, "none", 0)
+    for step in range(4):
+        for m, o in ((model, opt), (ref, plain)):
+            o.zero_grad()
+            spec.loss(m, batch(step)).backward()
+            o.step()
+        same = all(torch.equal(p, q) for p, q in zip(model.parameters(), ref.parameters(), strict=True))
+        assert same == (step < 2), (step, same)
+        assert same_everywhere(model)
+        assert (opt.last_stats.compressor == "none") == (step < 2), opt.last_stats.compressor
+    assert opt.iteration == 4 and opt.state_dict()["iteration"] == 4
+    opt.close()
+    plain.close()
+
+
+def ddp_checkpoint() -> None:
+    """The hook's momentum correction keeps DDP equal to plain momentum SGD for a lossless
+    compressor; its state saves and loads with weights_only=True; a loaded state refuses to run
+    before it is attached to a process group."""
+    import io
+    import socket
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hipress.train import CompressionHookState, compression_hook
+
+    port = np.zeros(1, dtype=np.int64)
+    if rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port[0] = s.getsockname()[1]
+    comm.Bcast(port, root=0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{int(port[0])}", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        plain = DistributedDataParallel(spec.build())
+        torch.manual_seed(0)
+        hooked = DistributedDataParallel(spec.build())
+        opt_p = torch.optim.SGD(plain.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
+        opt_h = torch.optim.SGD(hooked.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
+        state = CompressionHookState("fp16", optimizer=opt_h, compress_after=3)
+        hooked.register_comm_hook(state, compression_hook)
+        for step in range(3):  # warm-up: uncompressed, so exactly torch's momentum SGD
+            for m, o in ((plain, opt_p), (hooked, opt_h)):
+                o.zero_grad()
+                spec.loss(m, batch(step)).backward()
+                o.step()
+            for p, q in zip(plain.parameters(), hooked.parameters(), strict=True):
+                torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+        opt_h.zero_grad()
+        spec.loss(hooked, batch(3)).backward()
+        opt_h.step()
+        assert same_everywhere(hooked)
+        assert opt_h.param_groups[0]["momentum"] == 0.9, "restored after the step"
+        buf = io.BytesIO()
+        torch.save(state.state_dict(), buf)
+        buf.seek(0)
+        d = torch.load(buf, weights_only=True)
+        back = CompressionHookState.from_state_dict(d)
+        assert back.iterations == 4 and back.states.names() == state.states.names()
+        loose = pickle.loads(pickle.dumps(state))
+        try:
+            loose.group()
+        except RuntimeError as e:
+            assert "attach" in str(e), str(e)
+        else:
+            raise AssertionError("a loaded state joined the default group silently")
+        loose.attach(None)
+        assert loose.group() is dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
 SCENARIOS = {
     "average-ring": lambda: average("ring"),
     "average-ps": lambda: average("ps"),
@@ -204,6 +313,9 @@ SCENARIOS = {
     "ddp-none": lambda: ddp("none"),
     "ddp-tbq": lambda: ddp("tbq:tau=0.02"),
     "ddp-dgc": lambda: ddp("dgc:ratio=0.05"),
+    "correction": lambda: [correction(t, n) for t in ("ring", "allreduce") for n in (False, True)],
+    "warmup": lambda: [warmup(t) for t in ("casync-ring", "casync-ps", "allgather")],
+    "ddp-checkpoint": ddp_checkpoint,
 }
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from ..wire import WIRE_IDS
 class DGC(SparseCompressor):
     name = "dgc"
     wire_id = WIRE_IDS["dgc"]
-    caps = Capabilities(compressed_merge=True, sparse=True, uses_state=True)
+    caps = Capabilities(compressed_merge=True, sparse=True, uses_state=True, error_feedback=True)
 
     def __init__(self, ratio: float = 0.001, sample_ratio: float = 0.01, momentum: float = 0.0) -> None:
         if not 0 < ratio <= 1:

@@ -21,7 +21,7 @@ from ..wire import WIRE_IDS
 class GradDrop(SparseCompressor):
     name = "graddrop"
     wire_id = WIRE_IDS["graddrop"]
-    caps = Capabilities(compressed_merge=True, sparse=True, uses_state=True)
+    caps = Capabilities(compressed_merge=True, sparse=True, uses_state=True, error_feedback=True)
 
     def __init__(self, drop_ratio: float = 0.99, sample_ratio: float = 0.01) -> None:
         if not 0 <= drop_ratio < 1:

@@ -27,7 +27,7 @@ _EXTRA = struct.Struct("<ff")
 class OneBit(Compressor):
     name = "onebit"
     wire_id = WIRE_IDS["onebit"]
-    caps = Capabilities(uses_state=True)
+    caps = Capabilities(uses_state=True, error_feedback=True)
 
     def payload_size(self, numel: int) -> int:
         return header_size(_EXTRA.size) + (numel + 7) // 8

@@ -28,7 +28,7 @@ _EXTRA = struct.Struct("<f")
 class TBQ(Compressor):
     name = "tbq"
     wire_id = WIRE_IDS["tbq"]
-    caps = Capabilities(uses_state=True)
+    caps = Capabilities(uses_state=True, error_feedback=True)
 
     def __init__(self, tau: float = 0.5) -> None:
         if not (tau > 0 and math.isfinite(float(np.float32(tau)))):
