@@ -243,6 +243,8 @@ class Job:
     overwrites it in place with the *sum* over ranks (the engine averages afterwards). ``key`` names
     the compressor state of the whole gradient; partitions derive theirs from it (``part_key``).
     ``owners[i]`` is the aggregating rank of partition ``i`` (parameter-server topologies).
+    ``shape`` is the gradient's own shape (None for a fused bulk): a ``summable`` compressor
+    (PowerSGD) needs its matrix.
     """
 
     name: str
@@ -250,6 +252,7 @@ class Job:
     partitions: int
     comp: Compressor
     owners: list[int]
+    shape: tuple[int, ...] | None = None
 
     def parts(self) -> list[tuple[int, int, int]]:
         """Non-empty partitions as (index, offset, length); empty ones need no task at all."""

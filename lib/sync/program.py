@@ -208,7 +208,8 @@ class SyncProgram:
         sub = Submitted(name, tensor, flat, copy_back)
         e = self.entry(name, flat.numel())
         self.submitted[name] = sub
-        if self.bulk_bytes and 4 * flat.numel() < self.bulk_bytes and e.partitions == 1:
+        summed_matrix = self.comp.caps.summable and tensor.dim() >= 2  # PowerSGD needs its shape: no bulk
+        if self.bulk_bytes and 4 * flat.numel() < self.bulk_bytes and e.partitions == 1 and not summed_matrix:
             self._held.append(sub)
             return []
         return self._build(name, flat, e, [sub])
@@ -255,7 +256,8 @@ class SyncProgram:
         k = max(1, e.partitions)
         tag = self.tag(name)
         owners = [self.owners.get((name, i), (name_hash(name) + i) % self.world) for i in range(k)]
-        job = Job(name=name, flat=flat, partitions=k, comp=comp, owners=owners)
+        job = Job(name=name, flat=flat, partitions=k, comp=comp, owners=owners,
+                  shape=None if fused else tuple(members[0].tensor.shape))
         b = GraphBuilder(self.rank, self.world, tag, next(self._order), self.states, self._channel_seq)
         self.topology.build(b, job)
         world = self.world
