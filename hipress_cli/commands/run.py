@@ -143,6 +143,11 @@ def register(app: typer.Typer) -> None:
         prefix: Annotated[str, typer.Option("--prefix", help="The emulated cluster's name prefix.")] = "hipress",
         compll_dir: Annotated[Path | None, typer.Option("--compll-dir", help="A directory of CompLL specs "
                                                        "(*.pse): their algorithms can be named by --alg.")] = None,
+        compress_after: Annotated[int, typer.Option("--compress-after", help="Synchronize the first N iterations "
+                                                    "uncompressed (warm-up), then compress.")] = 0,
+        no_momentum_correction: Annotated[bool, typer.Option("--no-momentum-correction", help="Let SGD apply "
+                                          "momentum to the averaged gradient (by default each rank compresses its "
+                                          "velocity with error feedback).")] = False,
         json_: JsonOpt = False,
     ) -> None:
         """Train MODEL data-parallel: local MPI ranks by default (--emulate, --hosts for clusters); writes
@@ -156,6 +161,7 @@ def register(app: typer.Typer) -> None:
                 model, topo, alg, np_, iters, batch_size=batch_size, input_size=input_size, seq_len=seq_len,
                 preset="paper" if paper_size else "cpu", warmup=warmup, data=data, lr=lr, momentum=momentum, seed=seed,
                 threads=threads, plan=plan, run_id=run_id, compll_dir=compll_dir,
+                compress_after=compress_after, momentum_correction=not no_momentum_correction,
             )
         except ConfigError as e:
             raise fail(str(e)) from None

@@ -94,6 +94,9 @@ class RunConfig:
     overlap: bool = True
     #: The engine's bulk threshold in bytes (small gradients fused); None: the engine's default, 0: off.
     bulk_bytes: int | None = None
+    #: Training quality (issue 14): uncompressed iterations first; momentum correction + error feedback.
+    compress_after: int = 0
+    momentum_correction: bool = True
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -161,6 +164,8 @@ def make_config(
     compll_dir: str | Path | None = None,
     overlap: bool = True,
     bulk_bytes: int | None = None,
+    compress_after: int = 0,
+    momentum_correction: bool = True,
 ) -> RunConfig:
     """Validate a run's options and resolve the model's; raise ``ConfigError`` with a clear message."""
     compll_specs = read_compll_dir(compll_dir) if compll_dir is not None else {}
@@ -181,6 +186,8 @@ def make_config(
         raise ConfigError(f"--momentum must be in [0, 1), got {momentum}")
     if bulk_bytes is not None and bulk_bytes < 0:
         raise ConfigError(f"bulk_bytes must be >= 0 (0 turns bulk synchronization off), got {bulk_bytes}")
+    if not 0 <= compress_after <= 1 << 40:
+        raise ConfigError(f"--compress-after must be >= 0 (iterations synchronized uncompressed), got {compress_after}")
     if data not in DATASETS:
         raise ConfigError(f"unknown data set {data!r}; use one of: {', '.join(DATASETS)}")
     if data == "digits" and model != "mlp":
@@ -236,6 +243,8 @@ def make_config(
         compll_specs=compll_specs,
         overlap=bool(overlap),
         bulk_bytes=bulk_bytes,
+        compress_after=int(compress_after),
+        momentum_correction=bool(momentum_correction),
         meta={
             "hipress": __version__,
             "torch": torch.__version__,

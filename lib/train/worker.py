@@ -107,7 +107,7 @@ def _broadcast_parameters(comm: Any, model: torch.nn.Module) -> None:
             comm.Bcast(t.data.numpy(), root=0)
 
 
-def _ddp_setup(comm: Any, cfg: RunConfig, model: torch.nn.Module):
+def _ddp_setup(comm: Any, cfg: RunConfig, model: torch.nn.Module, opt: torch.optim.Optimizer):
     """torch.distributed on gloo, its rendezvous address agreed over MPI; DDP, with the hook if compressing."""
     import socket
 
@@ -128,7 +128,8 @@ def _ddp_setup(comm: Any, cfg: RunConfig, model: torch.nn.Module):
     if cfg.alg.partition(":")[0] != "none":
         from .ddp_hook import CompressionHookState, compression_hook
 
-        hook_state = CompressionHookState(cfg.alg)
+        hook_state = CompressionHookState(cfg.alg, optimizer=opt, compress_after=cfg.compress_after,
+                                          momentum_correction=cfg.momentum_correction)
         ddp.register_comm_hook(hook_state, compression_hook)
     return ddp, hook_state
 
@@ -161,8 +162,8 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
     hook_state = None
     opt: Any
     if cfg.engine_topology == "ddp":
-        net, hook_state = _ddp_setup(comm, cfg, model)
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+        net, hook_state = _ddp_setup(comm, cfg, model, opt)
         numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
     else:
         from .optimizer import DistributedOptimizer
@@ -171,7 +172,8 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
         base = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
         opt = DistributedOptimizer(base, model.named_parameters(), compression=cfg.alg,
                                    topology=cfg.engine_topology, plan=cfg.plan_entries(), comm=comm,
-                                   overlap=cfg.overlap, bulk_bytes=cfg.bulk_bytes)
+                                   overlap=cfg.overlap, bulk_bytes=cfg.bulk_bytes,
+                                   compress_after=cfg.compress_after, momentum_correction=cfg.momentum_correction)
 
     log = EventLog(run_dir / EVENTS) if rank == 0 and run_dir is not None else None
     pids = np.empty(world, dtype=np.int64)

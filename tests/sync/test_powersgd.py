@@ -94,3 +94,12 @@ def test_topologies_sum_powersgd_payloads(topo):
     for _ in range(steps):  # ... but with error feedback the applied sum tracks the true one
         total += simulate(full, "powersgd:rank=1", topo, states=states)[0]["w"]
     assert (total / steps - avg).norm() < 0.2 * avg.norm()
+
+
+def test_summed_cost_counts_two_allreduces_of_small_matrices():
+    from hipress.compress.algorithms.powersgd import summed_cost
+
+    sent: list[int] = []
+    cost = summed_cost(1000, 500, 4, lambda b: sent.append(b) or b * 1e-9, 1e12)
+    assert sent == [4 * 1000 * 4, 4 * 500 * 4]
+    assert cost["total"] == pytest.approx(cost["step_p"] + cost["step_q"]) and cost["step_q"] > cost["step_p"]

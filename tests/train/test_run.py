@@ -96,3 +96,21 @@ def test_compll_dir_errors(results, tmp_path):
     (bad / "oops.pse").write_text("void OopsEncode(float* g, uint8* c) { c = concat(nosuch); }\n")
     res = hipress("run", "mlp", "--alg", "tbq", "--compll-dir", str(bad), "--results", str(results))
     assert res.returncode != 0 and "oops.pse" in res.stderr
+
+
+@pytest.mark.parametrize("topo", ["ring", "ddp"])
+def test_compress_after_runs_the_first_iterations_uncompressed(results, topo):
+    """--compress-after 2: the first two iterations (the warm-up one included) send fp32, the rest tbq."""
+    res = hipress("run", "mlp", "--np", "2", "--iters", "3", "--topo", topo, "--alg", "tbq", "--compress-after", "2",
+                  "--results", str(results), "--json")
+    assert res.returncode == 0, res.stderr
+    run_dir = run_dir_of(results)
+    cfg = json.loads((run_dir / "config.json").read_text())
+    assert cfg["compress_after"] == 2 and cfg["momentum_correction"] is True
+    sent = [e["bytes_sent"][0] for e in events(run_dir) if e["event"] == "iteration"]
+    assert len(sent) == 4 and sent[0] == sent[1] > 4 * sent[2] and sent[2] == sent[3], sent
+
+
+def test_compress_after_must_not_be_negative(results):
+    res = hipress("run", "mlp", "--np", "2", "--compress-after", "-1", "--results", str(results))
+    assert res.returncode != 0 and "--compress-after must be >= 0" in res.stderr and "Traceback" not in res.stderr

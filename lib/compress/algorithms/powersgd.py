@@ -198,3 +198,22 @@ class PowerSGD(Compressor):
         f = body.view(torch.float32)
         approx = f[: m * r].view(m, r) @ f[m * r :].view(n, r).t()
         out.add_(approx.view(-1)) if add else out.copy_(approx.view(-1))
+
+
+def summed_cost(m: int, n: int, rank: int, allreduce_s, flops_per_s: float) -> dict[str, float]:
+    """SeCoPa's cost of one PowerSGD gradient (m x n), for the planner to call.
+
+    PowerSGD is not encode-send-decode per rank, so the planner's per-primitive model does not
+    apply; its two steps are, each, a compute and an all-reduce of a small matrix:
+
+    - step P: P = M Q (2 m n r flops), all-reduce of m r floats;
+    - step Q: orthogonalize P (2 m r^2), Q = M^T P (2 m n r), all-reduce of n r floats, then the
+      decode P Q^T and the error update (3 m n r).
+
+    ``allreduce_s(nbytes)`` is the cluster's all-reduce time for ``nbytes`` (the planner's fitted
+    model); ``flops_per_s`` the device's matrix throughput. Returns each step's seconds and the total.
+    """
+    r = min(rank, m, n)
+    p_s = 2 * m * n * r / flops_per_s + allreduce_s(4 * m * r)
+    q_s = (2 * m * r * r + 5 * m * n * r) / flops_per_s + allreduce_s(4 * n * r)
+    return {"step_p": p_s, "step_q": q_s, "total": p_s + q_s}
