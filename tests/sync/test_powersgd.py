@@ -102,4 +102,6 @@ def test_summed_cost_counts_two_allreduces_of_small_matrices():
     sent: list[int] = []
     cost = summed_cost(1000, 500, 4, lambda b: sent.append(b) or b * 1e-9, 1e12)
     assert sent == [4 * 1000 * 4, 4 * 500 * 4]
+    sent.clear()
+    cost = summed_cost(1000, 1000, 4, lambda b: sent.append(b) or b * 1e-9, 1e12)  # Q also orthogonalizes
     assert cost["total"] == pytest.approx(cost["step_p"] + cost["step_q"]) and cost["step_q"] > cost["step_p"]

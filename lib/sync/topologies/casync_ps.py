@@ -23,7 +23,7 @@ from .summed import build_summed
 
 def build_ps(b: GraphBuilder, job: Job) -> list[Task]:
     if job.comp.caps.summable:  # PowerSGD: payloads are summed, not decoded and merged
-        return build_summed(b, job)
+        return build_summed(b, job, build_ps)
     n_, r = b.world, b.rank
     wid = Widened(job.comp)
     parts = job.parts()

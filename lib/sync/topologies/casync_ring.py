@@ -27,7 +27,7 @@ from .summed import build_summed
 
 def build_ring(b: GraphBuilder, job: Job) -> list[Task]:
     if job.comp.caps.summable:  # PowerSGD: payloads are summed, not decoded and merged
-        return build_summed(b, job)
+        return build_summed(b, job, build_ring)
     n_, r = b.world, b.rank
     right, left = (r + 1) % n_, (r - 1) % n_
     wid = Widened(job.comp)
