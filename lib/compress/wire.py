@@ -25,6 +25,7 @@ WIRE_IDS: dict[str, int] = {
     "qsgd": 10,
     "signsgd": 11,
     "efsignsgd": 12,
+    "powersgd": 13,
 }
 
 USER_WIRE_IDS = range(128, 250)  # reserved for CompLL user specs

@@ -47,7 +47,9 @@ def shipped_cuda_sources() -> dict[str, str]:
 
 
 def test_every_algorithm_is_covered():
-    assert {s.partition(":")[0] for s in SPECS} == set(hc.available())
+    # PowerSGD (summable) has no kernel of its own: it is torch matrix products on the gradient's device
+    kernelled = {a for a in hc.available() if not hc.get_class(a).caps.summable}
+    assert {s.partition(":")[0] for s in SPECS} == kernelled
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: the CUDA sources cannot be compiled here")

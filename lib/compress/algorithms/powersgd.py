@@ -34,6 +34,7 @@ from ..errors import CompressionError
 from ..payload import Header, allocate, seal
 from ..registry import register
 from ..state import GradientState
+from ..wire import WIRE_IDS
 
 _EXTRA = struct.Struct("<IIHBx")  # m, n, rank, phase (0: own P and Q, 1: P, 2: Q); 12 bytes: body 4-aligned
 PHASE_BOTH, PHASE_P, PHASE_Q = 0, 1, 2
@@ -60,7 +61,7 @@ def near_square(numel: int) -> tuple[int, int]:
 @register
 class PowerSGD(Compressor):
     name = "powersgd"
-    wire_id = 13
+    wire_id = WIRE_IDS["powersgd"]
     caps = Capabilities(uses_state=True, error_feedback=True, summable=True)
 
     def __init__(self, rank: int = 4, epsilon: float = 1e-8) -> None:
