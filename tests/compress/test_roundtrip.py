@@ -36,6 +36,10 @@ def expected_size(c: hc.Compressor, n: int, payload: torch.Tensor) -> int:
         return 20 + 12 + 4 * (min(n, max(1, math.ceil(n * c.density))) if n else 0)
     if name == "qsgd":
         return c.payload_size(n)  # bucketed layout: checked in its own test
+    if name == "powersgd":  # P (m x r) and Q (n x r) of the near-square m x n view, r = min(rank, m, n)
+        cols = max((d for d in range(1, math.isqrt(n) + 1) if n % d == 0), default=0)
+        rows = n // cols if cols else 0
+        return 20 + 12 + 4 * min(c.rank, rows, cols) * (rows + cols)
     raise AssertionError(f"no size rule for {name}")
 
 
