@@ -124,7 +124,7 @@ def test_threshold_reaches_the_engine(tmp_path):
               "--warmup", "0", "--batchsize", "8"]
     all_ = _run(*common, "--comp-threshold", "0", results=tmp_path / "a")
     none = _run(*common, "--comp-threshold", "100000", results=tmp_path / "b")
-    raw = _run(*common[:4], "none", *common[6:], results=tmp_path / "c")  # --comp-alg none: fp32 all the way
+    raw = _run(*common[:5], "none", *common[6:], results=tmp_path / "c")  # --comp-alg none: fp32 all the way
     assert all_["engine_topology"] == "casync-ps" and all_["status"] == "ok"
     sent_all, sent_none, sent_raw = (max(s["bytes_sent_per_rank"]) for s in (all_, none, raw))
     assert sent_all < sent_none / 4, (sent_all, sent_none)
