@@ -35,7 +35,7 @@ from hipress.compress import UnknownAlgorithm, create_from_spec
 from hipress.models import BadModelOption, UnknownModel, get, gradient_sizes
 
 from .threshold import DEFAULT_COMP_THRESHOLD, apply_threshold
-from .validate import ConfigError, check_numbers, check_plan_partitions, check_run_id
+from .validate import ConfigError, check_numbers, check_run_id
 
 TOPOLOGIES: dict[str, str] = {
     "ring": "CaSync-Ring: compression-aware ring all-reduce (--alg none: the same ring in fp32)",
@@ -210,8 +210,6 @@ def make_config(
         return definition_order(model, **{k: opts[k] for k in spec.build_opts})
 
     plan_entries = resolve_plan(plan, sizes, np, alg, eng, forward) if plan else None
-    if plan_entries is not None:
-        check_plan_partitions(plan_entries, np, plan)
     if comp_threshold == "default":
         comp_threshold = DEFAULT_COMP_THRESHOLD if eng in ("casync-ring", "casync-ps") and not plan else None
     if comp_threshold is not None:
@@ -309,7 +307,7 @@ def resolve_plan(
             path = Path(plan)
             if not path.is_file():
                 raise ConfigError(f"plan file {plan!r} does not exist; give a SeCoPaPlan.txt path or 'auto'")
-            entries = load_plan(path, dict(sizes), forward=forward() if forward else None)
+            entries = load_plan(path, dict(sizes), forward=forward() if forward else None, world_size=np)
     except PlanError as e:
         raise ConfigError(f"--plan {plan}: {e}") from None
     return [[e.name, e.size, e.compress, e.partitions] for e in entries.values()]

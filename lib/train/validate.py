@@ -80,15 +80,3 @@ def check_numbers(
         raise ConfigError(f"--lr must be a finite number > 0, got {lr}")
     if momentum is not None and not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
         raise ConfigError(f"--momentum must be in [0, 1), got {momentum}")
-
-
-def check_plan_partitions(entries: list[list[Any]], np: int, source: str) -> None:
-    """A plan cuts a gradient into at most one partition per rank (CaSync gives each rank one)."""
-    for name, _size, _compress, parts in entries:
-        if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
-            raise ConfigError(f"--plan {source}: gradient {name!r} has {parts!r} partitions; it needs 1 or more")
-        if parts > np:
-            raise ConfigError(
-                f"--plan {source}: gradient {name!r} is cut into {parts} partitions, but the run has {np} rank(s) "
-                f"and CaSync gives each partition to one rank; plan for this size (hipress plan --nnodes {np}) "
-                "or use --plan auto")
