@@ -31,7 +31,7 @@ def compress(
     from hipress.compress.registry import split_specs
 
     names = available() if alg == "all" else split_specs(alg)
-    nbytes = parse_size(size)
+    nbytes = parse_size(size, what="--size")
     try:
         result = bench_compress(
             names, nbytes, repeat=repeat, warmup=warmup, threads=threads, reference=reference, device=device

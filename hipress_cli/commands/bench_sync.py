@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 
 from hipress_cli.commands.bench import app
-from hipress_cli.options import JsonOpt, console, err_console, fail, parse_size, print_json
+from hipress_cli.options import JsonOpt, check_emulate, console, err_console, fail, parse_size, print_json
 
 
 @app.command("sync")
@@ -44,6 +44,7 @@ def sync(
     from hipress.compress import UnknownAlgorithm, create_from_spec
     from hipress.sync import topologies
 
+    check_emulate(emulate, prefix)
     names = topologies.available() if topo == "all" else [t.strip() for t in topo.split(",") if t.strip()]
     try:
         for t in names:
@@ -51,10 +52,10 @@ def sync(
         create_from_spec(alg)
     except (UnknownAlgorithm, ValueError) as e:
         raise fail(str(e)) from None
-    nbytes = parse_size(size)
+    nbytes = parse_size(size, what="--size")
     if nbytes < 4:
         raise fail(f"--size {size!r} is smaller than one fp32 element")
-    pbytes = parse_size(partition_bytes)
+    pbytes = parse_size(partition_bytes, what="--partition-bytes")
 
     from hipress.launch import emulate as emu
     from hipress.launch import launch_local

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from hipress_cli.commands.bench import app
-from hipress_cli.options import JsonOpt, console, err_console, fail, print_json
+from hipress_cli.options import JsonOpt, check_emulate, console, err_console, fail, print_json
 
 
 @app.command("train")
@@ -39,6 +39,7 @@ def train(
     from hipress.train.config import ConfigError
     from hipress_cli.commands.run import _emulated
 
+    check_emulate(emulate, prefix)
     try:
         vs = parse_variants(variants)
     except ConfigError as e:

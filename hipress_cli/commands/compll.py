@@ -169,7 +169,7 @@ def bench(
     unknown = [n for n in names if n not in BUILTINS]
     if unknown:
         raise fail(f"unknown built-in(s) {', '.join(unknown)}; choose from {', '.join(BUILTINS)}")
-    result = bench_builtins(names, parse_size(size), repeat=repeat, warmup=warmup, threads=threads)
+    result = bench_builtins(names, parse_size(size, what="--size"), repeat=repeat, warmup=warmup, threads=threads)
     if json_:
         print_json(result)
         return

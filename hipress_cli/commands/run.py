@@ -18,11 +18,30 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hipress_cli.commands import cluster_check as ssh_cli
-from hipress_cli.options import JsonOpt, console, err_console, fail, print_json
+from hipress_cli.options import (
+    JsonOpt,
+    check_emulate,
+    console,
+    err_console,
+    fail,
+    pick_model,
+    print_json,
+    refuse_extra_args,
+)
 
 _TOPO_HELP = ("ring|ps: CaSync-Ring / CaSync-PS (with --alg none: the same engine uncompressed). "
               "Baselines: allgather (compressed all-gather), allreduce (MPI fp32), ddp (torch DDP on gloo; "
               "with --alg X, hipress's DDP compression hook).")
+
+# The numbers are hipress.train.threshold.DEFAULT_COMP_THRESHOLD and hipress.train.validate.MAX_RANKS
+# (not imported here: hipress.train pulls in torch, and every command's help would wait for it);
+# tests/cli/test_run_inputs.py checks that they agree.
+_THRESHOLD_HELP = ("Compress only gradients of at least N elements (HiPress's flag). Default without --plan: "
+                   "16384 (64 KiB of fp32): below that, a gradient's fixed encode+decode cost "
+                   "per hop (about 20 us a call for tbq here) outweighs the bytes saved at 10 Gbit/s, and the "
+                   "engine fuses such gradients into one message anyway; HiPress's examples use 262144 for "
+                   "100 Gbit/s GPU clusters. 0 compresses every gradient. With --plan, a gradient is compressed "
+                   "when the plan says so and it reaches N.")
 
 
 def _what_runs(cfg: Any) -> str:
@@ -49,6 +68,9 @@ def _what_runs(cfg: Any) -> str:
             "allgather": "all-gather", "ddp": "torch DDP on gloo"}[cfg.engine_topology]
     alg = "" if cfg.alg == "none" else f" + {cfg.alg}"
     plan = f", plan {cfg.plan_source}" if cfg.plan_source else ""
+    if cfg.comp_threshold is not None and cfg.plan:
+        n = sum(1 for e in cfg.plan if e[2])
+        plan += f", {n} of {len(cfg.plan)} gradients compressed (--comp-threshold {cfg.comp_threshold})"
     return (f"[bold]{cfg.model}[/]: {', '.join(shape)} ({scale}); "
             f"{cfg.parameters / 1e6:.1f} M parameters, {cfg.gradient_bytes / 2**20:.1f} MiB of gradients in "
             f"{cfg.meta['gradients']} tensors\n{cfg.np} rank(s), {sync}{alg}{plan}; {cfg.iters} iteration(s) "
@@ -100,24 +122,29 @@ def _render_summary(s: dict) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("run")
+    @app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def run(
-        model: Annotated[str, typer.Argument(help="A model of the zoo: vgg19, resnet50, bert, transformer, lstm, "
-                                                  "ugatit (`hipress models`).")],
+        ctx: typer.Context,
+        model: Annotated[str | None, typer.Argument(help="A model of the zoo: vgg19, resnet50, bert, transformer, "
+                                                         "lstm, ugatit (`hipress models`).")] = None,
+        model_opt: Annotated[str | None, typer.Option("--model", help="The model as an option (HiPress's "
+                                                      "spelling), instead of the argument.")] = None,
         topo: Annotated[str, typer.Option("--topo", help=_TOPO_HELP)] = "ring",
-        alg: Annotated[str, typer.Option("--alg", help="Compression algorithm spec, e.g. tbq, onebit, "
-                                                       "'dgc:ratio=0.01', or none.")] = "tbq",
-        np_: Annotated[int, typer.Option("--np", help="Number of ranks (local MPI processes).")] = 2,
+        alg: Annotated[str, typer.Option("--alg", "--comp-alg", help="Compression algorithm spec, e.g. tbq, "
+                                                       "onebit, 'dgc:ratio=0.01', or none.")] = "tbq",
+        comp_threshold: Annotated[int | None, typer.Option("--comp-threshold", help=_THRESHOLD_HELP)] = None,
+        np_: Annotated[int, typer.Option("--np", "--numprocess", help="Number of ranks (local MPI processes), "
+                                         "1 to 1024.")] = 2,
         iters: Annotated[int, typer.Option("--iters", help="Measured iterations.")] = 5,
         warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured iterations first.")] = 1,
-        batch_size: Annotated[int | None, typer.Option("--batch-size", help="Samples per rank and iteration "
-                                                       "(default: the model's CPU default).")] = None,
+        batch_size: Annotated[int | None, typer.Option("--batch-size", "--batchsize", help="Samples per rank and "
+                                                       "iteration (default: the model's CPU default).")] = None,
         input_size: Annotated[int | None, typer.Option("--input-size", help="Image size (vision models).")] = None,
         seq_len: Annotated[int | None, typer.Option("--seq-len", help="Sequence length (text models).")] = None,
         paper_size: Annotated[bool, typer.Option("--paper-size", help="Use the paper's input size, sequence "
                                                  "length and batch (slow on a CPU).")] = False,
-        plan: Annotated[str | None, typer.Option("--plan", help="SeCoPa plan: a SeCoPaPlan.txt file, or 'auto' "
-                                                 "to plan now.")] = None,
+        plan: Annotated[str | None, typer.Option("--plan", "--comprplan", help="SeCoPa plan: a SeCoPaPlan.txt "
+                                                 "file, or 'auto' to plan now.")] = None,
         data: Annotated[str, typer.Option("--data", help="synthetic, or digits (with model mlp).")] = "synthetic",
         lr: Annotated[float | None, typer.Option("--lr", help="SGD learning rate (default 0.01; digits: 0.5).")] = (
             None),
@@ -128,7 +155,8 @@ def register(app: typer.Typer) -> None:
                                              "ranks on it).")] = 0,
         results: Annotated[Path, typer.Option("--results", help="Where run directories go.")] = Path("results"),
         run_id: Annotated[str | None, typer.Option("--run-id", help="Name of the run directory.")] = None,
-        hosts: ssh_cli.HostsOpt = None,
+        hosts: Annotated[str | None, typer.Option("--hosts", "--servers", help="Hosts and their slots (ranks), "
+                                                  "comma-separated: node1:2,node2:2 (HiPress: --servers).")] = None,
         hostfile: ssh_cli.HostfileOpt = None,
         ssh_user: ssh_cli.SshUserOpt = None,
         ssh_port: ssh_cli.SshPortOpt = 22,
@@ -154,6 +182,10 @@ def register(app: typer.Typer) -> None:
         results/<run-id>/ (config, events, summary)."""
         from hipress.train.config import ConfigError, make_config
 
+        refuse_extra_args(ctx.args, [o for p in ctx.command.params for o in p.opts if o.startswith("--")])
+        model = pick_model(model, model_opt)
+        topo = topo.lower()  # PS, Ring: HiPress's spelling
+        check_emulate(emulate, prefix, hosts or hostfile)  # before any side effect (SSH, the run directory)
         host_list = ssh_cli.hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
         np_ = sum(h.slots for h in host_list) if host_list else np_
         try:
@@ -162,6 +194,7 @@ def register(app: typer.Typer) -> None:
                 preset="paper" if paper_size else "cpu", warmup=warmup, data=data, lr=lr, momentum=momentum, seed=seed,
                 threads=threads, plan=plan, run_id=run_id, compll_dir=compll_dir,
                 compress_after=compress_after, momentum_correction=not no_momentum_correction,
+                comp_threshold="default" if comp_threshold is None else comp_threshold,
             )
         except ConfigError as e:
             raise fail(str(e)) from None

@@ -29,11 +29,16 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+from fractions import Fraction
 
 DEFAULT_PREFIX = "hipress"
 SUBNET = "10.77.0"
 IFACE = "eth0"
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(k|m|g)?(bit|bps)?\s*$", re.IGNORECASE)
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(k|m|g|t)?(bit|bps)?\s*$", re.IGNORECASE | re.ASCII)
+#: Bounds of a link rate: below 100 kbit/s MPI crawls; above 1 Tbit/s is no link a host has (and
+#: tc's tbf takes 64-bit byte rates, so far larger numbers would overflow there).
+MIN_RATE_BITS = 10**5
+MAX_RATE_BITS = 10**12
 _UNSHAPED = ("", "none", "unshaped", "0", "off")
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,14}$")
 
@@ -43,18 +48,27 @@ class EmulationError(RuntimeError):
 
 
 def parse_rate(text: str | None) -> int | None:
-    """``"1gbit"`` -> 1_000_000_000 bits/s; ``"none"``/``"unshaped"``/None -> None (no shaping)."""
+    """``"1gbit"`` -> 1_000_000_000 bits/s; ``"none"``/``"unshaped"``/None -> None (no shaping).
+
+    Exact decimal arithmetic (no float overflow on long numbers); outside [100kbit, 1000gbit] is an
+    ``EmulationError`` that states the bounds.
+    """
     if text is None or text.strip().lower() in _UNSHAPED:
         return None
+    if len(text) > 80:
+        raise EmulationError(f"rate {text[:20]!r}... is {len(text)} characters long; rates are at most 1000gbit")
     m = _RATE.match(text)
     if not m:
-        raise EmulationError(f"rate {text!r} is not understood; use e.g. 1gbit, 10gbit, 500mbit or 'unshaped'")
+        raise EmulationError(f"rate {text[:40]!r} is not understood; use e.g. 1gbit, 10gbit, 500mbit or 'unshaped'")
     if (m.group(3) or "bit").lower() == "bps":
         raise EmulationError(f"rate {text!r}: give bits per second (e.g. 1gbit), not bytes")
-    mult = {None: 1, "k": 10**3, "m": 10**6, "g": 10**9}[m.group(2).lower() if m.group(2) else None]
-    bits = int(float(m.group(1)) * mult)
-    if bits < 10**5:
+    mult = {None: 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}[m.group(2).lower() if m.group(2) else None]
+    bits = int(Fraction(m.group(1)) * mult)
+    if bits < MIN_RATE_BITS:
         raise EmulationError(f"rate {text!r} is below 100 kbit/s; MPI would crawl")
+    if bits > MAX_RATE_BITS:
+        raise EmulationError(f"rate {text.strip()!r} is above 1000gbit (1 Tbit/s), more than any link; "
+                             "use e.g. 10gbit, or 'unshaped' for no limit")
     return bits
 
 
@@ -150,7 +164,7 @@ def check_support() -> None:
             raise EmulationError(f"`{tool}` is missing; install iproute2 (apt-get install iproute2)")
 
 
-def _validate_prefix(prefix: str) -> None:
+def validate_prefix(prefix: str) -> None:
     if not _NAME.match(prefix):
         raise EmulationError(f"prefix {prefix!r}: use 1-15 lowercase letters, digits or '-', starting with a letter")
 
@@ -189,7 +203,7 @@ def _link_rate(ns: str, dev: str) -> int | None:
 def up(hosts: int, rate: str | int | None = None, prefix: str = DEFAULT_PREFIX) -> EmulatedCluster:
     """Build (or re-shape) the cluster; idempotent. Returns its description."""
     check_support()
-    _validate_prefix(prefix)
+    validate_prefix(prefix)
     if not 1 <= hosts <= 64:
         raise EmulationError(f"hosts must be between 1 and 64, got {hosts}")
     rate_bits = rate if isinstance(rate, int) else parse_rate(rate)
@@ -242,7 +256,7 @@ def _create(c: EmulatedCluster) -> None:
 def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
     """Delete the cluster's namespaces (their veths and bridge go with them); return what was removed."""
     check_support()
-    _validate_prefix(prefix)
+    validate_prefix(prefix)
     names = _namespaces()
     gone = [f"{prefix}-h{i}" for i in _host_indices(prefix, names)]
     if f"{prefix}-sw" in names:
@@ -258,7 +272,7 @@ def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
 def status(prefix: str = DEFAULT_PREFIX) -> EmulatedCluster | None:
     """The cluster as it exists now, or None; raises if it is half-built (run ``down``)."""
     check_support()
-    _validate_prefix(prefix)
+    validate_prefix(prefix)
     names = _namespaces()
     have = _host_indices(prefix, names)
     if not have and f"{prefix}-sw" not in names:

@@ -8,6 +8,9 @@ Security rules, the same for every connection hipress makes:
   (OpenSSH's ``StrictHostKeyChecking=accept-new``). A host whose key differs from the recorded one
   (of any key type) is always refused: paramiko raises ``BadHostKeyException`` before
   authentication, so nothing is sent to a host that may be an impostor.
+* ``known_hosts`` is read as OpenSSH reads it (``known_hosts.py``): hashed names match, a key on an
+  ``@revoked`` line is refused for every host (kind ``revoked-host-key``), ``@cert-authority`` and
+  unreadable lines are skipped with a notice instead of stopping the connection.
 * Remote command lines are built from argument lists with ``shlex.join``/``shlex.quote`` only
   (``command``); a string is never pasted into a shell command. The remote login shell must be a
   POSIX shell (sh, bash, dash, zsh), as with OpenSSH itself.
@@ -15,7 +18,7 @@ Security rules, the same for every connection hipress makes:
   transport logs nothing unless the caller enables the ``paramiko`` logger.
 
 Every failure becomes an ``SSHError`` whose ``kind`` says what went wrong (``unreachable``,
-``refused``, ``timeout``, ``resolve``, ``unknown-host-key``, ``changed-host-key``, ``auth``,
+``refused``, ``timeout``, ``resolve``, ``unknown-host-key``, ``changed-host-key``, ``revoked-host-key``, ``auth``,
 ``key-file``, ``protocol``) and whose message says how to fix it, within ``connect_timeout``.
 """
 
@@ -34,6 +37,7 @@ from pathlib import Path
 
 import paramiko
 
+from . import known_hosts as kh_file
 from .hosts import Host, validate_name
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
@@ -56,6 +60,14 @@ class UnknownHostKeyError(paramiko.SSHException):
     def __init__(self, hostname: str, key: paramiko.PKey, known_hosts: Path) -> None:
         super().__init__(hostname)
         self.hostname, self.key, self.known_hosts = hostname, key, known_hosts
+
+
+class RevokedHostKeyError(paramiko.SSHException):
+    """The host offers a key that a known_hosts file marks ``@revoked``."""
+
+    def __init__(self, hostname: str, key: paramiko.PKey, where: str) -> None:
+        super().__init__(hostname)
+        self.hostname, self.key, self.where = hostname, key, where
 
 
 @dataclass(frozen=True)
@@ -113,10 +125,14 @@ def fingerprint(key: paramiko.PKey) -> str:
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     """Unknown host: refuse, or (accept-new) record the key in ``known_hosts`` and go on."""
 
-    def __init__(self, known_hosts: Path, accept_new: bool) -> None:
+    def __init__(self, known_hosts: Path, accept_new: bool, loaded: kh_file.KnownHosts | None = None) -> None:
         self.known_hosts, self.accept_new = known_hosts, accept_new
+        self.loaded = loaded or kh_file.KnownHosts()
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        revoked = self.loaded.revoked_at(key)
+        if revoked is not None:
+            raise RevokedHostKeyError(hostname, key, revoked)
         if not self.accept_new:
             raise UnknownHostKeyError(hostname, key, self.known_hosts)
         line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
@@ -124,7 +140,9 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
             path = self.known_hosts
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             # re-read under the lock: another thread may have recorded this host a moment ago
-            current = paramiko.HostKeys(str(path)) if path.exists() else paramiko.HostKeys()
+            current = kh_file.load(path)
+            if (revoked := current.revoked_at(key)) is not None:
+                raise RevokedHostKeyError(hostname, key, revoked)
             known = current.lookup(hostname)
             if known is not None:
                 if known.get(key.get_name()) != key:
@@ -165,14 +183,12 @@ def connect(host: Host | str, options: SSHOptions) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
     kh = options.known_hosts_path
     try:
-        if options.known_hosts is None and SYSTEM_KNOWN_HOSTS.exists():
-            client.load_system_host_keys(str(SYSTEM_KNOWN_HOSTS))
-        if kh.exists():
-            client.load_host_keys(str(kh))
-    except (OSError, paramiko.SSHException, ValueError) as e:
+        loaded = kh_file.load(*([SYSTEM_KNOWN_HOSTS] if options.known_hosts is None else []), kh)
+    except OSError as e:
         client.close()
-        raise SSHError(where, "known-hosts", f"cannot read known_hosts file {kh}: {e}") from None
-    client.set_missing_host_key_policy(_HostKeyPolicy(kh, options.accept_new_host_keys))
+        raise SSHError(where, "known-hosts", f"cannot read known_hosts file {kh}: {e.strerror or e}") from None
+    loaded.install(client.get_host_keys())
+    client.set_missing_host_key_policy(_HostKeyPolicy(kh, options.accept_new_host_keys, loaded))
     try:
         client.connect(
             name, port=port, username=options.username, pkey=pkey,
@@ -181,6 +197,8 @@ def connect(host: Host | str, options: SSHOptions) -> paramiko.SSHClient:
         )
     except BaseException as e:
         client.close()
+        if isinstance(e, paramiko.BadHostKeyException) and (revoked := loaded.revoked_at(e.key)) is not None:
+            e = RevokedHostKeyError(name, e.key, revoked)
         if isinstance(e, Exception):
             raise _classify(e, where, name, options) from None
         raise
@@ -198,6 +216,11 @@ def _classify(e: Exception, where: str, name: str, options: SSHOptions) -> SSHEr
                         f"host key not known (it is not in {e.known_hosts}): the host offers the "
                         f"{e.key.get_name()} key {fingerprint(e.key)}. Check that fingerprint "
                         f"with the host's administrator, then rerun with --accept-new-host-keys to record it")
+    if isinstance(e, RevokedHostKeyError):
+        return SSHError(where, "revoked-host-key",
+                        f"HOST KEY REVOKED: the host offers the {e.key.get_name()} key {fingerprint(e.key)}, "
+                        f"which {e.where} marks @revoked. Refused; ask the host's administrator for its "
+                        f"new key (and remove stale entries with ssh-keygen -R)")
     if isinstance(e, paramiko.BadHostKeyException):
         return SSHError(where, "changed-host-key",
                         f"HOST KEY CHANGED: the host offers the {e.key.get_name()} key "

@@ -34,6 +34,9 @@ from hipress import __version__
 from hipress.compress import UnknownAlgorithm, create_from_spec
 from hipress.models import BadModelOption, UnknownModel, get, gradient_sizes
 
+from .threshold import DEFAULT_COMP_THRESHOLD, apply_threshold
+from .validate import ConfigError, check_numbers, check_run_id
+
 TOPOLOGIES: dict[str, str] = {
     "ring": "CaSync-Ring: compression-aware ring all-reduce (--alg none: the same ring in fp32)",
     "ps": "CaSync-PS: compression-aware co-located parameter server (--alg none: in fp32)",
@@ -43,10 +46,6 @@ TOPOLOGIES: dict[str, str] = {
 }
 _ALIASES = {"casync-ring": "ring", "casync-ps": "ps"}
 DATASETS = ("synthetic", "digits")
-
-
-class ConfigError(ValueError):
-    """A run that cannot start; the message says what was wrong and what to use instead."""
 
 
 def engine_topology(topology: str, alg: str) -> str:
@@ -97,6 +96,8 @@ class RunConfig:
     #: Training quality (issue 14): uncompressed iterations first; momentum correction + error feedback.
     compress_after: int = 0
     momentum_correction: bool = True
+    #: Gradients under this many elements are sent uncompressed (in ``plan``); None: no threshold.
+    comp_threshold: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -166,24 +167,23 @@ def make_config(
     bulk_bytes: int | None = None,
     compress_after: int = 0,
     momentum_correction: bool = True,
+    comp_threshold: int | str | None = None,
 ) -> RunConfig:
-    """Validate a run's options and resolve the model's; raise ``ConfigError`` with a clear message."""
+    """Validate a run's options and resolve the model's; raise ``ConfigError`` with a clear message.
+
+    ``comp_threshold``: see ``hipress.train.threshold``; ``"default"`` is ``hipress run``'s default
+    (the threshold for CaSync runs without a plan, nothing otherwise), None compresses everything.
+    """
+    check_numbers(np=np, iters=iters, warmup=warmup, batch_size=batch_size, input_size=input_size,
+                  seq_len=seq_len, lr=lr, momentum=momentum, threads=threads, seed=seed,
+                  comp_threshold=None if comp_threshold == "default" else comp_threshold)
+    check_run_id(run_id)
     compll_specs = read_compll_dir(compll_dir) if compll_dir is not None else {}
     install_compll(compll_specs, source=compll_dir)
     try:
         spec = get(model)
     except UnknownModel as e:
         raise ConfigError(str(e)) from None
-    if np < 1:
-        raise ConfigError(f"--np must be at least 1, got {np}")
-    if iters < 1:
-        raise ConfigError(f"--iters must be at least 1, got {iters}")
-    if warmup < 0:
-        raise ConfigError(f"--warmup must be >= 0, got {warmup}")
-    if lr is not None and not lr > 0:
-        raise ConfigError(f"--lr must be > 0, got {lr}")
-    if momentum is not None and not 0 <= momentum < 1:
-        raise ConfigError(f"--momentum must be in [0, 1), got {momentum}")
     if bulk_bytes is not None and bulk_bytes < 0:
         raise ConfigError(f"bulk_bytes must be >= 0 (0 turns bulk synchronization off), got {bulk_bytes}")
     if not 0 <= compress_after <= 1 << 40:
@@ -217,6 +217,14 @@ def make_config(
         return definition_order(model, **{k: opts[k] for k in spec.build_opts})
 
     plan_entries = resolve_plan(plan, sizes, np, alg, eng, forward) if plan else None
+    if comp_threshold == "default":
+        comp_threshold = DEFAULT_COMP_THRESHOLD if eng in ("casync-ring", "casync-ps") and not plan else None
+    if comp_threshold is not None:
+        if eng not in ("casync-ring", "casync-ps"):
+            raise ConfigError(f"--comp-threshold applies to CaSync (--topo ring|ps with a compressing --alg), "
+                              f"not to {eng!r}; leave it out")
+        if comp_threshold > 0 or plan_entries is not None:  # 0 without a plan: the engine compresses all
+            plan_entries = apply_threshold(comp_threshold, sizes, np, eng, plan_entries)
     return RunConfig(
         run_id=run_id or make_run_id(model, topo, alg),
         model=model,
@@ -245,6 +253,7 @@ def make_config(
         bulk_bytes=bulk_bytes,
         compress_after=int(compress_after),
         momentum_correction=bool(momentum_correction),
+        comp_threshold=comp_threshold,
         meta={
             "hipress": __version__,
             "torch": torch.__version__,
@@ -307,7 +316,7 @@ def resolve_plan(
             path = Path(plan)
             if not path.is_file():
                 raise ConfigError(f"plan file {plan!r} does not exist; give a SeCoPaPlan.txt path or 'auto'")
-            entries = load_plan(path, dict(sizes), forward=forward() if forward else None)
+            entries = load_plan(path, dict(sizes), forward=forward() if forward else None, world_size=np)
     except PlanError as e:
         raise ConfigError(f"--plan {plan}: {e}") from None
     return [[e.name, e.size, e.compress, e.partitions] for e in entries.values()]

@@ -24,11 +24,45 @@ SUMMARY = "summary.json"
 ERRORS = "errors.jsonl"
 
 
+def _umask() -> int:
+    """The process umask, read without changing it (``os.umask`` would, for a moment, for all threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in directory ``path`` durable (POSIX: fsync the directory itself)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # e.g. a platform that cannot open directories; the data itself was fsynced
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a directory; nothing more can be done there
+    finally:
+        os.close(fd)
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` so that readers never see a partial file."""
+    """Write ``obj`` as JSON to ``path`` so that readers never see a partial file.
+
+    The file gets the same mode as ``events.jsonl`` (0666 less the umask, 0644 usually; ``mkstemp``
+    alone would make it 0600), and the directory is fsynced after the rename, so that after a crash
+    the file is there, not only its data.
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as f:
             json.dump(obj, f, indent=2, default=str)
             f.write("\n")
@@ -38,6 +72,7 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_dir(path.parent)
 
 
 class EventLog:
@@ -46,7 +81,10 @@ class EventLog:
     def __init__(self, path: Path, fsync: bool = True) -> None:
         self.path = Path(path)
         self.fsync = fsync
+        new = not self.path.exists()
         self._f: TextIO = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (closed in close())
+        if new and fsync:
+            fsync_dir(self.path.parent)  # the file's name, not only its lines, survives a crash
 
     def write(self, event: dict[str, Any]) -> None:
         self._f.write(json.dumps(event, default=float) + "\n")

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hipress.launch.hosts import HostListError
 from hipress.launch.ssh import SSHError, SSHOptions, command, connect, run
 
+from .netns import NO_ROUTE, SILENT, NamespaceUnavailable, connect_inside, isolated_namespace
 from .sshd import Sshd, new_key, paramiko_threads, sshd_children, wait_until
 
 BOUND = 5.0  # ssh_opts' connect timeout; every failure must come back within it (plus slack)
@@ -107,10 +108,39 @@ def test_refused_port(sshd, ssh_opts):
     assert "--ssh-port" in str(e)
 
 
-def test_unreachable_host(ssh_opts):
-    # TEST-NET-2: never routed; fails at once (no route) or after the connect timeout
-    e = _expect_failure("198.51.100.1", ssh_opts.with_(connect_timeout=2.0), {"unreachable", "timeout"})
-    assert "198.51.100.1" in str(e)
+@pytest.fixture(scope="module")
+def isolated_ns():
+    """A network namespace of our own (see ``netns.py``): nothing sent from it leaves the machine."""
+    try:
+        with isolated_namespace() as name:
+            yield name
+    except NamespaceUnavailable as e:
+        pytest.skip(f"no private network namespace here ({e}); the unreachable-host tests need one")
+
+
+@pytest.fixture
+def offline_opts(tmp_path) -> SSHOptions:
+    """Client options that need no sshd: these connections never reach one."""
+    new_key(tmp_path / "client_key")
+    return SSHOptions(key=tmp_path / "client_key", known_hosts=tmp_path / "known_hosts")
+
+
+def _inside(ns: str, host: str, opts: SSHOptions, timeout: float) -> dict:
+    return connect_inside(ns, host, opts.port, str(opts.key), str(opts.known_hosts), timeout)
+
+
+def test_unreachable_host(isolated_ns, offline_opts):
+    """An address with an ``unreachable`` route in our namespace: refused at once, named in the error."""
+    r = _inside(isolated_ns, NO_ROUTE, offline_opts, 2.0)
+    assert r["kind"] == "unreachable", r
+    assert NO_ROUTE in r["message"] and r["elapsed"] < 2.0 + 3
+
+
+def test_silent_host_times_out(isolated_ns, offline_opts):
+    """An address on our namespace's link that nobody answers for: bounded by the connect timeout."""
+    r = _inside(isolated_ns, SILENT, offline_opts, 1.5)
+    assert r["kind"] in ("timeout", "unreachable"), r  # no ARP answer: timeout, or EHOSTUNREACH once ARP gives up
+    assert SILENT in r["message"] and r["elapsed"] < 1.5 + 3
 
 
 def test_silent_server_times_out(ssh_opts):
@@ -121,8 +151,11 @@ def test_silent_server_times_out(ssh_opts):
     assert "handshake" in str(e) or "no answer" in str(e)
 
 
-def test_unresolvable_name(ssh_opts):
-    _expect_failure("no-such-host.invalid", ssh_opts.with_(connect_timeout=3.0), {"resolve", "timeout"})
+def test_unresolvable_name(isolated_ns, offline_opts):
+    # inside our namespace: the resolver's name server has no route, so no query leaves the machine
+    r = _inside(isolated_ns, "no-such-host.invalid", offline_opts, 3.0)
+    assert r["kind"] in ("resolve", "timeout"), r
+    assert "no-such-host.invalid" in r["message"]
 
 
 def test_bad_key_files(ssh_opts, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -37,9 +39,28 @@ def test_allreduce_cannot_compress():
     ({"model": "vgg19", "plan": "/nonexistent/plan.txt"}, "does not exist"),
     ({"model": "vgg19", "bulk_bytes": -1}, "bulk_bytes must be >= 0"),
     ({"model": "vgg19", "topology": "ddp", "overlap": False}, "apply to the CaSync engine"),
+    # bounds (issue 15): each names the option, the value and the bound
+    ({"model": "vgg19", "np": 10**6}, "--np must be at most 1024, got 1000000"),
+    ({"model": "vgg19", "batch_size": 10**12}, "--batch-size must be at most 65536, got 1000000000000"),
+    ({"model": "vgg19", "input_size": 10**6}, "--input-size must be at most 4096, got 1000000"),
+    ({"model": "lstm", "seq_len": 10**9}, "--seq-len must be at most 65536"),
+    ({"model": "vgg19", "lr": float("inf")}, "--lr must be a finite number > 0, got inf"),
+    ({"model": "vgg19", "lr": float("nan")}, "--lr must be a finite number > 0, got nan"),
+    ({"model": "vgg19", "lr": -0.1}, "--lr must be a finite number > 0"),
+    ({"model": "vgg19", "momentum": float("nan")}, "--momentum must be in [0, 1)"),
+    ({"model": "vgg19", "threads": -1}, "--threads must be at least 0, got -1"),
+    ({"model": "vgg19", "threads": 10**6}, "--threads must be at most 1024"),
+    ({"model": "vgg19", "iters": 10**9}, "--iters must be at most"),
+    ({"model": "vgg19", "seed": -1}, "--seed must be at least 0"),
+    ({"model": "vgg19", "run_id": "../../x"}, "--run-id '../../x' is not a single directory name"),
+    ({"model": "vgg19", "run_id": "a/b"}, "not a single directory name"),
+    ({"model": "vgg19", "run_id": ".."}, "not a single directory name"),
+    ({"model": "vgg19", "run_id": ""}, "not a single directory name"),
+    ({"model": "vgg19", "run_id": "-rf"}, "not a single directory name"),
+    ({"model": "vgg19", "run_id": "x\0y"}, "not a single directory name"),
 ])
 def test_bad_runs_are_refused_with_a_clear_error(kwargs, match):
-    with pytest.raises(ConfigError, match=match.replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(match)):
         make_config(**kwargs)
 
 
@@ -54,21 +75,35 @@ def test_a_plan_file_is_checked_against_the_model(tmp_path):
         make_config("mlp", plan=str(other))
     good = tmp_path / "good.txt"
     good.write_text("fc2.bias,10,n,1\nfc2.weight,1280,y,2\nfc1.bias,128,n,1\nfc1.weight,8192,y,4\n")
-    cfg = make_config("mlp", plan=str(good))
+    cfg = make_config("mlp", np=4, plan=str(good))  # K = 4 needs 4 ranks
     entries = cfg.plan_entries()
     assert entries["fc1.weight"].partitions == 4 and not entries["fc2.bias"].compress
+
+
+def test_a_plan_with_more_partitions_than_ranks_is_refused(tmp_path):
+    plan = tmp_path / "p.txt"
+    plan.write_text("fc2.bias,10,n,1\nfc2.weight,1280,y,2\nfc1.bias,128,n,1\nfc1.weight,8192,y,4\n")
+    # the check is hipress.plan.load_plan's (world_size): a plan made for a larger cluster
+    with pytest.raises(ConfigError, match=r"more partitions than this run has ranks \(2\): fc1.weight \(K=4\)"):
+        make_config("mlp", np=2, plan=str(plan))
+    assert make_config("mlp", np=4, plan=str(plan)).plan_entries()["fc1.weight"].partitions == 4
+
+
+def test_good_run_ids_are_taken():
+    for run_id in ("a", "vgg19-ps-tbq_1.2", "Run@2026,x+y=z"):
+        assert make_config("mlp", run_id=run_id).run_id == run_id
 
 
 def test_a_plan_with_another_frameworks_names_maps_by_position(tmp_path):
     # HiPress's files name parameters the MXNet way and list them in definition order
     mx = tmp_path / "mx.txt"
     mx.write_text("dense0_weight,8192,y,4\ndense0_bias,128,n,1\ndense1_weight,1280,y,2\ndense1_bias,10,n,1\n")
-    entries = make_config("mlp", plan=str(mx)).plan_entries()
+    entries = make_config("mlp", np=4, plan=str(mx)).plan_entries()
     assert entries["fc1.weight"].partitions == 4 and entries["fc2.weight"].partitions == 2
     assert not entries["fc1.bias"].compress and not entries["fc2.bias"].compress
     mx.write_text("dense0_weight,8192,y,4\ndense0_bias,128,n,1\ndense1_weight,1281,y,2\ndense1_bias,10,n,1\n")
     with pytest.raises(ConfigError, match="1281"):
-        make_config("mlp", plan=str(mx))
+        make_config("mlp", np=4, plan=str(mx))
 
 
 def test_config_round_trips_through_json(tmp_path):
@@ -110,3 +145,27 @@ def test_models_command_lists_real_sizes():
     assert rows["ugatit"]["cpu_parameters"] < rows["ugatit"]["parameters"]
     table = CliRunner().invoke(build(), ["models"], env={"COLUMNS": "200"})
     assert "548.0" in table.output and "32px b4" in table.output
+
+
+def test_comp_threshold_becomes_the_plans_compress_flags(tmp_path):
+    from hipress.sync import topologies
+    from hipress.sync.program import DEFAULT_PARTITION_BYTES
+    from hipress.train.threshold import DEFAULT_COMP_THRESHOLD
+
+    assert make_config("vgg19", "ps").plan is None  # the library's default: compress everything, as before
+    assert make_config("vgg19", "ps", comp_threshold=0).plan is None  # 0 without a plan: the engine's own default
+    cfg = make_config("vgg19", "ps", np=4, comp_threshold="default")
+    assert cfg.comp_threshold == DEFAULT_COMP_THRESHOLD
+    parts = topologies.get("casync-ps").default_partitions
+    for name, size, compress, k in cfg.plan:
+        assert compress == (size >= DEFAULT_COMP_THRESHOLD), name
+        assert k == parts(size, 4, DEFAULT_PARTITION_BYTES), name  # partitioning as without a threshold
+    assert sum(e[2] for e in cfg.plan) == 18 and len(cfg.plan) == 38
+    assert make_config("vgg19", "ddp", comp_threshold="default").comp_threshold is None  # not CaSync: no threshold
+    # with a plan: compressed when the plan says so AND the gradient reaches the threshold
+    plan = tmp_path / "p.txt"
+    plan.write_text("fc2.bias,10,y,1\nfc2.weight,1280,y,2\nfc1.bias,128,n,1\nfc1.weight,8192,y,2\n")
+    with_plan = make_config("mlp", np=2, plan=str(plan), comp_threshold=1000).plan_entries()
+    assert [with_plan[n].compress for n in ("fc2.bias", "fc2.weight", "fc1.bias", "fc1.weight")] == [
+        False, True, False, True]
+    assert make_config("mlp", np=2, plan=str(plan), comp_threshold="default").plan_entries()["fc2.bias"].compress

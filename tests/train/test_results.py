@@ -78,3 +78,34 @@ def test_failed_summary_keeps_what_ran(tmp_path):
     _run_dir(tmp_path, [(1.0, 0.5, True), (2.0, 0.5, False)])
     s = summarize(tmp_path, status="failed", error="rank 1 was killed by signal 9")
     assert s["status"] == "failed" and s["error"].startswith("rank 1") and s["measured_iterations"] == 1
+
+
+def test_run_files_share_one_mode_that_follows_the_umask(tmp_path):
+    """config/summary (atomic writes) and events (appended) get the same mode: 0666 less the umask."""
+    import os
+
+    for umask, want in ((0o022, 0o644), (0o077, 0o600)):
+        d = tmp_path / f"u{umask:o}"
+        d.mkdir()
+        old = os.umask(umask)
+        try:
+            write_json_atomic(d / "config.json", {"a": 1})
+            write_json_atomic(d / "summary.json", {"a": 1})
+            EventLog(d / "events.jsonl").close()
+        finally:
+            os.umask(old)
+        modes = {f.name: f.stat().st_mode & 0o777 for f in d.iterdir()}
+        assert modes == {"config.json": want, "summary.json": want, "events.jsonl": want}, modes
+
+
+def test_the_directory_is_fsynced_after_the_rename(tmp_path, monkeypatch):
+    import os
+
+    from hipress.train import results
+
+    calls: list[str] = []
+    real_replace, real_fsync_dir = os.replace, results.fsync_dir
+    monkeypatch.setattr(results.os, "replace", lambda a, b: (calls.append("replace"), real_replace(a, b))[1])
+    monkeypatch.setattr(results, "fsync_dir", lambda p: (calls.append(f"fsync_dir {p}"), real_fsync_dir(p))[1])
+    write_json_atomic(tmp_path / "summary.json", {"a": 1})
+    assert calls == ["replace", f"fsync_dir {tmp_path}"]

@@ -46,14 +46,14 @@ def test_baselines_run(results, topo, alg):
 def test_plan_file_and_digits(results, tmp_path):
     plan = tmp_path / "SeCoPaPlan.txt"
     write_plan(plan, [PlanEntry("fc2.bias", 10, False, 1), PlanEntry("fc2.weight", 1280, True, 2),
-                      PlanEntry("fc1.bias", 128, False, 1), PlanEntry("fc1.weight", 8192, True, 3)])
+                      PlanEntry("fc1.bias", 128, False, 1), PlanEntry("fc1.weight", 8192, True, 2)])
     res = hipress("run", "mlp", "--data", "digits", "--np", "2", "--iters", "30", "--alg", "tbq:tau=0.02",
                   "--plan", str(plan), "--results", str(results), "--json")
     assert res.returncode == 0, res.stderr
     s = json.loads(res.stdout)
     run_dir = run_dir_of(results)
     assert (run_dir / "plan.txt").read_text() == plan.read_text()
-    assert json.loads((run_dir / "config.json").read_text())["plan"][3] == ["fc1.weight", 8192, True, 3]
+    assert json.loads((run_dir / "config.json").read_text())["plan"][3] == ["fc1.weight", 8192, True, 2]
     assert s["test_accuracy"] > 50  # 31 steps of SGD on digits: far above chance (10%)
     assert s["loss_last"] < s["loss_first"]
 

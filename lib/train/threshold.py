@@ -1,0 +1,36 @@
+"""``--comp-threshold N``: compress only gradients of at least N elements (HiPress's flag).
+
+Why: compressing a tiny gradient costs more than it saves. Each encode and decode call has a fixed
+cost (about 20 us per call for tbq on this project's CPU, ``hipress bench compress --size 4K``,
+whatever the size below ~64 KiB), paid at every hop, plus a 20-byte payload header; at 10 Gbit/s
+20 us carries 25 KB. So by default (``DEFAULT_COMP_THRESHOLD``, used by ``hipress run`` when no plan is
+given) gradients under 16384 elements (64 KiB of fp32; biases, norms) travel uncompressed, which
+is also the engine's bulk-fusion size: they are then fused into one uncompressed message. HiPress's
+examples use 262144 on 100 Gbit/s GPU clusters; ``0`` compresses every gradient.
+
+The engine decides per gradient from plan entries (``compress`` flag, partition count), so the
+threshold becomes plan entries: with a plan, a gradient is compressed when the plan says so *and*
+it reaches the threshold; without one, each gradient gets the partition count the engine would
+have chosen by itself (``default_partitions`` of the topology), so only the compress flag changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Elements; see the module docstring for why (and ``hipress run --help``).
+DEFAULT_COMP_THRESHOLD = 16384
+
+
+def apply_threshold(
+    threshold: int, sizes: list[tuple[str, int]], np: int, engine_topology: str,
+    entries: list[list[Any]] | None = None,
+) -> list[list[Any]]:
+    """Plan entries ``[name, size, compress, partitions]`` with gradients below ``threshold`` uncompressed."""
+    if entries is not None:
+        return [[n, s, bool(c) and s >= threshold, k] for n, s, c, k in entries]
+    from hipress.sync import topologies
+    from hipress.sync.program import DEFAULT_PARTITION_BYTES
+
+    parts = topologies.get(engine_topology).default_partitions
+    return [[n, s, s >= threshold, parts(s, np, DEFAULT_PARTITION_BYTES)] for n, s in sizes]

@@ -1,0 +1,134 @@
+"""``hipress run``/``bench`` inputs: bounded, checked before any side effect, HiPress's flag names.
+
+Every bad input must end with exit 2 and the project's own message: no traceback, no run directory,
+no SSH connection, no emulated cluster (issue 15 point 2; HiPress's flags: issue 13 point 3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from hipress.train.threshold import DEFAULT_COMP_THRESHOLD
+from hipress.train.validate import MAX_RANKS
+from hipress_cli.app import build
+
+
+def _invoke(args: list[str]):
+    return CliRunner().invoke(build(), args, env={"COLUMNS": "200"})
+
+
+def _text(r) -> str:
+    return " ".join(r.output.split())
+
+
+HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--np", "100000"], "--np must be at most 1024, got 100000"),
+    (["--numprocess", "0"], "--np must be at least 1"),
+    (["--batch-size", str(10**12)], "--batch-size must be at most 65536"),
+    (["--batchsize", "0"], "--batch-size must be at least 1"),
+    (["--input-size", str(10**6)], "--input-size must be at most 4096"),
+    (["--lr", "inf"], "--lr must be a finite number > 0, got inf"),
+    (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
+    (["--threads", "-1"], "--threads must be at least 0, got -1"),
+    (["--run-id", "../../x"], "--run-id '../../x' is not a single directory name"),
+    (["--run-id", "a/b"], "is not a single directory name"),
+    (["--emulate", "99999999999gbit"], "above 1000gbit"),
+    (["--emulate", HUGE + "gbit"], "5004 characters long"),
+    (["--emulate", "fast"], "is not understood"),
+    (["--emulate", "1gbit", "--prefix", "Bad Prefix"], "--prefix"),
+    (["--emulate", "1gbit", "--hosts", "127.0.0.1:2"], "cannot be combined with --hosts"),
+    (["--emulate", "1gbit", "--servers", "127.0.0.1:2"], "cannot be combined with --hosts"),
+    (["--comp-threshold", "-1"], "--comp-threshold must be at least 0"),
+    (["--topo", "ddp", "--comp-threshold", "5"], "--comp-threshold applies to CaSync"),
+    (["--alg", "none", "--comp-threshold", "5"], "--comp-threshold applies to CaSync"),
+    # HiPress flags without an equivalent: the error names what to use instead
+    (["--horovodrun"], "--horovodrun is a HiPress flag hipress run does not take: hipress starts its ranks itself"),
+    (["--num-epochs", "5"], "use --iters N"),
+    (["--gpus", "0,1"], "--gpus is a HiPress flag"),
+    (["--data-dir", "/data/imagenet"], "--data synthetic"),
+    (["--partition-threshold", "1000"], "--plan FILE (--comprplan) or --plan auto"),
+    (["--iter", "5"], "no such option: --iter; did you mean --iters"),
+    (["--model", "resnet50"], "the model is given twice: 'vgg19' and --model 'resnet50'"),
+])
+def test_bad_run_inputs_exit_2_before_any_side_effect(args, match, tmp_path):
+    results = tmp_path / "results"
+    r = _invoke(["run", "vgg19", *args, "--results", str(results)])
+    assert r.exit_code == 2, r.output
+    assert match in _text(r), _text(r)
+    assert "Traceback" not in r.output and not isinstance(r.exception, (AssertionError, TypeError, ValueError))
+    assert not results.exists(), "nothing may be written for a refused run"
+
+
+def test_model_as_option_and_none_at_all(tmp_path):
+    r = _invoke(["run", "--results", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "no model given" in _text(r)
+    r = _invoke(["run", "--model", "alexnet", "--results", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "unknown model 'alexnet'" in _text(r)
+
+
+def test_servers_is_hosts(tmp_path):
+    """``--servers`` reaches the host-list parser (refused here before any connection: both host options)."""
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("127.0.0.1\n")
+    r = _invoke(["run", "vgg19", "--servers", "127.0.0.1:1", "--hostfile", str(hostfile), "--results",
+                 str(tmp_path / "r")])
+    assert r.exit_code == 2 and "not both" in _text(r), _text(r)
+
+
+@pytest.mark.parametrize("args,match", [
+    (["bench", "compress", "--size", HUGE], "characters long"),
+    (["bench", "compress", "--size", "99999999G"], "--size '99999999G' is too large: at most 16G"),
+    (["bench", "compress", "--size", "1e9"], "is not a size"),
+    (["bench", "sync", "--size", "1T"], "too large"),
+    (["bench", "sync", "--partition-bytes", HUGE], "--partition-bytes"),
+    (["bench", "sync", "--emulate", "10000gbit"], "above 1000gbit"),
+    (["bench", "train", "--emulate", "10000gbit"], "above 1000gbit"),
+    (["compll", "bench", "--size", "99999999G"], "too large"),
+])
+def test_bench_sizes_and_rates_are_bounded(args, match, tmp_path):
+    r = _invoke([*args, *(["--results", str(tmp_path / "r")] if args[1] == "train" else [])])
+    assert r.exit_code == 2, r.output
+    assert match in _text(r), _text(r)
+    assert "Traceback" not in r.output and not (tmp_path / "r").exists()
+
+
+def test_help_states_the_bounds_and_default_threshold():
+    r = _invoke(["run", "--help"])
+    text = _text(r)
+    assert f"1 to {MAX_RANKS}" in text and f"Default without --plan: {DEFAULT_COMP_THRESHOLD}" in text
+    for alias in ("--numprocess", "--servers", "--comp-alg", "--comprplan", "--model", "--comp-threshold"):
+        assert alias in text
+
+
+def _run(*args: str, results) -> dict:
+    env = {**os.environ, "COLUMNS": "200"}
+    p = subprocess.run([sys.executable, "-m", "hipress_cli.app", "run", *args, "--results", str(results), "--json"],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+@pytest.mark.mpi
+def test_threshold_reaches_the_engine(tmp_path):
+    """HiPress's spelling end to end; gradients under the threshold are sent uncompressed by the ranks."""
+    common = ["--model", "mlp", "--topo", "PS", "--comp-alg", "tbq", "--numprocess", "2", "--iters", "2",
+              "--warmup", "0", "--batchsize", "8"]
+    all_ = _run(*common, "--comp-threshold", "0", results=tmp_path / "a")
+    none = _run(*common, "--comp-threshold", "100000", results=tmp_path / "b")
+    raw = _run(*common[:5], "none", *common[6:], results=tmp_path / "c")  # --comp-alg none: fp32 all the way
+    assert all_["engine_topology"] == "casync-ps" and all_["status"] == "ok"
+    sent_all, sent_none, sent_raw = (max(s["bytes_sent_per_rank"]) for s in (all_, none, raw))
+    assert sent_all < sent_none / 4, (sent_all, sent_none)
+    assert sent_none > 0.9 * sent_raw, (sent_none, sent_raw)  # nothing compressed: as much as fp32
+    (cfg_dir,) = (tmp_path / "b").iterdir()
+    cfg = json.loads((cfg_dir / "config.json").read_text())
+    assert cfg["comp_threshold"] == 100000 and not any(e[2] for e in cfg["plan"])
