@@ -11,11 +11,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.commands.bench import app
 from hipress_cli.options import JsonOpt, console, err_console, fail, print_json
 
 
-@app.command("train")
+def register(parent: typer.Typer) -> None:
+    parent.command("train")(train)
+
+
 def train(
     model: Annotated[str, typer.Argument(help="A model of the zoo (`hipress models`).")] = "vgg19",
     variants: Annotated[str, typer.Option("--variants", help="TOPO+ALG pairs separated by ';' (see `hipress run "

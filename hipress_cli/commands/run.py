@@ -9,7 +9,6 @@ stay in ``results/<run-id>/``.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,8 +16,24 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hipress_cli.commands import cluster_check as ssh_cli
-from hipress_cli.options import JsonOpt, console, err_console, fail, print_json
+from hipress_cli.options import (
+    AcceptNewOpt,
+    HostfileOpt,
+    HostsOpt,
+    InterfaceOpt,
+    JsonOpt,
+    KnownHostsOpt,
+    RemotePythonOpt,
+    SshKeyOpt,
+    SshPortOpt,
+    SshUserOpt,
+    connect_for_run,
+    console,
+    err_console,
+    fail,
+    hosts_for_run,
+    print_json,
+)
 
 _TOPO_HELP = ("ring|ps: CaSync-Ring / CaSync-PS (with --alg none: the same engine uncompressed). "
               "Baselines: allgather (compressed all-gather), allreduce (MPI fp32), ddp (torch DDP on gloo; "
@@ -53,33 +68,6 @@ def _what_runs(cfg: Any) -> str:
             f"{cfg.parameters / 1e6:.1f} M parameters, {cfg.gradient_bytes / 2**20:.1f} MiB of gradients in "
             f"{cfg.meta['gradients']} tensors\n{cfg.np} rank(s), {sync}{alg}{plan}; {cfg.iters} iteration(s) "
             f"after {cfg.warmup} warm-up; data: {cfg.data}")
-
-
-class _Tail:
-    """Reads the new complete lines of ``events.jsonl`` as rank 0 appends them."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.pos, self.events = path, 0, []
-
-    def poll(self) -> list[dict]:
-        import json
-
-        if not self.path.exists():
-            return []
-        new = []
-        with open(self.path, encoding="utf-8") as f:
-            f.seek(self.pos)
-            while True:
-                line = f.readline()
-                if not line.endswith("\n"):
-                    break
-                self.pos = f.tell()
-                try:
-                    new.append(json.loads(line))
-                except ValueError:
-                    continue
-        self.events += new
-        return new
 
 
 def _render_summary(s: dict) -> None:
@@ -128,15 +116,15 @@ def register(app: typer.Typer) -> None:
                                              "ranks on it).")] = 0,
         results: Annotated[Path, typer.Option("--results", help="Where run directories go.")] = Path("results"),
         run_id: Annotated[str | None, typer.Option("--run-id", help="Name of the run directory.")] = None,
-        hosts: ssh_cli.HostsOpt = None,
-        hostfile: ssh_cli.HostfileOpt = None,
-        ssh_user: ssh_cli.SshUserOpt = None,
-        ssh_port: ssh_cli.SshPortOpt = 22,
-        ssh_key: ssh_cli.SshKeyOpt = None,
-        known_hosts: ssh_cli.KnownHostsOpt = None,
-        accept_new_host_keys: ssh_cli.AcceptNewOpt = False,
-        interface: ssh_cli.InterfaceOpt = None,
-        remote_python: ssh_cli.RemotePythonOpt = None,
+        hosts: HostsOpt = None,
+        hostfile: HostfileOpt = None,
+        ssh_user: SshUserOpt = None,
+        ssh_port: SshPortOpt = 22,
+        ssh_key: SshKeyOpt = None,
+        known_hosts: KnownHostsOpt = None,
+        accept_new_host_keys: AcceptNewOpt = False,
+        interface: InterfaceOpt = None,
+        remote_python: RemotePythonOpt = None,
         emulate: Annotated[str | None, typer.Option("--emulate", help="Run on an emulated cluster on this machine "
                                                     "(rank i in network-namespace host i) with this link rate, "
                                                     "e.g. 1gbit; needs root.")] = None,
@@ -148,13 +136,16 @@ def register(app: typer.Typer) -> None:
         no_momentum_correction: Annotated[bool, typer.Option("--no-momentum-correction", help="Let SGD apply "
                                           "momentum to the averaged gradient (by default each rank compresses its "
                                           "velocity with error feedback).")] = False,
+        stall_timeout: Annotated[float, typer.Option("--stall-timeout", help="Stop the run when a rank makes no "
+                                                     "progress for this many seconds (a warning at half; 0: "
+                                                     "never).")] = 120.0,
         json_: JsonOpt = False,
     ) -> None:
         """Train MODEL data-parallel: local MPI ranks by default (--emulate, --hosts for clusters); writes
         results/<run-id>/ (config, events, summary)."""
         from hipress.train.config import ConfigError, make_config
 
-        host_list = ssh_cli.hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
+        host_list = hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
         np_ = sum(h.slots for h in host_list) if host_list else np_
         try:
             cfg = make_config(
@@ -165,7 +156,7 @@ def register(app: typer.Typer) -> None:
             )
         except ConfigError as e:
             raise fail(str(e)) from None
-        cluster = ssh_cli.connect_for_run(host_list, ssh_user, ssh_port, ssh_key, known_hosts,
+        cluster = connect_for_run(host_list, ssh_user, ssh_port, ssh_key, known_hosts,
                                           accept_new_host_keys, interface, remote_python) if host_list else None
         run_dir = results / cfg.run_id
         try:
@@ -187,95 +178,58 @@ def register(app: typer.Typer) -> None:
         if emulate is not None:
             if cluster is not None:
                 raise fail("--emulate runs on this machine; it cannot be combined with --hosts/--hostfile")
-            from hipress.launch import EmulationError
+            from hipress.launch.emulate import EmulationError, borrow
 
             try:
-                emulated, restore = _emulated(cfg.np, emulate, prefix)
+                emulated, restore = borrow(cfg.np, emulate, prefix)
             except EmulationError as e:
                 raise fail(str(e)) from None
             out.print(f"[dim]emulated cluster {emulated.prefix!r}: rank i on host i, links {emulated.rate}[/]")
         try:
-            code, failure = _launch_and_watch(cfg, run_dir, out, cluster, interface, emulated)
+            outcome = _launch_and_watch(cfg, run_dir, out, cluster, interface, emulated, stall_timeout)
         finally:
             if restore is not None:
                 try:
                     restore()
                 except Exception as e:  # noqa: BLE001 - report it; the run's own result matters more
                     err_console.print(f"[yellow]warning:[/] could not restore the emulated cluster: {e}")
-        from hipress.train.results import summarize
-
-        if code != 0:
-            summary = summarize(run_dir, status="failed", error=failure)
-            n = summary["iterations"]
-            raise fail(f"{failure}\nthe run stopped after {n} iteration(s); its events are in "
+        if not outcome.ok:
+            n = outcome.summary["iterations"]
+            raise fail(f"{outcome.failure}\nthe run stopped after {n} iteration(s); its events are in "
                        f"{run_dir / 'events.jsonl'}, worker output in {run_dir / 'output.log'}",
-                       code=130 if code == 130 else 1)
-        summary = summarize(run_dir, status="ok")
+                       code=outcome.returncode if outcome.status == "interrupted" else 1)
+        summary = outcome.summary
         if json_:
             print_json(summary)
         else:
             _render_summary(summary)
 
 
-def _emulated(np_: int, rate: str, prefix: str):
-    """An emulated cluster of at least ``np_`` hosts at ``rate``, and how to put things back after."""
-    from hipress.launch import emulate as emu
+def _launch_and_watch(cfg: Any, run_dir: Path, out: Any, cluster: Any = None, interface: str | None = None,
+                      emulated: Any = None, stall_timeout: float = 120.0) -> Any:
+    """Start the ranks (here, emulated, or on ``cluster``'s hosts) and render progress from rank 0's events
+    until the run ends; returns the ``Outcome`` (summary written)."""
+    from hipress.train.supervise import Where, follow, start
 
-    bits = emu.parse_rate(rate)
-    existing = emu.status(prefix)
-    if existing is None:
-        return emu.up(np_, bits, prefix), lambda: emu.down(prefix)
-    if existing.hosts < np_:
-        raise emu.EmulationError(f"emulated cluster {prefix!r} has {existing.hosts} hosts, {np_} are needed; "
-                                 f"run `hipress cluster emulate up --hosts {np_}` (or down) first")
-    return emu.up(existing.hosts, bits, prefix), lambda: emu.up(existing.hosts, existing.rate_bits, prefix)
-
-
-def _launch_and_watch(cfg: Any, run_dir: Path, out: Any, cluster: Any = None,
-                      interface: str | None = None, emulated: Any = None) -> tuple[int, str]:
-    """Start the ranks (here, or on ``cluster``'s hosts), render progress from rank 0's events, return
-    (exit code, failure message)."""
-    import sys
-
-    from hipress.train.supervise import Job, thread_env, threads_per_rank
-
-    tail = _Tail(run_dir / "events.jsonl")
-    total = cfg.warmup + cfg.iters
-    if cluster is None:
-        env = thread_env(threads_per_rank(cfg.np, cfg.threads))
-        if emulated is not None:  # DDP's gloo rendezvous: rank 0's address on the emulated network
-            env.update({"HIPRESS_DDP_ADDR": emulated.address(0), "GLOO_SOCKET_IFNAME": "eth0"})
-        argv = [sys.executable, "-m", "hipress.train.worker", str(run_dir.resolve())]
-        job = Job(cfg.np, argv, log=run_dir / "output.log", env=env, emulated=emulated)
-    else:
-        job = ssh_cli.start_remote_job(cluster, cfg, run_dir, interface)
+    job = start(cfg, run_dir, Where(emulated=emulated, cluster=cluster, interface=interface),
+                stall_timeout_s=stall_timeout)
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("iter {task.completed:.0f}/{task.total:.0f}"),
         TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[sync]}"), TimeElapsedColumn(),
         console=out, transient=False,
     )
-    task = progress.add_task("starting", total=total, rate="", sync="")
-    try:
-        with progress:
-            while True:
-                done = job.poll()
-                for e in tail.poll():
-                    if e.get("event") == "start":
-                        job.watch(e.get("pids", []))
-                        progress.update(task, description=f"{cfg.model} x{cfg.np}")
-                    elif e.get("event") == "iteration":
-                        rate = cfg.units_per_iteration / e["iter_s"] if e["iter_s"] else 0.0
-                        sync = "" if e.get("sync_s") is None else f"sync {100 * e['sync_s'] / e['iter_s']:.0f}%"
-                        progress.update(task, completed=e["iter"] + 1, rate=f"{rate:.1f} {cfg.unit}/s"
-                                        + (" (warm-up)" if e.get("warmup") else ""), sync=sync)
-                if done is not None:
-                    break
-                time.sleep(0.2)
-    except KeyboardInterrupt:
-        job.stop()
-        return 130, "interrupted by the user (Ctrl-C); all ranks were stopped"
-    finally:
-        job.stop()
-    if job.returncode == 0:
-        return 0, ""
-    return job.returncode or 1, job.failure_message(run_dir)
+    task = progress.add_task("starting", total=cfg.warmup + cfg.iters, rate="", sync="")
+
+    def show(e: dict[str, Any]) -> None:
+        if e.get("event") == "start":
+            progress.update(task, description=f"{cfg.model} x{cfg.np}")
+        elif e.get("event") == "iteration":
+            rate = cfg.units_per_iteration / e["iter_s"] if e["iter_s"] else 0.0
+            sync = "" if e.get("sync_s") is None else f"sync {100 * e['sync_s'] / e['iter_s']:.0f}%"
+            progress.update(task, completed=e["iter"] + 1, rate=f"{rate:.1f} {cfg.unit}/s"
+                            + (" (warm-up)" if e.get("warmup") else ""), sync=sync)
+        elif e.get("event") == "stall_warning":
+            progress.console.print(f"[yellow]warning:[/] {e['message']}", highlight=False)
+
+    with progress:
+        return follow(job, run_dir, show, stall_timeout_s=stall_timeout)

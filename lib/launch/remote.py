@@ -901,7 +901,7 @@ def launch_hosts(hosts: Sequence[Host], argv: Sequence[str], ssh_options: SSHOpt
     * ``hosts``: from ``hipress.launch.hosts`` (validated names, slots); rank order follows it,
       ``slots`` consecutive ranks per host.
     * ``argv``: the rank command as for a local run, e.g. ``[sys.executable, "-m",
-      "hipress.train.worker", "."]``; a leading Python interpreter is replaced by
+      "my.rank.program", "."]``; a leading Python interpreter is replaced by
       ``ssh_options.python`` on the hosts. It runs in the host's copy of ``run_dir``, so ``.`` is
       the run directory.
     * ``ssh_options``: user, port, key, known_hosts, host-key acceptance, timeouts, remote Python.

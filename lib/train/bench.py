@@ -11,7 +11,6 @@ every compressed variant's throughput is divided by each uncompressed one's.
 from __future__ import annotations
 
 import statistics
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ import numpy as np
 
 from .config import ConfigError, RunConfig, make_config
 from .results import EVENTS, read_events, write_json_atomic
-from .supervise import Job, RunFailed, thread_env, threads_per_rank
+from .supervise import RunFailed, Where, follow, start, threads_per_rank
 
 DEFAULT_VARIANTS = "ring+tbq;ps+tbq;ring+none;ps+none;ddp+none"
 
@@ -83,9 +82,6 @@ def bench_train(
                for v in variants}  # validates everything before anything starts
     root = Path(results) / bench_id
     root.mkdir(parents=True, exist_ok=False)
-    env = thread_env(threads_per_rank(np_, threads))
-    if emulated is not None:
-        env.update({"HIPRESS_DDP_ADDR": emulated.address(0), "GLOO_SOCKET_IFNAME": "eth0"})
     runs: dict[str, list[dict]] = {v.label: [] for v in variants}
     for r in range(rounds):
         for v in variants:
@@ -96,14 +92,13 @@ def bench_train(
             cfg.write(run_dir)
             if on_event:
                 on_event("start", {"variant": v.label, "round": r, "run_dir": str(run_dir)})
-            job = Job(np_, [sys.executable, "-m", "hipress.train.worker", str(run_dir.resolve())],
-                      log=run_dir / "output.log", env=env, emulated=emulated)
+            job = start(cfg, run_dir, Where(emulated=emulated))
 
-            def show(_n: int, e: dict[str, Any], label: str = v.label) -> None:
-                if on_event:
+            def show(e: dict[str, Any], label: str = v.label) -> None:
+                if on_event and e.get("event") == "iteration":
                     on_event("iteration", {"variant": label, **e})
             try:
-                summary = job.follow(run_dir, show)
+                summary = follow(job, run_dir, show).check()
             except RunFailed as e:
                 raise RuntimeError(f"variant {v.label} (round {r}) failed: {e}; see {run_dir}") from None
             measured = [e for e in read_events(run_dir / EVENTS) if e.get("event") == "iteration" and not e["warmup"]]

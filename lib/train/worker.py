@@ -1,6 +1,6 @@
 """The training worker: one MPI rank of a data-parallel run.
 
-    mpiexec -n 2 python -m hipress.train.worker RUN_DIR
+    mpiexec -n 2 python -m <this module> RUN_DIR       (``hipress.train.supervise.start`` does it)
 
 ``RUN_DIR/config.json`` (written by ``hipress run``) says what to train and how to synchronize;
 rank 0 reads it and broadcasts it (as JSON bytes, so ranks on hosts without the directory get it
@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hipress.launch.heartbeat import Heartbeat, stall_timeout_s, watch_launcher
 from hipress.models import get
 
 from .config import RunConfig, install_compll
@@ -100,6 +101,30 @@ def _stat(stats: Any, key: str, default: float) -> float:
     return float(stats.get(key, default) if isinstance(stats, dict) else getattr(stats, key, default))
 
 
+def _collective_timeout_s() -> float:
+    """How long a collective outside the engine may take: longer than the launcher's stall timeout, so
+    that the launcher, which sees every rank's heartbeat, names the stalled rank first; without a
+    launcher (``mpiexec`` by hand), this ends the run instead of hanging it."""
+    return 1.5 * stall_timeout_s()
+
+
+def _wait(req: Any, what: str, timeout_s: float) -> None:
+    """Complete a non-blocking MPI request, or raise ``TimeoutError`` after ``timeout_s`` (MPI has no timeouts)."""
+    deadline = time.monotonic() + timeout_s
+    nap = 0.0
+    while not req.Test():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not complete within {timeout_s:.0f} s: another rank stopped making "
+                               "progress")
+        time.sleep(nap)
+        nap = min(0.001, nap + 0.0001)
+
+
+def _gather(comm: Any, send: np.ndarray, recv: np.ndarray | None, what: str) -> None:
+    """``comm.Gather`` to rank 0, with the timeout of ``_wait``."""
+    _wait(comm.Igather(send, recv, root=0), what, _collective_timeout_s())
+
+
 def _broadcast_parameters(comm: Any, model: torch.nn.Module) -> None:
     """Start every rank from rank 0's weights (the seed makes them equal already; this makes it certain)."""
     for t in list(model.parameters()) + list(model.buffers()):
@@ -122,7 +147,10 @@ def _ddp_setup(comm: Any, cfg: RunConfig, model: torch.nn.Module, opt: torch.opt
             s.bind((addr, 0))
             port = s.getsockname()[1]
     port = int(_bcast_bytes(comm, str(port).encode() if rank == 0 else None))
-    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=comm.Get_size())
+    from datetime import timedelta
+
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=comm.Get_size(),
+                            timeout=timedelta(seconds=_collective_timeout_s()))
     ddp = DistributedDataParallel(model)
     hook_state = None
     if cfg.alg.partition(":")[0] != "none":
@@ -134,9 +162,13 @@ def _ddp_setup(comm: Any, cfg: RunConfig, model: torch.nn.Module, opt: torch.opt
     return ddp, hook_state
 
 
-def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
-    """Run ``cfg`` on this rank; rank 0 writes events. Returns rank 0's end-of-run record."""
+def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | None = None) -> dict[str, Any]:
+    """Run ``cfg`` on this rank; rank 0 writes events. Returns rank 0's end-of-run record.
+
+    ``beat`` tells the launcher's stall watchdog what this rank is doing whenever that changes.
+    """
     rank, world = comm.Get_rank(), comm.Get_size()
+    beat = beat or Heartbeat(rank, directory="")
     if world != cfg.np:
         raise RuntimeError(f"config asks for {cfg.np} ranks but MPI started {world}; launch with -n {cfg.np}")
     threads = _set_threads(comm, cfg.threads)
@@ -144,6 +176,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
     spec = get(cfg.model)
     opts = cfg.model_options
     torch.manual_seed(cfg.seed)
+    beat.beat("building the model")
     model = spec.build(**opts)
     model.train()
     _broadcast_parameters(comm, model)
@@ -161,6 +194,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
 
     hook_state = None
     opt: Any
+    beat.beat("setting up the synchronization")
     if cfg.engine_topology == "ddp":
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
         net, hook_state = _ddp_setup(comm, cfg, model, opt)
@@ -177,7 +211,8 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
 
     log = EventLog(run_dir / EVENTS) if rank == 0 and run_dir is not None else None
     pids = np.empty(world, dtype=np.int64)
-    comm.Gather(np.array([os.getpid()], dtype=np.int64), pids, root=0)
+    beat.beat("start-up gather of the ranks' PIDs")
+    _gather(comm, np.array([os.getpid()], dtype=np.int64), pids, "the start-up Gather of the ranks' PIDs")
     if log:
         log.write({"event": "start", "time": time.time(), "world": world, "threads_per_rank": threads,
                    "pids": pids.tolist()})
@@ -187,11 +222,13 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
     sent_before = 0
     try:
         for it in range(total):
+            beat.beat("forward/backward", it)
             _maybe_fault(rank, it)
             t0 = time.perf_counter()
             opt.zero_grad()
             loss = spec.loss(net, next(batches))
             loss.backward()
+            beat.beat("optimizer step (gradient synchronization)", it)
             opt.step()
             span = float("nan")
             if cfg.engine_topology != "ddp":
@@ -206,7 +243,8 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # peak resident bytes
             row[:] = (iter_s, iter_s - (0.0 if sync_s != sync_s else sync_s), sync_s, float(loss.detach()), sent, rss,
                       span)
-            comm.Gather(row, table, root=0)
+            beat.beat("gather of the iteration's statistics", it)
+            _gather(comm, row, table, f"the Gather of iteration {it}'s statistics")
             if log and table is not None:
                 log.write({
                     "event": "iteration", "iter": it, "warmup": it < cfg.warmup, "time": time.time(),
@@ -242,7 +280,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hipress.train.worker", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name if __spec__ else 'worker'}", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path, help="run directory holding config.json (written by `hipress run`)")
     args = parser.parse_args(argv)
 
@@ -252,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
+    watch_launcher()  # a launcher that dies without cleaning up takes this rank with it
+    beat = Heartbeat(rank)
+    beat.beat("start-up")
     run_dir: Path | None = args.run_dir if args.run_dir.is_dir() else None
     # abort_on_error prints the traceback prefixed with the rank, tells the peers' sync engines,
     # and MPI_Aborts the job: a failing rank ends the run instead of leaving the others waiting.
@@ -263,8 +304,9 @@ def main(argv: list[str] | None = None) -> int:
                     raise FileNotFoundError(f"run directory {args.run_dir} does not exist; make it with `hipress run`")
                 text = (run_dir / "config.json").read_bytes()
             cfg = RunConfig.from_json(_bcast_bytes(comm, text).decode())
-            train(comm, cfg, run_dir)
-            comm.Barrier()
+            train(comm, cfg, run_dir, beat)
+            beat.beat("final barrier")
+            _wait(comm.Ibarrier(), "the final Barrier", _collective_timeout_s())
             if rank == 0 and run_dir is not None:
                 summarize(run_dir, status="ok")
         except BaseException as e:
