@@ -39,7 +39,6 @@ def train(
     """Throughput of MODEL under each --variants entry, side by side; writes results/<bench-id>/bench.json."""
     from hipress.train.bench import bench_train, parse_variants
     from hipress.train.config import ConfigError
-    from hipress_cli.commands.run import _emulated
 
     try:
         vs = parse_variants(variants)
@@ -48,10 +47,10 @@ def train(
     out = err_console if json_ else console
     cluster, restore = None, None
     if emulate is not None:
-        from hipress.launch import EmulationError
+        from hipress.launch.emulate import EmulationError, borrow
 
         try:
-            cluster, restore = _emulated(np_, emulate, prefix)
+            cluster, restore = borrow(np_, emulate, prefix)
         except EmulationError as e:
             raise fail(str(e)) from None
     bench_id = time.strftime("bench-%Y%m%d-%H%M%S-") + model

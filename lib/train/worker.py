@@ -280,7 +280,8 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name if __spec__ else 'worker'}", description=__doc__.split("\n\n")[0])
+    prog = f"python -m {__spec__.name if __spec__ else 'worker'}"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path, help="run directory holding config.json (written by `hipress run`)")
     args = parser.parse_args(argv)
 
