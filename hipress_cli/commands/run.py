@@ -16,6 +16,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from hipress.topology_names import CHOICES, DEFAULT_CHOICE
 from hipress_cli.options import (
     AcceptNewOpt,
     HostfileOpt,
@@ -35,9 +36,9 @@ from hipress_cli.options import (
     print_json,
 )
 
-_TOPO_HELP = ("ring|ps: CaSync-Ring / CaSync-PS (with --alg none: the same engine uncompressed). "
-              "Baselines: allgather (compressed all-gather), allreduce (MPI fp32), ddp (torch DDP on gloo; "
-              "with --alg X, hipress's DDP compression hook).")
+
+def _topo_help() -> str:
+    return "; ".join(f"{c.name}: {c.description}" for c in CHOICES) + " (names are case-insensitive)."
 
 
 def _what_runs(cfg: Any) -> str:
@@ -59,9 +60,9 @@ def _what_runs(cfg: Any) -> str:
         scale = "the paper's setting"
     else:
         scale = "paper: " + ", ".join(f"{k}={v}" for k, v in paper.items() if o.get(k) != v)
-    sync = {"casync-ring": "CaSync-Ring", "casync-ps": "CaSync-PS", "ring": "ring (fp32, CaSync engine)",
-            "ps": "PS (fp32, CaSync engine)", "allreduce": "MPI Allreduce (fp32)",
-            "allgather": "all-gather", "ddp": "torch DDP on gloo"}[cfg.engine_topology]
+    from hipress.topology_names import choice_of_engine
+
+    sync = choice_of_engine(cfg.engine_topology)[1]
     alg = "" if cfg.alg == "none" else f" + {cfg.alg}"
     plan = f", plan {cfg.plan_source}" if cfg.plan_source else ""
     return (f"[bold]{cfg.model}[/]: {', '.join(shape)} ({scale}); "
@@ -92,7 +93,7 @@ def register(app: typer.Typer) -> None:
     def run(
         model: Annotated[str, typer.Argument(help="A model of the zoo: vgg19, resnet50, bert, transformer, lstm, "
                                                   "ugatit (`hipress models`).")],
-        topo: Annotated[str, typer.Option("--topo", help=_TOPO_HELP)] = "ring",
+        topo: Annotated[str, typer.Option("--topo", help=_topo_help())] = DEFAULT_CHOICE.name,
         alg: Annotated[str, typer.Option("--alg", help="Compression algorithm spec, e.g. tbq, onebit, "
                                                        "'dgc:ratio=0.01', or none.")] = "tbq",
         np_: Annotated[int, typer.Option("--np", help="Number of ranks (local MPI processes).")] = 2,

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from hipress.stats import median_ci
 
 from .config import ConfigError, RunConfig, make_config
-from .results import EVENTS, read_events, write_json_atomic
+from .results import EVENTS, bytes_estimated, read_events, write_json_atomic
 from .supervise import RunFailed, Where, follow, start, threads_per_rank
 
 DEFAULT_VARIANTS = "ring+tbq;ps+tbq;ring+none;ps+none;ddp+none"
@@ -49,16 +49,6 @@ def parse_variants(text: str) -> list[Variant]:
     if len({v.label for v in out}) != len(out):
         raise ConfigError(f"variants repeat: {text!r}")
     return out
-
-
-def median_ci(xs: list[float], reps: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """Bootstrap 95% confidence interval of the median."""
-    if len(xs) < 2:
-        return (xs[0], xs[0]) if xs else (float("nan"), float("nan"))
-    a = np.asarray(xs)
-    rng = np.random.default_rng(seed)
-    meds = np.median(a[rng.integers(0, len(a), size=(reps, len(a)))], axis=1)
-    return float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
 
 
 def bench_train(
@@ -111,7 +101,7 @@ def bench_train(
         its = [e for run in runs[v.label] for e in run["iterations"]]
         iter_s = [e["iter_s"] for e in its]
         med = statistics.median(iter_s)
-        lo, hi = median_ci(iter_s)
+        _, lo, hi = median_ci(iter_s)
         syncs = [e["sync_s"] for e in its if e.get("sync_s") is not None]
         sent = [max(e["bytes_sent"]) for e in its]
         rows.append({
@@ -123,7 +113,7 @@ def bench_train(
             "sync_s": statistics.median(syncs) if syncs else None,
             "sync_share": statistics.median(syncs) / med if syncs else None,
             "bytes_sent_per_rank": statistics.median(sent),
-            "bytes_sent_estimated": cfg.engine_topology == "ddp",
+            "bytes_sent_estimated": bytes_estimated(cfg.engine_topology),
             "iterations": len(its),
             "run_dirs": [run["summary"]["run_id"] for run in runs[v.label]],
         })

@@ -97,6 +97,16 @@ def read_errors(run_dir: Path) -> list[dict[str, Any]]:
     return list(read_events(Path(run_dir) / ERRORS))
 
 
+def bytes_estimated(engine_topology: str) -> bool:
+    """Whether a run's bytes sent are estimated: DDP's synchronization happens inside torch, unseen."""
+    from hipress.topology_names import DDP_RUNNER, choice_of_engine
+
+    try:
+        return choice_of_engine(engine_topology)[0].runner == DDP_RUNNER
+    except ValueError:
+        return False
+
+
 def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
@@ -141,7 +151,7 @@ def summarize(run_dir: Path, status: str = "ok", error: str | None = None) -> di
         "sync_share": (med_sync / med_iter) if med_iter and med_sync is not None else None,
         "sync_span_s": _median(spans),
         "bytes_sent_per_rank": None,
-        "bytes_sent_estimated": config["engine_topology"] == "ddp",
+        "bytes_sent_estimated": bytes_estimated(config["engine_topology"]),
         "loss_first": its[0]["loss"] if its else None,
         "loss_last": its[-1]["loss"] if its else None,
     }

@@ -27,17 +27,10 @@ from hipress.models import get
 
 from .config import RunConfig, install_compll
 from .results import EVENTS, EventLog, append_error, summarize
+from .runners import bcast_bytes, make_runner
 
 #: Per-iteration values every rank sends to rank 0 (a float64 buffer, never a pickle).
 _FIELDS = ("iter_s", "compute_s", "sync_s", "loss", "bytes_sent", "max_rss", "sync_span_s")
-
-
-def _bcast_bytes(comm: Any, data: bytes | None) -> bytes:
-    n = np.array([len(data) if data is not None else 0], dtype=np.int64)
-    comm.Bcast(n, root=0)
-    buf = np.frombuffer(data, dtype=np.uint8).copy() if data is not None else np.empty(int(n[0]), dtype=np.uint8)
-    comm.Bcast(buf, root=0)
-    return buf.tobytes()
 
 
 def _set_threads(comm: Any, requested: int) -> int:
@@ -90,17 +83,6 @@ def _finite(x: float) -> float | None:
     return x if np.isfinite(x) else None
 
 
-def _stat(stats: Any, key: str, default: float) -> float:
-    """One figure of the engine's statistics of a synchronization (an object, or a dict), else ``default``.
-
-    ``bytes_sent``: what this rank sent; ``wall_s``: from the first gradient submitted to the last
-    one averaged (the sync span).
-    """
-    if stats is None:
-        return default
-    return float(stats.get(key, default) if isinstance(stats, dict) else getattr(stats, key, default))
-
-
 def _collective_timeout_s() -> float:
     """How long a collective outside the engine may take: longer than the launcher's stall timeout, so
     that the launcher, which sees every rank's heartbeat, names the stalled rank first; without a
@@ -130,36 +112,6 @@ def _broadcast_parameters(comm: Any, model: torch.nn.Module) -> None:
     for t in list(model.parameters()) + list(model.buffers()):
         if t.dtype.is_floating_point and t.numel():
             comm.Bcast(t.data.numpy(), root=0)
-
-
-def _ddp_setup(comm: Any, cfg: RunConfig, model: torch.nn.Module, opt: torch.optim.Optimizer):
-    """torch.distributed on gloo, its rendezvous address agreed over MPI; DDP, with the hook if compressing."""
-    import socket
-
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
-    rank = comm.Get_rank()
-    addr = os.environ.get("HIPRESS_DDP_ADDR", "127.0.0.1")
-    port = 0
-    if rank == 0:
-        with socket.socket() as s:
-            s.bind((addr, 0))
-            port = s.getsockname()[1]
-    port = int(_bcast_bytes(comm, str(port).encode() if rank == 0 else None))
-    from datetime import timedelta
-
-    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=comm.Get_size(),
-                            timeout=timedelta(seconds=_collective_timeout_s()))
-    ddp = DistributedDataParallel(model)
-    hook_state = None
-    if cfg.alg.partition(":")[0] != "none":
-        from .ddp_hook import CompressionHookState, compression_hook
-
-        hook_state = CompressionHookState(cfg.alg, optimizer=opt, compress_after=cfg.compress_after,
-                                          momentum_correction=cfg.momentum_correction)
-        ddp.register_comm_hook(hook_state, compression_hook)
-    return ddp, hook_state
 
 
 def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | None = None) -> dict[str, Any]:
@@ -192,22 +144,9 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
 
         batches = synthetic(spec, opts, rank, cfg.seed)
 
-    hook_state = None
-    opt: Any
     beat.beat("setting up the synchronization")
-    if cfg.engine_topology == "ddp":
-        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-        net, hook_state = _ddp_setup(comm, cfg, model, opt)
-        numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    else:
-        from .optimizer import DistributedOptimizer
-
-        net = model
-        base = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-        opt = DistributedOptimizer(base, model.named_parameters(), compression=cfg.alg,
-                                   topology=cfg.engine_topology, plan=cfg.plan_entries(), comm=comm,
-                                   overlap=cfg.overlap, bulk_bytes=cfg.bulk_bytes,
-                                   compress_after=cfg.compress_after, momentum_correction=cfg.momentum_correction)
+    runner = make_runner(comm, cfg, model, _collective_timeout_s())
+    net, opt = runner.net, runner.opt
 
     log = EventLog(run_dir / EVENTS) if rank == 0 and run_dir is not None else None
     pids = np.empty(world, dtype=np.int64)
@@ -219,7 +158,6 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
     row = np.zeros(len(_FIELDS), dtype=np.float64)
     table = np.zeros((world, len(_FIELDS)), dtype=np.float64) if rank == 0 else None
     total = cfg.warmup + cfg.iters
-    sent_before = 0
     try:
         for it in range(total):
             beat.beat("forward/backward", it)
@@ -230,15 +168,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
             loss.backward()
             beat.beat("optimizer step (gradient synchronization)", it)
             opt.step()
-            span = float("nan")
-            if cfg.engine_topology != "ddp":
-                sync_s, sent = opt.last_wait_s, _stat(opt.last_stats, "bytes_sent", 0.0)
-                span = _stat(opt.last_stats, "wall_s", float("nan"))
-            elif hook_state is not None:
-                sync_s, sent = float("nan"), float(hook_state.bytes_sent - sent_before)
-                sent_before = hook_state.bytes_sent
-            else:  # DDP synchronizes inside backward: its wait cannot be told apart from compute
-                sync_s, sent = float("nan"), 2.0 * (world - 1) / world * 4 * numel  # gloo ring, estimated
+            sync_s, sent, span = runner.step_stats()
             iter_s = time.perf_counter() - t0
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # peak resident bytes
             row[:] = (iter_s, iter_s - (0.0 if sync_s != sync_s else sync_s), sync_s, float(loss.detach()), sent, rss,
@@ -267,13 +197,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
         if log:
             log.close()
         try:
-            if cfg.engine_topology == "ddp":
-                import torch.distributed as dist
-
-                if dist.is_initialized():
-                    dist.destroy_process_group()
-            else:
-                opt.close()
+            runner.close()
         except Exception:
             if not failing:  # on the way out of a failure, the original error is the one to report
                 raise
@@ -304,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 if run_dir is None:
                     raise FileNotFoundError(f"run directory {args.run_dir} does not exist; make it with `hipress run`")
                 text = (run_dir / "config.json").read_bytes()
-            cfg = RunConfig.from_json(_bcast_bytes(comm, text).decode())
+            cfg = RunConfig.from_json(bcast_bytes(comm, text).decode())
             train(comm, cfg, run_dir, beat)
             beat.beat("final barrier")
             _wait(comm.Ibarrier(), "the final Barrier", _collective_timeout_s())
