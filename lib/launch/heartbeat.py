@@ -29,6 +29,10 @@ HEARTBEAT_DIR = "HIPRESS_HEARTBEAT_DIR"
 LAUNCHER_PID = "HIPRESS_LAUNCHER_PID"
 STALL_TIMEOUT = "HIPRESS_STALL_TIMEOUT"
 DEFAULT_STALL_S = 120.0
+#: Start-up (Python and torch imports, MPI, building the model, the first iteration's kernel
+#: compilation) gets at least this long: on a loaded machine it takes tens of seconds, and a short
+#: ``--stall-timeout`` is meant for the iterations.
+STARTUP_S = 120.0
 
 
 def stall_timeout_s() -> float:
@@ -104,26 +108,24 @@ class StallWatch:
             return None, None
         now = time.time() if now is None else now
         beats = read_beats(self.directory)
-        if not beats:
-            quiet = now - self._t0
-            if quiet > self.timeout_s:
-                return None, (f"no rank reported progress within {self.timeout_s:.0f} s of the start; "
-                              "the run was stopped")
-            return None, None
+        startup = max(self.timeout_s, STARTUP_S)
         missing = [r for r in range(self.ranks) if r not in beats]
-        if missing and now - self._t0 > self.timeout_s:
-            return None, (f"rank {missing[0]} never started (no heartbeat within {self.timeout_s:.0f} s); "
+        if missing and now - self._t0 > startup:
+            return None, (f"rank {missing[0]} never started (no heartbeat within {startup:.0f} s); "
                           "the run was stopped")
+        if not beats:
+            return None, None
         first = min(beats.values(), key=lambda b: (b.time, b.rank))
+        limit = startup if first.iteration in (None, 0) else self.timeout_s  # iteration 0 compiles kernels
         quiet = now - first.time
-        if quiet >= self.timeout_s:
+        if quiet >= limit:
             return None, (f"rank {first.rank} made no progress for {quiet:.0f} s (stalled in {first.doing()}); "
                           f"the run was stopped (--stall-timeout {self.timeout_s:g})")
         key = (first.rank, first.phase, first.time)
-        if quiet >= self.timeout_s / 2 and key not in self.warned:
+        if quiet >= limit / 2 and key not in self.warned:
             self.warned.add(key)
             return (f"rank {first.rank} has made no progress for {quiet:.0f} s (in {first.doing()}); the run will "
-                    f"be stopped after {self.timeout_s:g} s"), None
+                    f"be stopped after {limit:g} s"), None
         return None, None
 
 

@@ -56,10 +56,11 @@ def _set_threads(comm: Any, requested: int) -> int:
 
 
 def _maybe_fault(rank: int, it: int) -> None:
-    """Failure drills: ``HIPRESS_FAULT=RANK:ITER[:raise|exit|kill]`` makes that rank fail at that iteration.
+    """Failure drills: ``HIPRESS_FAULT=RANK:ITER[:raise|exit|kill|hang]`` makes that rank fail at that iteration.
 
     Used by the tests (and by anyone checking how a cluster reacts) to exercise the three ways a
-    rank dies: an exception (reported with its message), an abrupt exit, and SIGKILL.
+    rank dies: an exception (reported with its message), an abrupt exit, and SIGKILL; and a rank
+    that stops making progress while alive (``hang``: the stall watchdog's case).
     """
     spec = os.environ.get("HIPRESS_FAULT")
     if not spec:
@@ -68,7 +69,7 @@ def _maybe_fault(rank: int, it: int) -> None:
     try:
         f_rank, f_iter = int(parts[0]), int(parts[1])
     except (IndexError, ValueError):
-        raise ValueError(f"HIPRESS_FAULT={spec!r}: expected RANK:ITER[:raise|exit|kill]") from None
+        raise ValueError(f"HIPRESS_FAULT={spec!r}: expected RANK:ITER[:raise|exit|kill|hang]") from None
     if (f_rank, f_iter) != (rank, it):
         return
     kind = parts[2] if len(parts) > 2 else "raise"
@@ -76,6 +77,9 @@ def _maybe_fault(rank: int, it: int) -> None:
         os._exit(3)
     if kind == "kill":
         os.kill(os.getpid(), 9)
+    if kind == "hang":
+        while True:
+            time.sleep(3600)
     raise RuntimeError(f"fault injected by HIPRESS_FAULT={spec} at iteration {it}")
 
 
