@@ -18,10 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from hipress.launch.job import ERRORS, read_errors, read_jsonl
+
+__all__ = ["CONFIG", "ERRORS", "EVENTS", "SUMMARY", "EventLog", "append_error", "bytes_estimated", "read_errors",
+           "read_events", "summarize", "write_json_atomic"]
+
 CONFIG = "config.json"
 EVENTS = "events.jsonl"
 SUMMARY = "summary.json"
-ERRORS = "errors.jsonl"
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -66,19 +70,7 @@ class EventLog:
 
 def read_events(path: Path) -> Iterator[dict[str, Any]]:
     """Events of a run; a torn last line (the writer was killed mid-write) is skipped."""
-    path = Path(path)
-    if not path.exists():
-        return
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                break
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                yield obj
+    return read_jsonl(path)
 
 
 def append_error(run_dir: Path, rank: int, error: str) -> None:
@@ -91,10 +83,6 @@ def append_error(run_dir: Path, rank: int, error: str) -> None:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
-
-
-def read_errors(run_dir: Path) -> list[dict[str, Any]]:
-    return list(read_events(Path(run_dir) / ERRORS))
 
 
 def bytes_estimated(engine_topology: str) -> bool:
