@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from hipress.topology_names import DEFAULT_CHOICE
 from hipress_cli.options import JsonOpt, console, err_console, fail, parse_size, print_json
 
 
@@ -25,7 +26,8 @@ def register(parent: typer.Typer) -> None:
 
 def sync(
     np_: Annotated[int, typer.Option("--np", min=1, max=64, help="Number of ranks.")] = 4,
-    topo: Annotated[str, typer.Option("--topo", help="Topology, comma-separated list, or 'all'.")] = "casync-ring",
+    topo: Annotated[str, typer.Option("--topo", help="Topology, comma-separated list, or 'all'.")] = (
+        DEFAULT_CHOICE.engine or ""),
     alg: Annotated[str, typer.Option(
         "--alg", help="Compressor spec for compressed topologies (tbq, dgc:ratio=0.01).")] = "tbq",
     size: Annotated[str, typer.Option("--size", help="Gradient size in bytes of fp32 (e.g. 64M).")] = "64M",
