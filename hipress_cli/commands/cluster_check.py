@@ -11,24 +11,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.options import (
-    AcceptNewOpt,
-    ConnectTimeoutOpt,
-    HostfileOpt,
-    HostsOpt,
-    InterfaceOpt,
-    JsonOpt,
-    KnownHostsOpt,
-    RemotePythonOpt,
-    SshKeyOpt,
-    SshPortOpt,
-    SshUserOpt,
-    console,
-    fail,
-    hosts_from_cli,
-    print_json,
-    ssh_options_from_cli,
-)
+from hipress_cli import options as opt
+from hipress_cli.options import JsonOpt, console, fail, hosts_from_cli, print_json, ssh_options_from_cli
 
 
 def register(parent: typer.Typer) -> None:
@@ -36,16 +20,16 @@ def register(parent: typer.Typer) -> None:
 
 
 def check(
-    hosts: HostsOpt = None,
-    hostfile: HostfileOpt = None,
-    ssh_user: SshUserOpt = None,
-    ssh_port: SshPortOpt = 22,
-    ssh_key: SshKeyOpt = None,
-    known_hosts: KnownHostsOpt = None,
-    accept_new_host_keys: AcceptNewOpt = False,
-    interface: InterfaceOpt = None,
-    remote_python: RemotePythonOpt = None,
-    connect_timeout: ConnectTimeoutOpt = 10.0,
+    hosts: opt.HostsOpt = None,
+    hostfile: opt.HostfileOpt = None,
+    ssh_user: opt.SshUserOpt = None,
+    ssh_port: opt.SshPortOpt = 22,
+    ssh_key: opt.SshKeyOpt = None,
+    known_hosts: opt.KnownHostsOpt = None,
+    accept_new_host_keys: opt.AcceptNewOpt = False,
+    interface: opt.InterfaceOpt = None,
+    remote_python: opt.RemotePythonOpt = None,
+    connect_timeout: opt.ConnectTimeoutOpt = 10.0,
     bandwidth: Annotated[bool, typer.Option(help="Measure TCP bandwidth between every pair of hosts.")] = True,
     seconds: Annotated[float, typer.Option("--seconds", min=0.05, max=60,
                                            help="Seconds of streaming per measured pair.")] = 1.0,

@@ -17,24 +17,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hipress.topology_names import CHOICES, DEFAULT_CHOICE
-from hipress_cli.options import (
-    AcceptNewOpt,
-    HostfileOpt,
-    HostsOpt,
-    InterfaceOpt,
-    JsonOpt,
-    KnownHostsOpt,
-    RemotePythonOpt,
-    SshKeyOpt,
-    SshPortOpt,
-    SshUserOpt,
-    connect_for_run,
-    console,
-    err_console,
-    fail,
-    hosts_for_run,
-    print_json,
-)
+from hipress_cli import options as opt
+from hipress_cli.options import JsonOpt, connect_for_run, console, err_console, fail, hosts_for_run, print_json
 
 
 def _topo_help() -> str:
@@ -117,15 +101,15 @@ def register(app: typer.Typer) -> None:
                                              "ranks on it).")] = 0,
         results: Annotated[Path, typer.Option("--results", help="Where run directories go.")] = Path("results"),
         run_id: Annotated[str | None, typer.Option("--run-id", help="Name of the run directory.")] = None,
-        hosts: HostsOpt = None,
-        hostfile: HostfileOpt = None,
-        ssh_user: SshUserOpt = None,
-        ssh_port: SshPortOpt = 22,
-        ssh_key: SshKeyOpt = None,
-        known_hosts: KnownHostsOpt = None,
-        accept_new_host_keys: AcceptNewOpt = False,
-        interface: InterfaceOpt = None,
-        remote_python: RemotePythonOpt = None,
+        hosts: opt.HostsOpt = None,
+        hostfile: opt.HostfileOpt = None,
+        ssh_user: opt.SshUserOpt = None,
+        ssh_port: opt.SshPortOpt = 22,
+        ssh_key: opt.SshKeyOpt = None,
+        known_hosts: opt.KnownHostsOpt = None,
+        accept_new_host_keys: opt.AcceptNewOpt = False,
+        interface: opt.InterfaceOpt = None,
+        remote_python: opt.RemotePythonOpt = None,
         emulate: Annotated[str | None, typer.Option("--emulate", help="Run on an emulated cluster on this machine "
                                                     "(rank i in network-namespace host i) with this link rate, "
                                                     "e.g. 1gbit; needs root.")] = None,

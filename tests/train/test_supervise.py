@@ -17,6 +17,7 @@ from hipress.train.results import append_error
 from hipress.train.supervise import alive, failure_message, thread_env, threads_per_rank
 
 from .conftest import CLI
+from .test_failure import _wait_for_iterations
 
 BAD = """
 ===================================================================================
@@ -91,19 +92,6 @@ def _start_run(results: Path, run_id: str, *extra: str, env: dict | None = None)
                             env=full)
 
 
-def _iterating(run_dir: Path, proc: subprocess.Popen, n: int = 2, timeout: float = 180) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        p = run_dir / "events.jsonl"
-        if p.exists():
-            ev = [json.loads(x) for x in p.read_text().splitlines() if x.endswith("}")]
-            if sum(e["event"] == "iteration" for e in ev) >= n:
-                return ev[0]["pids"]
-        time.sleep(0.2)
-    raise AssertionError("the run did not reach its iterations")
-
-
 def _gone_within(pids: list[int], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -123,7 +111,7 @@ def test_a_signal_to_the_launcher_stops_the_whole_job(results, signals, code):
     name = "-".join(signal.Signals(s).name for s in signals)
     proc = _start_run(results, name)
     run_dir = results / name
-    ranks = _iterating(run_dir, proc)
+    ranks = _wait_for_iterations(run_dir, 2, proc)
     job = _job_processes(proc.pid)
     assert set(ranks) <= set(job) and len(job) > len(ranks)  # mpiexec and its proxy too
     t0 = time.monotonic()
@@ -150,7 +138,7 @@ def test_a_signal_to_the_launcher_stops_the_whole_job(results, signals, code):
 def test_ranks_die_with_a_killed_launcher(results):
     """SIGKILL leaves the launcher no cleanup: mpiexec gets the parent-death signal, ranks watch the launcher."""
     proc = _start_run(results, "orphans")
-    _iterating(results / "orphans", proc)
+    _wait_for_iterations(results / "orphans", 2, proc)
     job = _job_processes(proc.pid)
     t0 = time.monotonic()
     proc.kill()
@@ -163,7 +151,7 @@ def test_ranks_die_with_a_killed_launcher(results):
 def test_a_stalled_rank_is_named_and_the_run_stopped(results):
     proc = _start_run(results, "stall", "--stall-timeout", "6", env={"HIPRESS_FAULT": "1:3:hang"})
     run_dir = results / "stall"
-    ranks = _iterating(run_dir, proc, n=3)
+    ranks = _wait_for_iterations(run_dir, 3, proc)
     t0 = time.monotonic()
     try:
         out, err = proc.communicate(timeout=120)
