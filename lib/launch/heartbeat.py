@@ -9,8 +9,9 @@ on a timer would keep beating while the main thread hangs.
 
 The launcher reads them (``read_beats``) and, Horovod style, warns when a rank has made no progress
 for half the stall timeout, then ends the run at the timeout naming the rank that went quiet first
-and what it was doing (``StallWatch``). The rank that stalled first is the culprit: its peers went on
-until they blocked waiting for it, so their last beats are later.
+and what it was doing (``StallWatch``). The rank that is behind is the culprit: its peers went on
+until they blocked waiting for it, so they beat more often (every rank beats the same phases in
+the same order, so the counts compare).
 
 ``watch_launcher`` is the other direction: a thread in each rank that ends the rank when the
 launcher (``HIPRESS_LAUNCHER_PID``) is gone, so a launcher killed with SIGKILL leaves no rank behind.
@@ -50,14 +51,17 @@ class Heartbeat:
     def __init__(self, rank: int, directory: str | None = None) -> None:
         d = directory if directory is not None else os.environ.get(HEARTBEAT_DIR)
         self.rank = rank
+        self.seq = 0  # every rank beats the same phases in the same order: the lowest count is behind
         self.path = Path(d) / f"rank-{rank}.json" if d else None
 
     def beat(self, phase: str, iteration: int | None = None) -> None:
         if self.path is None:
             return
+        self.seq += 1
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
-            tmp.write_text(json.dumps({"rank": self.rank, "phase": phase, "iter": iteration, "time": time.time(),
+            tmp.write_text(json.dumps({"rank": self.rank, "seq": self.seq, "phase": phase, "iter": iteration,
+                                       "time": time.time(),
                                        "pid": os.getpid()}))
             os.replace(tmp, self.path)
         except OSError:
@@ -70,6 +74,7 @@ class Beat:
     phase: str
     iteration: int | None
     time: float
+    seq: int = 0
 
     def doing(self) -> str:
         it = "" if self.iteration is None else f" of iteration {self.iteration}"
@@ -88,7 +93,8 @@ def read_beats(directory: Path) -> dict[int, Beat]:
             continue
         try:
             d = json.loads((Path(directory) / name).read_text())
-            out[int(d["rank"])] = Beat(int(d["rank"]), str(d["phase"]), d.get("iter"), float(d["time"]))
+            out[int(d["rank"])] = Beat(int(d["rank"]), str(d["phase"]), d.get("iter"), float(d["time"]),
+                                       int(d.get("seq", 0)))
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return out
@@ -115,7 +121,8 @@ class StallWatch:
                           "the run was stopped")
         if not beats:
             return None, None
-        first = min(beats.values(), key=lambda b: (b.time, b.rank))
+        # the rank behind (fewest beats) is the one the others wait for; among equals, the quietest
+        first = min(beats.values(), key=lambda b: (b.seq, b.time, b.rank))
         limit = startup if first.iteration in (None, 0) else self.timeout_s  # iteration 0 compiles kernels
         quiet = now - first.time
         if quiet >= limit:

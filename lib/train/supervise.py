@@ -178,35 +178,10 @@ class Outcome:
         return self.summary
 
 
-class _Signalled(BaseException):
-    """SIGTERM or SIGHUP to the launcher: end the run as Ctrl-C does."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextmanager
-def _terminations_raise() -> Iterator[None]:
-    """While following: SIGTERM and SIGHUP raise ``_Signalled`` in the main thread (Ctrl-C raises anyway)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, _frame: Any) -> None:
-        raise _Signalled(signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
 @contextmanager
 def _signals_noted() -> Iterator[list[int]]:
-    """While stopping the ranks: Ctrl-C (again), SIGTERM and SIGHUP are noted, never raised mid-cleanup."""
+    """Ctrl-C, SIGTERM and SIGHUP become a note the follower checks between polls, never an exception raised
+    at a random point (inside rich's locks, or half way through stopping the ranks); again while stopping too."""
     seen: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield seen
@@ -221,10 +196,9 @@ def _signals_noted() -> Iterator[list[int]]:
 
 
 def _stop(job: Any, interrupted: bool) -> None:
-    with _signals_noted():
-        if interrupted and hasattr(job, "interrupt"):
-            job.interrupt()
-        job.stop()
+    if interrupted and hasattr(job, "interrupt"):
+        job.interrupt()
+    job.stop()
 
 
 def follow(job: Any, run_dir: Path, on_event: Callable[[dict[str, Any]], None] | None = None, *,
@@ -244,8 +218,8 @@ def follow(job: Any, run_dir: Path, on_event: Callable[[dict[str, Any]], None] |
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     status, code, failure = "ok", 0, ""
     try:
-        with _terminations_raise():
-            while True:
+        with _signals_noted() as signals:
+            while not signals:
                 rc = job.poll()
                 for e in tail.poll():
                     if e.get("event") == "start":
@@ -266,14 +240,15 @@ def follow(job: Any, run_dir: Path, on_event: Callable[[dict[str, Any]], None] |
                     status, code, failure = "failed", 1, stalled
                     break
                 time.sleep(poll_s)
-        _stop(job, interrupted=False)
-    except KeyboardInterrupt:
+            if signals:
+                first = signals[0]
+                status, code = "interrupted", 128 + first
+                failure = ("interrupted by the user (Ctrl-C); all ranks were stopped" if first == signal.SIGINT
+                           else f"interrupted by {signal.Signals(first).name}; all ranks were stopped")
+            _stop(job, interrupted=bool(signals))
+    except KeyboardInterrupt:  # follow() outside the main thread: Ctrl-C is not ours to turn into a note
         _stop(job, interrupted=True)
         status, code, failure = "interrupted", 130, "interrupted by the user (Ctrl-C); all ranks were stopped"
-    except _Signalled as s:
-        _stop(job, interrupted=True)
-        name = signal.Signals(s.signum).name
-        status, code, failure = "interrupted", 128 + s.signum, f"interrupted by {name}; all ranks were stopped"
     finally:
         if beats is not None:
             shutil.rmtree(beats, ignore_errors=True)

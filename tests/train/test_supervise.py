@@ -169,15 +169,16 @@ def test_a_stalled_rank_is_named_and_the_run_stopped(results):
     print(f"stall: stopped {time.monotonic() - t0:.2f} s after iteration 3 was seen")
 
 
-def _beat(d: Path, rank: int, phase: str, it: int | None, t: float) -> None:
-    (d / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "phase": phase, "iter": it, "time": t}))
+def _beat(d: Path, rank: int, phase: str, it: int | None, t: float, seq: int = 0) -> None:
+    (d / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "phase": phase, "iter": it, "time": t,
+                                                     "seq": seq}))
 
 
 def test_stall_watch_warns_then_names_the_rank_that_went_quiet_first(tmp_path):
     w = StallWatch(tmp_path, timeout_s=10, ranks=2)
     now = time.time()
-    _beat(tmp_path, 0, "gather of the iteration's statistics", 5, now - 3)
-    _beat(tmp_path, 1, "forward/backward", 5, now - 4)
+    _beat(tmp_path, 0, "gather of the iteration's statistics", 5, now - 5, seq=20)  # waits for rank 1
+    _beat(tmp_path, 1, "forward/backward", 5, now - 4, seq=18)  # behind, though it beat later
     assert w.check(now) == (None, None)
     warning, stop = w.check(now + 2)
     assert stop is None and warning.startswith("rank 1 has made no progress for 6 s (in forward/backward of "
