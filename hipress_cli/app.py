@@ -1,4 +1,11 @@
-"""The Typer root: builds the app and registers the command modules, nothing else."""
+"""The Typer root: builds the app and registers the command modules, nothing else.
+
+As in huggingface_hub's ``cli/``: one table, ``COMMANDS``, says where every command module goes, and
+commands never import each other (the options they share live in ``hipress_cli.options``). A row is
+either a group (the module's ``app``, a Typer, becomes ``hipress MODULE``) or a command module whose
+``register(parent)`` adds its command(s) to the root or to a group named earlier in the table.
+Adding a command is adding its module and one row.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +15,22 @@ import typer
 
 from hipress import __version__
 
-# (module under hipress_cli.commands, sub-command name or None for top-level commands it registers)
-COMMANDS: list[tuple[str, str | None]] = [
-    ("bench", "bench"),
-    ("plan", None),
-    ("profile", None),
-    ("run", None),
-    ("models", None),
-    ("cluster", "cluster"),
-    ("reproduce", "reproduce"),
-    ("compll", "compll"),
+GROUP, ROOT = "group", "root"
+
+#: (module under hipress_cli.commands, GROUP | ROOT | the group it joins), in the order ``--help`` lists them.
+COMMANDS: list[tuple[str, str]] = [
+    ("bench", GROUP),
+    ("bench_plan", "bench"),
+    ("bench_sync", "bench"),
+    ("bench_train", "bench"),
+    ("plan", ROOT),
+    ("profile", ROOT),
+    ("run", ROOT),
+    ("models", ROOT),
+    ("cluster", GROUP),
+    ("cluster_check", "cluster"),
+    ("reproduce", GROUP),
+    ("compll", GROUP),
 ]
 
 
@@ -42,12 +55,14 @@ def build() -> typer.Typer:
     ) -> None:
         """hipress"""
 
-    for module, name in COMMANDS:
+    groups: dict[str, typer.Typer] = {}
+    for module, where in COMMANDS:
         mod = importlib.import_module(f"hipress_cli.commands.{module}")
-        if name is None:
-            mod.register(app)
+        if where == GROUP:
+            groups[module] = mod.app
+            app.add_typer(mod.app, name=module)
         else:
-            app.add_typer(mod.app, name=name)
+            mod.register(app if where == ROOT else groups[where])
     return app
 
 

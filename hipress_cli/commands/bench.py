@@ -66,7 +66,3 @@ def compress(
     console.print(t)
     console.print("GB/s = input fp32 bytes / median time; x memcpy = median of paired ratios to a memory copy timed "
                   "just before each repetition; 95% CIs of the medians are in --json.")
-
-from hipress_cli.commands import bench_plan as _bench_plan  # noqa: E402,F401  (registers `bench plan`)
-from hipress_cli.commands import bench_sync as _bench_sync  # noqa: E402,F401  (registers `bench sync`)
-from hipress_cli.commands import bench_train as _bench_train  # noqa: E402,F401  (registers `bench train`)

@@ -9,11 +9,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.commands.bench import app
 from hipress_cli.options import JsonOpt, console, fail, print_json
 
 
-@app.command("plan")
+def register(parent: typer.Typer) -> None:
+    parent.command("plan")(plan)
+
+
 def plan(
     gradients: Annotated[int, typer.Option("--gradients", min=1, help="Number of gradients to plan.")] = 100_000,
     nnodes: Annotated[int, typer.Option("--nnodes", min=1, help="Nodes N (K ranges over 1..N).")] = 16,

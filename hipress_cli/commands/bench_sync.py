@@ -16,14 +16,18 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.commands.bench import app
+from hipress.topology_names import DEFAULT_CHOICE
 from hipress_cli.options import JsonOpt, check_emulate, console, err_console, fail, parse_size, print_json
 
 
-@app.command("sync")
+def register(parent: typer.Typer) -> None:
+    parent.command("sync")(sync)
+
+
 def sync(
     np_: Annotated[int, typer.Option("--np", min=1, max=64, help="Number of ranks.")] = 4,
-    topo: Annotated[str, typer.Option("--topo", help="Topology, comma-separated list, or 'all'.")] = "casync-ring",
+    topo: Annotated[str, typer.Option("--topo", help="Topology, comma-separated list, or 'all'.")] = (
+        DEFAULT_CHOICE.engine or ""),
     alg: Annotated[str, typer.Option(
         "--alg", help="Compressor spec for compressed topologies (tbq, dgc:ratio=0.01).")] = "tbq",
     size: Annotated[str, typer.Option("--size", help="Gradient size in bytes of fp32 (e.g. 64M).")] = "64M",
@@ -63,7 +67,7 @@ def sync(
     cluster, restore = None, None
     if emulate is not None:
         try:
-            cluster, restore = _emulated(emu, np_, emulate, prefix)
+            cluster, restore = emu.borrow(np_, emulate, prefix)
         except emu.EmulationError as e:
             raise fail(str(e)) from None
     try:
@@ -95,22 +99,6 @@ def sync(
         print_json(result)
         return
     _render(result)
-
-
-def _emulated(emu, np_: int, rate: str, prefix: str):
-    """An emulated cluster of at least ``np_`` hosts at ``rate``, and how to put things back after."""
-    bits = emu.parse_rate(rate)
-    existing = emu.status(prefix)
-    if existing is None:
-        cluster = emu.up(np_, bits, prefix)
-        return cluster, lambda: emu.down(prefix)
-    if existing.hosts < np_:
-        raise emu.EmulationError(
-            f"emulated cluster {prefix!r} has {existing.hosts} hosts, {np_} are needed; "
-            f"run `hipress cluster emulate up --hosts {np_}` (or down) first"
-        )
-    cluster = emu.up(existing.hosts, bits, prefix)
-    return cluster, lambda: emu.up(existing.hosts, existing.rate_bits, prefix)
 
 
 def _render(r: dict) -> None:

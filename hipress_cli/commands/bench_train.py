@@ -11,11 +11,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.commands.bench import app
 from hipress_cli.options import JsonOpt, check_emulate, console, err_console, fail, print_json
 
 
-@app.command("train")
+def register(parent: typer.Typer) -> None:
+    parent.command("train")(train)
+
+
 def train(
     model: Annotated[str, typer.Argument(help="A model of the zoo (`hipress models`).")] = "vgg19",
     variants: Annotated[str, typer.Option("--variants", help="TOPO+ALG pairs separated by ';' (see `hipress run "
@@ -37,7 +39,6 @@ def train(
     """Throughput of MODEL under each --variants entry, side by side; writes results/<bench-id>/bench.json."""
     from hipress.train.bench import bench_train, parse_variants
     from hipress.train.config import ConfigError
-    from hipress_cli.commands.run import _emulated
 
     check_emulate(emulate, prefix)
     try:
@@ -47,10 +48,10 @@ def train(
     out = err_console if json_ else console
     cluster, restore = None, None
     if emulate is not None:
-        from hipress.launch import EmulationError
+        from hipress.launch.emulate import EmulationError, borrow
 
         try:
-            cluster, restore = _emulated(np_, emulate, prefix)
+            cluster, restore = borrow(np_, emulate, prefix)
         except EmulationError as e:
             raise fail(str(e)) from None
     bench_id = time.strftime("bench-%Y%m%d-%H%M%S-") + model

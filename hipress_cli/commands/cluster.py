@@ -79,6 +79,3 @@ def status(prefix: PrefixOpt = "hipress", json_: JsonOpt = False) -> None:
     except emulate.EmulationError as e:
         raise fail(str(e)) from None
     _describe(cluster, json_, "up" if cluster is not None else "down")
-
-
-from hipress_cli.commands import cluster_check  # noqa: E402,F401

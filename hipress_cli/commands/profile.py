@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.commands import cluster_check as ssh_cli
+from hipress_cli import options
 from hipress_cli.options import JsonOpt, console, fail, parse_size, print_json
 
 
@@ -32,16 +32,16 @@ def profile(
     output: Annotated[Path, typer.Option("--output", help="Where to save the profile JSON.")] = Path("profile.json"),
     np_: Annotated[int | None, typer.Option("--np", min=2, help="MPI processes for the transport (default 2, "
                                                    "or one per host).")] = None,
-    hosts: ssh_cli.HostsOpt = None,
-    hostfile: ssh_cli.HostfileOpt = None,
-    ssh_user: ssh_cli.SshUserOpt = None,
-    ssh_port: ssh_cli.SshPortOpt = 22,
-    ssh_key: ssh_cli.SshKeyOpt = None,
-    known_hosts: ssh_cli.KnownHostsOpt = None,
-    accept_new_host_keys: ssh_cli.AcceptNewOpt = False,
-    interface: ssh_cli.InterfaceOpt = None,
-    remote_python: ssh_cli.RemotePythonOpt = None,
-    connect_timeout: ssh_cli.ConnectTimeoutOpt = 10.0,
+    hosts: options.HostsOpt = None,
+    hostfile: options.HostfileOpt = None,
+    ssh_user: options.SshUserOpt = None,
+    ssh_port: options.SshPortOpt = 22,
+    ssh_key: options.SshKeyOpt = None,
+    known_hosts: options.KnownHostsOpt = None,
+    accept_new_host_keys: options.AcceptNewOpt = False,
+    interface: options.InterfaceOpt = None,
+    remote_python: options.RemotePythonOpt = None,
+    connect_timeout: options.ConnectTimeoutOpt = 10.0,
     emulated: Annotated[bool, typer.Option(
         "--emulated", help="Run the ranks in the emulated cluster that is up (shaped network namespaces).")] = False,
     sizes: Annotated[str, typer.Option("--sizes", help="Element counts to measure, comma-separated.")]
@@ -64,8 +64,8 @@ def profile(
     if remote:
         if np_ is not None:
             raise fail("--np and --hosts: the ranks are the hosts' slots (host:slots)")
-        host_list = ssh_cli.hosts_from_cli(hosts, hostfile)
-        ssh = ssh_cli.ssh_options_from_cli(ssh_user, ssh_port, ssh_key, known_hosts, accept_new_host_keys,
+        host_list = options.hosts_from_cli(hosts, hostfile)
+        ssh = options.ssh_options_from_cli(ssh_user, ssh_port, ssh_key, known_hosts, accept_new_host_keys,
                                            python=remote_python, timeout=connect_timeout)
     if emulated:
         from hipress.launch.emulate import EmulationError, status

@@ -9,7 +9,6 @@ stay in ``results/<run-id>/``.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,21 +16,24 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hipress_cli.commands import cluster_check as ssh_cli
+from hipress.topology_names import CHOICES, DEFAULT_CHOICE
+from hipress_cli import options as opt
 from hipress_cli.options import (
     JsonOpt,
     check_emulate,
+    connect_for_run,
     console,
     err_console,
     fail,
+    hosts_for_run,
     pick_model,
     print_json,
     refuse_extra_args,
 )
 
-_TOPO_HELP = ("ring|ps: CaSync-Ring / CaSync-PS (with --alg none: the same engine uncompressed). "
-              "Baselines: allgather (compressed all-gather), allreduce (MPI fp32), ddp (torch DDP on gloo; "
-              "with --alg X, hipress's DDP compression hook).")
+
+def _topo_help() -> str:
+    return "; ".join(f"{c.name}: {c.description}" for c in CHOICES) + " (names are case-insensitive)."
 
 # The numbers are hipress.train.threshold.DEFAULT_COMP_THRESHOLD and hipress.train.validate.MAX_RANKS
 # (not imported here: hipress.train pulls in torch, and every command's help would wait for it);
@@ -63,9 +65,9 @@ def _what_runs(cfg: Any) -> str:
         scale = "the paper's setting"
     else:
         scale = "paper: " + ", ".join(f"{k}={v}" for k, v in paper.items() if o.get(k) != v)
-    sync = {"casync-ring": "CaSync-Ring", "casync-ps": "CaSync-PS", "ring": "ring (fp32, CaSync engine)",
-            "ps": "PS (fp32, CaSync engine)", "allreduce": "MPI Allreduce (fp32)",
-            "allgather": "all-gather", "ddp": "torch DDP on gloo"}[cfg.engine_topology]
+    from hipress.topology_names import choice_of_engine
+
+    sync = choice_of_engine(cfg.engine_topology)[1]
     alg = "" if cfg.alg == "none" else f" + {cfg.alg}"
     plan = f", plan {cfg.plan_source}" if cfg.plan_source else ""
     if cfg.comp_threshold is not None and cfg.plan:
@@ -75,33 +77,6 @@ def _what_runs(cfg: Any) -> str:
             f"{cfg.parameters / 1e6:.1f} M parameters, {cfg.gradient_bytes / 2**20:.1f} MiB of gradients in "
             f"{cfg.meta['gradients']} tensors\n{cfg.np} rank(s), {sync}{alg}{plan}; {cfg.iters} iteration(s) "
             f"after {cfg.warmup} warm-up; data: {cfg.data}")
-
-
-class _Tail:
-    """Reads the new complete lines of ``events.jsonl`` as rank 0 appends them."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.pos, self.events = path, 0, []
-
-    def poll(self) -> list[dict]:
-        import json
-
-        if not self.path.exists():
-            return []
-        new = []
-        with open(self.path, encoding="utf-8") as f:
-            f.seek(self.pos)
-            while True:
-                line = f.readline()
-                if not line.endswith("\n"):
-                    break
-                self.pos = f.tell()
-                try:
-                    new.append(json.loads(line))
-                except ValueError:
-                    continue
-        self.events += new
-        return new
 
 
 def _render_summary(s: dict) -> None:
@@ -129,7 +104,7 @@ def register(app: typer.Typer) -> None:
                                                          "lstm, ugatit (`hipress models`).")] = None,
         model_opt: Annotated[str | None, typer.Option("--model", help="The model as an option (HiPress's "
                                                       "spelling), instead of the argument.")] = None,
-        topo: Annotated[str, typer.Option("--topo", help=_TOPO_HELP)] = "ring",
+        topo: Annotated[str, typer.Option("--topo", help=_topo_help())] = DEFAULT_CHOICE.name,
         alg: Annotated[str, typer.Option("--alg", "--comp-alg", help="Compression algorithm spec, e.g. tbq, "
                                                        "onebit, 'dgc:ratio=0.01', or none.")] = "tbq",
         comp_threshold: Annotated[int | None, typer.Option("--comp-threshold", help=_THRESHOLD_HELP)] = None,
@@ -157,14 +132,14 @@ def register(app: typer.Typer) -> None:
         run_id: Annotated[str | None, typer.Option("--run-id", help="Name of the run directory.")] = None,
         hosts: Annotated[str | None, typer.Option("--hosts", "--servers", help="Hosts and their slots (ranks), "
                                                   "comma-separated: node1:2,node2:2 (HiPress: --servers).")] = None,
-        hostfile: ssh_cli.HostfileOpt = None,
-        ssh_user: ssh_cli.SshUserOpt = None,
-        ssh_port: ssh_cli.SshPortOpt = 22,
-        ssh_key: ssh_cli.SshKeyOpt = None,
-        known_hosts: ssh_cli.KnownHostsOpt = None,
-        accept_new_host_keys: ssh_cli.AcceptNewOpt = False,
-        interface: ssh_cli.InterfaceOpt = None,
-        remote_python: ssh_cli.RemotePythonOpt = None,
+        hostfile: opt.HostfileOpt = None,
+        ssh_user: opt.SshUserOpt = None,
+        ssh_port: opt.SshPortOpt = 22,
+        ssh_key: opt.SshKeyOpt = None,
+        known_hosts: opt.KnownHostsOpt = None,
+        accept_new_host_keys: opt.AcceptNewOpt = False,
+        interface: opt.InterfaceOpt = None,
+        remote_python: opt.RemotePythonOpt = None,
         emulate: Annotated[str | None, typer.Option("--emulate", help="Run on an emulated cluster on this machine "
                                                     "(rank i in network-namespace host i) with this link rate, "
                                                     "e.g. 1gbit; needs root.")] = None,
@@ -176,6 +151,9 @@ def register(app: typer.Typer) -> None:
         no_momentum_correction: Annotated[bool, typer.Option("--no-momentum-correction", help="Let SGD apply "
                                           "momentum to the averaged gradient (by default each rank compresses its "
                                           "velocity with error feedback).")] = False,
+        stall_timeout: Annotated[float, typer.Option("--stall-timeout", help="Stop the run when a rank makes no "
+                                                     "progress for this many seconds (a warning at half; 0: "
+                                                     "never).")] = 120.0,
         json_: JsonOpt = False,
     ) -> None:
         """Train MODEL data-parallel: local MPI ranks by default (--emulate, --hosts for clusters); writes
@@ -184,9 +162,8 @@ def register(app: typer.Typer) -> None:
 
         refuse_extra_args(ctx.args, [o for p in ctx.command.params for o in p.opts if o.startswith("--")])
         model = pick_model(model, model_opt)
-        topo = topo.lower()  # PS, Ring: HiPress's spelling
         check_emulate(emulate, prefix, hosts or hostfile)  # before any side effect (SSH, the run directory)
-        host_list = ssh_cli.hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
+        host_list = hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
         np_ = sum(h.slots for h in host_list) if host_list else np_
         try:
             cfg = make_config(
@@ -198,7 +175,7 @@ def register(app: typer.Typer) -> None:
             )
         except ConfigError as e:
             raise fail(str(e)) from None
-        cluster = ssh_cli.connect_for_run(host_list, ssh_user, ssh_port, ssh_key, known_hosts,
+        cluster = connect_for_run(host_list, ssh_user, ssh_port, ssh_key, known_hosts,
                                           accept_new_host_keys, interface, remote_python) if host_list else None
         run_dir = results / cfg.run_id
         try:
@@ -220,95 +197,58 @@ def register(app: typer.Typer) -> None:
         if emulate is not None:
             if cluster is not None:
                 raise fail("--emulate runs on this machine; it cannot be combined with --hosts/--hostfile")
-            from hipress.launch import EmulationError
+            from hipress.launch.emulate import EmulationError, borrow
 
             try:
-                emulated, restore = _emulated(cfg.np, emulate, prefix)
+                emulated, restore = borrow(cfg.np, emulate, prefix)
             except EmulationError as e:
                 raise fail(str(e)) from None
             out.print(f"[dim]emulated cluster {emulated.prefix!r}: rank i on host i, links {emulated.rate}[/]")
         try:
-            code, failure = _launch_and_watch(cfg, run_dir, out, cluster, interface, emulated)
+            outcome = _launch_and_watch(cfg, run_dir, out, cluster, interface, emulated, stall_timeout)
         finally:
             if restore is not None:
                 try:
                     restore()
                 except Exception as e:  # noqa: BLE001 - report it; the run's own result matters more
                     err_console.print(f"[yellow]warning:[/] could not restore the emulated cluster: {e}")
-        from hipress.train.results import summarize
-
-        if code != 0:
-            summary = summarize(run_dir, status="failed", error=failure)
-            n = summary["iterations"]
-            raise fail(f"{failure}\nthe run stopped after {n} iteration(s); its events are in "
+        if not outcome.ok:
+            n = outcome.summary["iterations"]
+            raise fail(f"{outcome.failure}\nthe run stopped after {n} iteration(s); its events are in "
                        f"{run_dir / 'events.jsonl'}, worker output in {run_dir / 'output.log'}",
-                       code=130 if code == 130 else 1)
-        summary = summarize(run_dir, status="ok")
+                       code=outcome.returncode if outcome.status == "interrupted" else 1)
+        summary = outcome.summary
         if json_:
             print_json(summary)
         else:
             _render_summary(summary)
 
 
-def _emulated(np_: int, rate: str, prefix: str):
-    """An emulated cluster of at least ``np_`` hosts at ``rate``, and how to put things back after."""
-    from hipress.launch import emulate as emu
+def _launch_and_watch(cfg: Any, run_dir: Path, out: Any, cluster: Any = None, interface: str | None = None,
+                      emulated: Any = None, stall_timeout: float = 120.0) -> Any:
+    """Start the ranks (here, emulated, or on ``cluster``'s hosts) and render progress from rank 0's events
+    until the run ends; returns the ``Outcome`` (summary written)."""
+    from hipress.train.supervise import Where, follow, start
 
-    bits = emu.parse_rate(rate)
-    existing = emu.status(prefix)
-    if existing is None:
-        return emu.up(np_, bits, prefix), lambda: emu.down(prefix)
-    if existing.hosts < np_:
-        raise emu.EmulationError(f"emulated cluster {prefix!r} has {existing.hosts} hosts, {np_} are needed; "
-                                 f"run `hipress cluster emulate up --hosts {np_}` (or down) first")
-    return emu.up(existing.hosts, bits, prefix), lambda: emu.up(existing.hosts, existing.rate_bits, prefix)
-
-
-def _launch_and_watch(cfg: Any, run_dir: Path, out: Any, cluster: Any = None,
-                      interface: str | None = None, emulated: Any = None) -> tuple[int, str]:
-    """Start the ranks (here, or on ``cluster``'s hosts), render progress from rank 0's events, return
-    (exit code, failure message)."""
-    import sys
-
-    from hipress.train.supervise import Job, thread_env, threads_per_rank
-
-    tail = _Tail(run_dir / "events.jsonl")
-    total = cfg.warmup + cfg.iters
-    if cluster is None:
-        env = thread_env(threads_per_rank(cfg.np, cfg.threads))
-        if emulated is not None:  # DDP's gloo rendezvous: rank 0's address on the emulated network
-            env.update({"HIPRESS_DDP_ADDR": emulated.address(0), "GLOO_SOCKET_IFNAME": "eth0"})
-        argv = [sys.executable, "-m", "hipress.train.worker", str(run_dir.resolve())]
-        job = Job(cfg.np, argv, log=run_dir / "output.log", env=env, emulated=emulated)
-    else:
-        job = ssh_cli.start_remote_job(cluster, cfg, run_dir, interface)
+    job = start(cfg, run_dir, Where(emulated=emulated, cluster=cluster, interface=interface),
+                stall_timeout_s=stall_timeout)
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("iter {task.completed:.0f}/{task.total:.0f}"),
         TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[sync]}"), TimeElapsedColumn(),
         console=out, transient=False,
     )
-    task = progress.add_task("starting", total=total, rate="", sync="")
-    try:
-        with progress:
-            while True:
-                done = job.poll()
-                for e in tail.poll():
-                    if e.get("event") == "start":
-                        job.watch(e.get("pids", []))
-                        progress.update(task, description=f"{cfg.model} x{cfg.np}")
-                    elif e.get("event") == "iteration":
-                        rate = cfg.units_per_iteration / e["iter_s"] if e["iter_s"] else 0.0
-                        sync = "" if e.get("sync_s") is None else f"sync {100 * e['sync_s'] / e['iter_s']:.0f}%"
-                        progress.update(task, completed=e["iter"] + 1, rate=f"{rate:.1f} {cfg.unit}/s"
-                                        + (" (warm-up)" if e.get("warmup") else ""), sync=sync)
-                if done is not None:
-                    break
-                time.sleep(0.2)
-    except KeyboardInterrupt:
-        job.stop()
-        return 130, "interrupted by the user (Ctrl-C); all ranks were stopped"
-    finally:
-        job.stop()
-    if job.returncode == 0:
-        return 0, ""
-    return job.returncode or 1, job.failure_message(run_dir)
+    task = progress.add_task("starting", total=cfg.warmup + cfg.iters, rate="", sync="")
+
+    def show(e: dict[str, Any]) -> None:
+        if e.get("event") == "start":
+            progress.update(task, description=f"{cfg.model} x{cfg.np}")
+        elif e.get("event") == "iteration":
+            rate = cfg.units_per_iteration / e["iter_s"] if e["iter_s"] else 0.0
+            sync = "" if e.get("sync_s") is None else f"sync {100 * e['sync_s'] / e['iter_s']:.0f}%"
+            progress.update(task, completed=e["iter"] + 1, rate=f"{rate:.1f} {cfg.unit}/s"
+                            + (" (warm-up)" if e.get("warmup") else ""), sync=sync)
+        elif e.get("event") == "stall_warning":
+            progress.console.print(f"[yellow]warning:[/] {e['message']}", highlight=False)
+
+    with progress:
+        return follow(job, run_dir, show, stall_timeout_s=stall_timeout)

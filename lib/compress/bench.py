@@ -16,19 +16,13 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from hipress.stats import median_ci  # noqa: F401  (also imported from here by compll's bench)
+
 from . import reference as ref
 from .registry import create_from_spec
 from .state import GradientState
 
 _CPU = torch.device("cpu")
-
-
-def median_ci(samples: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """Median and a bootstrap 95% CI of the median."""
-    a = np.asarray(samples)
-    rng = np.random.default_rng(seed)
-    meds = np.median(rng.choice(a, size=(n_boot, a.size), replace=True), axis=1)
-    return float(np.median(a)), float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
 
 
 def resolve_device(device: str) -> torch.device:

@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -294,3 +295,19 @@ def require(cluster: EmulatedCluster) -> None:
             f"emulated cluster {cluster.prefix!r} is not up (missing {', '.join(missing)}); "
             f"run `hipress cluster emulate up --hosts {cluster.hosts}`"
         )
+
+
+def borrow(hosts: int, rate: str, prefix: str = DEFAULT_PREFIX) -> tuple[EmulatedCluster, Callable[[], object]]:
+    """An emulated cluster of at least ``hosts`` hosts with links at ``rate``, and how to put things back.
+
+    One that is up already is reshaped to ``rate`` (and given back at its own rate afterwards); none:
+    one is made (and taken down afterwards). Too few hosts: ``EmulationError`` saying what to do.
+    """
+    bits = parse_rate(rate)
+    existing = status(prefix)
+    if existing is None:
+        return up(hosts, bits, prefix), lambda: down(prefix)
+    if existing.hosts < hosts:
+        raise EmulationError(f"emulated cluster {prefix!r} has {existing.hosts} hosts, {hosts} are needed; "
+                             f"run `hipress cluster emulate up --hosts {hosts}` (or down) first")
+    return up(existing.hosts, bits, prefix), lambda: up(existing.hosts, existing.rate_bits, prefix)

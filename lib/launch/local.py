@@ -29,7 +29,6 @@ calls ``MPI_Abort``), and the sync engine tells peers about its own failures.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -41,6 +40,7 @@ from pathlib import Path
 
 from . import emulate
 from .emulate import EmulatedCluster
+from .procs import stop_group
 
 
 class LaunchError(RuntimeError):
@@ -203,20 +203,6 @@ def _line_buffered(argv: Sequence[str]) -> list[str]:
 
 
 def _stop(proc: subprocess.Popen) -> int:
-    """SIGTERM the job's process group, SIGKILL it 3 s later; return the exit code."""
-    if proc.returncode is not None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        return proc.returncode
-    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            return proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            continue
-    return proc.wait()
+    """End the job's process group (``procs.stop_group``: SIGTERM, SIGKILL 3 s later); return the exit code."""
+    rc = stop_group(proc, term_s=3.0, kill_s=5.0)
+    return rc if rc is not None else proc.wait()

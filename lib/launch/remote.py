@@ -15,11 +15,10 @@ Where things run. Each host gets a fresh directory ``<remote_dir>/<run-id>/<i>-<
 ``remote_dir``: ``~/.cache/hipress/runs``), created and filled over SFTP with a copy of the local
 ``run_dir`` (e.g. ``config.json``) before the job starts; it is the working directory of every rank
 on that host, so ``argv`` refers to the run directory as ``.``. After the job, SFTP brings every
-host's directory back into ``run_dir``: a file new here is copied; identical files are skipped; a
-file that grew (say ``events.jsonl``, mirrored live) replaces the shorter copy; other ``.jsonl``
-files get the lines they lack appended (``errors.jsonl`` written by ranks on several hosts); any
-other conflict lands in ``run_dir/hosts/<i>-<host>/`` and is listed in the result. Then the
-remote directories are removed (``keep_remote=True`` keeps them).
+host's directory back into ``run_dir`` by the merge rules of ``hipress.launch.sftp`` (conflicts land
+in ``run_dir/hosts/<i>-<host>/``, listed in the result). Then the remote directories are removed
+(``keep_remote=True`` keeps them). The guard and signalling programs the hosts run are in
+``hipress.launch.remote_scripts``.
 
 Output. Rank output is line-buffered (``hipress.launch.rank_entry``) and every line is prefixed
 with its host and rank, ``[node2 r3] ...``; a proxy's own messages are ``[node2 proxy] ...`` and
@@ -31,14 +30,12 @@ never on a command line; nothing of this machine's environment is forwarded unle
 
 from __future__ import annotations
 
-import filecmp
 import os
 import posixpath
 import re
 import secrets
 import shlex
 import signal
-import stat
 import subprocess
 import sys
 import threading
@@ -51,8 +48,12 @@ from typing import IO
 
 import paramiko
 
+from . import sftp as sftp_dir
 from .hosts import Host
+from .job import first_error, read_errors
 from .preflight import HostReport, preflight, require_ready
+from .procs import stop_group
+from .remote_scripts import GUARD, signal_job
 from .ssh import SSHOptions, command
 
 DEFAULT_REMOTE_DIR = ".cache/hipress/runs"
@@ -129,105 +130,6 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-#: Signals every process of this user whose environment holds ``HIPRESS_JOB=<token>`` and prints
-#: how many it found. Hydra puts each rank in its own process group, so killing the proxy's
-#: group alone could leave ranks behind; the token, inherited by ranks and anything they start,
-#: finds them all (Linux ``/proc``).
-KILLER = r"""
-import os, signal, sys
-token = ("HIPRESS_JOB=" + sys.argv[1]).encode()
-sig = 0 if sys.argv[2] == "0" else getattr(signal, "SIG" + sys.argv[2])
-me, uid, n = os.getpid(), os.getuid(), 0
-for pid in os.listdir("/proc"):
-    if not pid.isdigit() or int(pid) == me:
-        continue
-    try:
-        if os.stat("/proc/" + pid).st_uid != uid:
-            continue
-        with open("/proc/" + pid + "/environ", "rb") as f:
-            if token not in f.read().split(b"\0"):
-                continue
-        if sig:
-            os.kill(int(pid), sig)
-        n += 1
-    except OSError:
-        pass
-print(n)
-"""
-
-
-#: Runs on each host in place of the proxy and starts it as a child. When the SSH session's stdin
-#: reaches EOF (the launcher closed it, died, or the connection was lost and sshd closed the
-#: session) or the guard gets SIGTERM/SIGINT/SIGHUP, it ends every process of the job on that host
-#: (found by the token, as ``KILLER`` does): a launcher killed with SIGKILL leaves nothing running.
-GUARD = r"""
-import os, signal, subprocess, sys, threading, time
-token, argv = sys.argv[1], sys.argv[2:]
-needle = ("HIPRESS_JOB=" + token).encode()
-me, uid = os.getpid(), os.getuid()
-def job_pids():
-    out = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit() and int(pid) != me:
-            try:
-                if os.stat("/proc/" + pid).st_uid == uid:
-                    with open("/proc/" + pid + "/environ", "rb") as f:
-                        if needle in f.read().split(b"\0"):
-                            out.append(int(pid))
-            except OSError:
-                pass
-    return out
-def end_job(*_):
-    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 1.0)):
-        for pid in job_pids():
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
-        deadline = time.monotonic() + wait
-        while job_pids() and time.monotonic() < deadline:
-            time.sleep(0.05)
-    os._exit(143)
-for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(s, end_job)
-child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=dict(os.environ, HIPRESS_JOB=token))
-def watch_stdin():
-    try:
-        while os.read(0, 4096):
-            pass
-    except OSError:
-        pass
-    end_job()
-threading.Thread(target=watch_stdin, daemon=True).start()
-rc = child.wait()
-sys.exit(rc if rc >= 0 else 128 - rc)
-"""
-
-
-def signal_job(client: paramiko.SSHClient, python: str, token: str, sig: str, timeout: float = 15.0) -> int | None:
-    """Send ``sig`` (``TERM``, ``KILL``, or ``0`` to count) to the job's processes on a host; how many, or None."""
-    transport = client.get_transport()
-    if transport is None or not transport.is_active():
-        return None
-    try:
-        chan = transport.open_session(timeout=timeout)
-        chan.settimeout(timeout)
-        if sig not in ("0", "TERM", "KILL", "INT"):
-            raise ValueError(f"unexpected signal {sig!r}")
-        chan.exec_command(command([python, "-c", KILLER, token, sig]))
-        out = b""
-        while True:
-            chunk = chan.recv(4096)
-            if not chunk:
-                break
-            out += chunk
-        chan.recv_exit_status()
-        chan.close()
-        return int(out.strip() or b"0")
-    except (OSError, EOFError, ValueError, paramiko.SSHException):
-        return None
 
 
 class RemoteProcess:
@@ -453,12 +355,12 @@ class RemoteJob:
                 sftp.get_channel().settimeout(max(30.0, self.cluster.options.connect_timeout))
                 base = remote_dir if remote_dir.startswith("/") else posixpath.join(sftp.normalize("."), remote_dir)
                 wdir = posixpath.join(base, self.run_id, f"{i}-{host.label}")
-                if _exists(sftp, wdir):
+                if sftp_dir.exists(sftp, wdir):
                     raise RemoteLaunchError(f"{host.name}: {wdir} already exists; choose another run id")
-                _makedirs(sftp, wdir)
+                sftp_dir.makedirs(sftp, wdir)
                 for p in local_files:
                     rel = p.relative_to(self.run_dir).as_posix()
-                    _makedirs(sftp, posixpath.dirname(posixpath.join(wdir, rel)))
+                    sftp_dir.makedirs(sftp, posixpath.dirname(posixpath.join(wdir, rel)))
                     sftp.put(str(p), posixpath.join(wdir, rel))
                 return sftp, wdir
             except (OSError, paramiko.SSHException) as e:
@@ -700,7 +602,7 @@ class RemoteJob:
             return
         self._stopped = True
         if self.mpiexec is not None and self.mpiexec.poll() is None:
-            _stop_local(self.mpiexec)
+            stop_group(self.mpiexec)  # Hydra ignores SIGTERM before the proxies connect: SIGKILL then
         with ThreadPoolExecutor(max_workers=max(1, min(32, len(self.procs)))) as pool:
             left = list(pool.map(lambda p: p.stop(), self.procs))
         self.leftover = {p.name: n for p, n in zip(self.procs, left, strict=True)}
@@ -720,7 +622,7 @@ class RemoteJob:
             self._mirror(force=True)
             for i, sftp in enumerate(self._sftp):
                 try:
-                    c, k = _collect(sftp, self.wdirs[i], self.run_dir, f"{i}-{self.hosts[i].label}")
+                    c, k = sftp_dir.collect(sftp, self.wdirs[i], self.run_dir, f"{i}-{self.hosts[i].label}")
                     collected += c
                     conflicts += k
                 except (OSError, paramiko.SSHException) as e:
@@ -730,7 +632,7 @@ class RemoteJob:
                         self._failure = f"results from {self.hosts[i].name} could not be fetched: {e}"
         if not self.keep_remote:
             for i, sftp in enumerate(self._sftp):
-                _rmtree(sftp, self.wdirs[i])
+                sftp_dir.rmtree(sftp, self.wdirs[i])
                 try:
                     sftp.rmdir(posixpath.dirname(self.wdirs[i]))
                 except (OSError, paramiko.SSHException):
@@ -748,147 +650,13 @@ class RemoteJob:
 
     def failure_message(self, run_dir: Path | None = None) -> str:
         """Why the job failed: a rank's recorded error (``errors.jsonl``) first, else what was seen here."""
-        import json
-
-        path = Path(run_dir or self.run_dir) / "errors.jsonl"
-        if path.exists():
-            errors = []
-            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(e, dict):
-                    errors.append(e)
-            if errors:
-                first = min(errors, key=lambda e: e.get("rank", 0) if isinstance(e.get("rank"), int) else 0)
-                r = first.get("rank")
-                host = self.hosts[self._rank_host[r]].name if isinstance(r, int) and r < len(self._rank_host) else "?"
-                return f"rank {r} (on {host}) failed: {first.get('error')}"
+        errors = read_errors(Path(run_dir or self.run_dir))
+        if errors:
+            first = first_error(errors)
+            r = first.get("rank")
+            host = self.hosts[self._rank_host[r]].name if isinstance(r, int) and 0 <= r < len(self._rank_host) else "?"
+            return f"rank {r} (on {host}) failed: {first.get('error')}"
         return self._failure or (f"the job exited with code {self.returncode}" if self.returncode else "")
-
-
-def _stop_local(proc: subprocess.Popen) -> None:
-    """SIGTERM ``mpiexec``'s process group, SIGKILL it 3 s later (Hydra ignores TERM before proxies connect)."""
-    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _exists(sftp: paramiko.SFTPClient, path: str) -> bool:
-    try:
-        sftp.lstat(path)
-        return True
-    except FileNotFoundError:
-        return False
-
-
-def _makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
-    parts = path.split("/")
-    cur = "/" if path.startswith("/") else ""
-    for part in parts:
-        if not part:
-            continue
-        cur = posixpath.join(cur, part)
-        try:
-            st = sftp.stat(cur)
-            if not stat.S_ISDIR(st.st_mode or 0):
-                raise OSError(f"{cur} exists and is not a directory")
-        except FileNotFoundError:
-            try:
-                sftp.mkdir(cur, mode=0o700)
-            except OSError:  # made meanwhile by another host's setup (shared file system)?
-                if not stat.S_ISDIR(sftp.stat(cur).st_mode or 0):
-                    raise
-
-
-def _safe_name(name: str) -> bool:
-    return name not in ("", ".", "..") and "/" not in name and "\\" not in name and name.isprintable()
-
-
-def _walk(sftp: paramiko.SFTPClient, top: str, rel: str = "") -> list[tuple[str, str]]:
-    """Regular files under ``top`` as (relative path, remote path); symlinks and odd names skipped."""
-    out = []
-    for a in sftp.listdir_attr(posixpath.join(top, rel) if rel else top):
-        if not _safe_name(a.filename):
-            continue
-        r = posixpath.join(rel, a.filename) if rel else a.filename
-        mode = a.st_mode or 0
-        if stat.S_ISDIR(mode):
-            out += _walk(sftp, top, r)
-        elif stat.S_ISREG(mode):
-            out.append((r, posixpath.join(top, r)))
-    return out
-
-
-def _collect(sftp: paramiko.SFTPClient, wdir: str, run_dir: Path, label: str) -> tuple[list[Path], list[Path]]:
-    """Fetch a host's directory into ``run_dir`` by the merge rules of the module docstring."""
-    collected, conflicts = [], []
-    run_dir.mkdir(parents=True, exist_ok=True)
-    root = run_dir.resolve()
-    for rel, remote in _walk(sftp, wdir):
-        target = (root / rel).resolve()
-        if root not in target.parents:
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{label}.part")
-        sftp.get(remote, str(tmp))
-        if not target.exists():
-            os.replace(tmp, target)
-            collected.append(target)
-        elif filecmp.cmp(tmp, target, shallow=False):
-            tmp.unlink()
-        elif _is_prefix(target, tmp):
-            os.replace(tmp, target)
-            collected.append(target)
-        elif _is_prefix(tmp, target):
-            tmp.unlink()
-        elif target.suffix == ".jsonl":
-            have = set(target.read_bytes().splitlines())
-            extra = [ln for ln in tmp.read_bytes().splitlines() if ln.strip() and ln not in have]
-            if extra:
-                with open(target, "ab") as f:
-                    if target.stat().st_size and not target.read_bytes().endswith(b"\n"):
-                        f.write(b"\n")
-                    f.write(b"\n".join(extra) + b"\n")
-                collected.append(target)
-            tmp.unlink()
-        else:
-            alt = root / "hosts" / label / rel
-            alt.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, alt)
-            conflicts.append(alt)
-    return collected, conflicts
-
-
-def _is_prefix(short: Path, long: Path) -> bool:
-    a, b = short.stat().st_size, long.stat().st_size
-    if a >= b:
-        return False
-    with open(short, "rb") as fa, open(long, "rb") as fb:
-        return fa.read() == fb.read(a)
-
-
-def _rmtree(sftp: paramiko.SFTPClient, path: str) -> None:
-    try:
-        for a in sftp.listdir_attr(path):
-            if a.filename in (".", ".."):
-                continue
-            p = posixpath.join(path, a.filename)
-            if stat.S_ISDIR(a.st_mode or 0):
-                _rmtree(sftp, p)
-            else:
-                sftp.remove(p)
-        sftp.rmdir(path)
-    except (OSError, paramiko.SSHException):
-        pass
 
 
 def launch_hosts(hosts: Sequence[Host], argv: Sequence[str], ssh_options: SSHOptions,
@@ -901,7 +669,7 @@ def launch_hosts(hosts: Sequence[Host], argv: Sequence[str], ssh_options: SSHOpt
     * ``hosts``: from ``hipress.launch.hosts`` (validated names, slots); rank order follows it,
       ``slots`` consecutive ranks per host.
     * ``argv``: the rank command as for a local run, e.g. ``[sys.executable, "-m",
-      "hipress.train.worker", "."]``; a leading Python interpreter is replaced by
+      "my.rank.program", "."]``; a leading Python interpreter is replaced by
       ``ssh_options.python`` on the hosts. It runs in the host's copy of ``run_dir``, so ``.`` is
       the run directory.
     * ``ssh_options``: user, port, key, known_hosts, host-key acceptance, timeouts, remote Python.

@@ -220,7 +220,7 @@ class RealRunner:
 
     def _measure(self, p: Point, spec: RunSpec) -> dict[str, Any]:
         from hipress.train.config import ConfigError, make_config
-        from hipress.train.supervise import Job, RunFailed, thread_env, threads_per_rank
+        from hipress.train.supervise import RunFailed, Where, follow, start
 
         ident = self.identity(p)
         name = self.cache.path(p).stem
@@ -239,17 +239,17 @@ class RealRunner:
             run_dir.rename(prev)
         run_dir.mkdir(parents=True)
         cfg.write(run_dir)
-        env = thread_env(threads_per_rank(p.gpus))
-        env.update({"HIPRESS_DDP_ADDR": self.emulated.address(0), "GLOO_SOCKET_IFNAME": "eth0"})
-        job = Job(p.gpus, [sys.executable, "-m", "hipress.train.worker", str(run_dir.resolve())],
-                  log=run_dir / "output.log", env=env, emulated=self.emulated)
+        job = start(cfg, run_dir, Where(emulated=self.emulated))
         total = cfg.warmup + cfg.iters
+        seen = [0]
 
-        def progress(n: int, _event: dict[str, Any]) -> None:
-            if self.on_iteration:
-                self.on_iteration(f"iter {n}/{total}")
+        def progress(event: dict[str, Any]) -> None:
+            if event.get("event") == "iteration":
+                seen[0] += 1
+                if self.on_iteration:
+                    self.on_iteration(f"iter {seen[0]}/{total}")
         try:
-            s = job.follow(run_dir, progress, timeout_s=self.timeout_s)
+            s = follow(job, run_dir, progress, timeout_s=self.timeout_s).check()
         except RunFailed as e:
             raise RuntimeError(f"{e}; see {run_dir}") from None
         if not s.get("throughput"):

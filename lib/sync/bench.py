@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -31,24 +30,12 @@ from mpi4py import MPI
 
 from hipress.compress import create_from_spec
 from hipress.compress.kernels import set_threads
+from hipress.stats import median_ci
 
 from .device import DEVICES, bind_rank
 from .engine import Engine
 from .guard import abort_on_error
 from .topologies import available, get
-
-
-def median_ci(xs: list[float], z: float = 1.96) -> tuple[float, float, float]:
-    """Median and a distribution-free ~95% interval for it (order statistics of the sample)."""
-    s = sorted(xs)
-    n = len(s)
-    med = statistics.median(s)
-    if n < 3:
-        return med, s[0], s[-1]
-    half = z * math.sqrt(n) / 2
-    lo = max(0, math.floor(n / 2 - half))
-    hi = min(n - 1, math.ceil(n / 2 + half) - 1)
-    return med, s[lo], s[hi]
 
 
 def run_topology(

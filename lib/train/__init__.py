@@ -3,7 +3,8 @@
 - ``DistributedOptimizer`` wraps a torch optimizer; gradients are submitted as backward produces them.
 - ``CompressionHookState`` / ``compression_hook``: the same compressors inside torch DDP (gloo).
 - ``data``: synthetic batches, scikit-learn's digits; ``results``: the run directory's files.
-- ``python -m hipress.train.worker RUN_DIR``: one MPI rank of ``hipress run``.
+- ``supervise``: ``start`` a run's ranks (locally, emulated, on SSH hosts) and ``follow`` them; ``worker``:
+  one MPI rank.
 """
 
 from .config import TOPOLOGIES, ConfigError, RunConfig, engine_topology, make_config

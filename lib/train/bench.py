@@ -11,17 +11,16 @@ every compressed variant's throughput is divided by each uncompressed one's.
 from __future__ import annotations
 
 import statistics
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from hipress.stats import median_ci
 
 from .config import ConfigError, RunConfig, make_config
-from .results import EVENTS, read_events, write_json_atomic
-from .supervise import Job, RunFailed, thread_env, threads_per_rank
+from .results import EVENTS, bytes_estimated, read_events, write_json_atomic
+from .supervise import RunFailed, Where, follow, start, threads_per_rank
 
 DEFAULT_VARIANTS = "ring+tbq;ps+tbq;ring+none;ps+none;ddp+none"
 
@@ -52,16 +51,6 @@ def parse_variants(text: str) -> list[Variant]:
     return out
 
 
-def median_ci(xs: list[float], reps: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """Bootstrap 95% confidence interval of the median."""
-    if len(xs) < 2:
-        return (xs[0], xs[0]) if xs else (float("nan"), float("nan"))
-    a = np.asarray(xs)
-    rng = np.random.default_rng(seed)
-    meds = np.median(a[rng.integers(0, len(a), size=(reps, len(a)))], axis=1)
-    return float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
-
-
 def bench_train(
     model: str,
     variants: list[Variant],
@@ -83,9 +72,6 @@ def bench_train(
                for v in variants}  # validates everything before anything starts
     root = Path(results) / bench_id
     root.mkdir(parents=True, exist_ok=False)
-    env = thread_env(threads_per_rank(np_, threads))
-    if emulated is not None:
-        env.update({"HIPRESS_DDP_ADDR": emulated.address(0), "GLOO_SOCKET_IFNAME": "eth0"})
     runs: dict[str, list[dict]] = {v.label: [] for v in variants}
     for r in range(rounds):
         for v in variants:
@@ -96,14 +82,13 @@ def bench_train(
             cfg.write(run_dir)
             if on_event:
                 on_event("start", {"variant": v.label, "round": r, "run_dir": str(run_dir)})
-            job = Job(np_, [sys.executable, "-m", "hipress.train.worker", str(run_dir.resolve())],
-                      log=run_dir / "output.log", env=env, emulated=emulated)
+            job = start(cfg, run_dir, Where(emulated=emulated))
 
-            def show(_n: int, e: dict[str, Any], label: str = v.label) -> None:
-                if on_event:
+            def show(e: dict[str, Any], label: str = v.label) -> None:
+                if on_event and e.get("event") == "iteration":
                     on_event("iteration", {"variant": label, **e})
             try:
-                summary = job.follow(run_dir, show)
+                summary = follow(job, run_dir, show).check()
             except RunFailed as e:
                 raise RuntimeError(f"variant {v.label} (round {r}) failed: {e}; see {run_dir}") from None
             measured = [e for e in read_events(run_dir / EVENTS) if e.get("event") == "iteration" and not e["warmup"]]
@@ -116,7 +101,7 @@ def bench_train(
         its = [e for run in runs[v.label] for e in run["iterations"]]
         iter_s = [e["iter_s"] for e in its]
         med = statistics.median(iter_s)
-        lo, hi = median_ci(iter_s)
+        _, lo, hi = median_ci(iter_s)
         syncs = [e["sync_s"] for e in its if e.get("sync_s") is not None]
         sent = [max(e["bytes_sent"]) for e in its]
         rows.append({
@@ -128,7 +113,7 @@ def bench_train(
             "sync_s": statistics.median(syncs) if syncs else None,
             "sync_share": statistics.median(syncs) / med if syncs else None,
             "bytes_sent_per_rank": statistics.median(sent),
-            "bytes_sent_estimated": cfg.engine_topology == "ddp",
+            "bytes_sent_estimated": bytes_estimated(cfg.engine_topology),
             "iterations": len(its),
             "run_dirs": [run["summary"]["run_id"] for run in runs[v.label]],
         })

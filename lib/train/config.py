@@ -1,18 +1,9 @@
 """A run's configuration: what ``hipress run`` validates, writes to ``config.json``, and workers read.
 
-The user picks a synchronization with ``--topo`` and ``--alg``:
-
-=============  ======================================================================================
-``--topo``     what runs (the engine topology)
-=============  ======================================================================================
-``ring``       CaSync-Ring (``casync-ring``); with ``--alg none`` the same ring in fp32 (``ring``)
-``ps``         CaSync-PS (``casync-ps``); with ``--alg none`` the same server in fp32 (``ps``)
-``allgather``  baseline: compress, all-gather every payload, decode all (Horovod/GRACE style)
-``allreduce``  baseline: MPI Allreduce of fp32 (``--alg none`` only)
-``ddp``        baseline: PyTorch DistributedDataParallel on gloo; with ``--alg X`` hipress's DDP hook
-=============  ======================================================================================
-
-``casync-ring`` and ``casync-ps`` are accepted as spellings of ``ring`` and ``ps``. Everything in the
+The user picks a synchronization with ``--topo`` and ``--alg``; ``hipress.sync.topologies.CHOICES``
+declares each ``--topo`` once (its aliases, case-insensitive, and the engine topology it runs with and
+without compression), and ``config.json`` records both the choice (``topology``) and what ran
+(``engine_topology``). Everything in the
 file is plain JSON (no pickles), and a plan is stored as its entries, so a worker needs nothing but
 this file.
 """
@@ -33,33 +24,28 @@ import torch
 from hipress import __version__
 from hipress.compress import UnknownAlgorithm, create_from_spec
 from hipress.models import BadModelOption, UnknownModel, get, gradient_sizes
+from hipress.topology_names import CHOICES, DEFAULT_CHOICE, ENGINE_RUNNER, choice, choice_of_engine
 
 from .threshold import DEFAULT_COMP_THRESHOLD, apply_threshold
 from .validate import ConfigError, check_numbers, check_run_id
 
-TOPOLOGIES: dict[str, str] = {
-    "ring": "CaSync-Ring: compression-aware ring all-reduce (--alg none: the same ring in fp32)",
-    "ps": "CaSync-PS: compression-aware co-located parameter server (--alg none: in fp32)",
-    "allgather": "baseline: compress, all-gather all payloads, decode all (Horovod/GRACE style)",
-    "allreduce": "baseline: MPI Allreduce of fp32 gradients (--alg none only)",
-    "ddp": "baseline: torch DistributedDataParallel on gloo (--alg X: hipress's DDP compression hook)",
-}
-_ALIASES = {"casync-ring": "ring", "casync-ps": "ps"}
+#: ``--topo`` names and what each runs (the declarations are ``hipress.sync.topologies.CHOICES``).
+TOPOLOGIES: dict[str, str] = {c.name: c.description for c in CHOICES}
 DATASETS = ("synthetic", "digits")
 
 
 def engine_topology(topology: str, alg: str) -> str:
-    """The engine's topology name for a user's ``--topo`` and algorithm name."""
-    topo = _ALIASES.get(topology, topology)
-    if topo not in TOPOLOGIES:
-        valid = ", ".join([*TOPOLOGIES, *_ALIASES])
-        raise ConfigError(f"unknown topology {topology!r}; use one of: {valid}")
-    if topo in ("ring", "ps"):
-        return topo if alg == "none" else f"casync-{topo}"
-    if topo == "allreduce" and alg != "none":
-        raise ConfigError(f"--topo allreduce sends fp32 and cannot use --alg {alg}; use --alg none, or "
-                          f"--topo ring|ps|allgather|ddp to compress")
-    return topo
+    """The engine's topology name for a user's ``--topo`` (any spelling) and algorithm name."""
+    try:
+        c = choice(topology)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    eng = c.engine_for(alg != "none")
+    if eng is None:
+        others = "|".join(o.name for o in CHOICES if o.engine is not None)
+        raise ConfigError(f"--topo {c.name} sends fp32 and cannot use --alg {alg}; use --alg none, or "
+                          f"--topo {others} to compress")
+    return eng
 
 
 @dataclass
@@ -145,7 +131,7 @@ def make_run_id(model: str, topology: str, alg: str) -> str:
 
 def make_config(
     model: str,
-    topology: str = "ring",
+    topology: str = DEFAULT_CHOICE.name,
     alg: str = "tbq",
     np: int = 2,
     iters: int = 5,
@@ -199,9 +185,9 @@ def make_config(
     except ValueError as e:
         raise ConfigError(f"bad --alg {alg!r}: {e}") from None
     name = alg_name(alg)
-    topo = _ALIASES.get(topology, topology)
-    eng = engine_topology(topo, name)
-    if eng == "ddp" and (not overlap or bulk_bytes is not None):
+    eng = engine_topology(topology, name)
+    topo = choice(topology).name
+    if choice_of_engine(eng)[0].runner != ENGINE_RUNNER and (not overlap or bulk_bytes is not None):
         raise ConfigError("--topo ddp synchronizes inside torch DDP: overlap and bulk_bytes apply to the CaSync "
                           "engine's topologies (ring, ps, allgather, allreduce) only")
     overrides = {"batch_size": batch_size, "input_size": input_size, "seq_len": seq_len}
@@ -303,15 +289,17 @@ def resolve_plan(
     ``forward`` gives the model's gradients in definition order: a plan file written with another
     framework's names (HiPress's MXNet files list parameters that way) is then mapped by position.
     """
-    if eng not in ("casync-ring", "casync-ps"):
-        raise ConfigError(f"--plan applies to CaSync (--topo ring|ps with a compressing --alg), not to {eng!r}")
+    c = choice_of_engine(eng)[0]
+    if c.plan is None or eng != c.engine:
+        planned = "|".join(o.name for o in CHOICES if o.plan is not None)
+        raise ConfigError(f"--plan applies to CaSync (--topo {planned} with a compressing --alg), not to {eng!r}")
     try:
         from hipress.plan import PlanError, auto_plan, load_plan
     except ImportError as e:  # pragma: no cover - the planner ships with hipress
         raise ConfigError(f"planning is not available in this installation ({e}); run without --plan") from None
     try:
         if plan == "auto":
-            entries = auto_plan(sizes, nnodes=np, alg=alg, topology=eng.removeprefix("casync-"))
+            entries = auto_plan(sizes, nnodes=np, alg=alg, topology=c.plan)
         else:
             path = Path(plan)
             if not path.is_file():

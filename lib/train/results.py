@@ -18,10 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from hipress.launch.job import ERRORS, read_errors, read_jsonl
+
+__all__ = ["CONFIG", "ERRORS", "EVENTS", "SUMMARY", "EventLog", "append_error", "bytes_estimated", "read_errors",
+           "read_events", "summarize", "write_json_atomic"]
+
 CONFIG = "config.json"
 EVENTS = "events.jsonl"
 SUMMARY = "summary.json"
-ERRORS = "errors.jsonl"
 
 
 def _umask() -> int:
@@ -104,19 +108,7 @@ class EventLog:
 
 def read_events(path: Path) -> Iterator[dict[str, Any]]:
     """Events of a run; a torn last line (the writer was killed mid-write) is skipped."""
-    path = Path(path)
-    if not path.exists():
-        return
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                break
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                yield obj
+    return read_jsonl(path)
 
 
 def append_error(run_dir: Path, rank: int, error: str) -> None:
@@ -131,8 +123,14 @@ def append_error(run_dir: Path, rank: int, error: str) -> None:
         os.close(fd)
 
 
-def read_errors(run_dir: Path) -> list[dict[str, Any]]:
-    return list(read_events(Path(run_dir) / ERRORS))
+def bytes_estimated(engine_topology: str) -> bool:
+    """Whether a run's bytes sent are estimated: DDP's synchronization happens inside torch, unseen."""
+    from hipress.topology_names import DDP_RUNNER, choice_of_engine
+
+    try:
+        return choice_of_engine(engine_topology)[0].runner == DDP_RUNNER
+    except ValueError:
+        return False
 
 
 def _median(xs: list[float]) -> float | None:
@@ -179,7 +177,7 @@ def summarize(run_dir: Path, status: str = "ok", error: str | None = None) -> di
         "sync_share": (med_sync / med_iter) if med_iter and med_sync is not None else None,
         "sync_span_s": _median(spans),
         "bytes_sent_per_rank": None,
-        "bytes_sent_estimated": config["engine_topology"] == "ddp",
+        "bytes_sent_estimated": bytes_estimated(config["engine_topology"]),
         "loss_first": its[0]["loss"] if its else None,
         "loss_last": its[-1]["loss"] if its else None,
     }

@@ -1,45 +1,47 @@
-"""Watching a run's ranks: the part of ``hipress run`` between the launcher and the renderer.
+"""The one way to run a training job: ``start`` its ranks somewhere, ``follow`` them to the end.
 
-``Job`` starts the ranks with the embedded ``mpiexec`` (the command line of
-``hipress.launch.local``, emulated cluster included) without waiting for them, so that ``hipress run``
-can render progress meanwhile. MPICH ends the job when a rank dies from a signal. Two things are
-left to do here.
-A rank that *exits* (rather than being killed) while the others wait for it in a synchronization
-does not end an MPICH job, so the ``Watchdog`` kills the remaining ranks, by PID, once a watched
-rank has been gone for ``grace_s``; MPICH then ends the job. And ``failure_message`` turns what
-happened into one line naming the rank: from ``errors.jsonl`` (a rank that raised records its
-error there), the watchdog, or ``mpiexec``'s "BAD TERMINATION ... PID" report mapped to a rank
-through the PIDs the ranks reported in rank 0's first event.
+``hipress run``, ``hipress bench train`` and ``hipress reproduce --mode real`` all go through here:
+
+    job = start(cfg, run_dir, Where(emulated=...))      # local, emulated, or Where(cluster=...) for --hosts
+    outcome = follow(job, run_dir, on_event)            # tails events.jsonl, names the failing rank
+
+``start`` writes nothing but the job's ``output.log``: the caller wrote ``config.json`` (and the plan)
+first. ``follow`` calls ``on_event(event)`` for each new line of rank 0's ``events.jsonl`` (the CLI
+draws its progress bar from them; the ``stall_warning`` pseudo-event carries the watchdog's warning),
+enforces a wall-clock ``timeout_s`` and the stall watchdog (``hipress.launch.heartbeat``), and ends in
+an ``Outcome`` with the summary written: ``ok``, ``failed`` (naming the rank), or ``interrupted``
+(Ctrl-C, SIGTERM or SIGHUP to the launcher: every rank stopped, exit code 128 + the signal). A
+second Ctrl-C while the ranks are being stopped is noted, not raised: the cleanup always finishes.
+
+This is the only module that names the worker (``WORKER``): how a rank is started is decided here.
 """
 
 from __future__ import annotations
 
 import os
-import re
+import shutil
 import signal
-import subprocess
+import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .results import EVENTS, read_errors, read_events, summarize
+from hipress.launch import heartbeat
+from hipress.launch.job import FailedStart, LocalJob, failure_message
+from hipress.launch.procs import alive
 
+from .results import EVENTS, summarize
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+__all__ = ["WORKER", "EventTail", "FailedStart", "LocalJob", "Outcome", "RunFailed", "Where", "alive",
+           "failure_message", "follow", "start", "thread_env", "threads_per_rank"]
+
+#: The module every rank runs.
+WORKER = "hipress.train.worker"
 
 
 def threads_per_rank(np: int, requested: int = 0) -> int:
@@ -59,266 +61,202 @@ def thread_env(threads: int) -> dict[str, str]:
     return {"NUMBA_NUM_THREADS": n, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
 
 
-class Watchdog:
-    """Knows which rank died first, and stops the job when a rank has vanished while others still run.
-
-    The order of deaths comes from Linux pidfds (``os.pidfd_open``): a thread blocks in ``poll`` on
-    one descriptor per rank and notes each exit the moment it happens, before Hydra has reacted to
-    it. Hydra's cleanup then SIGKILLs the other ranks within milliseconds, and its own report may
-    name any of them; the first death seen here is the rank to blame. Where pidfds are missing,
-    ``check`` polls the PIDs instead (coarser: a fast cleanup can hide the order).
-    """
-
-    def __init__(self, grace_s: float = 3.0) -> None:
-        self.grace_s = grace_s
-        self.pids: list[int] = []
-        self.fired: str | None = None
-        self.first_gone: list[int] = []  # ranks seen dead while others still ran: the likely cause
-        self._gone_since: float | None = None
-        self._dead: set[int] = set()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def watch(self, pids: Sequence[int]) -> None:
-        """The ranks' PIDs, index = rank (from rank 0's ``start`` event)."""
-        self.pids = [int(p) for p in pids]
-        fds: dict[int, int] = {}
-        for r, p in enumerate(self.pids):
-            try:
-                fds[os.pidfd_open(p)] = r
-            except (AttributeError, OSError):  # no pidfds here, or the rank is already gone
-                self._note_dead([r])
-        if fds:
-            self._thread = threading.Thread(target=self._observe, args=(fds,), name="rank-deaths", daemon=True)
-            self._thread.start()
-
-    def _note_dead(self, ranks: list[int]) -> None:
-        with self._lock:
-            if not self.first_gone and len(self._dead) + len(ranks) < len(self.pids):
-                self.first_gone = sorted(ranks)
-            self._dead.update(ranks)
-
-    def _observe(self, fds: dict[int, int]) -> None:
-        import select
-
-        poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN)
-        try:
-            while fds:
-                ready = [fd for fd, _ in poller.poll(1000)]
-                for fd in ready:
-                    poller.unregister(fd)
-                self._note_dead([fds.pop(fd) for fd in ready])
-                for fd in ready:
-                    os.close(fd)
-        finally:
-            for fd in fds:
-                os.close(fd)
-
-    def check(self) -> bool:
-        """Call periodically while the job runs; True once it has stopped the job."""
-        if self.fired or not self.pids:
-            return bool(self.fired)
-        state = [alive(p) for p in self.pids]
-        if self._thread is None:
-            self._note_dead([r for r, up in enumerate(state) if not up])
-        if all(state):
-            self._gone_since = None
-            return False
-        if not any(state):
-            return False  # all gone: the job is ending by itself
-        now = time.monotonic()
-        self._gone_since = self._gone_since or now
-        if now - self._gone_since < self.grace_s:
-            return False
-        gone = self.first_gone[0] if self.first_gone else state.index(False)
-        self.fired = (f"rank {gone} (pid {self.pids[gone]}) exited while the other ranks were still "
-                      f"running; they were stopped")
-        self.kill_all()
-        return True
-
-    def kill_all(self) -> None:
-        """SIGKILL every watched rank still alive (``mpiexec`` then ends the job)."""
-        for p in self.pids:
-            if alive(p):
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-
-    def leftovers(self) -> list[int]:
-        return [p for p in self.pids if alive(p)]
-
-
-_OOM_HINT = ("; if nobody killed it, it was probably the kernel's out-of-memory killer (see `dmesg`; use fewer "
-             "ranks, a smaller batch or model)")
-
-
-def _hint(msg: str) -> str:
-    return msg + _OOM_HINT if re.search(r"signal 9\b", msg) else msg
-
-
-def failure_message(run_dir: Path, output: str, returncode: int, pids: Sequence[int],
-                    watchdog_note: str | None = None, first_gone: Sequence[int] = ()) -> str:
-    """Which rank failed and why, in one line (plus the output's tail if nothing better is known).
-
-    ``first_gone``: ranks the watchdog saw dead while others still ran. With more than two ranks,
-    Hydra's cleanup kills the others with the same signal and its "BAD TERMINATION" may name any
-    of them, so that observation, when there is one, decides which rank is named.
-    """
-    errors = read_errors(run_dir)
-    if errors:
-        first = min(errors, key=lambda e: (e.get("time", 0.0), e.get("rank", 0)))
-        others = sorted({e.get("rank") for e in errors} - {first.get("rank")})
-        more = f" (then rank(s) {', '.join(map(str, others))})" if others else ""
-        return f"rank {first.get('rank')} failed: {first.get('error')}{more}"
-    if watchdog_note:
-        return watchdog_note
-    # Hydra's ``-print-all-exitcodes`` gives wait statuses by rank (signal in the low bits, else
-    # code << 8). A rank that *exited* non-zero is the cause: the ones Hydra cleaned up after it
-    # show 0 or a signal. Failing that, the rank whose PID Hydra's "BAD TERMINATION" names.
-    codes = [int(c) for line in re.findall(r"Exit codes: (.*)", output)
-             for c in re.findall(r"\b(\d+)\b", re.sub(r"\[[^\]]*\]", "", line))]
-    if first_gone:
-        r = first_gone[0]
-        c = codes[r] if r < len(codes) else 0
-        how = (f"was killed by signal {c & 0x7F}" if c & 0x7F else f"exited with code {c >> 8}" if c
-               else "ended")
-        pid = f" (pid {pids[r]})" if r < len(pids) else ""
-        return _hint(f"rank {r}{pid} {how} while the others were running")
-    exited = [(r, c >> 8) for r, c in enumerate(codes) if c and not c & 0x7F]
-    if exited:
-        r, code = exited[0]
-        pid = f" (pid {pids[r]})" if r < len(pids) else ""
-        return f"rank {r}{pid} exited with code {code} while the others were running"
-    m = re.search(r"PID (\d+) RUNNING AT (\S+)\s*=\s*EXIT CODE: (\d+)", output)
-    if m:
-        pid, host, code = int(m.group(1)), m.group(2), int(m.group(3))
-        rank = list(pids).index(pid) if pid in pids else None
-        who = f"rank {rank} (pid {pid} on {host})" if rank is not None else f"a rank (pid {pid} on {host})"
-        sig = re.search(r"signal (\d+)", output[m.end():])
-        how = f"was killed by signal {sig.group(1)}" if sig else f"exited with code {code}"
-        return _hint(f"{who} {how}")
-    killed = [(r, c & 0x7F) for r, c in enumerate(codes) if c & 0x7F]
-    if killed:
-        r, sig = killed[0]
-        pid = f" (pid {pids[r]})" if r < len(pids) else ""
-        return _hint(f"rank {r}{pid} was killed by signal {sig}")
-    tail = "\n".join(output.strip().splitlines()[-8:])
-    return f"mpiexec exited with code {returncode}" + (f"; last output:\n{tail}" if tail else "")
-
-
 class RunFailed(RuntimeError):
     """A launched run that failed or timed out; its ``summary.json`` says so too."""
 
 
-class Job:
-    """``argv`` on ``np`` local ranks under the embedded ``mpiexec``, not waited for: ``hipress run``
-    polls it while it renders progress (``hipress.launch.remote.RemoteJob`` has the same methods).
+@dataclass(frozen=True)
+class Where:
+    """Where the ranks run: this machine (default), an emulated cluster that is up, or SSH hosts.
 
-    The command line comes from ``hipress.launch.local.build_command`` (so an emulated cluster's
-    namespaces and MPI environment apply as for every other launch); output goes to ``log``. The job
-    runs in its own process group, which ``stop`` ends (SIGTERM, then SIGKILL), and then any watched
-    rank still alive, by PID.
+    ``cluster``: a connected ``hipress.launch.remote.Cluster`` (the job owns it from ``start`` on);
+    ``interface``: the network interface MPI uses between those hosts.
     """
 
-    def __init__(self, np: int, argv: Sequence[str], log: Path, env: dict[str, str] | None = None,
-                 emulated: Any = None, grace_s: float = 3.0) -> None:
-        from hipress.launch import emulate
-        from hipress.launch.local import build_command
+    emulated: Any = None
+    cluster: Any = None
+    interface: str | None = None
 
-        cmd = build_command(np, list(argv), emulated)
-        cmd.insert(1, "-print-all-exitcodes")  # Hydra's per-rank exit codes name the rank that failed
-        full_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        if emulated is not None:
-            emulate.require(emulated)
-            full_env.update(emulated.mpi_env())
-        full_env.update(env or {})
-        self.np = np
-        self.log_path = Path(log)
-        self.dog = Watchdog(grace_s)
-        self.returncode: int | None = None
-        self._log = open(self.log_path, "ab")  # noqa: SIM115  (closed in stop())
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=full_env, start_new_session=True)
+
+def start(cfg: Any, run_dir: Path, where: Where | None = None, *,
+          stall_timeout_s: float = heartbeat.DEFAULT_STALL_S) -> Any:
+    """Start ``cfg``'s ranks for the run directory ``run_dir`` (its ``config.json`` written already).
+
+    Returns a ``LocalJob``, a ``RemoteJob``, or a ``FailedStart`` carrying why the hosts refused it.
+    Local and emulated ranks beat into a private heartbeat directory (``job.heartbeat_dir``) and watch
+    this process's PID; remote ranks are guarded on their hosts by ``hipress.launch.remote``.
+    """
+    where = where or Where()
+    run_dir = Path(run_dir)
+    if where.cluster is not None:
+        return _start_remote(cfg, run_dir, where, stall_timeout_s)
+    env = thread_env(threads_per_rank(cfg.np, cfg.threads))
+    if where.emulated is not None:  # DDP's gloo rendezvous: rank 0's address on the emulated network
+        env.update({"HIPRESS_DDP_ADDR": where.emulated.address(0), "GLOO_SOCKET_IFNAME": "eth0"})
+    beats = tempfile.mkdtemp(prefix="hipress-heartbeat-")
+    env.update({heartbeat.HEARTBEAT_DIR: beats, heartbeat.LAUNCHER_PID: str(os.getpid()),
+                heartbeat.STALL_TIMEOUT: str(stall_timeout_s)})
+    try:
+        job = LocalJob(cfg.np, [sys.executable, "-m", WORKER, str(run_dir.resolve())], log=run_dir / "output.log",
+                       env=env, emulated=where.emulated)
+    except BaseException:
+        shutil.rmtree(beats, ignore_errors=True)
+        raise
+    job.heartbeat_dir = Path(beats)  # type: ignore[attr-defined]
+    return job
+
+
+def _start_remote(cfg: Any, run_dir: Path, where: Where, stall_timeout_s: float) -> Any:
+    """The ranks on the cluster's hosts (``RemoteJob``).
+
+    Each host's copy of the run directory is the ranks' working directory, hence the worker's ``.``;
+    rank 0's ``events.jsonl`` is mirrored here while the run goes, for the progress bar. The ranks
+    get this machine's ``HIPRESS_*`` variables (e.g. ``HIPRESS_FAULT`` drills), thread caps for their
+    host's cores, and ``HIPRESS_DDP_ADDR`` = the first host (rank 0's), for ``--topo ddp``.
+    """
+    from hipress.launch.remote import RemoteJob, RemoteLaunchError
+
+    cluster = where.cluster
+    per_rank = [max(1, int(r.facts.get("cpus") or 1) // r.host.slots) for r in cluster.reports]
+    env = {k: v for k, v in os.environ.items() if k.startswith("HIPRESS_") and k != "HIPRESS_JOB"
+           and k not in (heartbeat.HEARTBEAT_DIR, heartbeat.LAUNCHER_PID)}
+    env.setdefault("HIPRESS_DDP_ADDR", cluster.hosts[0].name)
+    env.update(thread_env(cfg.threads if cfg.threads > 0 else min(per_rank)))
+    env[heartbeat.STALL_TIMEOUT] = str(stall_timeout_s)  # the ranks' own collective timeouts
+    try:
+        return RemoteJob(cluster, [sys.executable, "-m", WORKER, "."], run_dir=run_dir, env=env,
+                         interface=where.interface, log=run_dir / "output.log", mirror=[EVENTS])
+    except RemoteLaunchError as e:
+        return FailedStart(f"the ranks could not be started on the hosts: {e}")
+
+
+class EventTail:
+    """The new complete lines of ``events.jsonl`` as rank 0 appends them (a torn last line waits)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.pos = Path(path), 0
+
+    def poll(self) -> list[dict[str, Any]]:
+        import json
+
+        if not self.path.exists():
+            return []
+        new = []
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            f.seek(self.pos)
+            while True:
+                line = f.readline()
+                if not line.endswith("\n"):
+                    break
+                self.pos = f.tell()
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    new.append(obj)
+        return new
+
+
+@dataclass
+class Outcome:
+    """How a followed run ended: ``status`` ok / failed / interrupted, the exit code to give, the summary."""
+
+    status: str
+    returncode: int
+    failure: str = ""
+    summary: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def pids(self) -> list[int]:
-        return self.dog.pids
+    def ok(self) -> bool:
+        return self.status == "ok"
 
-    def watch(self, pids: Sequence[int]) -> None:
-        """The ranks' PIDs, index = rank (rank 0's ``start`` event)."""
-        self.dog.watch(pids)
+    def check(self) -> dict[str, Any]:
+        """The summary, or ``RunFailed`` with the message naming the rank."""
+        if not self.ok:
+            raise RunFailed(self.failure)
+        return self.summary
 
-    def poll(self) -> int | None:
-        """The exit code once the job is over (stopping what is left of it), else None."""
-        if self.returncode is not None:
-            return self.returncode
-        rc = self.proc.poll()
-        if rc is None and self.dog.check():
-            rc = self.proc.wait()  # the watchdog killed the ranks: mpiexec ends now
-        if rc is not None:
-            self.returncode = rc if rc != 0 or not self.dog.fired else 1
-            self.stop()
-        return self.returncode
 
-    def wait(self, poll_s: float = 0.2) -> int:
-        while (rc := self.poll()) is None:
-            time.sleep(poll_s)
-        return rc
+@contextmanager
+def _signals_noted() -> Iterator[list[int]]:
+    """Ctrl-C, SIGTERM and SIGHUP become a note the follower checks between polls, never an exception raised
+    at a random point (inside rich's locks, or half way through stopping the ranks); again while stopping too."""
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, lambda signum, _f: seen.append(signum)) for s in sigs}
+    try:
+        yield seen
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
-    def stop(self) -> None:
-        """End everything this job started; idempotent."""
-        if self.proc.poll() is None:
-            for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
-                try:
-                    os.killpg(self.proc.pid, sig)
-                except ProcessLookupError:
+
+def _stop(job: Any, interrupted: bool) -> None:
+    if interrupted and hasattr(job, "interrupt"):
+        job.interrupt()
+    job.stop()
+
+
+def follow(job: Any, run_dir: Path, on_event: Callable[[dict[str, Any]], None] | None = None, *,
+           timeout_s: float | None = None, stall_timeout_s: float = heartbeat.DEFAULT_STALL_S,
+           poll_s: float = 0.2) -> Outcome:
+    """Follow ``job`` until it ends; stop it whatever happens; write and return the run's summary.
+
+    ``on_event(event)`` gets each new event of rank 0 (``start``, ``iteration``, ``end``) and the
+    watchdog's ``{"event": "stall_warning", "message": ...}``. A failure, ``timeout_s`` or a stall
+    (no progress of some rank for ``stall_timeout_s``; 0 turns the watchdog off) ends the run with a
+    ``failed`` outcome naming the rank; a signal to this process, with an ``interrupted`` one.
+    """
+    run_dir = Path(run_dir)
+    tail = EventTail(run_dir / EVENTS)
+    beats = getattr(job, "heartbeat_dir", None)
+    stall = heartbeat.StallWatch(beats, stall_timeout_s, getattr(job, "np", 0) or 1)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    status, code, failure = "ok", 0, ""
+    try:
+        with _signals_noted() as signals:
+            while not signals:
+                rc = job.poll()
+                for e in tail.poll():
+                    if e.get("event") == "start":
+                        job.watch(e.get("pids", []))
+                    if on_event:
+                        on_event(e)
+                if rc is not None:
+                    if rc != 0:
+                        status, code, failure = "failed", rc, job.failure_message(run_dir)
                     break
-                try:
-                    self.proc.wait(wait_s)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        self.dog.kill_all()
-        if not self._log.closed:
-            self._log.close()
-
-    def follow(self, run_dir: Path, on_iteration: Callable[[int, dict[str, Any]], None] | None = None,
-               timeout_s: float | None = None, poll_s: float = 0.3) -> dict[str, Any]:
-        """Wait for the run in ``run_dir`` to end and return its summary; the job is stopped whatever happens.
-
-        Watches the ranks once rank 0's ``start`` event names them, calls ``on_iteration(n, event)`` for
-        each new iteration event, and on a failure or after ``timeout_s`` writes a failed summary and
-        raises :class:`RunFailed` with the message that names the rank (``hipress run`` shows the same).
-        """
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        seen = 0
-        try:
-            while (rc := self.poll()) is None:
-                evs = list(read_events(run_dir / EVENTS))
-                if evs and evs[0].get("event") == "start" and not self.pids:
-                    self.watch(evs[0].get("pids", []))
-                its = [e for e in evs if e.get("event") == "iteration"]
-                for n, e in enumerate(its[seen:], start=seen + 1):
-                    if on_iteration:
-                        on_iteration(n, e)
-                seen = len(its)
                 if deadline is not None and time.monotonic() > deadline:
-                    self.stop()
-                    summarize(run_dir, status="failed", error=f"timed out after {timeout_s:.0f} s")
-                    raise RunFailed(f"timed out after {timeout_s:.0f} s")
+                    status, code, failure = "failed", 1, f"timed out after {timeout_s:.0f} s"
+                    break
+                warning, stalled = stall.check()
+                if warning and on_event:
+                    on_event({"event": "stall_warning", "message": warning, "time": time.time()})
+                if stalled:
+                    status, code, failure = "failed", 1, stalled
+                    break
                 time.sleep(poll_s)
-        finally:
-            self.stop()
-        if rc != 0:
-            msg = self.failure_message(run_dir)
-            summarize(run_dir, status="failed", error=msg)
-            raise RunFailed(msg)
-        return summarize(run_dir)
-
-    def failure_message(self, run_dir: Path) -> str:
-        output = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return failure_message(run_dir, output, self.returncode or 1, self.dog.pids, self.dog.fired,
-                               self.dog.first_gone)
+            if signals:
+                first = signals[0]
+                status, code = "interrupted", 128 + first
+                failure = ("interrupted by the user (Ctrl-C); all ranks were stopped" if first == signal.SIGINT
+                           else f"interrupted by {signal.Signals(first).name}; all ranks were stopped")
+            _stop(job, interrupted=bool(signals))
+    except KeyboardInterrupt:  # follow() outside the main thread: Ctrl-C is not ours to turn into a note
+        _stop(job, interrupted=True)
+        status, code, failure = "interrupted", 130, "interrupted by the user (Ctrl-C); all ranks were stopped"
+    finally:
+        if beats is not None:
+            shutil.rmtree(beats, ignore_errors=True)
+    if status == "ok" and job.returncode not in (0, None):  # stopping found a failure (e.g. results not fetched)
+        status, code, failure = "failed", job.returncode, job.failure_message(run_dir)
+    with _signals_noted():
+        for e in tail.poll():  # what rank 0 wrote last (mirrored by stop() on a remote run)
+            if on_event:
+                on_event(e)
+        summary = summarize(run_dir, status=status, error=failure or None)
+    return Outcome(status, code, failure, summary)

@@ -1,6 +1,6 @@
 """The training worker: one MPI rank of a data-parallel run.
 
-    mpiexec -n 2 python -m hipress.train.worker RUN_DIR
+    mpiexec -n 2 python -m <this module> RUN_DIR       (``hipress.train.supervise.start`` does it)
 
 ``RUN_DIR/config.json`` (written by ``hipress run``) says what to train and how to synchronize;
 rank 0 reads it and broadcasts it (as JSON bytes, so ranks on hosts without the directory get it
@@ -22,21 +22,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from hipress.launch.heartbeat import Heartbeat, stall_timeout_s, watch_launcher
 from hipress.models import get
 
 from .config import RunConfig, install_compll
 from .results import EVENTS, EventLog, append_error, summarize
+from .runners import bcast_bytes, make_runner
 
 #: Per-iteration values every rank sends to rank 0 (a float64 buffer, never a pickle).
 _FIELDS = ("iter_s", "compute_s", "sync_s", "loss", "bytes_sent", "max_rss", "sync_span_s")
-
-
-def _bcast_bytes(comm: Any, data: bytes | None) -> bytes:
-    n = np.array([len(data) if data is not None else 0], dtype=np.int64)
-    comm.Bcast(n, root=0)
-    buf = np.frombuffer(data, dtype=np.uint8).copy() if data is not None else np.empty(int(n[0]), dtype=np.uint8)
-    comm.Bcast(buf, root=0)
-    return buf.tobytes()
 
 
 def _set_threads(comm: Any, requested: int) -> int:
@@ -62,10 +56,11 @@ def _set_threads(comm: Any, requested: int) -> int:
 
 
 def _maybe_fault(rank: int, it: int) -> None:
-    """Failure drills: ``HIPRESS_FAULT=RANK:ITER[:raise|exit|kill]`` makes that rank fail at that iteration.
+    """Failure drills: ``HIPRESS_FAULT=RANK:ITER[:raise|exit|kill|hang]`` makes that rank fail at that iteration.
 
     Used by the tests (and by anyone checking how a cluster reacts) to exercise the three ways a
-    rank dies: an exception (reported with its message), an abrupt exit, and SIGKILL.
+    rank dies: an exception (reported with its message), an abrupt exit, and SIGKILL; and a rank
+    that stops making progress while alive (``hang``: the stall watchdog's case).
     """
     spec = os.environ.get("HIPRESS_FAULT")
     if not spec:
@@ -74,7 +69,7 @@ def _maybe_fault(rank: int, it: int) -> None:
     try:
         f_rank, f_iter = int(parts[0]), int(parts[1])
     except (IndexError, ValueError):
-        raise ValueError(f"HIPRESS_FAULT={spec!r}: expected RANK:ITER[:raise|exit|kill]") from None
+        raise ValueError(f"HIPRESS_FAULT={spec!r}: expected RANK:ITER[:raise|exit|kill|hang]") from None
     if (f_rank, f_iter) != (rank, it):
         return
     kind = parts[2] if len(parts) > 2 else "raise"
@@ -82,6 +77,9 @@ def _maybe_fault(rank: int, it: int) -> None:
         os._exit(3)
     if kind == "kill":
         os.kill(os.getpid(), 9)
+    if kind == "hang":
+        while True:
+            time.sleep(3600)
     raise RuntimeError(f"fault injected by HIPRESS_FAULT={spec} at iteration {it}")
 
 
@@ -89,15 +87,28 @@ def _finite(x: float) -> float | None:
     return x if np.isfinite(x) else None
 
 
-def _stat(stats: Any, key: str, default: float) -> float:
-    """One figure of the engine's statistics of a synchronization (an object, or a dict), else ``default``.
+def _collective_timeout_s() -> float:
+    """How long a collective outside the engine may take: longer than the launcher's stall timeout, so
+    that the launcher, which sees every rank's heartbeat, names the stalled rank first; without a
+    launcher (``mpiexec`` by hand), this ends the run instead of hanging it."""
+    return 1.5 * stall_timeout_s()
 
-    ``bytes_sent``: what this rank sent; ``wall_s``: from the first gradient submitted to the last
-    one averaged (the sync span).
-    """
-    if stats is None:
-        return default
-    return float(stats.get(key, default) if isinstance(stats, dict) else getattr(stats, key, default))
+
+def _wait(req: Any, what: str, timeout_s: float) -> None:
+    """Complete a non-blocking MPI request, or raise ``TimeoutError`` after ``timeout_s`` (MPI has no timeouts)."""
+    deadline = time.monotonic() + timeout_s
+    nap = 0.0
+    while not req.Test():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not complete within {timeout_s:.0f} s: another rank stopped making "
+                               "progress")
+        time.sleep(nap)
+        nap = min(0.001, nap + 0.0001)
+
+
+def _gather(comm: Any, send: np.ndarray, recv: np.ndarray | None, what: str) -> None:
+    """``comm.Gather`` to rank 0, with the timeout of ``_wait``."""
+    _wait(comm.Igather(send, recv, root=0), what, _collective_timeout_s())
 
 
 def _broadcast_parameters(comm: Any, model: torch.nn.Module) -> None:
@@ -107,36 +118,13 @@ def _broadcast_parameters(comm: Any, model: torch.nn.Module) -> None:
             comm.Bcast(t.data.numpy(), root=0)
 
 
-def _ddp_setup(comm: Any, cfg: RunConfig, model: torch.nn.Module, opt: torch.optim.Optimizer):
-    """torch.distributed on gloo, its rendezvous address agreed over MPI; DDP, with the hook if compressing."""
-    import socket
+def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | None = None) -> dict[str, Any]:
+    """Run ``cfg`` on this rank; rank 0 writes events. Returns rank 0's end-of-run record.
 
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
-    rank = comm.Get_rank()
-    addr = os.environ.get("HIPRESS_DDP_ADDR", "127.0.0.1")
-    port = 0
-    if rank == 0:
-        with socket.socket() as s:
-            s.bind((addr, 0))
-            port = s.getsockname()[1]
-    port = int(_bcast_bytes(comm, str(port).encode() if rank == 0 else None))
-    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=comm.Get_size())
-    ddp = DistributedDataParallel(model)
-    hook_state = None
-    if cfg.alg.partition(":")[0] != "none":
-        from .ddp_hook import CompressionHookState, compression_hook
-
-        hook_state = CompressionHookState(cfg.alg, optimizer=opt, compress_after=cfg.compress_after,
-                                          momentum_correction=cfg.momentum_correction)
-        ddp.register_comm_hook(hook_state, compression_hook)
-    return ddp, hook_state
-
-
-def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
-    """Run ``cfg`` on this rank; rank 0 writes events. Returns rank 0's end-of-run record."""
+    ``beat`` tells the launcher's stall watchdog what this rank is doing whenever that changes.
+    """
     rank, world = comm.Get_rank(), comm.Get_size()
+    beat = beat or Heartbeat(rank, directory="")
     if world != cfg.np:
         raise RuntimeError(f"config asks for {cfg.np} ranks but MPI started {world}; launch with -n {cfg.np}")
     threads = _set_threads(comm, cfg.threads)
@@ -144,6 +132,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
     spec = get(cfg.model)
     opts = cfg.model_options
     torch.manual_seed(cfg.seed)
+    beat.beat("building the model")
     model = spec.build(**opts)
     model.train()
     _broadcast_parameters(comm, model)
@@ -159,54 +148,37 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
 
         batches = synthetic(spec, opts, rank, cfg.seed)
 
-    hook_state = None
-    opt: Any
-    if cfg.engine_topology == "ddp":
-        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-        net, hook_state = _ddp_setup(comm, cfg, model, opt)
-        numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    else:
-        from .optimizer import DistributedOptimizer
-
-        net = model
-        base = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-        opt = DistributedOptimizer(base, model.named_parameters(), compression=cfg.alg,
-                                   topology=cfg.engine_topology, plan=cfg.plan_entries(), comm=comm,
-                                   overlap=cfg.overlap, bulk_bytes=cfg.bulk_bytes,
-                                   compress_after=cfg.compress_after, momentum_correction=cfg.momentum_correction)
+    beat.beat("setting up the synchronization")
+    runner = make_runner(comm, cfg, model, _collective_timeout_s())
+    net, opt = runner.net, runner.opt
 
     log = EventLog(run_dir / EVENTS) if rank == 0 and run_dir is not None else None
     pids = np.empty(world, dtype=np.int64)
-    comm.Gather(np.array([os.getpid()], dtype=np.int64), pids, root=0)
+    beat.beat("start-up gather of the ranks' PIDs")
+    _gather(comm, np.array([os.getpid()], dtype=np.int64), pids, "the start-up Gather of the ranks' PIDs")
     if log:
         log.write({"event": "start", "time": time.time(), "world": world, "threads_per_rank": threads,
                    "pids": pids.tolist()})
     row = np.zeros(len(_FIELDS), dtype=np.float64)
     table = np.zeros((world, len(_FIELDS)), dtype=np.float64) if rank == 0 else None
     total = cfg.warmup + cfg.iters
-    sent_before = 0
     try:
         for it in range(total):
+            beat.beat("forward/backward", it)
             _maybe_fault(rank, it)
             t0 = time.perf_counter()
             opt.zero_grad()
             loss = spec.loss(net, next(batches))
             loss.backward()
+            beat.beat("optimizer step (gradient synchronization)", it)
             opt.step()
-            span = float("nan")
-            if cfg.engine_topology != "ddp":
-                sync_s, sent = opt.last_wait_s, _stat(opt.last_stats, "bytes_sent", 0.0)
-                span = _stat(opt.last_stats, "wall_s", float("nan"))
-            elif hook_state is not None:
-                sync_s, sent = float("nan"), float(hook_state.bytes_sent - sent_before)
-                sent_before = hook_state.bytes_sent
-            else:  # DDP synchronizes inside backward: its wait cannot be told apart from compute
-                sync_s, sent = float("nan"), 2.0 * (world - 1) / world * 4 * numel  # gloo ring, estimated
+            sync_s, sent, span = runner.step_stats()
             iter_s = time.perf_counter() - t0
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # peak resident bytes
             row[:] = (iter_s, iter_s - (0.0 if sync_s != sync_s else sync_s), sync_s, float(loss.detach()), sent, rss,
                       span)
-            comm.Gather(row, table, root=0)
+            beat.beat("gather of the iteration's statistics", it)
+            _gather(comm, row, table, f"the Gather of iteration {it}'s statistics")
             if log and table is not None:
                 log.write({
                     "event": "iteration", "iter": it, "warmup": it < cfg.warmup, "time": time.time(),
@@ -229,20 +201,15 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None) -> dict[str, Any]:
         if log:
             log.close()
         try:
-            if cfg.engine_topology == "ddp":
-                import torch.distributed as dist
-
-                if dist.is_initialized():
-                    dist.destroy_process_group()
-            else:
-                opt.close()
+            runner.close()
         except Exception:
             if not failing:  # on the way out of a failure, the original error is the one to report
                 raise
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hipress.train.worker", description=__doc__.split("\n\n")[0])
+    prog = f"python -m {__spec__.name if __spec__ else 'worker'}"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path, help="run directory holding config.json (written by `hipress run`)")
     args = parser.parse_args(argv)
 
@@ -252,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
+    watch_launcher()  # a launcher that dies without cleaning up takes this rank with it
+    beat = Heartbeat(rank)
+    beat.beat("start-up")
     run_dir: Path | None = args.run_dir if args.run_dir.is_dir() else None
     # abort_on_error prints the traceback prefixed with the rank, tells the peers' sync engines,
     # and MPI_Aborts the job: a failing rank ends the run instead of leaving the others waiting.
@@ -262,9 +232,10 @@ def main(argv: list[str] | None = None) -> int:
                 if run_dir is None:
                     raise FileNotFoundError(f"run directory {args.run_dir} does not exist; make it with `hipress run`")
                 text = (run_dir / "config.json").read_bytes()
-            cfg = RunConfig.from_json(_bcast_bytes(comm, text).decode())
-            train(comm, cfg, run_dir)
-            comm.Barrier()
+            cfg = RunConfig.from_json(bcast_bytes(comm, text).decode())
+            train(comm, cfg, run_dir, beat)
+            beat.beat("final barrier")
+            _wait(comm.Ibarrier(), "the final Barrier", _collective_timeout_s())
             if rank == 0 and run_dir is not None:
                 summarize(run_dir, status="ok")
         except BaseException as e:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hipress.train.bench import Variant, median_ci, parse_variants
+from hipress.stats import median_ci
+from hipress.train.bench import Variant, parse_variants
 from hipress.train.config import ConfigError
 
 from .conftest import hipress
@@ -26,7 +27,8 @@ def test_variants():
 
 @given(st.lists(st.floats(0.001, 100), min_size=1, max_size=30))
 def test_median_ci_brackets_the_median(xs):
-    lo, hi = median_ci(xs, reps=200)
+    med, lo, hi = median_ci(xs, reps=200)
+    assert med == statistics.median(xs)
     assert min(xs) <= lo <= statistics.median(xs) + 1e-12 and statistics.median(xs) - 1e-12 <= hi <= max(xs)
 
 

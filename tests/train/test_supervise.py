@@ -1,9 +1,23 @@
-"""Naming the failed rank from what MPICH's Hydra prints (pure parsing, no processes)."""
+"""Following a run: naming the failed rank from what Hydra prints (pure parsing); signals, a killed launcher
+and a stalled rank with real ranks."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from hipress.launch.heartbeat import StallWatch
 from hipress.train.results import append_error
-from hipress.train.supervise import failure_message, thread_env, threads_per_rank
+from hipress.train.supervise import alive, failure_message, thread_env, threads_per_rank
+
+from .conftest import CLI
+from .test_failure import _wait_for_iterations
 
 BAD = """
 ===================================================================================
@@ -50,3 +64,135 @@ def test_unknown_failures_show_the_output_tail(tmp_path):
 def test_thread_caps():
     assert threads_per_rank(4, 3) == 3 and threads_per_rank(10**6) == 1
     assert thread_env(2)["NUMBA_NUM_THREADS"] == "2"
+
+
+# --- the launcher's end: signals, a launcher that dies, a rank that stalls (real ranks, real signals) ---
+
+
+
+def _job_processes(launcher_pid: int) -> list[int]:
+    """Every process started for the job of ``launcher_pid`` (mpiexec, proxy, ranks): they carry its PID."""
+    needle = f"HIPRESS_LAUNCHER_PID={launcher_pid}".encode()
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != launcher_pid:
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if needle in f.read().split(b"\0") and alive(int(pid)):
+                        out.append(int(pid))
+            except OSError:
+                pass
+    return out
+
+
+def _start_run(results: Path, run_id: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    full = {**os.environ, "COLUMNS": "200", **(env or {})}
+    return subprocess.Popen([*CLI, "run", "mlp", "--np", "3", "--iters", "100000", "--results", str(results),
+                             "--run-id", run_id, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=full)
+
+
+def _gone_within(pids: list[int], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not [p for p in pids if alive(p)]:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("signals,code", [
+    ((signal.SIGTERM,), 128 + signal.SIGTERM),
+    ((signal.SIGHUP,), 128 + signal.SIGHUP),
+    ((signal.SIGINT, signal.SIGINT), 130),  # Ctrl-C twice: the second one lands during the cleanup
+])
+def test_a_signal_to_the_launcher_stops_the_whole_job(results, signals, code):
+    name = "-".join(signal.Signals(s).name for s in signals)
+    proc = _start_run(results, name)
+    run_dir = results / name
+    ranks = _wait_for_iterations(run_dir, 2, proc)
+    job = _job_processes(proc.pid)
+    assert set(ranks) <= set(job) and len(job) > len(ranks)  # mpiexec and its proxy too
+    t0 = time.monotonic()
+    for s in signals:
+        proc.send_signal(s)
+        time.sleep(0.3)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    took = time.monotonic() - t0
+    assert proc.returncode == code, err
+    assert "Traceback" not in err, err
+    assert "interrupted by" in err and "all ranks were stopped" in err, err
+    assert took < 20, f"the launcher took {took:.1f} s to end"
+    assert _gone_within(job, 5), f"left running: {[p for p in job if alive(p)]}"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["iterations"] >= 2
+    print(f"{name}: exit {proc.returncode} after {took:.2f} s, {len(job)} job processes gone")
+
+
+@pytest.mark.mpi
+def test_ranks_die_with_a_killed_launcher(results):
+    """SIGKILL leaves the launcher no cleanup: mpiexec gets the parent-death signal, ranks watch the launcher."""
+    proc = _start_run(results, "orphans")
+    _wait_for_iterations(results / "orphans", 2, proc)
+    job = _job_processes(proc.pid)
+    t0 = time.monotonic()
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert _gone_within(job, 15), f"left running: {[p for p in job if alive(p)]}"
+    print(f"launcher SIGKILLed: {len(job)} job processes gone after {time.monotonic() - t0:.2f} s")
+
+
+@pytest.mark.mpi
+def test_a_stalled_rank_is_named_and_the_run_stopped(results):
+    proc = _start_run(results, "stall", "--stall-timeout", "6", env={"HIPRESS_FAULT": "1:3:hang"})
+    run_dir = results / "stall"
+    ranks = _wait_for_iterations(run_dir, 3, proc)
+    t0 = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = " ".join(err.split())
+    assert proc.returncode == 1, err
+    assert "warning: rank 1 has made no progress" in out, out  # beside the progress bar
+    assert "rank 1 made no progress for" in err and "(stalled in forward/backward of iteration 3)" in err, err
+    assert _gone_within(ranks, 5)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"].startswith("rank 1 made no progress")
+    assert summary["iterations"] == 3  # what was written is kept
+    print(f"stall: stopped {time.monotonic() - t0:.2f} s after iteration 3 was seen")
+
+
+def _beat(d: Path, rank: int, phase: str, it: int | None, t: float, seq: int = 0) -> None:
+    (d / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "phase": phase, "iter": it, "time": t,
+                                                     "seq": seq}))
+
+
+def test_stall_watch_warns_then_names_the_rank_that_went_quiet_first(tmp_path):
+    w = StallWatch(tmp_path, timeout_s=10, ranks=2)
+    now = time.time()
+    _beat(tmp_path, 0, "gather of the iteration's statistics", 5, now - 5, seq=20)  # waits for rank 1
+    _beat(tmp_path, 1, "forward/backward", 5, now - 4, seq=18)  # behind, though it beat later
+    assert w.check(now) == (None, None)
+    warning, stop = w.check(now + 2)
+    assert stop is None and warning.startswith("rank 1 has made no progress for 6 s (in forward/backward of "
+                                               "iteration 5)")
+    assert w.check(now + 3) == (None, None)  # warned once
+    warning, stop = w.check(now + 7)
+    assert warning is None and stop.startswith("rank 1 made no progress for 11 s (stalled in forward/backward")
+
+
+def test_stall_watch_gives_start_up_its_allowance(tmp_path):
+    w = StallWatch(tmp_path, timeout_s=5, ranks=2)
+    now = time.time()
+    _beat(tmp_path, 0, "building the model", None, now - 60)
+    _beat(tmp_path, 1, "forward/backward", 0, now - 60)
+    assert w.check(now)[1] is None  # start-up and iteration 0 (kernel compilation) get >= 120 s
+    assert "rank 0 made no progress" in w.check(now + 70)[1]
+    assert StallWatch(tmp_path, timeout_s=0, ranks=2).check(now + 1000) == (None, None)  # 0: off

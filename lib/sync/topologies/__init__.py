@@ -4,6 +4,9 @@ A topology is a graph builder: given a ``GraphBuilder`` (one rank's view) and a 
 gradient), it composes the five primitives into tasks and returns the tasks after which
 ``job.flat`` holds the sum over ranks. Adding a topology is adding one file here that calls
 ``register``; nothing else changes (the package imports every module it holds).
+
+What a *user* picks with ``--topo`` (CLI names, aliases, display names, which of these topologies
+runs it with and without compression) is declared once in ``hipress.topology_names``.
 """
 
 from __future__ import annotations
@@ -70,3 +73,4 @@ def get(name: str) -> Topology:
 
 for _m in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_m.name}")
+

@@ -1,0 +1,177 @@
+"""Progress heartbeats of the ranks, and the launcher watch: both sides of the stall watchdog.
+
+MPI has no timeouts: a rank that stops making progress (stuck in a collective, a deadlock, a
+``SIGSTOP``, a hung file system) keeps the others waiting forever while every process still looks
+alive. So each rank says what it is doing whenever that changes: ``Heartbeat.beat(phase, it)``
+replaces one small file per rank, ``<dir>/rank-<r>.json``, in the directory the launcher names in
+``HIPRESS_HEARTBEAT_DIR``. The beats come from the rank's main thread on purpose: a thread beating
+on a timer would keep beating while the main thread hangs.
+
+The launcher reads them (``read_beats``) and, Horovod style, warns when a rank has made no progress
+for half the stall timeout, then ends the run at the timeout naming the rank that went quiet first
+and what it was doing (``StallWatch``). The rank that is behind is the culprit: its peers went on
+until they blocked waiting for it, so they beat more often (every rank beats the same phases in
+the same order, so the counts compare).
+
+``watch_launcher`` is the other direction: a thread in each rank that ends the rank when the
+launcher (``HIPRESS_LAUNCHER_PID``) is gone, so a launcher killed with SIGKILL leaves no rank behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HEARTBEAT_DIR = "HIPRESS_HEARTBEAT_DIR"
+LAUNCHER_PID = "HIPRESS_LAUNCHER_PID"
+STALL_TIMEOUT = "HIPRESS_STALL_TIMEOUT"
+DEFAULT_STALL_S = 120.0
+#: Start-up (Python and torch imports, MPI, building the model, the first iteration's kernel
+#: compilation) gets at least this long: on a loaded machine it takes tens of seconds, and a short
+#: ``--stall-timeout`` is meant for the iterations.
+STARTUP_S = 120.0
+
+
+def stall_timeout_s() -> float:
+    """The stall timeout the launcher gave the ranks (``HIPRESS_STALL_TIMEOUT``), else the default."""
+    try:
+        value = float(os.environ.get(STALL_TIMEOUT, DEFAULT_STALL_S))
+    except ValueError:
+        return DEFAULT_STALL_S
+    return value if value > 0 else DEFAULT_STALL_S
+
+
+class Heartbeat:
+    """One rank's beats; does nothing when the launcher asked for none (no ``HIPRESS_HEARTBEAT_DIR``)."""
+
+    def __init__(self, rank: int, directory: str | None = None) -> None:
+        d = directory if directory is not None else os.environ.get(HEARTBEAT_DIR)
+        self.rank = rank
+        self.seq = 0  # every rank beats the same phases in the same order: the lowest count is behind
+        self.path = Path(d) / f"rank-{rank}.json" if d else None
+
+    def beat(self, phase: str, iteration: int | None = None) -> None:
+        if self.path is None:
+            return
+        self.seq += 1
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        try:
+            tmp.write_text(json.dumps({"rank": self.rank, "seq": self.seq, "phase": phase, "iter": iteration,
+                                       "time": time.time(),
+                                       "pid": os.getpid()}))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # the launcher's directory is gone: the launcher is too, and watch_launcher acts
+
+
+@dataclass(frozen=True)
+class Beat:
+    rank: int
+    phase: str
+    iteration: int | None
+    time: float
+    seq: int = 0
+
+    def doing(self) -> str:
+        it = "" if self.iteration is None else f" of iteration {self.iteration}"
+        return f"{self.phase}{it}"
+
+
+def read_beats(directory: Path) -> dict[int, Beat]:
+    """The latest beat of each rank that has beaten (a file being replaced right now is skipped)."""
+    out: dict[int, Beat] = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return out
+    for name in names:
+        if not (name.startswith("rank-") and name.endswith(".json")):
+            continue
+        try:
+            d = json.loads((Path(directory) / name).read_text())
+            out[int(d["rank"])] = Beat(int(d["rank"]), str(d["phase"]), d.get("iter"), float(d["time"]),
+                                       int(d.get("seq", 0)))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+class StallWatch:
+    """Decides, from the beats, when to warn and when to stop a run whose ranks make no progress."""
+
+    def __init__(self, directory: Path | None, timeout_s: float, ranks: int) -> None:
+        self.directory, self.timeout_s, self.ranks = directory, timeout_s, ranks
+        self.warned: set[tuple[int, str, float]] = set()
+        self._t0 = time.time()
+
+    def check(self, now: float | None = None) -> tuple[str | None, str | None]:
+        """(warning, stop message); each None when there is nothing to say."""
+        if self.directory is None or self.timeout_s <= 0:
+            return None, None
+        now = time.time() if now is None else now
+        beats = read_beats(self.directory)
+        startup = max(self.timeout_s, STARTUP_S)
+        missing = [r for r in range(self.ranks) if r not in beats]
+        if missing and now - self._t0 > startup:
+            return None, (f"rank {missing[0]} never started (no heartbeat within {startup:.0f} s); "
+                          "the run was stopped")
+        if not beats:
+            return None, None
+        # the rank behind (fewest beats) is the one the others wait for; among equals, the quietest
+        first = min(beats.values(), key=lambda b: (b.seq, b.time, b.rank))
+        limit = startup if first.iteration in (None, 0) else self.timeout_s  # iteration 0 compiles kernels
+        quiet = now - first.time
+        if quiet >= limit:
+            return None, (f"rank {first.rank} made no progress for {quiet:.0f} s (stalled in {first.doing()}); "
+                          f"the run was stopped (--stall-timeout {self.timeout_s:g})")
+        key = (first.rank, first.phase, first.time)
+        if quiet >= limit / 2 and key not in self.warned:
+            self.warned.add(key)
+            return (f"rank {first.rank} has made no progress for {quiet:.0f} s (in {first.doing()}); the run will "
+                    f"be stopped after {limit:g} s"), None
+        return None, None
+
+
+def watch_launcher(poll_s: float = 1.0) -> threading.Thread | None:
+    """In a rank: end this process when the launcher named by ``HIPRESS_LAUNCHER_PID`` is gone.
+
+    Uses a pidfd where there is one (the exit is seen at once, and a recycled PID cannot fool it),
+    else polls the PID. Does nothing when no launcher PID was given (a rank started by hand).
+    """
+    text = os.environ.get(LAUNCHER_PID, "")
+    if not text.isdigit():
+        return None
+    pid = int(text)
+
+    def gone() -> None:
+        os.kill(os.getpid(), 9)  # no cleanup to do: the launcher that would read the results is gone
+
+    def watch() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            fd = None
+        if fd is None:
+            while True:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    gone()
+                except PermissionError:
+                    pass
+                time.sleep(poll_s)
+        import select
+
+        p = select.poll()
+        p.register(fd, select.POLLIN)
+        while not p.poll(None):
+            pass
+        gone()
+
+    t = threading.Thread(target=watch, name="launcher-watch", daemon=True)
+    t.start()
+    return t

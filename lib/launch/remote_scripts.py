@@ -1,0 +1,111 @@
+"""The small Python programs a multi-node job runs on its hosts over SSH, and how they are called.
+
+They are sent as ``python -c SCRIPT`` (nothing to install beyond Python on the hosts) and find the
+job's processes by the ``HIPRESS_JOB=<token>`` in their environment, which every rank and anything
+it starts inherits: Hydra puts each rank in its own process group, so a process group alone could
+leave ranks behind.
+"""
+
+from __future__ import annotations
+
+import paramiko
+
+from .ssh import command
+
+#: Signals every process of this user whose environment holds ``HIPRESS_JOB=<token>`` and prints
+#: how many it found. Hydra puts each rank in its own process group, so killing the proxy's
+#: group alone could leave ranks behind; the token, inherited by ranks and anything they start,
+#: finds them all (Linux ``/proc``).
+KILLER = r"""
+import os, signal, sys
+token = ("HIPRESS_JOB=" + sys.argv[1]).encode()
+sig = 0 if sys.argv[2] == "0" else getattr(signal, "SIG" + sys.argv[2])
+me, uid, n = os.getpid(), os.getuid(), 0
+for pid in os.listdir("/proc"):
+    if not pid.isdigit() or int(pid) == me:
+        continue
+    try:
+        if os.stat("/proc/" + pid).st_uid != uid:
+            continue
+        with open("/proc/" + pid + "/environ", "rb") as f:
+            if token not in f.read().split(b"\0"):
+                continue
+        if sig:
+            os.kill(int(pid), sig)
+        n += 1
+    except OSError:
+        pass
+print(n)
+"""
+
+
+#: Runs on each host in place of the proxy and starts it as a child. When the SSH session's stdin
+#: reaches EOF (the launcher closed it, died, or the connection was lost and sshd closed the
+#: session) or the guard gets SIGTERM/SIGINT/SIGHUP, it ends every process of the job on that host
+#: (found by the token, as ``KILLER`` does): a launcher killed with SIGKILL leaves nothing running.
+GUARD = r"""
+import os, signal, subprocess, sys, threading, time
+token, argv = sys.argv[1], sys.argv[2:]
+needle = ("HIPRESS_JOB=" + token).encode()
+me, uid = os.getpid(), os.getuid()
+def job_pids():
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != me:
+            try:
+                if os.stat("/proc/" + pid).st_uid == uid:
+                    with open("/proc/" + pid + "/environ", "rb") as f:
+                        if needle in f.read().split(b"\0"):
+                            out.append(int(pid))
+            except OSError:
+                pass
+    return out
+def end_job(*_):
+    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 1.0)):
+        for pid in job_pids():
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + wait
+        while job_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    os._exit(143)
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, end_job)
+child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=dict(os.environ, HIPRESS_JOB=token))
+def watch_stdin():
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    end_job()
+threading.Thread(target=watch_stdin, daemon=True).start()
+rc = child.wait()
+sys.exit(rc if rc >= 0 else 128 - rc)
+"""
+
+
+def signal_job(client: paramiko.SSHClient, python: str, token: str, sig: str, timeout: float = 15.0) -> int | None:
+    """Send ``sig`` (``TERM``, ``KILL``, or ``0`` to count) to the job's processes on a host; how many, or None."""
+    transport = client.get_transport()
+    if transport is None or not transport.is_active():
+        return None
+    try:
+        chan = transport.open_session(timeout=timeout)
+        chan.settimeout(timeout)
+        if sig not in ("0", "TERM", "KILL", "INT"):
+            raise ValueError(f"unexpected signal {sig!r}")
+        chan.exec_command(command([python, "-c", KILLER, token, sig]))
+        out = b""
+        while True:
+            chunk = chan.recv(4096)
+            if not chunk:
+                break
+            out += chunk
+        chan.recv_exit_status()
+        chan.close()
+        return int(out.strip() or b"0")
+    except (OSError, EOFError, ValueError, paramiko.SSHException):
+        return None

@@ -1,0 +1,81 @@
+"""The vocabulary of synchronizations: each ``--topo`` choice declared once.
+
+A ``Choice`` is what a user picks (``hipress run --topo NAME``): its CLI name, aliases, description,
+and which engine topology (``hipress.sync.topologies``) runs it with and without compression, each
+with its display name. The CLI, the run configuration, the worker, the planner and the reports
+read names from ``CHOICES``; names are case-insensitive (``Ring``, ``PS``, ``casync-ring``). A new
+user-facing synchronization is one ``Choice`` here beside its topology module.
+
+This module imports nothing of hipress (the CLI reads it to build its help without loading torch),
+so every layer may use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A synchronization offered to users (``hipress run --topo NAME``).
+
+    ``engine``: the topology that runs it with a compressor (None: fp32 only); ``fp32``: the one that
+    runs it with ``--alg none`` (None: compression only); each with its display name. ``runner``:
+    ``"engine"`` (hipress's CaSync engine, ``hipress.sync``) or ``"ddp"`` (torch DDP on gloo, with
+    hipress's compression hook; ``hipress.train.runners``). ``plan``: SeCoPa's topology when
+    ``--plan`` applies, else None.
+    """
+
+    name: str
+    aliases: tuple[str, ...]
+    description: str
+    engine: str | None
+    engine_display: str
+    fp32: str | None
+    fp32_display: str
+    runner: str = "engine"
+    plan: str | None = None
+
+    def engine_for(self, compressed: bool) -> str | None:
+        return self.engine if compressed else self.fp32
+
+
+ENGINE_RUNNER, DDP_RUNNER = "engine", "ddp"
+
+CHOICES: tuple[Choice, ...] = (
+    Choice("ring", ("casync-ring",),
+           "CaSync-Ring: compression-aware ring all-reduce (--alg none: the same ring in fp32)",
+           "casync-ring", "CaSync-Ring", "ring", "fp32 ring (CaSync engine, uncompressed)", plan="ring"),
+    Choice("ps", ("casync-ps",),
+           "CaSync-PS: compression-aware co-located parameter server (--alg none: in fp32)",
+           "casync-ps", "CaSync-PS", "ps", "fp32 parameter server (CaSync engine, uncompressed)", plan="ps"),
+    Choice("allgather", (), "baseline: compress, all-gather all payloads, decode all (Horovod/GRACE style)",
+           "allgather", "all-gather", "allgather", "all-gather"),
+    Choice("allreduce", (), "baseline: MPI Allreduce of fp32 gradients (--alg none only)",
+           None, "", "allreduce", "MPI Allreduce (fp32)"),
+    Choice("ddp", (), "baseline: torch DistributedDataParallel on gloo (--alg X: hipress's DDP compression hook)",
+           "ddp", "torch DDP on gloo", "ddp", "torch DDP on gloo", runner=DDP_RUNNER),
+)
+
+#: What ``hipress run`` synchronizes with when no ``--topo`` is given: CaSync-Ring.
+DEFAULT_CHOICE = CHOICES[0]
+
+
+def choice(name: str) -> Choice:
+    """The ``Choice`` called ``name`` (or one of its aliases), case-insensitively; ``ValueError`` otherwise."""
+    key = name.strip().lower()
+    for c in CHOICES:
+        if key == c.name or key in c.aliases:
+            return c
+    valid = ", ".join([c.name for c in CHOICES] + [a for c in CHOICES for a in c.aliases])
+    raise ValueError(f"unknown topology {name!r}; use one of: {valid}")
+
+
+def choice_of_engine(engine: str) -> tuple[Choice, str]:
+    """The ``Choice`` an engine topology name (as in ``config.json``) belongs to, and its display name."""
+    for c in CHOICES:
+        if engine == c.engine:
+            return c, c.engine_display
+        if engine == c.fp32:
+            return c, c.fp32_display
+    raise ValueError(f"unknown engine topology {engine!r}")
