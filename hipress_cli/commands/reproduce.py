@@ -8,15 +8,15 @@ where it stopped. Then one PNG per figure with the paper's points overlaid, ``er
 of predicted against published) and ``summary.json``; ``--json`` prints the throughput per cluster,
 model, system and GPU count, plus the errors and the parameters.
 
-The work is in ``hipress.reproduce`` (a layer above ``sim``, ``train``, ``launch`` and ``plan``): the
-sim planner (``sim`` and ``plan`` are one layer, so SeCoPa is handed to the simulator as a
-callable), and for real mode the system mapping, ``real.toml`` and the runner. ``--models`` and
-``--systems`` select a subset in both modes.
+The work is in ``hipress.reproduce`` (a layer above ``sim``, ``train``, ``launch`` and ``plan``):
+``simulated`` for sim mode (parameters, runner, outputs, the leave-one-out ``--validate``), the
+point loop both modes share (``points``), and for real mode the system mapping, ``real.toml`` and
+the runner. This command parses, checks, calls them and renders. ``--models`` and ``--systems``
+select a subset in both modes.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,7 +33,11 @@ ModeOpt = Annotated[str, typer.Option("--mode", help="sim (calibrated simulator)
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory [default: results/sosp21-MODE].")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print every simulator parameter and its source.")]
 RefitOpt = Annotated[bool, typer.Option(
-    "--refit", help="Fit the calibrated parameters again on sosp21.json (minutes) and save them in the package.")]
+    "--refit", help="Fit each cluster's parameters again on its baseline curves in sosp21.json (many minutes) and "
+                    "save them in the package.")]
+ValidateOpt = Annotated[bool, typer.Option(
+    "--validate", help="sim: leave-one-out check instead of the figures: refit without each model's curves and "
+                       "predict them (many minutes); writes validate.md/.json in the output directory.")]
 ExperimentsOpt = Annotated[Path | None, typer.Option(
     "--experiments", help="Directory of fig*.toml [default: the checkout's experiments/sosp21].")]
 HostsOpt = Annotated[int, typer.Option("--hosts", min=1, max=4, help="real: largest emulated cluster (1-4 hosts).")]
@@ -56,12 +60,6 @@ def _experiments_dir(given: Path | None) -> Path:
     return Path(hipress.__file__).resolve().parent.parent / "experiments" / "sosp21"
 
 
-def _planner() -> Any:
-    from hipress.reproduce import sosp21_planner
-
-    return sosp21_planner()
-
-
 def _names(text: str | None) -> list[str] | None:
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
@@ -74,6 +72,7 @@ def sosp21(
     json_: JsonOpt = False,
     explain: ExplainOpt = False,
     refit: RefitOpt = False,
+    validate: ValidateOpt = False,
     experiments: ExperimentsOpt = None,
     hosts: HostsOpt = 4,
     rate: RateOpt = "1gbit",
@@ -82,16 +81,30 @@ def sosp21(
     systems: SystemsOpt = None,
 ) -> None:
     """HiPress (SOSP'21) figures 7, 8, 11, 12: throughput, sync-time breakdown, rate sensitivity."""
-    from hipress.sim import derive_params, load_calibration, load_reference
-    from hipress.sim import explain as explain_params
+    from hipress.reproduce.points import PointError
+    from hipress.reproduce.simulated import refit as refit_params
+    from hipress.reproduce.simulated import sim_params, sim_runner, write_sim_outputs
+    from hipress.reproduce.simulated import validate as validate_sim
+    from hipress.sim import load_reference
     from hipress.sim.experiments import ExperimentError, load_figures, select
 
     if mode not in ("sim", "real"):
         raise fail(f"--mode must be sim or real, not {mode!r}")
+    if validate and mode != "sim":
+        raise fail("--validate checks the simulator: use it with --mode sim")
+    say = err_console if json_ else console
     ref = load_reference()
     if refit:
-        _refit(ref, json_)
-    params = derive_params(ref)
+        path = refit_params(ref, progress=lambda m: say.print(m))
+        say.print(f"calibration saved to {path}")
+    if validate:
+        out_dir = _out_dir(out, mode)
+        report = validate_sim(ref, out_dir, progress=lambda m: say.print(f"[dim]{m}[/]"))
+        if json_:
+            print_json(report)
+        else:
+            _render_validate(report, out_dir)
+        return
     exp_dir = _experiments_dir(experiments)
     try:
         figs = load_figures(exp_dir, ref, figure)
@@ -102,12 +115,13 @@ def sosp21(
     except ExperimentError as e:
         raise fail(str(e)) from None
     out_dir = _out_dir(out, mode)
-    from hipress.sim.runner import PointCache, SimRunner
-
-    runner: Any = SimRunner(ref, params, _planner())
-    cache = PointCache(out_dir / "points", runner.salt())
-    results = _run_points(figs, runner, cache, err_console if json_ else console, mode)
-    report = _write_outputs(figs, results, ref, out_dir, mode, params, explain_params(params), load_calibration())
+    params = sim_params(ref)
+    runner, cache = sim_runner(ref, params, out_dir)
+    try:
+        results = _run_points(figs, runner, cache, say, mode)
+    except PointError as e:
+        raise fail(str(e), code=1) from None
+    report = write_sim_outputs(figs, results, ref, out_dir, params)
     if json_:
         print_json(report)
         return
@@ -161,11 +175,15 @@ def _real(ref: Any, exp_dir: Path, figs: list, figure: int | None, out: Path | N
             for f in figs]
     say.print(f"[dim]emulated cluster: {hosts} host(s) at {runner.rate}, one rank each; {settings.iters} measured "
               f"iteration(s) after {settings.warmup} warm-up per point; runs in {out_dir / 'runs'}[/]")
+    from hipress.reproduce.points import PointError
+
     try:
         with runner:
             results = _run_points(figs, runner, runner.cache, say, "real")
     except RealRunnerError as e:
         raise fail(str(e)) from None
+    except PointError as e:
+        raise fail(str(e), code=1) from None
     except KeyboardInterrupt:
         raise fail(f"interrupted; the emulated cluster was removed and finished points are kept in "
                    f"{out_dir / 'points'}: run the same command again to resume", code=130) from None
@@ -219,74 +237,28 @@ def _render_real(report: dict[str, Any], out_dir: Path) -> None:
 
 
 def _run_points(figs: list, runner: Any, cache: Any, out: Any, mode: str) -> dict[int, list[dict[str, Any]]]:
-    """Every figure's points, from the cache when finished before, else run (and cached at once)."""
-    todo = [(f, p) for f in figs for p in f.points]
-    results: dict[int, list[dict[str, Any]]] = {f.figure: [] for f in figs}
-    cached = 0
+    """``hipress.reproduce.points.run_points`` under a progress bar."""
+    from hipress.reproduce.points import run_points
+
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[what]}"),
         TextColumn("[dim]{task.fields[detail]}"), TimeElapsedColumn(), console=out, transient=False,
     )
+    unit = "hosts" if mode == "real" else "GPUs"
     with progress:
-        task = progress.add_task(f"sosp21 ({mode})", total=len(todo), what="", detail="")
+        task = progress.add_task(f"sosp21 ({mode})", total=sum(len(f.points) for f in figs), what="", detail="")
         if hasattr(runner, "on_iteration"):
             runner.on_iteration = lambda d: progress.update(task, detail=d)
-        for f, p in todo:
-            unit = "hosts" if mode == "real" else "GPUs"
-            progress.update(task, what=f"fig {f.figure} {p.model} {p.step or p.system} {p.gpus} {unit}"
-                            + (f" rate {p.rate:g}" if p.rate is not None else ""), detail="")
-            res = cache.get(p)
-            if res is None:
-                try:
-                    res = runner.run(p)
-                except (ValueError, RuntimeError) as e:
-                    raise fail(f"figure {f.figure}, {p.key()}: {e}", code=1) from None
-                cache.put(p, res)
-                res = {"point": p.to_dict(), **res}
-            else:
-                cached += 1
-            results[f.figure].append(res)
-            progress.advance(task)
+        results, cached = run_points(
+            figs, runner, cache,
+            on_start=lambda f, p: progress.update(
+                task, detail="", what=f"fig {f.figure} {p.model} {p.step or p.system} {p.gpus} {unit}"
+                + (f" rate {p.rate:g}" if p.rate is not None else "")),
+            on_done=lambda f, p: progress.advance(task))
     if cached:
-        out.print(f"[dim]{cached} of {len(todo)} points were already done (cached in {cache.directory})[/]")
+        out.print(f"[dim]{cached} of {sum(len(f.points) for f in figs)} points were already done "
+                  f"(cached in {cache.directory})[/]")
     return results
-
-
-def _write_outputs(
-    figs: list, results: dict[int, list[dict[str, Any]]], ref: Any, out_dir: Path, mode: str,
-    params: Any, explained: list[dict[str, Any]], calibration: dict[str, Any],
-) -> dict[str, Any]:
-    from hipress.sim.findings import findings, findings_markdown
-    from hipress.sim.report import collect, error_rows, plot_figure, table_markdown
-    from hipress.sim.runner import write_atomic
-
-    throughput, breakdown, rates = collect(figs, results)
-    errors: list[dict[str, Any]] = []
-    pngs = []
-    for f in figs:
-        rs = results[f.figure]
-        errors += error_rows(f, rs, ref)
-        png = out_dir / f"fig{f.figure}.png"
-        plot_figure(f, rs, ref, png, mode)
-        pngs.append(str(png))
-    table = table_markdown(errors)
-    write_atomic(out_dir / "errors.md", table)
-    # the paper's story (who beats whom, by how much), derived from sosp21.json, checked on the results
-    claims = findings(throughput, ref, breakdown or None)
-    write_atomic(out_dir / "findings.md", findings_markdown(claims))
-    report = {
-        "mode": mode,
-        "throughput": throughput,
-        "breakdown_ms": breakdown,
-        "rate_sensitivity": rates,
-        "errors": errors,
-        "findings": claims,
-        "figures": pngs,
-        "parameters": explained,
-        "calibration": {k: v for k, v in calibration.items() if k != "values"},
-    }
-    write_atomic(out_dir / "summary.json", json.dumps(report, indent=1, default=str))
-    return report
 
 
 def _render(report: dict[str, Any], out_dir: Path, explain: bool) -> None:
@@ -319,14 +291,14 @@ def _render(report: dict[str, Any], out_dir: Path, explain: bool) -> None:
     console.print(f"table: {out_dir / 'errors.md'}; everything: {out_dir / 'summary.json'}")
 
 
-def _refit(ref: Any, quiet: bool) -> None:
-    from hipress.sim import SimParams, derive_params
-    from hipress.sim.calibrate import fit
-    from hipress.sim.params import calibration_path
-    from hipress.sim.runner import write_atomic
-
-    out = err_console if quiet else console
-    start = derive_params(ref)
-    result = fit(ref, start if isinstance(start, SimParams) else SimParams(), progress=lambda m: out.print(m))
-    write_atomic(calibration_path(), json.dumps(result, indent=1))
-    out.print(f"calibration saved to {calibration_path()}")
+def _render_validate(report: dict[str, Any], out_dir: Path) -> None:
+    t = Table(title="leave-one-out: baseline curves of a model the calibration never saw")
+    for col in ("held out", "cluster", "fitted on", "system", "points", "median |err|", "max |err|"):
+        t.add_column(col, justify="right" if col in ("points", "median |err|", "max |err|") else "left")
+    for r in report["leave_one_out"]:
+        for system, s in [("all", r), *r["systems"].items()]:
+            if s.get("points"):
+                t.add_row(r["held_out"], r["cluster"], ", ".join(r["fitted_on"]), system, str(s["points"]),
+                          f"{s['median_abs_error_pct']:.1f}%", f"{s['max_abs_error_pct']:.1f}%")
+    console.print(t)
+    console.print(f"table: {out_dir / 'validate.md'}; everything: {out_dir / 'validate.json'}")

@@ -18,7 +18,7 @@ from typing import Any
 
 from hipress.sim.experiments import Figure
 from hipress.sim.reference import Reference
-from hipress.sim.report import _COLORS, collect, rate_figure
+from hipress.sim.report import collect, rate_figure, scaling_figure
 from hipress.sim.runner import write_atomic
 
 CPU_NOTE = ("on this CPU-only machine encode/decode run on the CPU in every step: on_cpu_compression and "
@@ -123,35 +123,12 @@ def plot_real(fig: Figure, results: list[dict[str, Any]], path: Path, rate: str)
 
 
 def _scaling(plt: Any, fig: Figure, results: list[dict[str, Any]], rate: str) -> Any:
-    by: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
-    units: dict[str, str] = {}
-    for r in results:
-        p = r["point"]
-        by[p["model"]][p["system"]].append((p["gpus"], r["throughput"]))
-        units[p["model"]] = r.get("unit", "")
-    models = list(by)
-    cols = min(3, len(models))
-    rows = (len(models) + cols - 1) // cols
-    f, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
-    for ax, model in zip(axes.flat, models, strict=False):
-        for system, pts in by[model].items():
-            pts.sort()
-            ax.plot([x for x, _ in pts], [y for _, y in pts], "--" if system == "linear" else "-",
-                    color=_COLORS.get(system), label=system, marker=None if system == "linear" else ".")
-        ax.set_xticks(sorted({x for s in by[model].values() for x, _ in s}))
-        ax.set_title(model)
-        ax.set_xlabel("emulated hosts (1 rank each)")
-        ax.set_ylabel(units.get(model, ""))
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(models):]:
-        ax.axis("off")
     # fig.title describes the paper's cluster; here only the systems and the axes are the paper's
-    f.suptitle(f"Figure {fig.figure}'s systems measured on this machine's emulated cluster ({rate} links, "
-               f"one rank per host)\nthe paper's version: {fig.title}; linear = 1-host byteps x hosts",
-               fontsize=10)
-    f.tight_layout()
-    return f
+    return scaling_figure(
+        plt, results,
+        f"Figure {fig.figure}'s systems measured on this machine's emulated cluster ({rate} links, one rank per "
+        f"host)\nthe paper's version: {fig.title}; linear = 1-host byteps x hosts",
+        "emulated hosts (1 rank each)", log=False)
 
 
 def _breakdown(plt: Any, fig: Figure, results: list[dict[str, Any]], rate: str) -> Any:

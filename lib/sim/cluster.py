@@ -11,9 +11,8 @@ cluster that names none is taken to be TCP, as the aws p3dn's ENA is). It matter
 TCP every pushed and pulled byte crosses the host's ZMQ/kernel socket path, over RDMA (ps-lite's
 RDMA van) the NIC moves registered host memory itself and only the server's summation is CPU work.
 
-:func:`host_slowdown_of` says how much slower a node's CPU streams data than an aws p3dn host's (the
-host on which the BytePS parameters were fitted, so 1.0 there); for the local cluster it is the
-fitted ``local_host_slowdown``.
+The hosts' CPU speed is not here: each cluster's BytePS host rates are fitted on that cluster's own
+baseline curves (:mod:`hipress.sim.calibrate`), so no cluster borrows another's.
 """
 
 from __future__ import annotations
@@ -91,13 +90,3 @@ def cluster_from_reference(ref: Reference, name: str) -> Cluster:
         transport="rdma" if str(c.get("network", "TCP")).upper() == "RDMA" else "tcp",
     )
 
-
-def host_slowdown_of(cluster: Cluster, local_host_slowdown: float) -> float:
-    """How many times slower ``cluster``'s host CPUs stream bytes than the aws hosts'.
-
-    The aws hosts are the reference (the BytePS CPU rates were fitted on aws points). The local
-    cluster's hosts are an older, smaller dual-socket class; sosp21.json's only evidence of their
-    speed is figure 11's two BytePS bars, on which ``local_host_slowdown`` is fitted. A cluster
-    made up by a user (``with_network``) keeps its origin's factor.
-    """
-    return local_host_slowdown if cluster.name == "local" else 1.0

@@ -103,6 +103,26 @@ def load_figure(path: Path, ref: Reference) -> Figure:
     if cluster not in ref.clusters:
         raise ExperimentError(f"{where}: cluster {cluster!r} is not in sosp21.json ({', '.join(ref.clusters)})")
     title = str(raw.get("title", f"Figure {fig}"))
+    panels = raw.get("panels", [])
+    if not isinstance(panels, list) or not all(isinstance(x, dict) for x in panels):
+        raise ExperimentError(f"{where}: 'panels' must be a list of tables ([[panels]])")
+    points: list[Point] = []
+    for i, spec in enumerate([raw, *panels]):
+        # a panel inherits the figure's setting (cluster, GPU count, steps), not its model's fields
+        own = spec if i == 0 else {**{k: raw[k] for k in _SHARED if k in raw}, **spec}
+        points += _panel_points(fig, kind, cluster, own, ref, where if i == 0 else f"{where}: panels[{i - 1}]")
+    for p in points:
+        if p.gpus < 1:
+            raise ExperimentError(f"{where}: GPU counts must be positive, got {p.gpus}")
+    return Figure(fig, kind, title, cluster, where, tuple(points), raw)
+
+
+#: What a ``[[panels]]`` table takes from its figure unless it says otherwise.
+_SHARED = ("gpus", "steps")
+
+
+def _panel_points(fig: int, kind: str, cluster: str, raw: dict[str, Any], ref: Reference, where: str) -> list[Point]:
+    """The points of one panel: the figure's top-level fields, or one ``[[panels]]`` table."""
     points: list[Point] = []
     if kind == "scaling":
         gpus = _need(raw, "gpus", list, where)
@@ -141,10 +161,7 @@ def load_figure(path: Path, ref: Reference) -> Figure:
             for system in raw.get("reference_systems", []):
                 _check_system(system, where)
                 points.append(Point(fig, cluster, model, system, gpus, ref.experiments[model]["algorithm"]))
-    for p in points:
-        if p.gpus < 1:
-            raise ExperimentError(f"{where}: GPU counts must be positive, got {p.gpus}")
-    return Figure(fig, kind, title, cluster, where, tuple(points), raw)
+    return points
 
 
 def _systems(spec: Any, ref: Reference, model: str, where: str) -> list[str]:

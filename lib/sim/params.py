@@ -27,7 +27,7 @@ FITTABLE: dict[str, tuple[float, float, str]] = {
     "host_jitter": (0.001, 1.0, "byteps, byteps-onebit (spread of CPU speed across nodes, log-normal sigma)"),
     "cpu_codec_gbytes": (0.2, 50.0, "byteps-onebit (onebit on the CPU, per fp32 byte)"),
     "oss_codec_work": (0.5, 50.0, "ring-dgc (open-source DGC kernels vs CompLL's, multiplier)"),
-    "local_host_slowdown": (1.0, 20.0, "byteps, byteps-onebit on the local cluster (its hosts' CPU vs aws's)"),
+    "nccl_efficiency": (0.1, 1.0, "ring, ring-dgc (fraction of the transport's link rate NCCL's ring reaches)"),
 }
 
 
@@ -54,7 +54,7 @@ class SimParams:
     host_jitter: float = 0.1
     byteps_message_ms: float = 0.02
     oss_codec_work: float = 4.0
-    local_host_slowdown: float = 3.0
+    nccl_efficiency: float = 1.0
 
     def with_values(self, **values: float) -> SimParams:
         unknown = set(values) - {f.name for f in fields(self)}
@@ -79,12 +79,15 @@ SOURCES: dict[str, str] = {
 }
 
 
-def derive_params(ref: Reference, secopa_cluster: str = "local") -> SimParams:
-    """The derived parameters from ``ref``, the fitted ones from the packaged calibration.
+def derive_params(ref: Reference, cluster: str = "aws", secopa_cluster: str = "local",
+                  calibration: dict[str, Any] | None = None) -> SimParams:
+    """The derived parameters from ``ref``, the fitted ones of ``cluster`` from the calibration.
 
     SeCoPa's constants were fitted on the authors' own (``local``, 56 Gbit/s RDMA) cluster; the link
     rate they imply, over that cluster's nominal rate, is the fraction of a nominal rate a
-    transport achieves, applied to every cluster.
+    transport achieves, applied to every cluster. The fitted values are the cluster's own: each
+    cluster is calibrated on its own baseline curves (its hosts, NICs and NCCL are not the other's).
+    A cluster the calibration does not know keeps the unfitted defaults.
     """
     costs = CodecCosts.from_secopa(ref.secopa)
     nominal = float(ref.clusters[secopa_cluster]["network_gbps"])
@@ -92,8 +95,19 @@ def derive_params(ref: Reference, secopa_cluster: str = "local") -> SimParams:
         "net_efficiency": min(1.0, costs.link_gbps / nominal),
         "message_latency_ms": costs.message_latency_ms,
     }
-    fitted = load_calibration().get("values", {})
+    cal = load_calibration() if calibration is None else calibration
+    fitted = fitted_values(cal, cluster)
     return SimParams().with_values(**derived, **{k: v for k, v in fitted.items() if k in FITTABLE})
+
+
+def params_by_cluster(ref: Reference, calibration: dict[str, Any] | None = None) -> dict[str, SimParams]:
+    """:func:`derive_params` for every cluster of ``ref``."""
+    return {c: derive_params(ref, c, calibration=calibration) for c in ref.clusters}
+
+
+def fitted_values(calibration: dict[str, Any], cluster: str) -> dict[str, float]:
+    """The values fitted for ``cluster`` in a calibration record (``{}`` if it has none)."""
+    return dict(calibration.get("clusters", {}).get(cluster, {}).get("values", {}))
 
 
 def load_calibration(path: str | Path | None = None) -> dict[str, Any]:
@@ -113,18 +127,50 @@ def calibration_path() -> Path:
     return Path(__file__).resolve().parent / "data" / "calibration.json"
 
 
-def explain(params: SimParams) -> list[dict[str, Any]]:
-    """Each parameter, its value, and where it came from (derived, default or fitted)."""
-    cal = load_calibration()
+def explain(params: SimParams | dict[str, SimParams], calibration: dict[str, Any] | None = None
+            ) -> list[dict[str, Any]]:
+    """Each parameter, its value, and where it came from: derived from a published constant, a
+    documented default or hardware figure, or fitted (on which cluster's curves, for which system).
+
+    ``params`` per cluster (``{"aws": ..., "local": ...}``) gives one row per cluster for the
+    fitted ones, named ``name[cluster]``; the others are the same everywhere.
+    """
+    cal = load_calibration() if calibration is None else calibration
+    by = params if isinstance(params, dict) else {"": params}
+    first = next(iter(by.values()))
     rows = []
-    for f in fields(params):
+    for f in fields(first):
         if f.name in FITTABLE:
-            src = "fitted" if f.name in cal.get("values", {}) else "unfitted default"
-            src += f" ({FITTABLE[f.name][2]})"
+            for cluster, p in by.items():
+                fitted = f.name in fitted_values(cal, cluster) if cluster else any(
+                    f.name in c.get("values", {}) for c in cal.get("clusters", {}).values())
+                where = f"fitted on the {cluster} cluster's baseline curves" if cluster else "fitted"
+                src = (where if fitted else "unfitted default") + f" ({FITTABLE[f.name][2]})"
+                name = f"{f.name}[{cluster}]" if cluster else f.name
+                rows.append({"name": name, "value": getattr(p, f.name), "source": src})
         else:
-            src = SOURCES.get(f.name, "")
-        rows.append({"name": f.name, "value": getattr(params, f.name), "source": src})
-    return rows + _published_constants()
+            rows.append({"name": f.name, "value": getattr(first, f.name), "source": SOURCES.get(f.name, "")})
+    return rows + _hardware_figures() + _published_constants()
+
+
+def _hardware_figures() -> list[dict[str, Any]]:
+    """The data-sheet figures the task graphs use (``cluster.INTRA_NODE``, ``workload.PEAK_TFLOPS``)."""
+    from .cluster import INTRA_NODE
+    from .workload import PEAK_TFLOPS
+
+    rows = []
+    for gpu, hw in INTRA_NODE.items():
+        rows.append({"name": f"intra_gbytes[{gpu}]", "value": hw["intra_gbytes"],
+                     "source": "hardware: intra-node GPU link (NVLink on V100 SXM2, PCIe 3.0 x16 on 1080 Ti), GB/s"})
+        rows.append({"name": f"pcie_gbytes[{gpu}]", "value": hw["pcie_gbytes"],
+                     "source": "hardware: host<->GPU copy rate (PCIe 3.0 x16), GB/s"})
+    for gpu, tf in PEAK_TFLOPS.items():
+        rows.append({"name": f"peak_tflops[{gpu}]", "value": tf,
+                     "source": "hardware: datasheet peak, only to check a published rate's unit"})
+    rows.append({"name": "per_gpu_rate", "value": "per model and cluster",
+                 "source": "published: sosp21.json 'linear' series (single-GPU speed); spread over layers by "
+                           "each layer's FLOPs (torch FlopCounterMode on the meta device)"})
+    return rows
 
 
 def _published_constants() -> list[dict[str, Any]]:

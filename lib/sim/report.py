@@ -16,6 +16,7 @@ from typing import Any
 from .experiments import Figure
 from .reference import Reference
 from .runner import write_atomic
+from .systems import display_name
 
 GOAL_PCT = 15.0
 
@@ -137,6 +138,25 @@ _COLORS = {
 
 
 def _plot_scaling(plt: Any, fig: Figure, results: list[dict[str, Any]], ref: Reference, mode: str) -> Any:
+    label = "measured" if mode == "real" else "simulated"
+
+    def published(model: str, system: str) -> tuple[list[int], list[float]] | None:
+        pub = ref.series(fig.cluster, model, system)
+        return None if pub is None or system == "linear" else (ref.gpu_counts(fig.cluster), pub)
+
+    return scaling_figure(
+        plt, results, f"Figure {fig.figure}: {fig.title}\nlines: {label}; hollow circles: published (sosp21.json)",
+        "GPUs", published=published, log=True)
+
+
+def scaling_figure(
+    plt: Any, results: list[dict[str, Any]], title: str, xlabel: str,
+    published: Callable[[str, str], tuple[list[int], list[float]] | None] | None = None, log: bool = True,
+) -> Any:
+    """Throughput against GPU (or host) count, a panel per model, a line per system; ``published``
+    gives the paper's points to overlay as hollow markers. Shared by the simulated figures 7/8 and
+    the measured ones (``hipress.reproduce.report``): ``log`` axes for the paper's 8-128 GPUs, linear
+    ones with a tick per count for 1-4 emulated hosts."""
     by_model: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     units: dict[str, str] = {}
     for r in results:
@@ -144,52 +164,57 @@ def _plot_scaling(plt: Any, fig: Figure, results: list[dict[str, Any]], ref: Ref
         by_model[p["model"]][p["system"]].append((p["gpus"], r["throughput"]))
         units[p["model"]] = r.get("unit", "")
     models = list(by_model)
-    cols = min(3, len(models))
-    rows = (len(models) + cols - 1) // cols
+    cols = max(1, min(3, len(models)))
+    rows = max(1, (len(models) + cols - 1) // cols)
     f, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
-    label = "measured" if mode == "real" else "simulated"
     for ax, model in zip(axes.flat, models, strict=False):
         for system, pts in by_model[model].items():
             pts.sort()
             xs, ys = [x for x, _ in pts], [y for _, y in pts]
-            style = "--" if system == "linear" else "-"
-            marker = "." if system != "linear" else None
-            ax.plot(xs, ys, style, color=_COLORS.get(system), label=system, marker=marker)
-            pub = ref.series(fig.cluster, model, system)
-            if pub is not None and system != "linear":
-                ax.plot(ref.gpu_counts(fig.cluster), pub, "o", mfc="none", color=_COLORS.get(system), ms=7)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+            ax.plot(xs, ys, "--" if system == "linear" else "-", color=_COLORS.get(system),
+                    label=display_name(system), marker=None if system == "linear" else ".")
+            pub = published(model, system) if published else None
+            if pub is not None:
+                ax.plot(pub[0], pub[1], "o", mfc="none", color=_COLORS.get(system), ms=7)
+        if log:
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+        else:
+            ax.set_xticks(sorted({x for s in by_model[model].values() for x, _ in s}))
         ax.set_title(model)
-        ax.set_xlabel("GPUs")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(units.get(model, ""))
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(models) :]:
         ax.axis("off")
-    f.suptitle(
-        f"Figure {fig.figure}: {fig.title}\nlines: {label}; hollow circles: published (sosp21.json)", fontsize=10
-    )
+    f.suptitle(title, fontsize=10)
     f.tight_layout()
     return f
 
 
 def _plot_breakdown(plt: Any, fig: Figure, results: list[dict[str, Any]], ref: Reference, mode: str) -> Any:
-    steps = [r["point"]["step"] for r in results]
-    pred = [r["sync_span_ms"] for r in results]
-    comp = [r["compute_ms"] for r in results]
-    pub = [ref.breakdown.get(s) for s in steps]
-    f, ax = plt.subplots(figsize=(9, 4.5))
-    xs = range(len(steps))
-    w = 0.38
-    ax.bar([x - w / 2 for x in xs], pred, w, label=f"sync, {mode}", color="#d62728")
-    ax.bar([x + w / 2 for x in xs], [p or 0 for p in pub], w, label="sync, published",
-           color="none", edgecolor="k", hatch="//")
-    ax.plot(list(xs), comp, "k_", ms=25, label="computation")
-    ax.set_xticks(list(xs), steps, rotation=20, fontsize=8)
-    ax.set_ylabel("ms per iteration")
-    ax.legend(fontsize=8)
-    ax.set_title(f"Figure {fig.figure}: {fig.title}", fontsize=10)
+    """A panel per model; the published bars (sosp21.json has VGG19's) beside the predicted ones."""
+    models = list(dict.fromkeys(r["point"]["model"] for r in results))
+    f, axes = plt.subplots(1, len(models), figsize=(9 * len(models), 4.5), squeeze=False)
+    for ax, model in zip(axes.flat, models, strict=True):
+        rs = [r for r in results if r["point"]["model"] == model]
+        steps = [r["point"]["step"] for r in rs]
+        pred = [r["sync_span_ms"] for r in rs]
+        comp = [r["compute_ms"] for r in rs]
+        pub = [ref.breakdown.get(s) if model == "vgg19" else None for s in steps]
+        xs = range(len(steps))
+        w = 0.38
+        ax.bar([x - w / 2 for x in xs], pred, w, label=f"sync, {mode}", color="#d62728")
+        if any(p is not None for p in pub):
+            ax.bar([x + w / 2 for x in xs], [p or 0 for p in pub], w, label="sync, published",
+                   color="none", edgecolor="k", hatch="//")
+        ax.plot(list(xs), comp, "k_", ms=25, label="computation")
+        ax.set_xticks(list(xs), steps, rotation=20, fontsize=8)
+        ax.set_ylabel("ms per iteration")
+        ax.legend(fontsize=8)
+        ax.set_title(f"{model}" + ("" if any(p is not None for p in pub) else " (prediction only)"), fontsize=10)
+    f.suptitle(f"Figure {fig.figure}: {fig.title}", fontsize=10)
     f.tight_layout()
     return f
 
@@ -199,11 +224,12 @@ def _plot_rate(plt: Any, fig: Figure, results: list[dict[str, Any]], mode: str) 
 
 
 def rate_figure(plt: Any, results: list[dict[str, Any]], title: str) -> Any:
-    """Throughput against the kept fraction, a panel per model; rate-less points are reference lines.
+    """Throughput against the compression rate, a panel per model and algorithm (DGC's kept fraction,
+    TernGrad's bit width); rate-less points are reference lines.
 
     Shared by the simulated and the measured (``hipress.reproduce``) figure 12.
     """
-    by_model: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    by_panel: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     flat: dict[str, dict[str, float]] = defaultdict(dict)
     units: dict[str, str] = {}
     for r in results:
@@ -212,19 +238,24 @@ def rate_figure(plt: Any, results: list[dict[str, Any]], title: str) -> Any:
         if p["rate"] is None:
             flat[p["model"]][p["system"]] = r["throughput"]
         else:
-            by_model[p["model"]][p["system"]].append((p["rate"], r["throughput"]))
-    models = list(by_model) or list(flat)
-    f, axes = plt.subplots(1, max(1, len(models)), figsize=(5 * max(1, len(models)), 3.8), squeeze=False)
-    for ax, model in zip(axes.flat, models, strict=False):
-        for system, pts in by_model[model].items():
+            by_panel[(p["model"], p.get("algorithm") or "")][p["system"]].append((p["rate"], r["throughput"]))
+    panels = list(by_panel) or [(m, "") for m in flat]
+    f, axes = plt.subplots(1, max(1, len(panels)), figsize=(5 * max(1, len(panels)), 3.8), squeeze=False)
+    for ax, (model, alg) in zip(axes.flat, panels, strict=False):
+        for system, pts in by_panel[(model, alg)].items():
             pts.sort()
-            ax.plot([x for x, _ in pts], [y for _, y in pts], "-o", color=_COLORS.get(system), label=system, ms=4)
+            ax.plot([x for x, _ in pts], [y for _, y in pts], "-o", color=_COLORS.get(system),
+                    label=display_name(system), ms=4)
         for system, y in flat[model].items():
-            ax.axhline(y, ls="--", color=_COLORS.get(system), label=system, lw=1)
-        ax.set_xscale("log")
-        ax.set_xlabel("DGC kept fraction")
+            ax.axhline(y, ls="--", color=_COLORS.get(system), label=display_name(system), lw=1)
+        if alg == "terngrad":
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("TernGrad bit width")
+        else:
+            ax.set_xscale("log")
+            ax.set_xlabel("DGC kept fraction")
         ax.set_ylabel(units.get(model, ""))
-        ax.set_title(model)
+        ax.set_title(f"{model} ({alg})" if alg else model)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     f.suptitle(title, fontsize=10)

@@ -25,7 +25,7 @@ from .systems import Options
 from .workload import Workload, reference_workload
 
 #: Bump when a change to the model changes results, so that caches made before it are ignored.
-SIM_VERSION = 6
+SIM_VERSION = 7
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
@@ -73,18 +73,23 @@ class PointCache:
 
 
 class SimRunner:
-    """Runs points through :func:`hipress.sim.simulate`, caching workloads and clusters."""
+    """Runs points through :func:`hipress.sim.simulate`, caching workloads and clusters.
 
-    def __init__(self, ref: Reference, params: SimParams, planner: Planner | None = None) -> None:
+    ``params`` is one set for every cluster or, as calibrated, one per cluster (``{"aws": ...}``).
+    """
+
+    def __init__(self, ref: Reference, params: SimParams | dict[str, SimParams], planner: Planner | None = None
+                 ) -> None:
         self.ref = ref
-        self.params = params
+        self.by_cluster = params if isinstance(params, dict) else {c: params for c in ref.clusters}
         self.planner = planner
         self.costs = CodecCosts.from_secopa(ref.secopa)
         self._workloads: dict[tuple[str, str, float | None], Workload] = {}
         self._clusters: dict[str, Cluster] = {}
 
     def salt(self) -> dict[str, Any]:
-        return {"version": SIM_VERSION, "params": self.params.to_dict(), "reference": self.ref.raw,
+        return {"version": SIM_VERSION, "params": {c: p.to_dict() for c, p in sorted(self.by_cluster.items())},
+                "reference": self.ref.raw,
                 "planner": getattr(self.planner, "__name__", str(self.planner))}
 
     def workload(self, cluster: str, model: str, compute_ms: float | None = None) -> Workload:
@@ -98,10 +103,16 @@ class SimRunner:
             self._clusters[name] = cluster_from_reference(self.ref, name)
         return self._clusters[name]
 
+    def params(self, cluster: str) -> SimParams:
+        if cluster not in self.by_cluster:
+            raise ValueError(f"no simulator parameters for cluster {cluster!r} (have {', '.join(self.by_cluster)})")
+        return self.by_cluster[cluster]
+
     def run(self, p: Point) -> dict[str, Any]:
-        w = self.workload(p.cluster, p.model, base_compute_ms(p.compute_ms, p.gpus, self.params))
+        params = self.params(p.cluster)
+        w = self.workload(p.cluster, p.model, base_compute_ms(p.compute_ms, p.gpus, params))
         r = simulate(
-            p.system, w, self.cluster(p.cluster), p.gpus, self.params, self.costs,
+            p.system, w, self.cluster(p.cluster), p.gpus, params, self.costs,
             alg=p.algorithm, rate=p.rate, planner=self.planner,
             options=Options(pipeline=p.pipeline, bulk=p.bulk, secopa=p.secopa),
         )

@@ -26,7 +26,9 @@ def test_the_published_numbers_pass_every_check():
     rows = scaling_rows(published_as_report(), REF)
     assert {(r["model"], r["gpus"]) for r in rows} >= {("vgg19", 128), ("resnet50", 128)}
     assert all(r["order_holds"] for r in rows)
-    assert all(r["speedup_error_pct"] == pytest.approx(0.0) for r in rows)
+    # the local cluster's published curves (issue 17) are baselines only: no CaSync speedup to compare
+    assert all(r["speedup_error_pct"] == pytest.approx(0.0) for r in rows if "published_speedup" in r)
+    assert any("published_speedup" in r for r in rows)
     top = next(r for r in rows if r["model"] == "vgg19" and r["gpus"] == 128)
     assert top["published_order"].startswith("casync-ps > casync-ring > ring")
     assert top["published_speedup"] == pytest.approx(23507 / 14655)

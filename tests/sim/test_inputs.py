@@ -77,6 +77,12 @@ def test_explain_names_every_source():
     rows = explain(SimParams())
     assert {r["name"] for r in rows} >= {"net_efficiency", "nccl_step_ms", "host_jitter"}
     assert all(r["source"] for r in rows)
+    from hipress.sim.params import params_by_cluster
+
+    per = {r["name"]: r["source"] for r in explain(params_by_cluster(REF))}
+    assert "fitted on the local cluster's" in per["host_jitter[local]"]
+    assert per["intra_gbytes[1080Ti]"].startswith("hardware")
+    assert all(src for src in per.values())
 
 
 def test_write_atomic_leaves_no_temporary(tmp_path):
@@ -102,3 +108,42 @@ def test_a_rate_beyond_the_gpus_peak_is_read_per_token():
     lstm = make_workload("lstm", ref.per_gpu_rate("local", "lstm"), gpu="1080Ti")
     assert lstm.unit == "sequences" and lstm.units_per_sample == 1
     assert make_workload("bert", ref.per_gpu_rate("aws", "bert")).unit == "sequences"
+
+
+def test_leave_one_out_predicts_a_held_out_model_made_by_the_model():
+    """Ring curves of both models on both clusters made by the model with a planted NCCL step latency
+    (a different one per cluster): fitted without one model, each cluster must predict that model's
+    curve, and must have found its own constants, not the other cluster's."""
+    from hipress.sim.calibrate import leave_one_out
+    from hipress.sim.params import params_by_cluster
+
+    planted = {"aws": {"nccl_step_ms": 0.05}, "local": {"nccl_step_ms": 0.2}}
+    start = params_by_cluster(REF, calibration={})
+    ev = Evaluator(REF)
+    raw = json.loads(json.dumps(REF.raw))
+    for cluster, values in planted.items():
+        for model in ("vgg19", "resnet50"):
+            for p in published_points(REF, cluster, [model], ["ring"]):
+                i = REF.gpu_counts(cluster).index(p.gpus)
+                raw["throughput"][cluster][model]["ring"][i] = ev.predict(p, start[cluster].with_values(**values))
+    rows = leave_one_out(Reference(raw), start, steps_to_fit=[Step(("nccl_step_ms",), ("ring",), False)])
+    assert {(r["held_out"], r["cluster"]) for r in rows} == {(m, c) for m in ("vgg19", "resnet50")
+                                                             for c in ("aws", "local")}
+    for r in rows:
+        assert r["held_out"] not in r["fitted_on"]
+        assert r["max_abs_error_pct"] < 2.0, r
+        assert r["values"]["nccl_step_ms"] == pytest.approx(planted[r["cluster"]]["nccl_step_ms"], rel=0.25)
+
+
+def test_each_cluster_has_its_own_calibration():
+    """The local cluster is calibrated on its own curves: no cluster borrows the other's host speed."""
+    from hipress.sim.params import load_calibration, params_by_cluster
+
+    cal = load_calibration()
+    assert set(cal["clusters"]) == set(REF.clusters)
+    for cluster, rec in cal["clusters"].items():
+        assert rec["fitted_on"]["cluster"] == cluster
+        assert set(rec["fitted_on"]["models"]) == {"vgg19", "resnet50"}
+    params = params_by_cluster(REF)
+    assert params["aws"].byteps_host_gbytes != params["local"].byteps_host_gbytes
+    assert "local_host_slowdown" not in params["local"].to_dict()

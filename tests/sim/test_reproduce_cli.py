@@ -26,8 +26,10 @@ def test_figure11_json_resumes_from_cache(tmp_path):
     claims = [c for c in report["findings"] if c["kind"] == "breakdown"]
     assert len(claims) == 5 and all("order_holds" in c for c in claims)
     assert "figure 11 directions kept" in (out / "findings.md").read_text()
+    # figure 11 for BERT-base too (issue 17): the same six steps, predicted only
+    assert list(report["breakdown_ms"]["bert"]) == list(steps)
     cached = sorted((out / "points").iterdir())
-    assert len(cached) == 6
+    assert len(cached) == 12
     mtimes = [p.stat().st_mtime_ns for p in cached]
     r2 = invoke("reproduce", "sosp21", "--figure", "11", "--out", str(out), "--json")
     assert r2.exit_code == 0

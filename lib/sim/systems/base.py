@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..cluster import Cluster, Layout, host_slowdown_of
+from ..cluster import Cluster, Layout
 from ..costs import Algorithm, CodecCosts
 from ..engine import Resource, Simulation, Task
 from ..params import SimParams
@@ -52,9 +52,11 @@ class Context:
         self.net_rate = self.cluster.network_gbps * self.params.net_efficiency * 1e9 / 8 / 1e3
         self.intra_rate = self.cluster.intra_gbytes * 1e6
         self.pcie_rate = self.cluster.pcie_gbytes * 1e6
-        cpu = host_slowdown_of(self.cluster, self.params.local_host_slowdown)
-        self.host_rate = self.params.byteps_host_gbytes * 1e6 / cpu
-        self.cpu_codec_rate = self.params.cpu_codec_gbytes * 1e6 / cpu
+        # the host rates are the cluster's own (its calibration), not scaled from another cluster's
+        self.host_rate = self.params.byteps_host_gbytes * 1e6
+        self.cpu_codec_rate = self.params.cpu_codec_gbytes * 1e6
+        # what NCCL's ring reaches of the same link (its own transport: sockets or verbs)
+        self.nccl_rate = self.net_rate * self.params.nccl_efficiency
         scale = 1.0 + (self.params.compute_overhead if self.layout.gpus > 1 else 0.0)
         self.compute_scale = scale
         # one zero-length marker per gradient at its ready time (identical on every node)

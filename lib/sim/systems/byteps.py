@@ -6,12 +6,14 @@ the pushes on the CPU and answers the pulls; the result is copied back and broad
 node's GPUs. Every byte of gradient passes the host once per node and iteration whatever the node
 count: a worker pushes and pulls the whole gradient, a server takes ``n`` pushes of ``1/n`` of it
 and answers ``n`` pulls, the local server included (it is reached through ZMQ like the others).
-That message path (ZMQ and the kernel's TCP stack, ``byteps_host_gbytes`` per byte at each end,
-fitted) and the CPU summation (``cpu_codec_gbytes`` per fp32 byte, fitted) are why BytePS scales
-flat but low over TCP. Over RDMA (the local cluster) the NIC moves registered host memory itself: no
-message-path CPU cost, only the summation. CPU work is uneven across nodes (``host_jitter``,
-fitted, see :func:`host_slowdown`): a synchronous PS runs at its slowest node's pace, which costs
-more the more nodes there are.
+That message path (ZMQ and the kernel's TCP stack, or ps-lite's RDMA van with its copies into
+registered buffers; ``byteps_host_gbytes`` per wire byte at each end, fitted per cluster) and the CPU
+summation (``cpu_codec_gbytes`` per fp32 byte, fitted) are why BytePS scales flat but low. The
+message path counts *wire* bytes: what lets on-CPU onebit beat plain BytePS on the local cluster's
+slow hosts (sosp21.json's local curves: 2216 against 1457 images/s at 32 GPUs) although its codec
+adds CPU work per fp32 byte. RDMA's advantage is its lower per-message latency. CPU work is
+uneven across nodes (``host_jitter``, fitted, see :func:`host_slowdown`): a synchronous PS runs at
+its slowest node's pace, which costs more the more nodes there are.
 
 Partitions go to servers round robin in the order they are declared (BytePS hashes the key; over
 many keys that evens out the bytes, and it is what sosp21.json's VGG19 curve, flat past 16 GPUs,
@@ -63,10 +65,10 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
     def host(kind: str, node: int, nbytes: float, rate: float, deps: list[Task | None]) -> Task:
         return ctx.sim.task(kind, (nbytes / rate + per_msg) * slow[node], (ctx.res("host", node),), deps)
 
-    def message(kind: str, node: int, nbytes: float, deps: list[Task | None]) -> Task | None:
-        """The socket path of one message on a host: free over RDMA (the NIC reads host memory)."""
-        if rdma:
-            return deps[0] if len(deps) == 1 else ctx.after(deps)
+    def message(kind: str, node: int, nbytes: float, deps: list[Task | None]) -> Task:
+        """The host's path of one message: ZMQ and the kernel's TCP stack, or ps-lite's RDMA van,
+        which copies each message into registered memory before the NIC reads it; either way CPU
+        work per wire byte, at the cluster's own fitted ``byteps_host_gbytes``."""
         return host(kind, node, nbytes, ctx.host_rate, deps)
 
     counter = 0

@@ -4,7 +4,8 @@ Horovod wakes every ``cycle_ms``, takes the gradients that became ready since, p
 fusion buffers of at most ``fusion_mb`` and runs one collective per buffer, one after another on
 NCCL's stream. NCCL's ring spans every GPU of the job (not just the nodes): an all-reduce of ``b``
 bytes over ``N`` GPUs is ``2(N-1)`` steps, each moving ``b/N`` bytes over the slowest hop (the NIC
-once the job spans nodes) plus a fixed per-step latency ``nccl_step_ms`` (fitted). That latency,
+once the job spans nodes, at ``nccl_efficiency`` of the link rate CaSync's transport reaches, fitted
+per cluster) plus a fixed per-step latency ``nccl_step_ms`` (fitted per cluster). That latency,
 times hundreds of steps at 128 GPUs, is what bends the ring's curve down at scale.
 
 ``ring-dgc`` compresses tensors of at least ``dgc_min_elements`` (the others are all-reduced): each
@@ -25,7 +26,7 @@ def _allreduce_ms(ctx: Context, nbytes: float) -> float:
     n_gpus = ctx.layout.gpus
     if n_gpus == 1:
         return 0.0
-    rate = ctx.net_rate if ctx.nodes > 1 else ctx.intra_rate
+    rate = ctx.nccl_rate if ctx.nodes > 1 else ctx.intra_rate
     return 2 * (n_gpus - 1) * (nbytes / n_gpus / rate + ctx.params.nccl_step_ms)
 
 
@@ -33,7 +34,7 @@ def _allgather_ms(ctx: Context, per_rank_bytes: float) -> float:
     n_gpus = ctx.layout.gpus
     if n_gpus == 1:
         return 0.0
-    rate = ctx.net_rate if ctx.nodes > 1 else ctx.intra_rate
+    rate = ctx.nccl_rate if ctx.nodes > 1 else ctx.intra_rate
     return (n_gpus - 1) * (per_rank_bytes / rate + ctx.params.nccl_step_ms)
 
 

@@ -1,0 +1,111 @@
+"""``--mode sim`` of ``hipress reproduce sosp21``: the calibrated simulator over the figures' points.
+
+The steps the command runs, in order, each usable alone: the per-cluster parameters
+(:func:`sim_params`, refitted by :func:`refit`), the runner and its on-disk cache
+(:func:`sim_runner`), the outputs (:func:`write_sim_outputs`: a PNG per figure, ``errors.md``,
+``findings.md``, ``summary.json``) and the leave-one-out check (:func:`validate`). The command only
+parses, checks its options, calls these and renders what they return.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hipress.sim import SimParams, load_calibration
+from hipress.sim import explain as explain_params
+from hipress.sim.calibrate import fit_all, leave_one_out
+from hipress.sim.experiments import Figure
+from hipress.sim.findings import findings, findings_markdown
+from hipress.sim.params import calibration_path, params_by_cluster
+from hipress.sim.reference import Reference
+from hipress.sim.report import collect, error_rows, plot_figure, table_markdown
+from hipress.sim.runner import PointCache, SimRunner, write_atomic
+
+from .planner import sosp21_planner
+
+
+def sim_params(ref: Reference) -> dict[str, SimParams]:
+    """Each cluster's parameters: derived from sosp21.json, plus its fitted values."""
+    return params_by_cluster(ref)
+
+
+def refit(ref: Reference, progress: Callable[[str], None] | None = None) -> Path:
+    """Fit every cluster again on its own baseline curves and save the record in the package.
+
+    The fit starts from the packaged values (a cluster without any: the defaults), so that repeated
+    refits refine rather than restart; it is a starting point only, every value is fitted again."""
+    start = params_by_cluster(ref)
+    result = fit_all(ref, start, progress)
+    path = calibration_path()
+    write_atomic(path, json.dumps(result, indent=1))
+    return path
+
+
+def sim_runner(ref: Reference, params: dict[str, SimParams], out_dir: Path) -> tuple[SimRunner, PointCache]:
+    """The simulator with SeCoPa plans, and the cache of finished points under ``out_dir/points``."""
+    runner = SimRunner(ref, params, sosp21_planner())
+    return runner, PointCache(out_dir / "points", runner.salt())
+
+
+def write_sim_outputs(
+    figs: list[Figure], results: dict[int, list[dict[str, Any]]], ref: Reference, out_dir: Path,
+    params: dict[str, SimParams],
+) -> dict[str, Any]:
+    """PNGs, the error table, the paper's orderings checked, ``summary.json``; returns the report."""
+    throughput, breakdown, rates = collect(figs, results)
+    errors: list[dict[str, Any]] = []
+    pngs = []
+    for f in figs:
+        rs = results[f.figure]
+        errors += error_rows(f, rs, ref)
+        png = out_dir / f"fig{f.figure}.png"
+        plot_figure(f, rs, ref, png, "sim")
+        pngs.append(str(png))
+    write_atomic(out_dir / "errors.md", table_markdown(errors))
+    # the paper's story (who beats whom, by how much), derived from sosp21.json, checked on the results
+    claims = findings(throughput, ref, breakdown or None)
+    write_atomic(out_dir / "findings.md", findings_markdown(claims))
+    calibration = load_calibration()
+    report = {
+        "mode": "sim",
+        "throughput": throughput,
+        "breakdown_ms": breakdown,
+        "rate_sensitivity": rates,
+        "errors": errors,
+        "findings": claims,
+        "figures": pngs,
+        "parameters": explain_params(params, calibration),
+        "calibration": {c: {k: v for k, v in rec.items() if k != "values"}
+                        for c, rec in calibration.get("clusters", {}).items()},
+    }
+    write_atomic(out_dir / "summary.json", json.dumps(report, indent=1, default=str))
+    return report
+
+
+def validate(ref: Reference, out_dir: Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Leave-one-out: for each calibration model, refit every cluster without its curves and predict
+    them; writes ``validate.md`` and ``validate.json`` in ``out_dir`` and returns the table."""
+    start = params_by_cluster(ref, calibration={})
+    rows = leave_one_out(ref, start, progress)
+    report = {"leave_one_out": rows,
+              "about": "each row: every cluster refitted without the held-out model's curves (hipress.sim.calibrate."
+                       "fit_all), then that model's baseline curves predicted on the row's cluster"}
+    write_atomic(out_dir / "validate.json", json.dumps(report, indent=1))
+    write_atomic(out_dir / "validate.md", validate_markdown(rows))
+    return report
+
+
+def validate_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["# Leave-one-out: each model's baseline curves predicted by a calibration that never saw them", "",
+             "| held out | cluster | fitted on | system | points | median abs err | max abs err |",
+             "|---|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        for system, s in [("all", r), *r["systems"].items()]:
+            if not s.get("points"):
+                continue
+            lines.append(f"| {r['held_out']} | {r['cluster']} | {', '.join(r['fitted_on'])} | {system} | "
+                         f"{s['points']} | {s['median_abs_error_pct']:.1f}% | {s['max_abs_error_pct']:.1f}% |")
+    return "\n".join(lines) + "\n"
