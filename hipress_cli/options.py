@@ -91,11 +91,10 @@ def print_json(obj: Any) -> None:
 #: (Those with an equivalent are aliases of ``hipress run``'s own options: --numprocess, --servers,
 #: --comp-alg, --comprplan, --model, --batchsize, --comp-threshold, --interface, --lr.)
 HIPRESS_FLAGS: dict[str, str] = {
-    "--horovodrun": "hipress starts its ranks itself (local MPI, or --hosts over SSH); HiPress's Horovod "
-                    "(ring all-reduce) setting is --topo ring, its BytePS (parameter server) one --topo ps",
     "--num-epochs": "hipress counts iterations, not epochs (its data is synthetic or digits): use --iters N",
     "--epochs": "hipress counts iterations, not epochs: use --iters N",
-    "--gpus": "hipress runs one CPU rank per --np (or per host slot); there is no GPU selection",
+    "--gpus": "hipress binds each rank to one GPU itself (local rank modulo the GPUs it sees): give the number "
+              "of ranks with --np (or host slots with --hosts), and CUDA_VISIBLE_DEVICES to choose the GPUs",
     "--data-dir": "hipress trains on generated data (--data synthetic, or --data digits with mlp); there is no "
                   "data directory",
     "--partition-threshold": "partition counts come from the plan: --plan FILE (--comprplan) or --plan auto",
@@ -124,6 +123,24 @@ def refuse_extra_args(args: list[str], known: list[str]) -> None:
         hint = f"; did you mean {' or '.join(close)}?" if close else "; see hipress run --help"
         raise fail(f"no such option: {name}{hint}")
     raise fail(f"unexpected argument {first!r} (the model is given once, as the argument or with --model)")
+
+
+def pick_topology(topo: str | None, horovodrun: bool) -> str:
+    """``--topo``, or HiPress's ``--horovodrun`` (its Horovod path is CaSync-Ring), or the default."""
+    from hipress.topology_names import DEFAULT_CHOICE, HOROVODRUN_CHOICE, choice
+
+    ring = HOROVODRUN_CHOICE.name
+    if horovodrun and topo is not None:
+        try:
+            same = choice(topo).name == ring
+        except ValueError as e:
+            raise fail(str(e)) from None
+        if not same:
+            raise fail(f"--horovodrun (HiPress's Horovod path, CaSync-Ring) contradicts --topo {topo}; "
+                       "give one of them")
+    if horovodrun:
+        return ring
+    return DEFAULT_CHOICE.name if topo is None else topo
 
 
 def pick_model(argument: str | None, option: str | None) -> str:

@@ -59,6 +59,8 @@ CHOICES: tuple[Choice, ...] = (
 
 #: What ``hipress run`` synchronizes with when no ``--topo`` is given: CaSync-Ring.
 DEFAULT_CHOICE = CHOICES[0]
+#: What HiPress's ``--horovodrun`` flag selects: its Horovod path, CaSync-Ring.
+HOROVODRUN_CHOICE = CHOICES[0]
 
 
 def choice(name: str) -> Choice:

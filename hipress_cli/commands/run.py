@@ -27,6 +27,7 @@ from hipress_cli.options import (
     fail,
     hosts_for_run,
     pick_model,
+    pick_topology,
     print_json,
     refuse_extra_args,
 )
@@ -39,11 +40,11 @@ def _topo_help() -> str:
 # (not imported here: hipress.train pulls in torch, and every command's help would wait for it);
 # tests/cli/test_run_inputs.py checks that they agree.
 _THRESHOLD_HELP = ("Compress only gradients of at least N elements (HiPress's flag). Default without --plan: "
-                   "16384 (64 KiB of fp32): below that, a gradient's fixed encode+decode cost "
-                   "per hop (about 20 us a call for tbq here) outweighs the bytes saved at 10 Gbit/s, and the "
-                   "engine fuses such gradients into one message anyway; HiPress's examples use 262144 for "
-                   "100 Gbit/s GPU clusters. 0 compresses every gradient. With --plan, a gradient is compressed "
-                   "when the plan says so and it reaches N.")
+                   "1024 (4 KiB of fp32): biases and norms travel uncompressed (fused into one message), where a "
+                   "fixed encode+decode cost per hop buys a few bytes; every weight matrix is compressed. HiPress's "
+                   "examples use 262144 for 100 Gbit/s GPU clusters; --plan auto decides per gradient from measured "
+                   "costs. 0 compresses every gradient. With --plan, a gradient is compressed when the plan says so "
+                   "and it reaches N.")
 
 
 def _what_runs(cfg: Any) -> str:
@@ -104,7 +105,10 @@ def register(app: typer.Typer) -> None:
                                                          "lstm, ugatit (`hipress models`).")] = None,
         model_opt: Annotated[str | None, typer.Option("--model", help="The model as an option (HiPress's "
                                                       "spelling), instead of the argument.")] = None,
-        topo: Annotated[str, typer.Option("--topo", help=_topo_help())] = DEFAULT_CHOICE.name,
+        topo: Annotated[str | None, typer.Option("--topo", help=_topo_help() + f" Default: {DEFAULT_CHOICE.name}.",
+                                                 show_default=False)] = None,
+        horovodrun: Annotated[bool, typer.Option("--horovodrun", help="HiPress's flag for its Horovod path "
+                                                 "(CaSync-Ring): the same as --topo ring.")] = False,
         alg: Annotated[str, typer.Option("--alg", "--comp-alg", help="Compression algorithm spec, e.g. tbq, "
                                                        "onebit, 'dgc:ratio=0.01', or none.")] = "tbq",
         comp_threshold: Annotated[int | None, typer.Option("--comp-threshold", help=_THRESHOLD_HELP)] = None,
@@ -162,6 +166,7 @@ def register(app: typer.Typer) -> None:
 
         refuse_extra_args(ctx.args, [o for p in ctx.command.params for o in p.opts if o.startswith("--")])
         model = pick_model(model, model_opt)
+        topo = pick_topology(topo, horovodrun)
         check_emulate(emulate, prefix, hosts or hostfile)  # before any side effect (SSH, the run directory)
         host_list = hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
         np_ = sum(h.slots for h in host_list) if host_list else np_

@@ -1,12 +1,15 @@
 """``--comp-threshold N``: compress only gradients of at least N elements (HiPress's flag).
 
-Why: compressing a tiny gradient costs more than it saves. Each encode and decode call has a fixed
-cost (about 20 us per call for tbq on this project's CPU, ``hipress bench compress --size 4K``,
-whatever the size below ~64 KiB), paid at every hop, plus a 20-byte payload header; at 10 Gbit/s
-20 us carries 25 KB. So by default (``DEFAULT_COMP_THRESHOLD``, used by ``hipress run`` when no plan is
-given) gradients under 16384 elements (64 KiB of fp32; biases, norms) travel uncompressed, which
-is also the engine's bulk-fusion size: they are then fused into one uncompressed message. HiPress's
-examples use 262144 on 100 Gbit/s GPU clusters; ``0`` compresses every gradient.
+Why: compressing a tiny gradient costs more than it saves, and it is where compression hurts
+accuracy most for the least gain. Each encode and decode call has a fixed cost (about 20 us per call
+for tbq on this project's CPU, ``hipress bench compress --size 4K``), paid at every hop, plus a
+20-byte payload header; biases and norm parameters (vectors of at most a few hundred elements in the
+paper's models) are many such calls for a few KiB, and DGC's recipe leaves them dense too. So by
+default (``DEFAULT_COMP_THRESHOLD``, used by ``hipress run`` when no plan is given) gradients under
+1024 elements (4 KiB of fp32) travel uncompressed (the engine fuses them into one message), while
+every weight matrix, even of a small model such as ``mlp``, is compressed: ``--alg X`` always has an
+effect. On a fast network a higher threshold pays (HiPress's examples use 262144 on 100 Gbit/s GPU
+clusters; ``hipress plan`` decides per gradient from measured costs); ``0`` compresses every gradient.
 
 The engine decides per gradient from plan entries (``compress`` flag, partition count), so the
 threshold becomes plan entries: with a plan, a gradient is compressed when the plan says so *and*
@@ -19,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 #: Elements; see the module docstring for why (and ``hipress run --help``).
-DEFAULT_COMP_THRESHOLD = 16384
+DEFAULT_COMP_THRESHOLD = 1024
 
 
 def apply_threshold(

@@ -51,7 +51,7 @@ HUGE = "9" * 5000
     (["--topo", "ddp", "--comp-threshold", "5"], "--comp-threshold applies to CaSync"),
     (["--alg", "none", "--comp-threshold", "5"], "--comp-threshold applies to CaSync"),
     # HiPress flags without an equivalent: the error names what to use instead
-    (["--horovodrun"], "--horovodrun is a HiPress flag hipress run does not take: hipress starts its ranks itself"),
+    (["--horovodrun", "--topo", "ps"], "--horovodrun (HiPress's Horovod path, CaSync-Ring) contradicts --topo ps"),
     (["--num-epochs", "5"], "use --iters N"),
     (["--gpus", "0,1"], "--gpus is a HiPress flag"),
     (["--data-dir", "/data/imagenet"], "--data synthetic"),
@@ -73,6 +73,16 @@ def test_model_as_option_and_none_at_all(tmp_path):
     assert r.exit_code == 2 and "no model given" in _text(r)
     r = _invoke(["run", "--model", "alexnet", "--results", str(tmp_path / "r")])
     assert r.exit_code == 2 and "unknown model 'alexnet'" in _text(r)
+
+
+def test_horovodrun_selects_casync_ring():
+    """HiPress's ``--horovodrun`` picks its Horovod path (CaSync-Ring); a contradicting ``--topo`` is refused."""
+    from hipress.topology_names import DEFAULT_CHOICE, HOROVODRUN_CHOICE, choice
+    from hipress_cli.options import pick_topology
+
+    assert choice(pick_topology(None, True)).engine_for(True) == "casync-ring"
+    assert pick_topology("RING", True) == HOROVODRUN_CHOICE.name
+    assert pick_topology(None, False) == DEFAULT_CHOICE.name and pick_topology("PS", False) == "PS"
 
 
 def test_servers_is_hosts(tmp_path):

@@ -160,7 +160,7 @@ def test_comp_threshold_becomes_the_plans_compress_flags(tmp_path):
     for name, size, compress, k in cfg.plan:
         assert compress == (size >= DEFAULT_COMP_THRESHOLD), name
         assert k == parts(size, 4, DEFAULT_PARTITION_BYTES), name  # partitioning as without a threshold
-    assert sum(e[2] for e in cfg.plan) == 18 and len(cfg.plan) == 38
+    assert sum(e[2] for e in cfg.plan) == 21 and len(cfg.plan) == 38  # 19 weights + the two 4096 fc biases
     assert make_config("vgg19", "ddp", comp_threshold="default").comp_threshold is None  # not CaSync: no threshold
     # with a plan: compressed when the plan says so AND the gradient reaches the threshold
     plan = tmp_path / "p.txt"
