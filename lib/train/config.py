@@ -203,10 +203,11 @@ def make_config(
         return definition_order(model, **{k: opts[k] for k in spec.build_opts})
 
     plan_entries = resolve_plan(plan, sizes, np, alg, eng, forward) if plan else None
+    casync = {c.engine for c in CHOICES if c.plan is not None}  # the compressing CaSync engines
     if comp_threshold == "default":
-        comp_threshold = DEFAULT_COMP_THRESHOLD if eng in ("casync-ring", "casync-ps") and not plan else None
+        comp_threshold = DEFAULT_COMP_THRESHOLD if eng in casync and not plan else None
     if comp_threshold is not None:
-        if eng not in ("casync-ring", "casync-ps"):
+        if eng not in casync:
             raise ConfigError(f"--comp-threshold applies to CaSync (--topo ring|ps with a compressing --alg), "
                               f"not to {eng!r}; leave it out")
         if comp_threshold > 0 or plan_entries is not None:  # 0 without a plan: the engine compresses all
