@@ -62,10 +62,10 @@ RING, PS, ALLGATHER, ALLREDUCE, DDP = CHOICES
 
 #: What ``hipress run`` synchronizes with when no ``--topo`` is given: CaSync-Ring.
 DEFAULT_CHOICE = RING
-#: What HiPress's ``--horovodrun`` flag selects: its Horovod path, CaSync-Ring.
-HOROVODRUN_CHOICE = RING
 #: Its engine topology: what the training API (``DistributedOptimizer``) compresses with by default.
 DEFAULT_ENGINE: str = str(DEFAULT_CHOICE.engine)
+#: What HiPress's ``--horovodrun`` flag selects: its Horovod path, CaSync-Ring.
+HOROVODRUN_CHOICE = RING
 
 #: The engine topologies of CaSync itself (compressing ring and PS): the plan and ``--comp-threshold`` apply.
 CASYNC_ENGINES: frozenset[str] = frozenset(c.engine for c in (RING, PS) if c.engine is not None)
