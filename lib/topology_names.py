@@ -57,10 +57,21 @@ CHOICES: tuple[Choice, ...] = (
            "ddp", "torch DDP on gloo", "ddp", "torch DDP on gloo", runner=DDP_RUNNER),
 )
 
+#: Each choice by name, for code that means one of them (no module spells a topology name but this one).
+RING, PS, ALLGATHER, ALLREDUCE, DDP = CHOICES
+
 #: What ``hipress run`` synchronizes with when no ``--topo`` is given: CaSync-Ring.
-DEFAULT_CHOICE = CHOICES[0]
+DEFAULT_CHOICE = RING
+#: Its engine topology: what the training API (``DistributedOptimizer``) compresses with by default.
+DEFAULT_ENGINE: str = str(DEFAULT_CHOICE.engine)
 #: What HiPress's ``--horovodrun`` flag selects: its Horovod path, CaSync-Ring.
-HOROVODRUN_CHOICE = CHOICES[0]
+HOROVODRUN_CHOICE = RING
+
+#: The engine topologies of CaSync itself (compressing ring and PS): the plan and ``--comp-threshold`` apply.
+CASYNC_ENGINES: frozenset[str] = frozenset(c.engine for c in (RING, PS) if c.engine is not None)
+
+#: SeCoPa's topologies (``hipress plan --topology``), in the order ``bench plan --topology both`` runs them.
+PLAN_TOPOLOGIES: tuple[str, ...] = tuple(c.plan for c in (PS, RING) if c.plan is not None)
 
 
 def choice(name: str) -> Choice:
@@ -71,6 +82,23 @@ def choice(name: str) -> Choice:
             return c
     valid = ", ".join([c.name for c in CHOICES] + [a for c in CHOICES for a in c.aliases])
     raise ValueError(f"unknown topology {name!r}; use one of: {valid}")
+
+
+def plan_topology(name: str) -> str:
+    """SeCoPa's topology for a user's name (any case, aliases too): ``ring`` or ``ps``; ``ValueError`` otherwise."""
+    c = choice(name)
+    if c.plan is None:
+        raise ValueError(f"SeCoPa plans {' and '.join(PLAN_TOPOLOGIES)} only, not {c.name!r}")
+    return c.plan
+
+
+def uncompressed_counterpart(engine: str) -> str:
+    """The fp32 engine topology a compressed topology's warm-up (``compress_after``) runs on: CaSync's
+    own fp32 ring or PS, MPI Allreduce for the rest (and for names it does not know)."""
+    for c in (RING, PS):
+        if engine in (c.engine, c.fp32):
+            return c.fp32 or ""
+    return ALLREDUCE.fp32 or ""
 
 
 def choice_of_engine(engine: str) -> tuple[Choice, str]:

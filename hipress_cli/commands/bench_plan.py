@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from hipress.topology_names import PLAN_TOPOLOGIES, plan_topology
 from hipress_cli.options import JsonOpt, console, fail, print_json
 
 
@@ -19,7 +20,7 @@ def register(parent: typer.Typer) -> None:
 def plan(
     gradients: Annotated[int, typer.Option("--gradients", min=1, help="Number of gradients to plan.")] = 100_000,
     nnodes: Annotated[int, typer.Option("--nnodes", min=1, help="Nodes N (K ranges over 1..N).")] = 16,
-    topology: Annotated[str, typer.Option("--topology", help="ps, ring or both.")] = "both",
+    topology: Annotated[str, typer.Option("--topology", help="ps, ring or both; any case.")] = "both",
     alg: Annotated[str, typer.Option("--alg", help="Compressor whose payload size sets the ratio.")] = "onebit",
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions.")] = 7,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured warm-up runs.")] = 1,
@@ -29,12 +30,13 @@ def plan(
     """Plan N random gradients (sizes log-uniform in 1..1e8) with the sosp21 cost model; median and 95% CI."""
     import numpy as np
 
-    from hipress.compress.bench import median_ci
     from hipress.plan import PayloadModel, PlanError, plan_gradients, sosp21
+    from hipress.stats import median_ci
 
-    tops = ["ps", "ring"] if topology == "both" else [topology]
-    if any(t not in ("ps", "ring") for t in tops):
-        raise fail(f"unknown topology {topology!r}; use ps, ring or both")
+    try:
+        tops = list(PLAN_TOPOLOGIES) if topology.strip().lower() == "both" else [plan_topology(topology)]
+    except ValueError as e:
+        raise fail(f"--topology: {e}; or both") from None
     try:
         payload = PayloadModel.from_alg(alg)
     except PlanError as e:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from hipress.topology_names import PS
 from hipress_cli.options import JsonOpt, console, fail, print_json
 
 InputOpt = Annotated[Path | None, typer.Option("--input", help="HiPress input.txt: 'name,num_floats' a line.")]
@@ -77,7 +78,7 @@ def register(root: typer.Typer) -> None:
 def plan(
     input_: InputOpt = None,
     model: ModelOpt = None,
-    topology: TopologyOpt = "ps",
+    topology: TopologyOpt = str(PS.plan),
     nnodes: NodesOpt = 4,
     alg: AlgOpt = None,
     profile: ProfileOpt = None,
@@ -111,7 +112,7 @@ def plan(
 
     tot = result.totals()
     derived = [k for k in ("gather", "broadcast")
-               if topology == "ps" and nnodes > 1 and nnodes not in cm.fitted_nodes(k)]
+               if topology == PS.plan and nnodes > 1 and nnodes not in cm.fitted_nodes(k)]
     origins = {k: cm.collective_origin(k, nnodes) for k in derived}
     decided_by = (f"HiPress's SeCoPa planner (cost model {cm.name}: partitions synchronized in parallel, "
                   "compressed size m/16/K)" if result.planner == "hipress" else

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from hipress.compress import GradientState, create
-from hipress.compress.bench import median_ci
+from hipress.stats import median_ci
 
 from .builtins import generated_class
 

@@ -13,11 +13,22 @@ from . import algorithms  # noqa: F401  (registers the built-ins)
 from .base import Capabilities, Compressor
 from .errors import CompressionError
 from .payload import HEADER_SIZE, Header, parse
-from .registry import UnknownAlgorithm, available, create, create_from_spec, get_class, register
+from .registry import (
+    AlgorithmSpec,
+    AlgorithmSpecError,
+    UnknownAlgorithm,
+    available,
+    create,
+    create_from_spec,
+    get_class,
+    register,
+)
 from .state import GradientState, StateStore
 from .wrappers import ErrorFeedback, MomentumCorrection
 
 __all__ = [
+    "AlgorithmSpec",
+    "AlgorithmSpecError",
     "HEADER_SIZE",
     "Capabilities",
     "CompressionError",

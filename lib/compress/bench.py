@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from hipress.stats import median_ci  # noqa: F401  (also imported from here by compll's bench)
+from hipress.stats import median_ci
 
 from . import reference as ref
 from .registry import create_from_spec

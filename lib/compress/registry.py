@@ -1,7 +1,8 @@
 """Compressors by name, instead of an if/elif factory.
 
 An algorithm registers itself with ``@register``; ``create("dgc", ratio=0.01)`` or
-``create_from_spec("dgc:ratio=0.01")`` builds one. Wire ids are stable numbers written into every
+``create_from_spec("dgc:ratio=0.01")`` builds one; ``AlgorithmSpec.parse`` reads a spec once into a
+value that a run's configuration carries. Wire ids are stable numbers written into every
 payload header so that a decoder can refuse a payload of another algorithm.
 """
 
@@ -12,6 +13,7 @@ import math
 import re
 import typing
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -200,32 +202,77 @@ def split_specs(text: str) -> list[str]:
     return out
 
 
-def create_from_spec(spec: str) -> Compressor:
-    """``"tbq"``, ``"terngrad:bits=4,stochastic=false"``, ``"dgc:ratio=0.01"``.
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """An ``--alg`` string parsed once: the algorithm's name and its parameters, typed.
 
-    Each value is read as its parameter's declared type (``parameters``): a bool is exactly
-    true/false/1/0, an int a whole number, a float a finite decimal number; an unknown or repeated
-    key is an error. Raises ``UnknownAlgorithm`` or ``AlgorithmSpecError`` (a ``ValueError``).
+    ``hipress run`` parses the user's text (``parse``) and checks that the algorithm accepts it
+    (``create``); the value travels in the run's configuration (``to_json``/``from_json``: plain
+    JSON), so the ranks, the optimizer and the DDP hook build the compressor from it without
+    reading the text again.
     """
-    if not isinstance(spec, str):
-        raise AlgorithmSpecError(f"an algorithm spec is text like 'dgc:ratio=0.01', got {type(spec).__name__}")
-    name, _, rest = spec.partition(":")
-    name = name.strip()
-    if not name:
-        raise AlgorithmSpecError(f"algorithm spec {spec!r}: no algorithm name before ':'; e.g. 'dgc:ratio=0.01'")
-    declared = parameters(name)  # raises UnknownAlgorithm first: the name is the likelier typo
-    params: dict[str, Any] = {}
-    for item in filter(None, (p.strip() for p in rest.split(","))):
-        key, eq, val = item.partition("=")
-        key = key.strip()
-        if not eq or not key:
-            raise AlgorithmSpecError(f"algorithm spec {spec!r}: expected key=value, got {item!r}")
-        if key in params:
-            raise AlgorithmSpecError(f"algorithm spec {spec!r}: parameter {key!r} is given twice; give it once")
-        if key not in declared:
-            raise AlgorithmSpecError(f"algorithm spec {spec!r}: algorithm {name!r} has no parameter {key!r}; "
-                                     f"{_describe(declared)}")
-        if not val.strip():
-            raise AlgorithmSpecError(f"algorithm spec {spec!r}: parameter {key!r} has no value")
-        params[key] = _parse_value(val.strip(), declared[key][0], f"algorithm spec {spec!r}: parameter {key!r}")
-    return create(name, **params)
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, spec: str | AlgorithmSpec) -> AlgorithmSpec:
+        """``"tbq"``, ``"terngrad:bits=4,stochastic=false"``, ``"dgc:ratio=0.01"`` (an ``AlgorithmSpec`` as is).
+
+        Each value is read as its parameter's declared type (``parameters``): a bool is exactly
+        true/false/1/0, an int a whole number, a float a finite decimal number; an unknown or repeated
+        key is an error. Raises ``UnknownAlgorithm`` or ``AlgorithmSpecError`` (a ``ValueError``).
+        """
+        if isinstance(spec, AlgorithmSpec):
+            return spec
+        if not isinstance(spec, str):
+            raise AlgorithmSpecError(f"an algorithm spec is text like 'dgc:ratio=0.01', got {type(spec).__name__}")
+        name, _, rest = spec.partition(":")
+        name = name.strip()
+        if not name:
+            raise AlgorithmSpecError(f"algorithm spec {spec!r}: no algorithm name before ':'; e.g. 'dgc:ratio=0.01'")
+        declared = parameters(name)  # raises UnknownAlgorithm first: the name is the likelier typo
+        params: dict[str, Any] = {}
+        for item in filter(None, (p.strip() for p in rest.split(","))):
+            key, eq, val = item.partition("=")
+            key = key.strip()
+            if not eq or not key:
+                raise AlgorithmSpecError(f"algorithm spec {spec!r}: expected key=value, got {item!r}")
+            if key in params:
+                raise AlgorithmSpecError(f"algorithm spec {spec!r}: parameter {key!r} is given twice; give it once")
+            if key not in declared:
+                raise AlgorithmSpecError(f"algorithm spec {spec!r}: algorithm {name!r} has no parameter {key!r}; "
+                                         f"{_describe(declared)}")
+            if not val.strip():
+                raise AlgorithmSpecError(f"algorithm spec {spec!r}: parameter {key!r} has no value")
+            params[key] = _parse_value(val.strip(), declared[key][0], f"algorithm spec {spec!r}: parameter {key!r}")
+        return cls(name, params)
+
+    @property
+    def compresses(self) -> bool:
+        """False for ``none`` (fp32 gradients): the topologies and runners that only send fp32 take it."""
+        return self.name != "none"
+
+    def create(self) -> Compressor:
+        """A new compressor (its constructor checks the values: ``AlgorithmSpecError`` if it refuses them)."""
+        return create(self.name, **self.params)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "params": dict(self.params)}
+
+    @classmethod
+    def from_json(cls, d: Any) -> AlgorithmSpec:
+        """From ``to_json``'s dict (as ``config.json`` holds it); ``AlgorithmSpecError`` if it is not one."""
+        if not (isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("params", {}), dict)):
+            raise AlgorithmSpecError(f"a parsed algorithm spec is {{'name': str, 'params': {{...}}}}, got {d!r}")
+        return cls(d["name"], dict(d.get("params", {})))
+
+    def __str__(self) -> str:
+        args = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in self.params.items())
+        return f"{self.name}:{args}" if args else self.name
+
+
+def create_from_spec(spec: str | AlgorithmSpec) -> Compressor:
+    """``AlgorithmSpec.parse(spec).create()``: ``"tbq"``, ``"dgc:ratio=0.01"``...; raises ``UnknownAlgorithm``
+    or ``AlgorithmSpecError`` (a ``ValueError``)."""
+    return AlgorithmSpec.parse(spec).create()

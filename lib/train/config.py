@@ -1,9 +1,10 @@
 """A run's configuration: what ``hipress run`` validates, writes to ``config.json``, and workers read.
 
-The user picks a synchronization with ``--topo`` and ``--alg``; ``hipress.sync.topologies.CHOICES``
+The user picks a synchronization with ``--topo`` and ``--alg``; ``hipress.topology_names.CHOICES``
 declares each ``--topo`` once (its aliases, case-insensitive, and the engine topology it runs with and
 without compression), and ``config.json`` records both the choice (``topology``) and what ran
-(``engine_topology``). Everything in the
+(``engine_topology``); ``--alg`` is parsed once (``hipress.compress.AlgorithmSpec``) and recorded
+both as typed (``alg``) and parsed (``algorithm``). Everything in the
 file is plain JSON (no pickles), and a plan is stored as its entries, so a worker needs nothing but
 this file.
 """
@@ -22,14 +23,14 @@ from typing import Any
 import torch
 
 from hipress import __version__
-from hipress.compress import UnknownAlgorithm, create_from_spec
+from hipress.compress import AlgorithmSpec, UnknownAlgorithm
 from hipress.models import BadModelOption, UnknownModel, get, gradient_sizes
-from hipress.topology_names import CHOICES, DEFAULT_CHOICE, ENGINE_RUNNER, choice, choice_of_engine
+from hipress.topology_names import CASYNC_ENGINES, CHOICES, DEFAULT_CHOICE, ENGINE_RUNNER, choice, choice_of_engine
 
 from .threshold import DEFAULT_COMP_THRESHOLD, apply_threshold
 from .validate import ConfigError, check_numbers, check_run_id
 
-#: ``--topo`` names and what each runs (the declarations are ``hipress.sync.topologies.CHOICES``).
+#: ``--topo`` names and what each runs (the declarations are ``hipress.topology_names.CHOICES``).
 TOPOLOGIES: dict[str, str] = {c.name: c.description for c in CHOICES}
 DATASETS = ("synthetic", "digits")
 
@@ -85,6 +86,14 @@ class RunConfig:
     #: Gradients under this many elements are sent uncompressed (in ``plan``); None: no threshold.
     comp_threshold: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    #: ``alg`` parsed once by ``make_config`` (``{"name", "params"}`` in ``config.json``; ``alg`` stays the
+    #: user's text); ranks build their compressor from it. None in files written before it existed.
+    algorithm: AlgorithmSpec | None = None
+
+    @property
+    def alg_spec(self) -> AlgorithmSpec:
+        """The parsed algorithm (``algorithm``, or ``alg`` parsed for a file written without it)."""
+        return self.algorithm if self.algorithm is not None else AlgorithmSpec.parse(self.alg)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -95,7 +104,13 @@ class RunConfig:
         if not isinstance(d, dict):
             raise ConfigError("config.json does not hold a JSON object")
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in known})
+        fields = {k: v for k, v in d.items() if k in known}
+        if fields.get("algorithm") is not None:
+            try:
+                fields["algorithm"] = AlgorithmSpec.from_json(fields["algorithm"])
+            except ValueError as e:
+                raise ConfigError(f"config.json: {e}") from None
+        return cls(**fields)
 
     def write(self, run_dir: Path) -> Path:
         from .results import CONFIG, write_json_atomic
@@ -117,10 +132,6 @@ class RunConfig:
         from hipress.sync.plan import PlanEntry
 
         return {n: PlanEntry(n, int(s), bool(c), int(k)) for n, s, c, k in self.plan}
-
-
-def alg_name(spec: str) -> str:
-    return spec.partition(":")[0].strip()
 
 
 def make_run_id(model: str, topology: str, alg: str) -> str:
@@ -179,17 +190,18 @@ def make_config(
     if data == "digits" and model != "mlp":
         raise ConfigError("--data digits needs --model mlp (the digits are 8x8 images with 10 classes)")
     try:
-        create_from_spec(alg)
+        algorithm = AlgorithmSpec.parse(alg)
+        algorithm.create()  # the constructor checks the values (ranges) too
     except UnknownAlgorithm as e:
         raise ConfigError(str(e)) from None
     except ValueError as e:
         raise ConfigError(f"bad --alg {alg!r}: {e}") from None
-    name = alg_name(alg)
-    eng = engine_topology(topology, name)
+    eng = engine_topology(topology, algorithm.name)
     topo = choice(topology).name
     if choice_of_engine(eng)[0].runner != ENGINE_RUNNER and (not overlap or bulk_bytes is not None):
-        raise ConfigError("--topo ddp synchronizes inside torch DDP: overlap and bulk_bytes apply to the CaSync "
-                          "engine's topologies (ring, ps, allgather, allreduce) only")
+        engine_choices = ", ".join(c.name for c in CHOICES if c.runner == ENGINE_RUNNER)
+        raise ConfigError(f"--topo {topo} synchronizes inside torch DDP: overlap and bulk_bytes apply to the "
+                          f"CaSync engine's topologies ({engine_choices}) only")
     overrides = {"batch_size": batch_size, "input_size": input_size, "seq_len": seq_len}
     given = {k: v for k, v in overrides.items() if v is not None}
     try:
@@ -203,11 +215,10 @@ def make_config(
         return definition_order(model, **{k: opts[k] for k in spec.build_opts})
 
     plan_entries = resolve_plan(plan, sizes, np, alg, eng, forward) if plan else None
-    casync = {c.engine for c in CHOICES if c.plan is not None}  # the compressing CaSync engines
     if comp_threshold == "default":
-        comp_threshold = DEFAULT_COMP_THRESHOLD if eng in casync and not plan else None
+        comp_threshold = DEFAULT_COMP_THRESHOLD if eng in CASYNC_ENGINES and not plan else None
     if comp_threshold is not None:
-        if eng not in casync:
+        if eng not in CASYNC_ENGINES:
             raise ConfigError(f"--comp-threshold applies to CaSync (--topo ring|ps with a compressing --alg), "
                               f"not to {eng!r}; leave it out")
         if comp_threshold > 0 or plan_entries is not None:  # 0 without a plan: the engine compresses all
@@ -241,6 +252,7 @@ def make_config(
         compress_after=int(compress_after),
         momentum_correction=bool(momentum_correction),
         comp_threshold=comp_threshold,
+        algorithm=algorithm,
         meta={
             "hipress": __version__,
             "torch": torch.__version__,

@@ -32,6 +32,7 @@ import torch
 
 from hipress.compress import Compressor, ErrorFeedback, create_from_spec
 from hipress.models import get
+from hipress.topology_names import ALLGATHER, DEFAULT_ENGINE, PS, RING, choice_of_engine
 
 from .data import Digits
 from .optimizer import DistributedOptimizer
@@ -55,7 +56,7 @@ def compressor_for(spec: str) -> Compressor:
     return create_from_spec(NETWORK_DEFAULTS.get(spec, spec))
 
 
-def train_digits(comm: Any, alg: str, topology: str = "casync-ring", epochs: int = 20, batch_size: int = 32,
+def train_digits(comm: Any, alg: str, topology: str = DEFAULT_ENGINE, epochs: int = 20, batch_size: int = 32,
                  lr: float = 0.5, momentum: float = 0.0, seed: int = 0, data: Digits | None = None,
                  momentum_correction: bool = True, compress_after: int = 0) -> dict:
     """Train the digits MLP on this rank's shard; return test accuracy (same on every rank) and timing."""
@@ -64,7 +65,7 @@ def train_digits(comm: Any, alg: str, topology: str = "casync-ring", epochs: int
     model = get("mlp").build()
     comp = compressor_for(alg)
     base = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    topo = topology if comp.name != "none" else topology.removeprefix("casync-")
+    topo = topology if comp.name != "none" else choice_of_engine(topology)[0].engine_for(False) or topology
     opt = DistributedOptimizer(base, model.named_parameters(), compression=comp, topology=topo, comm=comm,
                                momentum_correction=momentum_correction, compress_after=compress_after)
     spec = get("mlp")
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hipress.train.convergence", description=__doc__.split("\n\n")[0])
     p.add_argument("--algs", default=";".join(DEFAULT_ALGS),
                    help='algorithm specs separated by ";" (or "," when no spec has parameters)')
-    p.add_argument("--topology", default="casync-ring", help="casync-ring, casync-ps, allgather; comma-separated")
+    p.add_argument("--topology", default=DEFAULT_ENGINE,
+                   help=", ".join(str(c.engine) for c in (RING, PS, ALLGATHER)) + "; comma-separated")
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", default="0.5", help="learning rate(s), comma-separated")

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hipress.compress import Compressor, StateStore, create_from_spec
+from hipress.compress import AlgorithmSpec, Compressor, StateStore
 
 from .correction import MomentumCorrection, velocity_key
 
@@ -40,7 +40,7 @@ _DEFAULT = object()  # "the default process group", as opposed to "not attached 
 class CompressionHookState:
     """What the hook keeps between iterations.
 
-    compression: algorithm spec (``"tbq"``, ``"dgc:ratio=0.01"``). process_group: the group to
+    compression: algorithm spec (``"tbq"``, ``"dgc:ratio=0.01"``, or an ``AlgorithmSpec``). process_group: the group to
     reduce over (None: the default group). optimizer: the optimizer stepping the DDP model; an SGD
     with momentum gets momentum correction unless ``momentum_correction=False``. compress_after:
     iterations synchronized uncompressed first. Per-bucket compressor state is keyed ``bucket<i>``:
@@ -49,14 +49,14 @@ class CompressionHookState:
     the wire (its payload times the ``world - 1`` peers of a ring all-gather).
     """
 
-    def __init__(self, compression: str = "tbq", process_group: dist.ProcessGroup | None = None,
+    def __init__(self, compression: str | AlgorithmSpec = "tbq", process_group: dist.ProcessGroup | None = None,
                  states: StateStore | None = None, *, optimizer: torch.optim.Optimizer | None = None,
                  momentum_correction: bool = True, compress_after: int = 0,
                  factor_masking: bool = False) -> None:
         if compress_after < 0:
             raise ValueError(f"compress_after must be >= 0, got {compress_after}")
-        self.compression = compression
-        self.compressor: Compressor = create_from_spec(compression)
+        self.compression = str(compression)  # a checkpoint records it: the spec's text, canonical when parsed
+        self.compressor: Compressor = AlgorithmSpec.parse(compression).create()
         self.correction = (MomentumCorrection.for_optimizer(optimizer, self.compressor, momentum_correction,
                                                           factor_masking)
                            if optimizer is not None else None)

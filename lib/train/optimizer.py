@@ -28,15 +28,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from hipress.compress import Compressor, StateStore, create_from_spec
+from hipress.compress import AlgorithmSpec, Compressor, StateStore
+from hipress.topology_names import DEFAULT_ENGINE, uncompressed_counterpart
 
 from .correction import MomentumCorrection, velocity_state
-
-
-def uncompressed_counterpart(topology: str) -> str:
-    """The uncompressed topology a warm-up runs on: ``ring`` for ``casync-ring``, ``ps`` for
-    ``casync-ps``, MPI's ``allreduce`` for the rest."""
-    return {"casync-ring": "ring", "casync-ps": "ps", "ring": "ring", "ps": "ps"}.get(topology, "allreduce")
 
 
 class GradientMismatch(RuntimeError):
@@ -61,7 +56,8 @@ def check_same_everywhere(comm: Any, names_and_sizes: list[tuple[str, int]]) -> 
 class DistributedOptimizer:
     """Wraps ``optimizer``; averages gradients over ``comm`` through a CaSync ``Engine``.
 
-    compression: an algorithm spec (``"tbq"``, ``"dgc:ratio=0.01"``) or a ``Compressor``.
+    compression: an algorithm spec (``"tbq"``, ``"dgc:ratio=0.01"``, or one parsed: ``AlgorithmSpec``) or a
+        ``Compressor``.
     topology: an engine topology (``casync-ring``, ``casync-ps``, ``ring``, ``ps``, ``allreduce``,
         ``allgather``). plan: ``{name: PlanEntry}`` from SeCoPa, or None for the engine's defaults.
     states: the compressors' per-gradient state (residuals...), kept across iterations; pass one to
@@ -78,15 +74,16 @@ class DistributedOptimizer:
     factor_masking: DGC's momentum factor masking for sparse payloads under momentum correction
         (off: measured to cost accuracy here, see ``MomentumCorrection.for_optimizer``).
     compress_after: synchronize the first ``compress_after`` iterations uncompressed (warm-up, as
-        PowerSGD's ``start_powerSGD_iter``), through the topology's uncompressed counterpart.
+        PowerSGD's ``start_powerSGD_iter``), through the topology's uncompressed counterpart
+        (``hipress.topology_names.uncompressed_counterpart``).
     """
 
     def __init__(
         self,
         optimizer: torch.optim.Optimizer,
         named_parameters: Iterable[tuple[str, torch.nn.Parameter]],
-        compression: str | Compressor = "none",
-        topology: str = "casync-ring",
+        compression: str | AlgorithmSpec | Compressor = "none",
+        topology: str = DEFAULT_ENGINE,
         plan: dict | None = None,
         comm: Any = None,
         states: StateStore | None = None,
@@ -105,7 +102,9 @@ class DistributedOptimizer:
             comm = MPI.COMM_WORLD
         self.optimizer = optimizer
         self.comm = comm
-        self.compressor = create_from_spec(compression) if isinstance(compression, str) else compression
+        if not isinstance(compression, Compressor):
+            compression = AlgorithmSpec.parse(compression).create()
+        self.compressor = compression
         self.correction = MomentumCorrection.for_optimizer(optimizer, self.compressor, momentum_correction,
                                                           factor_masking)
         if momentum_correction:  # error feedback for every lossy compressor, with or without momentum

@@ -62,7 +62,7 @@ class EngineRunner:
 
         self.net = model
         base = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-        self.opt = DistributedOptimizer(base, model.named_parameters(), compression=cfg.alg,
+        self.opt = DistributedOptimizer(base, model.named_parameters(), compression=cfg.alg_spec,
                                         topology=cfg.engine_topology, plan=cfg.plan_entries(), comm=comm,
                                         overlap=cfg.overlap, bulk_bytes=cfg.bulk_bytes,
                                         compress_after=cfg.compress_after,
@@ -102,10 +102,10 @@ class DdpRunner:
         self.opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
         self.net = DistributedDataParallel(model)
         self.hook_state = None
-        if cfg.alg.partition(":")[0] != "none":
+        if cfg.alg_spec.compresses:
             from .ddp_hook import CompressionHookState, compression_hook
 
-            self.hook_state = CompressionHookState(cfg.alg, optimizer=self.opt, compress_after=cfg.compress_after,
+            self.hook_state = CompressionHookState(cfg.alg_spec, optimizer=self.opt, compress_after=cfg.compress_after,
                                                    momentum_correction=cfg.momentum_correction)
             self.net.register_comm_hook(self.hook_state, compression_hook)
         self._numel = sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -31,7 +31,7 @@ import torch
 
 from ..base import Capabilities, Compressor, nonfinite
 from ..errors import CompressionError
-from ..payload import Header, allocate, seal
+from ..payload import Header, allocate, header_size, seal
 from ..registry import register
 from ..state import GradientState
 from ..wire import WIRE_IDS
@@ -90,12 +90,12 @@ class PowerSGD(Compressor):
     def payload_size(self, numel: int) -> int:
         m, n = near_square(numel) if numel else (0, 0)
         r = min(self.rank, m, n)
-        return 20 + _EXTRA.size + 4 * r * (m + n)
+        return header_size(_EXTRA.size) + 4 * r * (m + n)
 
     def step_bytes(self, m: int, n: int) -> tuple[int, int]:
         """Bytes of the P and the Q payload of an m x n matrix (what each all-reduce sums)."""
         r = min(self.rank, m, n)
-        return 20 + _EXTRA.size + 4 * m * r, 20 + _EXTRA.size + 4 * n * r
+        return header_size(_EXTRA.size) + 4 * m * r, header_size(_EXTRA.size) + 4 * n * r
 
     # ------------------------------------------------------------------ the summed protocol
     def _payload(self, dtype: torch.dtype, m: int, n: int, phase: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
