@@ -93,15 +93,19 @@ class Simulation:
         sender's link puts them out)."""
         if duration < 0 or delay < 0:
             raise ValueError(f"task {kind!r}: negative duration {duration} or delay {delay}")
-        t = Task(kind, float(duration), tuple(resources), float(delay), float(priority), float(at))
+        # the hot path of every simulation (a BytePS graph has ~10^5 tasks): no generic helpers here
+        t = Task(kind, float(duration), resources if type(resources) is tuple else tuple(resources),
+                 float(delay), float(priority), float(at))
+        pending = 0
         for d in deps:
-            if d is None:
-                continue
-            d.successors.append(t)
-            t.pending += 1
-        for d in start_deps:
-            d.start_successors.append(t)
-            t.pending += 1
+            if d is not None:
+                d.successors.append(t)
+                pending += 1
+        if start_deps:
+            for d in start_deps:
+                d.start_successors.append(t)
+                pending += 1
+        t.pending = pending
         self._tasks.append(t)
         return t
 
@@ -118,8 +122,9 @@ class Simulation:
         seq = len(self._tasks)
         finished = 0
         makespan = 0.0
+        pop, push = heapq.heappop, heapq.heappush
         while heap:
-            ready, _, _, t = heapq.heappop(heap)
+            ready, _, _, t = pop(heap)
             start = ready
             for r in t.resources:
                 if r.free_at > start:
@@ -133,14 +138,21 @@ class Simulation:
             done = end + t.delay
             if done > makespan:
                 makespan = done
-            for when, succ in ((start, t.start_successors), (done, t.successors)):
-                for s in succ:
-                    if when > s.ready:
-                        s.ready = when
+            if t.start_successors:
+                for s in t.start_successors:
+                    if start > s.ready:
+                        s.ready = start
                     s.pending -= 1
                     if s.pending == 0:
                         seq += 1
-                        heapq.heappush(heap, (s.ready, s.priority, seq, s))
+                        push(heap, (s.ready, s.priority, seq, s))
+            for s in t.successors:
+                if done > s.ready:
+                    s.ready = done
+                s.pending -= 1
+                if s.pending == 0:
+                    seq += 1
+                    push(heap, (s.ready, s.priority, seq, s))
         if finished != len(self._tasks):
             raise RuntimeError(f"task graph has a cycle: {len(self._tasks) - finished} tasks never became ready")
         return makespan

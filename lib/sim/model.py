@@ -117,8 +117,10 @@ def simulate(
             plan_source = "secopa"
         else:
             plan_source = "naive (compress all, 4 MiB partitions)"
-    # the task graph is tens of thousands of small objects in reference cycles: the cyclic
-    # collector would walk them again and again while they are built; free them in one go after
+    # the task graph is tens of thousands of small objects: the cyclic collector would walk them
+    # again and again while they are built, and once more at its first run after re-enabling if they
+    # were still alive then. The graph holds no reference cycles, so everything needed is read off
+    # it and it is dropped (freed by reference counting) before the collector is switched back on.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -126,15 +128,19 @@ def simulate(
         ctx = Context(sim, workload, layout, cluster, params, costs, algo, plan, options or Options())
         spec.build(ctx)
         sync_end = sim.run()
+        scale = ctx.compute_scale
+        first_ready = min((t.ready for t in ctx.ready), default=0.0)
+        busy: dict[str, float] = defaultdict(float)
+        for r in sim.resources.values():
+            kind = r.name.rstrip("0123456789")
+            busy[kind] = max(busy[kind], r.busy)
+        n_tasks = len(sim.tasks)
+        del sim, ctx
     finally:
         if was_enabled:
             gc.enable()
-    scale = ctx.compute_scale
     compute = workload.compute_ms * scale
     iteration = workload.forward_ms * scale + max(workload.backward_ms * scale, sync_end)
-    busy: dict[str, float] = defaultdict(float)
-    for r in sim.resources.values():
-        busy[r.name.rstrip("0123456789")] = max(busy[r.name.rstrip("0123456789")], r.busy)
     return IterationResult(
         system,
         gpus,
@@ -142,8 +148,8 @@ def simulate(
         iteration,
         compute,
         workload.throughput(gpus, iteration),
-        len(sim.tasks),
+        n_tasks,
         dict(busy),
         plan_source,
-        sync_end - min((t.ready for t in ctx.ready), default=0.0),
+        sync_end - first_ready,
     )

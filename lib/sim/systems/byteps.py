@@ -61,9 +61,13 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
     grads = ctx.workload.gradients
 
     per_msg = p.byteps_message_ms
+    # resources resolved once: the graph below has ~13 tasks per partition and node
+    host_res = [(ctx.res("host", i),) for i in range(n)]
+    pcie_res = [(ctx.res("pcie", i),) for i in range(n)]
+    task = ctx.sim.task
 
     def host(kind: str, node: int, nbytes: float, rate: float, deps: list[Task | None]) -> Task:
-        return ctx.sim.task(kind, (nbytes / rate + per_msg) * slow[node], (ctx.res("host", node),), deps)
+        return task(kind, (nbytes / rate + per_msg) * slow[node], host_res[node], deps)
 
     def message(kind: str, node: int, nbytes: float, deps: list[Task | None]) -> Task:
         """The host's path of one message: ZMQ and the kernel's TCP stack, or ps-lite's RDMA van,
@@ -82,7 +86,7 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
             arrived: list[Task | None] = []
             for w in range(n):
                 x = ctx.intra_reduce(w, nbytes, [r])
-                x = ctx.sim.task("d2h", nbytes / ctx.pcie_rate, (ctx.res("pcie", w),), [x])
+                x = task("d2h", nbytes / ctx.pcie_rate, pcie_res[w], [x])
                 if compressed:
                     x = host("cpu-encode", w, nbytes, ctx.cpu_codec_rate, [x])
                 x = message("zmq-send", w, wire, [x])
@@ -101,6 +105,6 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
                 y = message("zmq-recv", w, wire, [y])
                 if compressed:
                     y = host("cpu-decode", w, nbytes, ctx.cpu_codec_rate, [y])
-                y = ctx.sim.task("h2d", nbytes / ctx.pcie_rate, (ctx.res("pcie", w),), [y])
+                y = task("h2d", nbytes / ctx.pcie_rate, pcie_res[w], [y])
                 finals.append(ctx.intra_broadcast(w, nbytes, [y]))
     return finals
