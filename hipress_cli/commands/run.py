@@ -158,6 +158,12 @@ def register(app: typer.Typer) -> None:
         stall_timeout: Annotated[float, typer.Option("--stall-timeout", help="Stop the run when a rank makes no "
                                                      "progress for this many seconds (a warning at half; 0: "
                                                      "never).")] = 120.0,
+        checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Write every rank's model, "
+                                                      "optimizer and compressor state to RUN_DIR/checkpoint/ every N "
+                                                      "iterations and at the end (0: never).")] = 0,
+        resume: Annotated[Path | None, typer.Option("--resume", help="Continue the run in this run directory from "
+                                                    "its checkpoint, with its config.json (--iters may extend it), "
+                                                    "bit for bit as if uninterrupted.")] = None,
         json_: JsonOpt = False,
     ) -> None:
         """Train MODEL data-parallel: local MPI ranks by default (--emulate, --hosts for clusters); writes
@@ -165,26 +171,29 @@ def register(app: typer.Typer) -> None:
         from hipress.train.config import ConfigError, make_config
 
         refuse_extra_args(ctx.args, [o for p in ctx.command.params for o in p.opts if o.startswith("--")])
-        model = pick_model(model, model_opt)
+        resumed = _resume_config(ctx, resume, iters) if resume is not None else None
+        model = resumed.model if resumed else pick_model(model, model_opt)
+        np_ = resumed.np if resumed else np_
         topo = pick_topology(topo, horovodrun)
         check_emulate(emulate, prefix, hosts or hostfile)  # before any side effect (SSH, the run directory)
         host_list = hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
         np_ = sum(h.slots for h in host_list) if host_list else np_
         try:
-            cfg = make_config(
+            cfg = resumed or make_config(
                 model, topo, alg, np_, iters, batch_size=batch_size, input_size=input_size, seq_len=seq_len,
                 preset="paper" if paper_size else "cpu", warmup=warmup, data=data, lr=lr, momentum=momentum, seed=seed,
                 threads=threads, plan=plan, run_id=run_id, compll_dir=compll_dir,
                 compress_after=compress_after, momentum_correction=not no_momentum_correction,
                 comp_threshold="default" if comp_threshold is None else comp_threshold,
+                checkpoint_every=checkpoint_every,
             )
         except ConfigError as e:
             raise fail(str(e)) from None
         cluster = connect_for_run(host_list, ssh_user, ssh_port, ssh_key, known_hosts,
                                           accept_new_host_keys, interface, remote_python) if host_list else None
-        run_dir = results / cfg.run_id
+        run_dir = resume if resume is not None else results / cfg.run_id
         try:
-            run_dir.mkdir(parents=True, exist_ok=False)
+            run_dir.mkdir(parents=True, exist_ok=resume is not None)
         except FileExistsError:
             raise fail(f"run directory {run_dir} already exists; choose another --run-id") from None
         except OSError as e:
@@ -227,6 +236,50 @@ def register(app: typer.Typer) -> None:
             print_json(summary)
         else:
             _render_summary(summary)
+
+
+#: What ``--resume`` accepts besides itself: the length of the run and how (where) it is launched; the rest
+#: of the configuration is the run's own config.json, or the continuation would not be the same run.
+_RESUME_OPTIONS = {"iters", "resume", "hosts", "hostfile", "ssh_user", "ssh_port", "ssh_key", "known_hosts",
+                   "accept_new_host_keys", "interface", "remote_python", "emulate", "prefix", "stall_timeout",
+                   "json_"}
+
+
+def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> Any:
+    """The configuration of the run in ``run_dir``, checked resumable, for ``--resume``: its iteration
+    count extended to ``--iters`` if given, its ``resumed`` count advanced, its events rewound to the
+    checkpoint. Fails (exit 1, no traceback) on a bad directory, a damaged or missing checkpoint."""
+    from hipress.train import checkpoint
+    from hipress.train.config import ConfigError, RunConfig
+
+    def on_command_line(name: str) -> bool:  # by name: typer's ParameterSource is not click's class
+        return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
+
+    given = [p.opts[0] for p in ctx.command.params if p.name not in _RESUME_OPTIONS
+             and on_command_line(p.name)]
+    if given:
+        raise fail(f"--resume continues a run with the configuration in its config.json; leave out {', '.join(given)} "
+                   f"(only --iters, to extend it, and launch options may be given)")
+    try:
+        cfg = RunConfig.read(run_dir)
+    except FileNotFoundError:
+        raise fail(f"--resume {run_dir}: no config.json there; give the directory of a `hipress run` "
+                   f"(results/<run-id>/)") from None
+    except (OSError, ValueError, TypeError) as e:
+        raise fail(f"--resume {run_dir}: cannot read its config.json: {e}") from None
+    try:
+        done = checkpoint.check_resumable(run_dir, cfg)
+    except ConfigError as e:
+        raise fail(f"--resume {run_dir}: {e}") from None
+    if on_command_line("iters"):
+        cfg.iters = iters
+    if done >= cfg.warmup + cfg.iters:
+        raise fail(f"--resume {run_dir}: the checkpoint is at iteration {done}, the run has "
+                   f"{cfg.warmup + cfg.iters} ({cfg.warmup} warm-up + --iters {cfg.iters}): nothing left to do; "
+                   f"give a larger --iters to extend it")
+    cfg.resumed += 1
+    checkpoint.rewind_events(run_dir, done)
+    return cfg
 
 
 def _launch_and_watch(cfg: Any, run_dir: Path, out: Any, cluster: Any = None, interface: str | None = None,

@@ -85,6 +85,10 @@ class RunConfig:
     momentum_correction: bool = True
     #: Gradients under this many elements are sent uncompressed (in ``plan``); None: no threshold.
     comp_threshold: int | None = None
+    #: Write every rank's checkpoint every N iterations and at the end (0: never); ``resumed``: how many
+    #: times ``hipress run --resume`` continued this run (the workers then start from the checkpoint).
+    checkpoint_every: int = 0
+    resumed: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
     #: ``alg`` parsed once by ``make_config`` (``{"name", "params"}`` in ``config.json``; ``alg`` stays the
     #: user's text); ranks build their compressor from it. None in files written before it existed.
@@ -165,6 +169,7 @@ def make_config(
     compress_after: int = 0,
     momentum_correction: bool = True,
     comp_threshold: int | str | None = None,
+    checkpoint_every: int = 0,
 ) -> RunConfig:
     """Validate a run's options and resolve the model's; raise ``ConfigError`` with a clear message.
 
@@ -185,6 +190,9 @@ def make_config(
         raise ConfigError(f"bulk_bytes must be >= 0 (0 turns bulk synchronization off), got {bulk_bytes}")
     if not 0 <= compress_after <= 1 << 40:
         raise ConfigError(f"--compress-after must be >= 0 (iterations synchronized uncompressed), got {compress_after}")
+    if not 0 <= checkpoint_every <= 1 << 40:
+        raise ConfigError(f"--checkpoint-every must be >= 0 (iterations between checkpoints; 0: none), got "
+                          f"{checkpoint_every}")
     if data not in DATASETS:
         raise ConfigError(f"unknown data set {data!r}; use one of: {', '.join(DATASETS)}")
     if data == "digits" and model != "mlp":
@@ -253,6 +261,7 @@ def make_config(
         momentum_correction=bool(momentum_correction),
         comp_threshold=comp_threshold,
         algorithm=algorithm,
+        checkpoint_every=int(checkpoint_every),
         meta={
             "hipress": __version__,
             "torch": torch.__version__,

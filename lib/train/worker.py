@@ -25,6 +25,7 @@ import torch
 from hipress.launch.heartbeat import Heartbeat, stall_timeout_s, watch_launcher
 from hipress.models import get
 
+from . import checkpoint
 from .config import RunConfig, install_compll
 from .results import EVENTS, EventLog, append_error, summarize
 from .runners import bcast_bytes, make_runner
@@ -151,6 +152,11 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
     beat.beat("setting up the synchronization")
     runner = make_runner(comm, cfg, model, _collective_timeout_s())
     net, opt = runner.net, runner.opt
+    first = 0  # resumed: model, optimizer, compressor state, RNGs and data position from the checkpoint
+    if cfg.resumed:
+        beat.beat("loading the checkpoint")
+        first = checkpoint.restore(comm, run_dir, cfg, model, runner)
+        batches = checkpoint.skip(batches, first)
 
     log = EventLog(run_dir / EVENTS) if rank == 0 and run_dir is not None else None
     pids = np.empty(world, dtype=np.int64)
@@ -163,7 +169,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
     table = np.zeros((world, len(_FIELDS)), dtype=np.float64) if rank == 0 else None
     total = cfg.warmup + cfg.iters
     try:
-        for it in range(total):
+        for it in range(first, total):
             beat.beat("forward/backward", it)
             _maybe_fault(rank, it)
             t0 = time.perf_counter()
@@ -190,6 +196,9 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
                     # (sync_s is the part of it the step waited for after backward)
                     "sync_span_s": _finite(float(table[:, 6].mean())),
                 })
+            if checkpoint.due(it + 1, cfg.checkpoint_every, total):
+                beat.beat("writing the checkpoint", it)
+                checkpoint.save(run_dir, rank, cfg, it + 1, model, runner)
         end: dict[str, Any] = {"event": "end", "time": time.time()}
         if digits is not None:
             end["test_accuracy"] = digits.accuracy(model)

@@ -114,3 +114,63 @@ def test_compress_after_runs_the_first_iterations_uncompressed(results, topo):
 def test_compress_after_must_not_be_negative(results):
     res = hipress("run", "mlp", "--np", "2", "--compress-after", "-1", "--results", str(results))
     assert res.returncode != 0 and "--compress-after must be >= 0" in res.stderr and "Traceback" not in res.stderr
+
+
+def _params(run_dir, rank):
+    """A rank's checkpoint, read as a resume reads it (``weights_only=True``: nothing is unpickled)."""
+    import torch
+
+    return torch.load(run_dir / "checkpoint" / f"rank-{rank}.pt", weights_only=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("topo,alg", [("ring", "tbq"), ("ps", "dgc:ratio=0.05")])
+def test_resume_continues_bit_for_bit(results, topo, alg):
+    """6 iterations in one go == 3, then --resume to 6: the same parameters, bit for bit, on every rank.
+
+    Momentum, the compressor's state (every gradient compressed: --comp-threshold 0), the warm-up
+    crossing (--compress-after 4, after the resume) and the data position (digits) all matter.
+    """
+    common = ["mlp", "--np", "2", "--warmup", "1", "--checkpoint-every", "3", "--topo", topo, "--alg", alg,
+              "--comp-threshold", "0", "--data", "digits", "--momentum", "0.9", "--lr", "0.1",
+              "--compress-after", "4", "--results", str(results)]
+    whole = hipress("run", *common, "--iters", "5", "--run-id", "whole")
+    assert whole.returncode == 0, whole.stderr
+    part = hipress("run", *common, "--iters", "2", "--run-id", "part")
+    assert part.returncode == 0, part.stderr
+    res = hipress("run", "--resume", str(results / "part"), "--iters", "5", "--json")
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["status"] == "ok" and summary["iterations"] == 6 and summary["measured_iterations"] == 5
+    ev = events(results / "part")
+    assert [e["iter"] for e in ev if e["event"] == "iteration"] == list(range(6))
+    assert json.loads((results / "part" / "config.json").read_text())["resumed"] == 1
+    import torch
+
+    for rank in range(2):
+        a, b = _params(results / "whole", rank), _params(results / "part", rank)
+        assert a["iteration"] == b["iteration"] == 6
+        for name, t in a["model"].items():
+            assert torch.equal(t, b["model"][name]), (rank, name, float((t - b["model"][name]).abs().max()))
+
+
+@pytest.mark.slow
+def test_resume_of_a_missing_or_damaged_checkpoint_fails_clearly(results):
+    res = hipress("run", "mlp", "--np", "2", "--iters", "1", "--warmup", "0", "--checkpoint-every", "1",
+                  "--run-id", "r", "--results", str(results))
+    assert res.returncode == 0, res.stderr
+    run_dir = results / "r"
+    res = hipress("run", "--resume", str(run_dir), "--iters", "2", "--alg", "onebit")
+    assert res.returncode != 0 and "leave out --alg" in res.stderr and "Traceback" not in res.stderr
+    res = hipress("run", "--resume", str(run_dir))
+    assert res.returncode != 0 and "nothing left to do" in res.stderr
+    ckpt = run_dir / "checkpoint" / "rank-1.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:100])
+    res = hipress("run", "--resume", str(run_dir), "--iters", "2")
+    assert res.returncode != 0 and "rank-1.pt cannot be read" in res.stderr.replace("\n", "")
+    assert "Traceback" not in res.stderr
+    ckpt.unlink()
+    res = hipress("run", "--resume", str(run_dir), "--iters", "2")
+    assert res.returncode != 0 and "no checkpoint for rank 1" in res.stderr.replace("\n", "")
+    res = hipress("run", "--resume", str(results / "nowhere"))
+    assert res.returncode != 0 and "no config.json" in res.stderr and "Traceback" not in res.stderr

@@ -1,0 +1,218 @@
+"""Checkpoints of a ``hipress run`` and resuming from them, bit for bit.
+
+``hipress run ... --checkpoint-every N`` makes every rank write ``RUN_DIR/checkpoint/rank-R.pt``
+after every N iterations and at the end; ``hipress run --resume RUN_DIR`` continues the run from
+there. A continuation gives the *same bits* as an uninterrupted run only if everything a step reads
+is restored, so a checkpoint holds:
+
+- the model's parameters and buffers;
+- the synchronization's state: the optimizer (torch SGD's momentum buffers), the compressors'
+  ``StateStore`` (error-feedback residuals, momentum-correction velocities, PowerSGD's Q, the
+  per-gradient step counters that seed stochastic rounding) and the iteration, which also decides
+  whether ``--compress-after``'s warm-up is over (``DistributedOptimizer.state_dict``; for
+  ``--topo ddp``, the SGD state and the hook's state);
+- the random generators of the process (torch's, numpy's legacy one, Python's ``random``);
+- the iteration: the data position follows from it (synthetic batches are fixed; the digits
+  shards are a pure function of seed and position, so the stream is replayed up to it).
+
+Everything is stored as plain tensors, numbers and strings, so it loads with
+``torch.load(weights_only=True)``: a checkpoint cannot run code when it is read. A file is written
+to a temporary name in the same directory, fsynced, renamed over the old one and the directory
+fsynced, so a crash leaves the previous checkpoint or the new one, never half of one. The ranks'
+files are written after the same iteration; a resume checks that all of them agree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .results import ERRORS, EVENTS, fsync_dir
+from .validate import ConfigError
+
+CHECKPOINT_DIR = "checkpoint"
+#: Bumped when the layout changes; a resume refuses files of another version.
+FORMAT = 1
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint is missing, unreadable or does not belong to this run."""
+
+
+def path_for(run_dir: Path, rank: int) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR / f"rank-{rank}.pt"
+
+
+def due(done: int, every: int, total: int) -> bool:
+    """Whether a checkpoint is written after ``done`` iterations (every ``every``, and at the end)."""
+    return every > 0 and (done % every == 0 or done == total)
+
+
+# ----------------------------------------------------------------------------- random generators
+def rng_state() -> dict[str, Any]:
+    """The process's generators as tensors and numbers (no pickled tuples)."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
+    version, py_state, py_gauss = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": {"name": str(name), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "python": {"version": int(version), "state": torch.tensor(py_state, dtype=torch.int64),
+                   "gauss": None if py_gauss is None else float(py_gauss)},
+    }
+
+
+def set_rng_state(d: dict[str, Any]) -> None:
+    torch.set_rng_state(d["torch"])
+    n = d["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    p = d["python"]
+    random.setstate((p["version"], tuple(int(x) for x in p["state"].tolist()), p["gauss"]))
+
+
+# ----------------------------------------------------------------------------- what a runner holds
+def sync_state(runner: Any) -> dict[str, Any]:
+    """The synchronization's state of a ``runners.Runner``: the optimizer (a ``DistributedOptimizer``,
+    whose state includes the compressors' and the iteration, or torch's SGD under DDP) and, under
+    DDP, the compression hook's."""
+    hook = getattr(runner, "hook_state", None)
+    return {"optimizer": runner.opt.state_dict(), "hook": None if hook is None else hook.state_dict()}
+
+
+def load_sync_state(runner: Any, d: dict[str, Any]) -> None:
+    runner.opt.load_state_dict(d["optimizer"])
+    hook = getattr(runner, "hook_state", None)
+    if hook is not None and d.get("hook") is not None:
+        hook.load_state_dict(d["hook"])
+        if hasattr(runner, "_sent_before"):  # DdpRunner reports per-step bytes as the growth of the total
+            runner._sent_before = hook.bytes_sent
+
+
+def _identity(cfg: Any, rank: int) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed by this run and rank."""
+    return {"format": FORMAT, "run_id": cfg.run_id, "rank": rank, "np": cfg.np, "model": cfg.model,
+            "alg": cfg.alg, "engine_topology": cfg.engine_topology, "seed": cfg.seed}
+
+
+# ----------------------------------------------------------------------------- files
+def save(run_dir: Path | None, rank: int, cfg: Any, iteration: int, model: torch.nn.Module, runner: Any) -> Path:
+    """Write this rank's checkpoint after ``iteration`` iterations, atomically (temp, fsync, rename)."""
+    if run_dir is None:
+        raise CheckpointError(f"rank {rank} cannot write its checkpoint: its host has no run directory")
+    path = path_for(run_dir, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blob = {"identity": _identity(cfg, rank), "iteration": int(iteration), "model": model.state_dict(),
+            "sync": sync_state(runner), "rng": rng_state()}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(blob, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+    return path
+
+
+def load(run_dir: Path, rank: int, cfg: Any) -> dict[str, Any]:
+    """This rank's checkpoint, read with ``weights_only=True``; ``CheckpointError`` says what is wrong."""
+    path = path_for(run_dir, rank)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint for rank {rank} at {path}: the run was not started with "
+                              f"--checkpoint-every N, or stopped before its first checkpoint; start it again")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); it is "
+                              f"damaged or not a hipress checkpoint: resume from an intact copy or start "
+                              f"the run again") from None
+    if not isinstance(blob, dict) or not {"identity", "iteration", "model", "sync", "rng"} <= set(blob):
+        raise CheckpointError(f"checkpoint {path} is not a hipress run checkpoint (missing fields)")
+    want, got = _identity(cfg, rank), blob["identity"]
+    odd = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+    if odd:
+        diff = ", ".join(f"{k}: {a!r} in the checkpoint, {b!r} in the run" for k, (a, b) in odd.items())
+        raise CheckpointError(f"checkpoint {path} belongs to another run or rank ({diff})")
+    return blob
+
+
+def check_resumable(run_dir: Path, cfg: Any, ranks: range | None = None) -> int:
+    """Read every rank's checkpoint here (before any rank starts) and return the iteration they are at."""
+    its = {r: int(load(run_dir, r, cfg)["iteration"]) for r in (ranks if ranks is not None else range(cfg.np))}
+    if len(set(its.values())) > 1:
+        raise CheckpointError(f"the ranks' checkpoints in {Path(run_dir) / CHECKPOINT_DIR} are from different "
+                              f"iterations ({its}): the run stopped while writing them; no consistent state to "
+                              f"resume from")
+    return next(iter(its.values()))
+
+
+def restore(comm: Any, run_dir: Path | None, cfg: Any, model: torch.nn.Module, runner: Any) -> int:
+    """Load this rank's checkpoint into ``model``, ``runner`` and the generators; return its iteration.
+
+    Collective: the ranks check that they resume from the same iteration.
+    """
+    rank = comm.Get_rank()
+    if run_dir is None:
+        raise CheckpointError(f"rank {rank} has no run directory to resume from")
+    blob = load(run_dir, rank, cfg)
+    it = int(blob["iteration"])
+    every = np.empty(comm.Get_size(), dtype=np.int64)
+    comm.Allgather(np.array([it], dtype=np.int64), every)
+    if (every != it).any():
+        raise CheckpointError(f"the ranks' checkpoints are from different iterations ({every.tolist()})")
+    model.load_state_dict(blob["model"])
+    load_sync_state(runner, blob["sync"])
+    set_rng_state(blob["rng"])
+    return it
+
+
+def skip(batches: Iterator[Any], n: int) -> Iterator[Any]:
+    """The data stream from position ``n`` (replayed: the streams are pure functions of seed and position)."""
+    for _ in islice(batches, n):
+        pass
+    return batches
+
+
+def rewind_events(run_dir: Path, iteration: int) -> None:
+    """Before resuming at ``iteration``: drop what the interrupted part did after its checkpoint (its
+    later iterations are redone) and its end, so that the events, hence the summary, cover the whole
+    run once. Rewritten atomically; the previous failures' ``errors.jsonl`` is set aside."""
+    run_dir = Path(run_dir)
+    path = run_dir / EVENTS
+    keep = []
+    if path.exists():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue  # a torn last line of a killed run
+            if not isinstance(e, dict) or e.get("event") == "end":
+                continue
+            if e.get("event") == "iteration" and int(e.get("iter", 0)) >= iteration:
+                continue
+            keep.append(line)
+    fd, tmp = tempfile.mkstemp(prefix=f".{EVENTS}.", suffix=".tmp", dir=run_dir)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("".join(f"{line}\n" for line in keep))
+        f.write(json.dumps({"event": "resume", "iter": iteration}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+    os.replace(tmp, path)
+    errors = run_dir / ERRORS
+    if errors.exists():
+        n = sum(1 for _ in run_dir.glob("errors-before-resume-*.jsonl"))
+        os.replace(errors, run_dir / f"errors-before-resume-{n + 1}.jsonl")
+    fsync_dir(run_dir)
