@@ -23,7 +23,9 @@ def train(
     variants: Annotated[str, typer.Option("--variants", help="TOPO+ALG pairs separated by ';' (see `hipress run "
                                           "--help` for --topo).")] = "ring+tbq;ps+tbq;ring+none;ps+none;ddp+none",
     np_: Annotated[int, typer.Option("--np", min=1, max=64, help="Number of ranks.")] = 4,
-    iters: Annotated[int, typer.Option("--iters", min=1, help="Measured iterations per run.")] = 5,
+    iters: Annotated[int | None, typer.Option("--iters", min=1, help="Measured iterations per run (default 5; "
+                                              "with --target-accuracy, the most a run may take: default "
+                                              "1000).")] = None,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured iterations first.")] = 1,
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="Interleaved repetitions of all variants.")] = 1,
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Samples per rank.")] = None,
@@ -34,12 +36,36 @@ def train(
                                                 "(needs root).")] = None,
     prefix: Annotated[str, typer.Option("--prefix", help="The emulated cluster's name prefix.")] = "hipress",
     results: Annotated[Path, typer.Option("--results", help="Where run directories go.")] = Path("results"),
+    target_accuracy: Annotated[float | None, typer.Option("--target-accuracy", help="Time to accuracy instead "
+                               "of throughput: train mlp on scikit-learn's digits until the test accuracy "
+                               "reaches this fraction (e.g. 0.95); a table of time, iterations and bytes to it, "
+                               "and a plot (time_to_accuracy.png).")] = None,
+    eval_every: Annotated[int | None, typer.Option("--eval-every", help="With --target-accuracy: evaluate every "
+                          "K iterations (default 10).")] = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="With --target-accuracy: SGD learning rate (default "
+                  "0.5).")] = None,
+    momentum: Annotated[float | None, typer.Option("--momentum", help="With --target-accuracy: SGD momentum "
+                        "(default 0).")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="With --target-accuracy: the seed of the weights and "
+                    "the data order.")] = 0,
     json_: JsonOpt = False,
 ) -> None:
-    """Throughput of MODEL under each --variants entry, side by side; writes results/<bench-id>/bench.json."""
+    """Throughput (or, with --target-accuracy, time to accuracy) of MODEL under each --variants entry, side by
+    side; writes results/<bench-id>/bench.json."""
     from hipress.train.bench import bench_train, parse_variants
+    from hipress.train.bench_tta import DEFAULT_MAX_ITERS
     from hipress.train.config import ConfigError
 
+    tta = None
+    if target_accuracy is not None:
+        if model != "mlp":
+            raise fail(f"--target-accuracy trains on scikit-learn's digits, which only the mlp model takes (not "
+                       f"{model!r}): hipress bench train mlp --target-accuracy {target_accuracy:g} ...")
+        tta = {"data": "digits", "target_accuracy": target_accuracy, "eval_every": eval_every, "lr": lr,
+               "momentum": momentum, "seed": seed}
+    elif eval_every is not None or lr is not None or momentum is not None or seed:
+        raise fail("--eval-every, --lr, --momentum and --seed apply with --target-accuracy only")
+    iters = iters or (DEFAULT_MAX_ITERS if tta else 5)
     check_emulate(emulate, prefix)
     try:
         vs = parse_variants(variants)
@@ -59,13 +85,18 @@ def train(
     def show(kind: str, e: dict) -> None:
         if kind == "start":
             out.print(f"[bold]{e['variant']}[/] (round {e['round'] + 1}/{rounds}) ...")
+        elif kind == "iteration" and tta:
+            pass  # hundreds of short iterations: the evaluations say how the run goes
+        elif kind == "evaluation":
+            out.print(f"  iter {e['iter']}: test accuracy {100 * e['accuracy']:.1f}%", highlight=False)
         elif kind == "iteration":
             tag = " warm-up" if e.get("warmup") else ""
             out.print(f"  iter {e['iter']}{tag}: {e['iter_s']:.2f} s", highlight=False)
     try:
         result = bench_train(model, vs, np_=np_, iters=iters, warmup=warmup, rounds=rounds, results=results,
                              bench_id=bench_id, emulated=cluster, threads=threads, on_event=show,
-                             model_opts={"batch_size": batch_size, "input_size": input_size, "seq_len": seq_len})
+                             model_opts={"batch_size": batch_size, "input_size": input_size, "seq_len": seq_len},
+                             tta=tta)
     except (ConfigError, RuntimeError) as e:
         raise fail(str(e), code=2 if isinstance(e, ConfigError) else 1) from None
     finally:
@@ -77,7 +108,29 @@ def train(
     if json_:
         print_json(result)
         return
+    if tta:
+        _render_tta(result, results / bench_id)
+        return
     _render(result)
+
+
+def _render_tta(r: dict, bench_dir: Path) -> None:
+    where = f"emulated {r['emulated']['rate']} links" if r["emulated"] else "this machine"
+    t = Table(title=f"time to {100 * r['target_accuracy']:g}% test accuracy: {r['model']} on digits, {r['np']} ranks "
+                    f"x {r['model_options']['batch_size']} images, lr {r['lr']:g}, momentum {r['momentum']:g} "
+                    f"({where}; medians of {r['rounds']} round(s), at most {r['max_iters']} iterations)")
+    for c in ("variant", "reached", "time s", "iterations", "MiB/rank", "final acc", "best acc"):
+        t.add_column(c, justify="left" if c == "variant" else "right")
+    def f(x: float | None, fmt: str) -> str:
+        return "-" if x is None else format(x, fmt)
+    for v in r["variants"]:
+        mib = None if v["bytes_sent_per_rank"] is None else v["bytes_sent_per_rank"] / 2**20
+        t.add_row(v["variant"], f"{v['reached']}/{v['rounds']}", f(v["wall_s"], ".2f"), f(v["iterations"], ".0f"),
+                  f(mib, ".3f") + ("*" if v["bytes_sent_estimated"] and mib is not None else ""),
+                  f"{100 * v['final_accuracy']:.1f}%", f"{100 * v['best_accuracy']:.1f}%")
+    console.print(t)
+    console.print(f"[dim]time: training only (evaluations and the warm-up iteration excluded); MiB: sent by the "
+                  f"busiest rank until the target; * estimated. Plot: {bench_dir / r['plot']}[/]")
 
 
 def _render(r: dict) -> None:

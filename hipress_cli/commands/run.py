@@ -95,6 +95,16 @@ def _render_summary(s: dict) -> None:
         (f"{max(sent) / 2**20:.1f} MiB" + (" (est.)" if s.get("bytes_sent_estimated") else "")) if sent else "-",
     )
     console.print(t)
+    tta = s.get("time_to_accuracy")
+    if tta and tta["target_accuracy"] is not None:
+        if tta["reached"]:
+            console.print(f"reached {100 * tta['target_accuracy']:g}% test accuracy after {tta['iterations']} "
+                          f"iteration(s), {tta['wall_s']:.2f} s, {max(tta['bytes_sent_per_rank']) / 2**20:.2f} MiB "
+                          "sent per rank")
+        else:
+            best = "-" if tta["best_accuracy"] is None else f"{100 * tta['best_accuracy']:.1f}%"
+            console.print(f"[yellow]did not reach {100 * tta['target_accuracy']:g}% test accuracy[/] "
+                          f"(best {best} in {tta['evaluations']} evaluation(s))")
 
 
 def register(app: typer.Typer) -> None:
@@ -164,6 +174,12 @@ def register(app: typer.Typer) -> None:
         resume: Annotated[Path | None, typer.Option("--resume", help="Continue the run in this run directory from "
                                                     "its checkpoint, with its config.json (--iters may extend it), "
                                                     "bit for bit as if uninterrupted.")] = None,
+        target_accuracy: Annotated[float | None, typer.Option("--target-accuracy", help="Time to accuracy: evaluate "
+                                   "on the held-out test set (--data digits) and stop once its accuracy reaches "
+                                   "this fraction, e.g. 0.95, or at --iters; the summary records the time, "
+                                   "iterations and bytes it took.")] = None,
+        eval_every: Annotated[int | None, typer.Option("--eval-every", help="Evaluate on the test set every K "
+                              "iterations (default with --target-accuracy: 10).")] = None,
         json_: JsonOpt = False,
     ) -> None:
         """Train MODEL data-parallel: local MPI ranks by default (--emulate, --hosts for clusters); writes
@@ -186,6 +202,7 @@ def register(app: typer.Typer) -> None:
                 compress_after=compress_after, momentum_correction=not no_momentum_correction,
                 comp_threshold="default" if comp_threshold is None else comp_threshold,
                 checkpoint_every=checkpoint_every,
+                target_accuracy=target_accuracy, eval_every=eval_every,
             )
         except ConfigError as e:
             raise fail(str(e)) from None
@@ -305,6 +322,9 @@ def _launch_and_watch(cfg: Any, run_dir: Path, out: Any, cluster: Any = None, in
             sync = "" if e.get("sync_s") is None else f"sync {100 * e['sync_s'] / e['iter_s']:.0f}%"
             progress.update(task, completed=e["iter"] + 1, rate=f"{rate:.1f} {cfg.unit}/s"
                             + (" (warm-up)" if e.get("warmup") else ""), sync=sync)
+        elif e.get("event") == "evaluation":
+            progress.console.print(f"  test accuracy {100 * e['accuracy']:.1f}% after {e['iter']} iteration(s)",
+                                   highlight=False)
         elif e.get("event") == "stall_warning":
             progress.console.print(f"[yellow]warning:[/] {e['message']}", highlight=False)
 

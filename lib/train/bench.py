@@ -65,9 +65,14 @@ def bench_train(
     model_opts: dict[str, int | None] | None = None,
     threads: int = 0,
     on_event: Callable[[str, dict], None] | None = None,
+    tta: dict[str, Any] | None = None,
 ) -> dict:
-    """Run every variant ``rounds`` times; return the comparison (also written to ``bench.json``)."""
-    opts = model_opts or {}
+    """Run every variant ``rounds`` times; return the comparison (also written to ``bench.json``).
+
+    ``tta``: ``make_config``'s options of the time-to-accuracy mode (``data``, ``target_accuracy``,
+    ``eval_every``, ``lr``, ``momentum``, ``seed``); the comparison is then ``hipress.train.bench_tta``'s.
+    """
+    opts = {**(model_opts or {}), **(tta or {})}
     configs = {v.label: make_config(model, v.topo, v.alg, np_, iters, warmup=warmup, threads=threads, **opts)
                for v in variants}  # validates everything before anything starts
     root = Path(results) / bench_id
@@ -85,8 +90,8 @@ def bench_train(
             job = start(cfg, run_dir, Where(emulated=emulated))
 
             def show(e: dict[str, Any], label: str = v.label) -> None:
-                if on_event and e.get("event") == "iteration":
-                    on_event("iteration", {"variant": label, **e})
+                if on_event and e.get("event") in ("iteration", "evaluation"):
+                    on_event(e["event"], {"variant": label, **e})
             try:
                 summary = follow(job, run_dir, show).check()
             except RunFailed as e:
@@ -95,6 +100,13 @@ def bench_train(
             runs[v.label].append({"summary": summary, "iterations": measured})
             if on_event:
                 on_event("done", {"variant": v.label, "round": r, "summary": summary})
+    if tta and tta.get("target_accuracy") is not None:
+        from .bench_tta import tta_result
+
+        result = tta_result(root, bench_id, configs, {k: [r["summary"] for r in rs] for k, rs in runs.items()},
+                            iters=iters, warmup=warmup, rounds=rounds, emulated=emulated, threads=threads)
+        write_json_atomic(root / "bench.json", result)
+        return result
     rows = []
     for v in variants:
         cfg = configs[v.label]

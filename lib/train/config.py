@@ -27,6 +27,7 @@ from hipress.compress import AlgorithmSpec, UnknownAlgorithm
 from hipress.models import BadModelOption, UnknownModel, get, gradient_sizes
 from hipress.topology_names import CASYNC_ENGINES, CHOICES, DEFAULT_CHOICE, ENGINE_RUNNER, choice, choice_of_engine
 
+from .evaluate import check_evaluation
 from .threshold import DEFAULT_COMP_THRESHOLD, apply_threshold
 from .validate import ConfigError, check_numbers, check_run_id
 
@@ -89,6 +90,10 @@ class RunConfig:
     #: times ``hipress run --resume`` continued this run (the workers then start from the checkpoint).
     checkpoint_every: int = 0
     resumed: int = 0
+    #: Time to accuracy (``hipress.train.evaluate``): stop at this test accuracy (a fraction), evaluating
+    #: every ``eval_every`` iterations (0: never).
+    target_accuracy: float | None = None
+    eval_every: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
     #: ``alg`` parsed once by ``make_config`` (``{"name", "params"}`` in ``config.json``; ``alg`` stays the
     #: user's text); ranks build their compressor from it. None in files written before it existed.
@@ -170,6 +175,8 @@ def make_config(
     momentum_correction: bool = True,
     comp_threshold: int | str | None = None,
     checkpoint_every: int = 0,
+    target_accuracy: float | None = None,
+    eval_every: int | None = None,
 ) -> RunConfig:
     """Validate a run's options and resolve the model's; raise ``ConfigError`` with a clear message.
 
@@ -197,6 +204,7 @@ def make_config(
         raise ConfigError(f"unknown data set {data!r}; use one of: {', '.join(DATASETS)}")
     if data == "digits" and model != "mlp":
         raise ConfigError("--data digits needs --model mlp (the digits are 8x8 images with 10 classes)")
+    eval_every = check_evaluation(target_accuracy, eval_every, data)
     try:
         algorithm = AlgorithmSpec.parse(alg)
         algorithm.create()  # the constructor checks the values (ranges) too
@@ -262,6 +270,8 @@ def make_config(
         comp_threshold=comp_threshold,
         algorithm=algorithm,
         checkpoint_every=int(checkpoint_every),
+        target_accuracy=None if target_accuracy is None else float(target_accuracy),
+        eval_every=eval_every,
         meta={
             "hipress": __version__,
             "torch": torch.__version__,

@@ -184,6 +184,11 @@ def summarize(run_dir: Path, status: str = "ok", error: str | None = None) -> di
     if measured:
         per_rank = [e["bytes_sent"] for e in measured]
         summary["bytes_sent_per_rank"] = [statistics.median(col) for col in zip(*per_rank, strict=True)]
+    from .evaluate import time_to_accuracy
+
+    tta = time_to_accuracy(read_events(run_dir / EVENTS), config.get("target_accuracy"))
+    if tta is not None:
+        summary["time_to_accuracy"] = tta
     end = [e for e in read_events(run_dir / EVENTS) if e.get("event") == "end"]
     if end:
         summary.update({k: v for k, v in end[-1].items() if k not in ("event", "time")})

@@ -168,6 +168,13 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
     row = np.zeros(len(_FIELDS), dtype=np.float64)
     table = np.zeros((world, len(_FIELDS)), dtype=np.float64) if rank == 0 else None
     total = cfg.warmup + cfg.iters
+    evaluator = None
+    if cfg.eval_every and digits is not None:  # time to accuracy: evaluate, stop at the target
+        from .evaluate import Evaluator
+
+        evaluator = Evaluator(comm, model, (digits.x_test, digits.y_test), cfg.eval_every, cfg.target_accuracy,
+                              cfg.warmup, total - 1, log, lambda req, what: _wait(req, what, _collective_timeout_s()))
+        evaluator.start(first)
     try:
         for it in range(first, total):
             beat.beat("forward/backward", it)
@@ -199,6 +206,12 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
             if checkpoint.due(it + 1, cfg.checkpoint_every, total):
                 beat.beat("writing the checkpoint", it)
                 checkpoint.save(run_dir, rank, cfg, it + 1, model, runner)
+            if evaluator is not None:
+                evaluator.count(it, table)
+                if evaluator.due(it):
+                    beat.beat("evaluation on rank 0, then the Bcast of its stop decision", it)
+                    if evaluator.decide(it):
+                        break
         end: dict[str, Any] = {"event": "end", "time": time.time()}
         if digits is not None:
             end["test_accuracy"] = digits.accuracy(model)
