@@ -85,6 +85,12 @@ class RunConfig:
     momentum_correction: bool = True
     #: Gradients under this many elements are sent uncompressed (in ``plan``); None: no threshold.
     comp_threshold: int | None = None
+    #: Where the ranks train: "cuda" or "cpu" (``--device`` resolved by the launching process,
+    #: ``hipress.sync.device.resolve``); each rank binds its GPU with ``bind_rank``.
+    device: str = "cpu"
+    #: ``--topo allreduce`` on CUDA: "nccl" (torch.distributed) or "mpi" (the engine's MPI Allreduce,
+    #: which works with ranks sharing a GPU); None: NCCL on CUDA, MPI on the CPU.
+    collective: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     #: ``alg`` parsed once by ``make_config`` (``{"name", "params"}`` in ``config.json``; ``alg`` stays the
     #: user's text); ranks build their compressor from it. None in files written before it existed.
@@ -165,6 +171,8 @@ def make_config(
     compress_after: int = 0,
     momentum_correction: bool = True,
     comp_threshold: int | str | None = None,
+    device: str = "cpu",
+    collective: str | None = None,
 ) -> RunConfig:
     """Validate a run's options and resolve the model's; raise ``ConfigError`` with a clear message.
 
@@ -175,6 +183,7 @@ def make_config(
                   seq_len=seq_len, lr=lr, momentum=momentum, threads=threads, seed=seed,
                   comp_threshold=None if comp_threshold == "default" else comp_threshold)
     check_run_id(run_id)
+    check_device(device, collective, topology)
     compll_specs = read_compll_dir(compll_dir) if compll_dir is not None else {}
     install_compll(compll_specs, source=compll_dir)
     try:
@@ -253,6 +262,8 @@ def make_config(
         momentum_correction=bool(momentum_correction),
         comp_threshold=comp_threshold,
         algorithm=algorithm,
+        device=device,
+        collective=collective,
         meta={
             "hipress": __version__,
             "torch": torch.__version__,
@@ -262,6 +273,30 @@ def make_config(
             "paper_options": spec.paper,
         },
     )
+
+
+DEVICES = ("cuda", "cpu")
+COLLECTIVES = ("nccl", "mpi")
+
+
+def check_device(device: str, collective: str | None, topology: str) -> None:
+    """``device`` is already resolved ("cuda" or "cpu"); ``collective`` applies to ``--topo allreduce``."""
+    if device not in DEVICES:
+        raise ConfigError(f"device {device!r}: expected one of {', '.join(DEVICES)} (resolve --device auto first, "
+                          "with hipress.sync.device.resolve)")
+    if collective is None:
+        return
+    if collective not in COLLECTIVES:
+        raise ConfigError(f"unknown --collective {collective!r}; use one of: {', '.join(COLLECTIVES)}")
+    try:
+        topo = choice(topology).name
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if topo != "allreduce":
+        raise ConfigError(f"--collective chooses how --topo allreduce reduces; --topo {topo} does not use it, "
+                          "leave it out")
+    if collective == "nccl" and device != "cuda":
+        raise ConfigError("--collective nccl needs --device cuda; on the CPU --topo allreduce uses MPI")
 
 
 def read_compll_dir(path: str | Path) -> dict[str, str]:

@@ -16,6 +16,7 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import torch
 
 from hipress.launch.heartbeat import Heartbeat, stall_timeout_s, watch_launcher
 from hipress.models import get
+from hipress.sync.device import bind_rank
 
 from .config import RunConfig, install_compll
 from .results import EVENTS, EventLog, append_error, summarize
@@ -112,10 +114,43 @@ def _gather(comm: Any, send: np.ndarray, recv: np.ndarray | None, what: str) -> 
 
 
 def _broadcast_parameters(comm: Any, model: torch.nn.Module) -> None:
-    """Start every rank from rank 0's weights (the seed makes them equal already; this makes it certain)."""
+    """Start every rank from rank 0's weights (the seed makes them equal already; this makes it certain).
+
+    CUDA tensors go through a host copy: the default MPI is not CUDA-aware, and this runs once.
+    """
     for t in list(model.parameters()) + list(model.buffers()):
         if t.dtype.is_floating_point and t.numel():
-            comm.Bcast(t.data.numpy(), root=0)
+            if t.device.type == "cpu":
+                comm.Bcast(t.data.numpy(), root=0)
+            else:
+                buf = t.detach().cpu()
+                comm.Bcast(buf.numpy(), root=0)
+                t.data.copy_(buf)
+
+
+def _on_device(batches: Iterator[Any], device: torch.device) -> Iterator[Any]:
+    """The batches on ``device`` (unchanged on the CPU). Synthetic data yields one batch over and over:
+    it is copied once, not every iteration."""
+    if device.type == "cpu":
+        return batches
+
+    def move(b: Any) -> Any:
+        if isinstance(b, torch.Tensor):
+            return b.to(device, non_blocking=True)
+        if isinstance(b, (tuple, list)):
+            return type(b)(move(x) for x in b)
+        if isinstance(b, dict):
+            return {k: move(v) for k, v in b.items()}
+        return b
+
+    def gen() -> Iterator[Any]:
+        src, dst = None, None
+        for b in batches:
+            if b is not src:
+                src, dst = b, move(b)
+            yield dst
+
+    return gen()
 
 
 def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | None = None) -> dict[str, Any]:
@@ -128,12 +163,17 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
     if world != cfg.np:
         raise RuntimeError(f"config asks for {cfg.np} ranks but MPI started {world}; launch with -n {cfg.np}")
     threads = _set_threads(comm, cfg.threads)
+    # collective: every rank binds its GPU (local rank % GPUs) or the CPU, as config.json says
+    choice = bind_rank(comm, cfg.device)
+    if choice.note and choice.local_rank == 0:
+        print(f"note: {choice.note}", flush=True)
+    cuda = choice.is_cuda
     install_compll(cfg.compll_specs)  # the same algorithms as `hipress run` validated against
     spec = get(cfg.model)
     opts = cfg.model_options
     torch.manual_seed(cfg.seed)
     beat.beat("building the model")
-    model = spec.build(**opts)
+    model = spec.build(**opts).to(choice.device)
     model.train()
     _broadcast_parameters(comm, model)
 
@@ -147,9 +187,10 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
         from .data import synthetic
 
         batches = synthetic(spec, opts, rank, cfg.seed)
+    batches = _on_device(batches, choice.device)
 
     beat.beat("setting up the synchronization")
-    runner = make_runner(comm, cfg, model, _collective_timeout_s())
+    runner = make_runner(comm, cfg, model, _collective_timeout_s(), device_choice=choice)
     net, opt = runner.net, runner.opt
 
     log = EventLog(run_dir / EVENTS) if rank == 0 and run_dir is not None else None
@@ -158,7 +199,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
     _gather(comm, np.array([os.getpid()], dtype=np.int64), pids, "the start-up Gather of the ranks' PIDs")
     if log:
         log.write({"event": "start", "time": time.time(), "world": world, "threads_per_rank": threads,
-                   "pids": pids.tolist()})
+                   "pids": pids.tolist(), **choice.summary()})
     row = np.zeros(len(_FIELDS), dtype=np.float64)
     table = np.zeros((world, len(_FIELDS)), dtype=np.float64) if rank == 0 else None
     total = cfg.warmup + cfg.iters
@@ -172,6 +213,8 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
             loss.backward()
             beat.beat("optimizer step (gradient synchronization)", it)
             opt.step()
+            if cuda:  # the iteration's GPU work is done before its time is taken
+                torch.cuda.synchronize(choice.device)
             sync_s, sent, span = runner.step_stats()
             iter_s = time.perf_counter() - t0
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # peak resident bytes

@@ -1,0 +1,102 @@
+"""``hipress run --device``: the CPU path as before (recorded in config and summary), ``--device cuda``
+refused clearly without a GPU, and (marked ``gpu``) a short run on the GPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hipress.models import get
+from hipress.train.config import ConfigError, make_config
+
+from .conftest import events, hipress, run_dir_of
+
+HAS_GPU = torch.cuda.is_available()
+needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="no CUDA GPU is visible to torch (torch.cuda.is_available() "
+                                                   "is False)")
+no_gpu = pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU: --device auto means cuda here")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("device", ["cpu", pytest.param("auto", marks=no_gpu)])
+def test_cpu_and_auto_without_gpu_train_on_the_cpu_and_say_so(results, device):
+    res = hipress("run", "mlp", "--np", "2", "--iters", "2", "--device", device, "--results", str(results), "--json")
+    assert res.returncode == 0, res.stderr
+    s = json.loads(res.stdout)
+    run_dir = run_dir_of(results)
+    cfg = json.loads((run_dir / "config.json").read_text())
+    assert cfg["device"] == "cpu" and cfg["collective"] is None
+    assert cfg["model_options"] == get("mlp").options("cpu")  # the CPU keeps its small default sizes
+    assert s["status"] == "ok" and s["device"] == "cpu" and s["gpu_name"] is None and s["ranks_per_gpu"] is None
+    assert events(run_dir)[0]["device"] == "cpu"
+    assert "device: cpu" in res.stderr
+
+
+@no_gpu
+def test_device_cuda_without_gpu_is_a_clear_error_before_any_side_effect(results):
+    res = hipress("run", "mlp", "--np", "2", "--iters", "1", "--device", "cuda", "--results", str(results))
+    assert res.returncode == 2
+    err = " ".join(res.stderr.split())
+    assert "--device cuda was requested but" in err and "--device cpu" in err
+    assert "Traceback" not in res.stdout + res.stderr
+    assert list(results.iterdir()) == []  # no run directory
+
+
+def test_unknown_device_is_refused(results):
+    res = hipress("run", "mlp", "--device", "tpu", "--results", str(results))
+    assert res.returncode == 2 and "unknown device 'tpu'" in res.stderr and "Traceback" not in res.stderr
+    assert list(results.iterdir()) == []
+
+
+def test_collective_is_checked():
+    with pytest.raises(ConfigError, match="needs --device cuda"):
+        make_config("mlp", "allreduce", "none", 2, 1, collective="nccl")
+    with pytest.raises(ConfigError, match="does not use it"):
+        make_config("mlp", "ring", "tbq", 2, 1, device="cuda", collective="mpi")
+    with pytest.raises(ConfigError, match="unknown --collective"):
+        make_config("mlp", "allreduce", "none", 2, 1, device="cuda", collective="gloo")
+    with pytest.raises(ConfigError, match="resolve --device auto"):
+        make_config("mlp", "ring", "tbq", 2, 1, device="auto")
+    assert make_config("mlp", "allreduce", "none", 2, 1, device="cuda", collective="mpi").collective == "mpi"
+
+
+def test_on_device_keeps_cpu_batches_and_copies_a_repeated_batch_once():
+    from hipress.train.worker import _on_device
+
+    it = iter([1, 2])
+    assert _on_device(it, torch.device("cpu")) is it  # the CPU path is untouched
+
+
+@pytest.mark.gpu
+@pytest.mark.mpi
+@needs_gpu
+@pytest.mark.parametrize("topo,alg,np_", [("ring", "tbq", 2), ("allreduce", "none", 1), ("ddp", "tbq", 1),
+                                          ("allreduce", "none", 2)])
+def test_run_mlp_on_cuda(results, topo, alg, np_):
+    """Two ranks share the GPU for ring+tbq and for the MPI allreduce (NCCL refuses sharing: the default
+    falls back to MPI, saying so); one rank runs NCCL allreduce and DDP with hipress's comm hook."""
+    res = hipress("run", "mlp", "--device", "cuda", "--np", str(np_), "--iters", "3", "--topo", topo, "--alg", alg,
+                  "--results", str(results), "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    s = json.loads(res.stdout)
+    assert s["status"] == "ok" and s["device"] == "cuda" and s["gpu_name"]
+    assert s["measured_iterations"] == 3 and s["throughput"] > 0
+    if np_ > torch.cuda.device_count():
+        assert s["ranks_per_gpu"] == np_
+        out = (run_dir_of(results) / "output.log").read_text()
+        assert "share" in out
+
+
+@pytest.mark.gpu
+@pytest.mark.mpi
+@needs_gpu
+def test_nccl_refuses_ranks_sharing_a_gpu_naming_the_alternative(results):
+    if torch.cuda.device_count() > 1:
+        pytest.skip("needs more ranks than GPUs: run with one visible GPU (CUDA_VISIBLE_DEVICES=0)")
+    res = hipress("run", "mlp", "--device", "cuda", "--np", "2", "--iters", "1", "--topo", "allreduce", "--alg",
+                  "none", "--collective", "nccl", "--results", str(results))
+    assert res.returncode != 0
+    assert "NCCL refuses two ranks on one GPU" in res.stdout + res.stderr
+    assert "--collective mpi" in " ".join((res.stdout + res.stderr).split())
