@@ -91,6 +91,9 @@ class RunConfig:
     #: ``--topo allreduce`` on CUDA: "nccl" (torch.distributed) or "mpi" (the engine's MPI Allreduce,
     #: which works with ranks sharing a GPU); None: NCCL on CUDA, MPI on the CPU.
     collective: str | None = None
+    #: CUDA: time the engine's encode/decode on the GPU every iteration (``hipress bench train``): the
+    #: events record gpu_encode_s, gpu_decode_s and gpu_overlap_s (the part done before backward ended).
+    gpu_timing: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
     #: ``alg`` parsed once by ``make_config`` (``{"name", "params"}`` in ``config.json``; ``alg`` stays the
     #: user's text); ranks build their compressor from it. None in files written before it existed.

@@ -66,11 +66,16 @@ class EngineRunner:
                                         topology=cfg.engine_topology, plan=cfg.plan_entries(), comm=comm,
                                         overlap=cfg.overlap, bulk_bytes=cfg.bulk_bytes,
                                         compress_after=cfg.compress_after,
-                                        momentum_correction=cfg.momentum_correction)
+                                        momentum_correction=cfg.momentum_correction,
+                                        gpu_timing=cfg.gpu_timing and cfg.device == "cuda")
 
     def step_stats(self) -> tuple[float, float, float]:
         stats = self.opt.last_stats
         return self.opt.last_wait_s, _stat(stats, "bytes_sent", 0.0), _stat(stats, "wall_s", float("nan"))
+
+    def gpu_events(self) -> list[tuple]:
+        """The last step's (kind, start, end) CUDA events of the engine's work (with ``cfg.gpu_timing``)."""
+        return list(getattr(self.opt.last_stats, "gpu_events", None) or [])
 
     def close(self) -> None:
         self.opt.close()

@@ -153,6 +153,33 @@ def _on_device(batches: Iterator[Any], device: torch.device) -> Iterator[Any]:
     return gen()
 
 
+class _GpuMarks:
+    """Where the engine's GPU work fell in an iteration (``cfg.gpu_timing`` on CUDA): CUDA events at the
+    iteration's start and at the end of backward on the training stream, against the engine's own
+    (kind, start, end) events. Read after ``torch.cuda.synchronize``."""
+
+    CODEC = ("encode", "decode", "merge")
+
+    def __init__(self) -> None:
+        self.ref = torch.cuda.Event(enable_timing=True)
+        self.bwd = torch.cuda.Event(enable_timing=True)
+
+    def split(self, events: list[tuple]) -> tuple[float, float, float]:
+        """(GPU seconds of encode, of decode + merge, of those before backward ended)."""
+        end_bwd = self.ref.elapsed_time(self.bwd)
+        enc = dec = before = 0.0
+        for kind, start, end in events:
+            if kind not in self.CODEC:
+                continue
+            a, b = self.ref.elapsed_time(start), self.ref.elapsed_time(end)
+            if kind == "encode":
+                enc += b - a
+            else:
+                dec += b - a
+            before += max(0.0, min(b, end_bwd) - a)
+        return enc / 1e3, dec / 1e3, before / 1e3
+
+
 def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | None = None) -> dict[str, Any]:
     """Run ``cfg`` on this rank; rank 0 writes events. Returns rank 0's end-of-run record.
 
@@ -202,6 +229,9 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
                    "pids": pids.tolist(), **choice.summary()})
     row = np.zeros(len(_FIELDS), dtype=np.float64)
     table = np.zeros((world, len(_FIELDS)), dtype=np.float64) if rank == 0 else None
+    marks = _GpuMarks() if cuda and cfg.gpu_timing and hasattr(runner, "gpu_events") else None
+    gpu_row = np.zeros(3, dtype=np.float64)
+    gpu_table = np.zeros((world, 3), dtype=np.float64) if rank == 0 else None
     total = cfg.warmup + cfg.iters
     try:
         for it in range(total):
@@ -209,8 +239,12 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
             _maybe_fault(rank, it)
             t0 = time.perf_counter()
             opt.zero_grad()
+            if marks:
+                marks.ref.record()
             loss = spec.loss(net, next(batches))
             loss.backward()
+            if marks:
+                marks.bwd.record()
             beat.beat("optimizer step (gradient synchronization)", it)
             opt.step()
             if cuda:  # the iteration's GPU work is done before its time is taken
@@ -222,6 +256,13 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
                       span)
             beat.beat("gather of the iteration's statistics", it)
             _gather(comm, row, table, f"the Gather of iteration {it}'s statistics")
+            gpu: dict[str, float] = {}
+            if marks:
+                gpu_row[:] = marks.split(runner.gpu_events())
+                _gather(comm, gpu_row, gpu_table, f"the Gather of iteration {it}'s GPU times")
+                if gpu_table is not None:  # means over ranks
+                    gpu = dict(zip(("gpu_encode_s", "gpu_decode_s", "gpu_overlap_s"),
+                                   map(float, gpu_table.mean(axis=0)), strict=True))
             if log and table is not None:
                 log.write({
                     "event": "iteration", "iter": it, "warmup": it < cfg.warmup, "time": time.time(),
@@ -232,6 +273,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
                     # the synchronization span: first gradient submitted to the last one averaged
                     # (sync_s is the part of it the step waited for after backward)
                     "sync_span_s": _finite(float(table[:, 6].mean())),
+                    **gpu,
                 })
         end: dict[str, Any] = {"event": "end", "time": time.time()}
         if digits is not None:

@@ -100,3 +100,45 @@ def test_nccl_refuses_ranks_sharing_a_gpu_naming_the_alternative(results):
     assert res.returncode != 0
     assert "NCCL refuses two ranks on one GPU" in res.stdout + res.stderr
     assert "--collective mpi" in " ".join((res.stdout + res.stderr).split())
+
+
+@no_gpu
+@pytest.mark.parametrize("cmd", [("bench", "train", "mlp", "--np", "2"), ("bench", "sync", "--np", "2")])
+def test_benches_refuse_cuda_without_gpu(results, cmd):
+    res = hipress(*cmd, "--device", "cuda", *(("--results", str(results)) if "train" in cmd else ()))
+    assert res.returncode == 2 and "--device cuda was requested but" in " ".join(res.stderr.split())
+    assert "Traceback" not in res.stderr and list(results.iterdir()) == []
+
+
+class _At:
+    """A stand-in for a recorded CUDA event at ``t`` ms: ``elapsed_time`` is what CUDA events answer."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def elapsed_time(self, other: _At) -> float:
+        return other.t - self.t
+
+
+def test_gpu_overlap_is_the_codec_time_before_backward_ended():
+    from hipress.train.worker import _GpuMarks
+
+    marks = object.__new__(_GpuMarks)
+    marks.ref, marks.bwd = _At(100.0), _At(150.0)  # backward ends 50 ms into the iteration
+    events = [("encode", _At(110.0), _At(120.0)),   # 10 ms, all before
+              ("encode", _At(145.0), _At(155.0)),   # 10 ms, half before
+              ("decode", _At(160.0), _At(170.0)),   # 10 ms, after
+              ("merge", _At(170.0), _At(172.0)),    # 2 ms, after (counted with decode)
+              ("compute", _At(120.0), _At(140.0))]  # not encode/decode: left out
+    enc, dec, before = marks.split(events)
+    assert enc == pytest.approx(0.020) and dec == pytest.approx(0.012) and before == pytest.approx(0.015)
+
+
+def test_bench_reports_gpu_medians_only_when_recorded():
+    from hipress.train.bench import _gpu_figures
+
+    assert _gpu_figures([{"iter_s": 1.0}]) == {}
+    its = [{"gpu_encode_s": 0.01 * k, "gpu_decode_s": 0.01, "gpu_overlap_s": 0.01} for k in (1, 2, 3)]
+    g = _gpu_figures(its)
+    assert g["gpu_encode_s"] == pytest.approx(0.02) and g["gpu_overlap_s"] == pytest.approx(0.01)
+    assert g["gpu_overlap_share"] == pytest.approx(1 / 3)
