@@ -71,7 +71,9 @@ def train(
     bench_id = time.strftime("bench-%Y%m%d-%H%M%S-") + model
 
     def show(kind: str, e: dict) -> None:
-        if kind == "start":
+        if kind == "note":
+            out.print(f"[yellow]note:[/] {e['message']}", highlight=False)
+        elif kind == "start":
             out.print(f"[bold]{e['variant']}[/] (round {e['round'] + 1}/{rounds}) ...")
         elif kind == "iteration":
             tag = " warm-up" if e.get("warmup") else ""

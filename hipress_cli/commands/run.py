@@ -187,6 +187,13 @@ def register(app: typer.Typer) -> None:
             raise fail(str(e)) from None
         cluster = connect_for_run(host_list, ssh_user, ssh_port, ssh_key, known_hosts,
                                           accept_new_host_keys, interface, remote_python) if host_list else None
+        if cluster is None and cfg.device == "cuda":
+            from hipress.sync.device import cuda_device_count
+            from hipress.train.config import share_gpus
+
+            gpu_note = share_gpus(cfg, cuda_device_count())
+            if gpu_note:
+                (err_console if json_ else console).print(f"[yellow]note:[/] {gpu_note}", highlight=False)
         run_dir = results / cfg.run_id
         try:
             run_dir.mkdir(parents=True, exist_ok=False)

@@ -18,7 +18,7 @@ from typing import Any
 
 from hipress.stats import median_ci
 
-from .config import ConfigError, RunConfig, make_config
+from .config import ConfigError, RunConfig, make_config, share_gpus
 from .results import EVENTS, bytes_estimated, read_events, write_json_atomic
 from .supervise import RunFailed, Where, follow, start, threads_per_rank
 
@@ -93,8 +93,16 @@ def bench_train(
     configs = {v.label: make_config(model, v.topo, v.alg, np_, iters, warmup=warmup, threads=threads, preset=preset,
                                     device=device, **opts)
                for v in variants}  # validates everything before anything starts
+    notes = set()
     for cfg in configs.values():
         cfg.gpu_timing = device == "cuda"
+        if device == "cuda":
+            from hipress.sync.device import cuda_device_count
+
+            notes.add(share_gpus(cfg, cuda_device_count()))
+    for note in sorted(filter(None, notes)):
+        if on_event:
+            on_event("note", {"message": note})
     root = Path(results) / bench_id
     root.mkdir(parents=True, exist_ok=False)
     runs: dict[str, list[dict]] = {v.label: [] for v in variants}

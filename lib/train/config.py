@@ -302,6 +302,20 @@ def check_device(device: str, collective: str | None, topology: str) -> None:
         raise ConfigError("--collective nccl needs --device cuda; on the CPU --topo allreduce uses MPI")
 
 
+def share_gpus(cfg: RunConfig, gpus: int) -> str | None:
+    """For a run whose ranks all start on this machine (local or emulated): if they outnumber its
+    ``gpus`` on CUDA, the line to tell the user, and ``--topo allreduce`` without ``--collective``
+    takes the MPI Allreduce (NCCL refuses ranks sharing a GPU). Decided here, not by each rank,
+    because emulated hosts do not see each other as local and would pick NCCL."""
+    if cfg.device != "cuda" or cfg.np <= gpus:
+        return None
+    note = f"{cfg.np} ranks share {gpus} GPU(s): each gets part of one, and NCCL cannot be used"
+    if cfg.topology == "allreduce" and cfg.collective is None:
+        cfg.collective = "mpi"
+        note += "; --topo allreduce runs the MPI Allreduce (--collective mpi)"
+    return note
+
+
 def read_compll_dir(path: str | Path) -> dict[str, str]:
     """The ``*.pse`` texts of a ``--compll-dir``, to travel in ``config.json`` to every rank."""
     d = Path(path)

@@ -184,7 +184,10 @@ def make_runner(comm: Any, cfg: RunConfig, model: torch.nn.Module, timeout_s: fl
     """
     kind = choice_of_engine(cfg.engine_topology)[0]
     if device_choice is not None and device_choice.is_cuda and kind.name == "allreduce":
-        shared = device_choice.sharing > 1
+        from mpi4py import MPI
+
+        # agreed by every rank (collective): all of them must take the same path
+        shared = comm.allreduce(device_choice.sharing, op=MPI.MAX) > 1
         if cfg.collective == "nccl" or (cfg.collective is None and not shared):
             return NcclAllreduceRunner(comm, cfg, model, timeout_s, device_choice)
         if cfg.collective is None and device_choice.local_rank == 0:

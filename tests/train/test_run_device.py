@@ -142,3 +142,15 @@ def test_bench_reports_gpu_medians_only_when_recorded():
     g = _gpu_figures(its)
     assert g["gpu_encode_s"] == pytest.approx(0.02) and g["gpu_overlap_s"] == pytest.approx(0.01)
     assert g["gpu_overlap_share"] == pytest.approx(1 / 3)
+
+
+def test_ranks_outnumbering_the_gpus_take_the_mpi_allreduce_and_are_told():
+    from hipress.train.config import share_gpus
+
+    cfg = make_config("mlp", "allreduce", "none", 2, 1, device="cuda")
+    assert share_gpus(cfg, 2) is None and cfg.collective is None  # one GPU per rank: NCCL
+    note = share_gpus(cfg, 1)
+    assert "2 ranks share 1 GPU(s)" in note and cfg.collective == "mpi"
+    ring = make_config("mlp", "ring", "tbq", 2, 1, device="cuda")
+    assert "share" in share_gpus(ring, 1) and ring.collective is None
+    assert share_gpus(make_config("mlp", "allreduce", "none", 4, 1), 0) is None  # the CPU: nothing to share
