@@ -154,3 +154,18 @@ def test_ranks_outnumbering_the_gpus_take_the_mpi_allreduce_and_are_told():
     ring = make_config("mlp", "ring", "tbq", 2, 1, device="cuda")
     assert "share" in share_gpus(ring, 1) and ring.collective is None
     assert share_gpus(make_config("mlp", "allreduce", "none", 4, 1), 0) is None  # the CPU: nothing to share
+
+
+@no_gpu
+def test_profile_refuses_cuda_without_gpu(tmp_path):
+    out = tmp_path / "p.json"
+    res = hipress("profile", "--device", "cuda", "--output", str(out))
+    assert res.returncode == 2 and "--device cuda was requested but" in " ".join(res.stderr.split())
+    assert "Traceback" not in res.stderr and not out.exists()
+
+
+def test_profile_compute_on_the_cpu_records_the_device():
+    from hipress.plan.profile import profile
+
+    m = profile("onebit", sizes=[1024, 4096], repeat=1, warmup=0, transport=False, device="cpu")
+    assert m.meta["device"] == "cpu" and m.encode.B >= 0
