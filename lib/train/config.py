@@ -25,7 +25,15 @@ import torch
 from hipress import __version__
 from hipress.compress import AlgorithmSpec, UnknownAlgorithm
 from hipress.models import BadModelOption, UnknownModel, get, gradient_sizes
-from hipress.topology_names import CASYNC_ENGINES, CHOICES, DEFAULT_CHOICE, ENGINE_RUNNER, choice, choice_of_engine
+from hipress.topology_names import (
+    ALLREDUCE,
+    CASYNC_ENGINES,
+    CHOICES,
+    DEFAULT_CHOICE,
+    ENGINE_RUNNER,
+    choice,
+    choice_of_engine,
+)
 
 from .threshold import DEFAULT_COMP_THRESHOLD, apply_threshold
 from .validate import ConfigError, check_numbers, check_run_id
@@ -295,7 +303,7 @@ def check_device(device: str, collective: str | None, topology: str) -> None:
         topo = choice(topology).name
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if topo != "allreduce":
+    if topo != ALLREDUCE.name:
         raise ConfigError(f"--collective chooses how --topo allreduce reduces; --topo {topo} does not use it, "
                           "leave it out")
     if collective == "nccl" and device != "cuda":
@@ -310,7 +318,7 @@ def share_gpus(cfg: RunConfig, gpus: int) -> str | None:
     if cfg.device != "cuda" or cfg.np <= gpus:
         return None
     note = f"{cfg.np} ranks share {gpus} GPU(s): each gets part of one, and NCCL cannot be used"
-    if cfg.topology == "allreduce" and cfg.collective is None:
+    if cfg.topology == ALLREDUCE.name and cfg.collective is None:
         cfg.collective = "mpi"
         note += "; --topo allreduce runs the MPI Allreduce (--collective mpi)"
     return note

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from hipress.sync.device import DeviceChoice
-from hipress.topology_names import DDP_RUNNER, ENGINE_RUNNER, choice_of_engine
+from hipress.topology_names import ALLREDUCE, DDP_RUNNER, ENGINE_RUNNER, choice_of_engine
 
 from .config import RunConfig
 
@@ -183,7 +183,7 @@ def make_runner(comm: Any, cfg: RunConfig, model: torch.nn.Module, timeout_s: fl
     it falls back to the engine's MPI Allreduce when ranks share a GPU (NCCL refuses that), saying so.
     """
     kind = choice_of_engine(cfg.engine_topology)[0]
-    if device_choice is not None and device_choice.is_cuda and kind.name == "allreduce":
+    if device_choice is not None and device_choice.is_cuda and kind.name == ALLREDUCE.name:
         from mpi4py import MPI
 
         # agreed by every rank (collective): all of them must take the same path
