@@ -16,6 +16,24 @@ console = Console()
 err_console = Console(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="Where the ranks train: auto (CUDA when torch sees a "
+                                       "GPU, else the CPU), cuda or cpu. Rank i binds GPU (local rank % GPUs).")]
+PaperSizeOpt = Annotated[bool | None, typer.Option("--paper-size/--no-paper-size", help="Use the paper's input "
+                                                   "size, sequence length and batch (default: on a GPU yes, on the "
+                                                   "CPU no: slow there).")]
+CollectiveOpt = Annotated[str | None, typer.Option("--collective", help="--topo allreduce on CUDA: nccl "
+                                                   "(torch.distributed; one GPU per rank) or mpi (the MPI Allreduce; "
+                                                   "ranks may share a GPU). Default: nccl unless ranks share a GPU.")]
+
+
+def resolve_device(device: str) -> str:
+    """``--device`` made "cuda" or "cpu" in the launching process (no CUDA context); a clear exit 2 if impossible."""
+    from hipress.sync.device import DeviceError, resolve
+
+    try:
+        return resolve(device)
+    except DeviceError as e:
+        raise fail(str(e)) from None
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?[bB])?\s*$", re.ASCII)
 _MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

@@ -17,7 +17,17 @@ import typer
 from rich.table import Table
 
 from hipress.topology_names import DEFAULT_CHOICE
-from hipress_cli.options import JsonOpt, check_emulate, console, err_console, fail, parse_size, print_json
+from hipress_cli.options import (
+    DeviceOpt,
+    JsonOpt,
+    check_emulate,
+    console,
+    err_console,
+    fail,
+    parse_size,
+    print_json,
+    resolve_device,
+)
 
 
 def register(parent: typer.Typer) -> None:
@@ -42,6 +52,7 @@ def sync(
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before the whole run is stopped.")] = 900,
     prefix: Annotated[str, typer.Option("--prefix", help="Emulated cluster name prefix.")] = "hipress",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Echo the ranks' output.")] = False,
+    device: DeviceOpt = "auto",
     json_: JsonOpt = False,
 ) -> None:
     """Median sync time, bytes sent per rank and the wire limit (busiest link bytes / rate) per topology."""
@@ -49,6 +60,7 @@ def sync(
     from hipress.sync import topologies
 
     check_emulate(emulate, prefix)
+    dev = resolve_device(device)  # the ranks bind GPU local rank % GPUs (hipress.sync.device)
     names = topologies.available() if topo == "all" else [t.strip() for t in topo.split(",") if t.strip()]
     try:
         for t in names:
@@ -77,7 +89,7 @@ def sync(
                 sys.executable, "-m", "hipress.sync.bench",
                 "--topo", ",".join(names), "--alg", alg, "--size", str(nbytes),
                 "--repeat", str(repeat), "--warmup", str(warmup), "--partition-bytes", str(pbytes),
-                "--threads", str(threads), "--out", str(out),
+                "--threads", str(threads), "--out", str(out), "--device", dev,
                 "--link-bits", str(cluster.rate_bits or 0) if cluster is not None else "0",
             ]
             lines: list[str] = []

@@ -11,7 +11,17 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.options import JsonOpt, check_emulate, console, err_console, fail, print_json
+from hipress_cli.options import (
+    DeviceOpt,
+    JsonOpt,
+    PaperSizeOpt,
+    check_emulate,
+    console,
+    err_console,
+    fail,
+    print_json,
+    resolve_device,
+)
 
 
 def register(parent: typer.Typer) -> None:
@@ -48,6 +58,8 @@ def train(
                         "(default 0).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="With --target-accuracy: the seed of the weights and "
                     "the data order.")] = 0,
+    device: DeviceOpt = "auto",
+    paper_size: PaperSizeOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """Throughput (or, with --target-accuracy, time to accuracy) of MODEL under each --variants entry, side by
@@ -67,6 +79,8 @@ def train(
         raise fail("--eval-every, --lr, --momentum and --seed apply with --target-accuracy only")
     iters = iters or (DEFAULT_MAX_ITERS if tta else 5)
     check_emulate(emulate, prefix)
+    dev = resolve_device(device)
+    preset = "paper" if (dev == "cuda" if paper_size is None else paper_size) else "cpu"
     try:
         vs = parse_variants(variants)
     except ConfigError as e:
@@ -83,7 +97,9 @@ def train(
     bench_id = time.strftime("bench-%Y%m%d-%H%M%S-") + model
 
     def show(kind: str, e: dict) -> None:
-        if kind == "start":
+        if kind == "note":
+            out.print(f"[yellow]note:[/] {e['message']}", highlight=False)
+        elif kind == "start":
             out.print(f"[bold]{e['variant']}[/] (round {e['round'] + 1}/{rounds}) ...")
         elif kind == "iteration" and tta:
             pass  # hundreds of short iterations: the evaluations say how the run goes
@@ -96,7 +112,7 @@ def train(
         result = bench_train(model, vs, np_=np_, iters=iters, warmup=warmup, rounds=rounds, results=results,
                              bench_id=bench_id, emulated=cluster, threads=threads, on_event=show,
                              model_opts={"batch_size": batch_size, "input_size": input_size, "seq_len": seq_len},
-                             tta=tta)
+                             tta=tta, device=dev, preset=preset)
     except (ConfigError, RuntimeError) as e:
         raise fail(str(e), code=2 if isinstance(e, ConfigError) else 1) from None
     finally:
@@ -136,11 +152,16 @@ def _render_tta(r: dict, bench_dir: Path) -> None:
 def _render(r: dict) -> None:
     opts = ", ".join(f"{k}={v}" for k, v in r["model_options"].items())
     where = f"emulated {r['emulated']['rate']} links" if r["emulated"] else "this machine (shared memory)"
+    if r.get("device") == "cuda":
+        where += f", on {r.get('gpu_name') or 'CUDA'}"
     t = Table(title=f"{r['model']} ({opts}; {r['parameters'] / 1e6:.1f} M params) on {r['np']} ranks, {where}, "
                     f"{r['threads_per_rank']} thread(s)/rank; medians of {r['iters']}x{r['rounds']} iterations")
     base = [v["variant"] for v in r["variants"] if v["alg"] == "none"]
     cols = ["variant", "engine", f"{r['unit']}", "95% CI", "iter s", "compute s", "sync wait s", "MiB/rank/it"]
     cols += [f"x {b}" for b in base]
+    gpu = any("gpu_encode_s" in v for v in r["variants"])
+    if gpu:  # CUDA: the engine's GPU time per iteration, and the share of it done before backward ended
+        cols += ["GPU encode ms", "GPU decode ms", "overlapped"]
     for c in cols:
         t.add_column(c, justify="left" if c in ("variant", "engine") else "right")
     for v in r["variants"]:
@@ -150,6 +171,9 @@ def _render(r: dict) -> None:
             f"{v['compute_s']:.2f}", "-" if v["sync_s"] is None else f"{v['sync_s']:.2f}",
             f"{v['bytes_sent_per_rank'] / 2**20:.1f}" + ("*" if v["bytes_sent_estimated"] else ""),
             *[f"{v['speedup'][b]:.2f}" if b in v["speedup"] else "1" for b in base],
+            *([] if not gpu else ["-", "-", "-"] if "gpu_encode_s" not in v else [
+                f"{1e3 * v['gpu_encode_s']:.2f}", f"{1e3 * v['gpu_decode_s']:.2f}",
+                "-" if v["gpu_overlap_share"] is None else f"{100 * v['gpu_overlap_share']:.0f}%"]),
         )
     console.print(t)
     console.print("[dim]compute s: iteration minus the wait for synchronization (for ddp, synchronization happens "

@@ -50,10 +50,13 @@ def profile(
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured repetitions per size.")] = 1,
     stat: Annotated[str, typer.Option("--stat", help="median (typical) or min (on a shared, busy machine).")]
     = "median",
+    device: options.DeviceOpt = "auto",
     json_: JsonOpt = False,
 ) -> None:
     """Time encode/decode/merge here and send/gather/broadcast over MPI; fit max(overhead, A + B*x)."""
     from hipress.plan import PlanError
+
+    dev = options.resolve_device(device)
     from hipress.plan.profile import profile as run_profile
     from hipress.plan.profile import save_profile
 
@@ -79,7 +82,7 @@ def profile(
     nprocs = np_ if np_ is not None else (cluster.hosts if cluster else 2)
     try:
         model = run_profile(alg, nprocs=nprocs, sizes=_sizes(sizes), repeat=repeat, warmup=warmup, hosts=host_list,
-                            ssh_options=ssh, emulated=cluster, stat=stat, interface=interface)
+                            ssh_options=ssh, emulated=cluster, stat=stat, interface=interface, device=dev)
         save_profile(model, output)
     except PlanError as e:
         raise fail(str(e)) from None

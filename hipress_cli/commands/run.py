@@ -77,7 +77,7 @@ def _what_runs(cfg: Any) -> str:
     return (f"[bold]{cfg.model}[/]: {', '.join(shape)} ({scale}); "
             f"{cfg.parameters / 1e6:.1f} M parameters, {cfg.gradient_bytes / 2**20:.1f} MiB of gradients in "
             f"{cfg.meta['gradients']} tensors\n{cfg.np} rank(s), {sync}{alg}{plan}; {cfg.iters} iteration(s) "
-            f"after {cfg.warmup} warm-up; data: {cfg.data}")
+            f"after {cfg.warmup} warm-up; data: {cfg.data}; device: {cfg.device}")
 
 
 def _render_summary(s: dict) -> None:
@@ -130,8 +130,9 @@ def register(app: typer.Typer) -> None:
                                                        "iteration (default: the model's CPU default).")] = None,
         input_size: Annotated[int | None, typer.Option("--input-size", help="Image size (vision models).")] = None,
         seq_len: Annotated[int | None, typer.Option("--seq-len", help="Sequence length (text models).")] = None,
-        paper_size: Annotated[bool, typer.Option("--paper-size", help="Use the paper's input size, sequence "
-                                                 "length and batch (slow on a CPU).")] = False,
+        paper_size: opt.PaperSizeOpt = None,
+        device: opt.DeviceOpt = "auto",
+        collective: opt.CollectiveOpt = None,
         plan: Annotated[str | None, typer.Option("--plan", "--comprplan", help="SeCoPa plan: a SeCoPaPlan.txt "
                                                  "file, or 'auto' to plan now.")] = None,
         data: Annotated[str, typer.Option("--data", help="synthetic, or digits (with model mlp).")] = "synthetic",
@@ -194,6 +195,9 @@ def register(app: typer.Typer) -> None:
         check_emulate(emulate, prefix, hosts or hostfile)  # before any side effect (SSH, the run directory)
         host_list = hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
         np_ = sum(h.slots for h in host_list) if host_list else np_
+        dev = opt.resolve_device(device)  # before any side effect: --device cuda without a GPU is refused here
+        if paper_size is None:
+            paper_size = dev == "cuda"  # the paper's input sizes are the default on a GPU
         try:
             cfg = resumed or make_config(
                 model, topo, alg, np_, iters, batch_size=batch_size, input_size=input_size, seq_len=seq_len,
@@ -203,11 +207,19 @@ def register(app: typer.Typer) -> None:
                 comp_threshold="default" if comp_threshold is None else comp_threshold,
                 checkpoint_every=checkpoint_every,
                 target_accuracy=target_accuracy, eval_every=eval_every,
+                device=dev, collective=collective,
             )
         except ConfigError as e:
             raise fail(str(e)) from None
         cluster = connect_for_run(host_list, ssh_user, ssh_port, ssh_key, known_hosts,
                                           accept_new_host_keys, interface, remote_python) if host_list else None
+        if cluster is None and cfg.device == "cuda":
+            from hipress.sync.device import cuda_device_count
+            from hipress.train.config import share_gpus
+
+            gpu_note = share_gpus(cfg, cuda_device_count())
+            if gpu_note:
+                (err_console if json_ else console).print(f"[yellow]note:[/] {gpu_note}", highlight=False)
         run_dir = resume if resume is not None else results / cfg.run_id
         try:
             run_dir.mkdir(parents=True, exist_ok=resume is not None)

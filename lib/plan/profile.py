@@ -85,8 +85,12 @@ def fit_linear(points: Sequence[tuple[float, float]]) -> Linear:
     return Linear(b, a, overhead, fit)
 
 
-def measure_compute(alg: str, sizes: Sequence[int], repeat: int = 5, warmup: int = 1) -> dict[str, list]:
-    """Median ms of encode, decode (into an accumulator, ``add=True``) and fp32 merge at each size."""
+def measure_compute(alg: str, sizes: Sequence[int], repeat: int = 5, warmup: int = 1,
+                    device: str = "cpu") -> dict[str, list]:
+    """Median ms of encode, decode (into an accumulator, ``add=True``) and fp32 merge at each size.
+
+    ``device``: "cpu" or "cuda" (the gradients on the GPU, each call timed to its completion).
+    """
     import torch
 
     from hipress.compress import StateStore, UnknownAlgorithm, create_from_spec
@@ -97,11 +101,13 @@ def measure_compute(alg: str, sizes: Sequence[int], repeat: int = 5, warmup: int
         raise PlanError(str(e)) from None
     states = StateStore()
     gen = torch.Generator().manual_seed(0)
+    dev = torch.device(device)
+    done = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     out: dict[str, list] = {"encode": [], "decode": [], "merge": []}
     for n in sizes:
-        x = torch.randn(n, generator=gen)
-        other = torch.randn(n, generator=gen)
-        acc = torch.zeros(n)
+        x = torch.randn(n, generator=gen).to(dev)
+        other = torch.randn(n, generator=gen).to(dev)
+        acc = torch.zeros(n, device=dev)
         state = states[f"profile.{n}"]
         payload = comp.encode(x, state, name="profile")
         ops = {
@@ -112,8 +118,10 @@ def measure_compute(alg: str, sizes: Sequence[int], repeat: int = 5, warmup: int
         for name, fn in ops.items():
             times = []
             for i in range(warmup + repeat):
+                done()
                 t0 = time.perf_counter()
                 fn()
+                done()
                 if i >= warmup:
                     times.append((time.perf_counter() - t0) * 1e3)
             out[name].append([n, times])
@@ -195,6 +203,7 @@ def profile(
     transport: bool = True,
     stat: str = "median",
     interface: str | None = None,
+    device: str = "cpu",
 ) -> CostModel:
     """Measure and fit every primitive; the result plugs into ``plan_gradients`` like ``sosp21``.
 
@@ -209,7 +218,7 @@ def profile(
     if len(sizes) < 2 or sizes[0] < 1:
         raise PlanError(f"profile sizes must be at least two positive element counts, got {sizes}")
     t0 = time.perf_counter()
-    comp = measure_compute(alg, sizes, repeat, warmup)
+    comp = measure_compute(alg, sizes, repeat, warmup, device=device)
     fits = {k: fit_linear(_summarize(v, stat)) for k, v in comp.items()}
     meta: dict = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -220,6 +229,7 @@ def profile(
         "repeat": repeat,
         "stat": stat,
         "units": "ms per call, x in fp32 elements",
+        "device": device,  # of encode/decode/merge; send/gather/broadcast are MPI between host buffers
     }
     gather: dict[int, Linear] = {}
     bcast: dict[int, Linear] = {}

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 from mpi4py import MPI
@@ -71,9 +71,12 @@ class SyncStats:
     trace: list[tuple] = field(default_factory=list)
     tasks: dict[str, int] = field(default_factory=dict)
     gpu_s: dict[str, float] = field(default_factory=dict)
+    #: with ``gpu_timing``: the (kind, start, end) CUDA events behind ``gpu_s``, for callers that place
+    #: the engine's GPU work against their own events (how much of it overlapped backward); not in as_dict
+    gpu_events: list[tuple] = field(default_factory=list, repr=False, compare=False)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return asdict(replace(self, gpu_events=[]))
 
 
 class Engine:
@@ -223,6 +226,7 @@ class Engine:
             trace=[(k, lb, a - t0, b - t0, c) for k, lb, a, b, c in ex.trace],
             tasks=dict(ex.tasks),
             gpu_s=gpu_s,
+            gpu_events=list(ex.gpu_events),
         )
 
     def close(self, timeout: float | None = None) -> None:

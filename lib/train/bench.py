@@ -18,7 +18,7 @@ from typing import Any
 
 from hipress.stats import median_ci
 
-from .config import ConfigError, RunConfig, make_config
+from .config import ConfigError, RunConfig, make_config, share_gpus
 from .results import EVENTS, bytes_estimated, read_events, write_json_atomic
 from .supervise import RunFailed, Where, follow, start, threads_per_rank
 
@@ -33,6 +33,22 @@ class Variant:
     @property
     def label(self) -> str:
         return f"{self.topo}+{self.alg}"
+
+
+GPU_FIELDS = ("gpu_encode_s", "gpu_decode_s", "gpu_overlap_s")
+
+
+def _gpu_figures(its: list[dict]) -> dict[str, Any]:
+    """Medians of the per-iteration GPU times of encode and decode (+ merge), and of the part of them done
+    before backward ended (CUDA with gpu_timing; nothing otherwise)."""
+    have = [e for e in its if all(k in e for k in GPU_FIELDS)]
+    if not have:
+        return {}
+    out: dict[str, Any] = {k: statistics.median(e[k] for e in have) for k in GPU_FIELDS}
+    shares = [e["gpu_overlap_s"] / (e["gpu_encode_s"] + e["gpu_decode_s"]) for e in have
+              if e["gpu_encode_s"] + e["gpu_decode_s"] > 0]
+    out["gpu_overlap_share"] = statistics.median(shares) if shares else None
+    return out
 
 
 def parse_variants(text: str) -> list[Variant]:
@@ -66,15 +82,30 @@ def bench_train(
     threads: int = 0,
     on_event: Callable[[str, dict], None] | None = None,
     tta: dict[str, Any] | None = None,
+    device: str = "cpu",
+    preset: str = "cpu",
 ) -> dict:
     """Run every variant ``rounds`` times; return the comparison (also written to ``bench.json``).
 
     ``tta``: ``make_config``'s options of the time-to-accuracy mode (``data``, ``target_accuracy``,
     ``eval_every``, ``lr``, ``momentum``, ``seed``); the comparison is then ``hipress.train.bench_tta``'s.
+    ``device``: "cuda" or "cpu" (resolved); on CUDA every iteration also records the GPU time of the
+    engine's encode and decode and how much of it overlapped backward. ``preset``: the model's sizes.
     """
     opts = {**(model_opts or {}), **(tta or {})}
-    configs = {v.label: make_config(model, v.topo, v.alg, np_, iters, warmup=warmup, threads=threads, **opts)
+    configs = {v.label: make_config(model, v.topo, v.alg, np_, iters, warmup=warmup, threads=threads, preset=preset,
+                                    device=device, **opts)
                for v in variants}  # validates everything before anything starts
+    notes = set()
+    for cfg in configs.values():
+        cfg.gpu_timing = device == "cuda"
+        if device == "cuda":
+            from hipress.sync.device import cuda_device_count
+
+            notes.add(share_gpus(cfg, cuda_device_count()))
+    for note in sorted(filter(None, notes)):
+        if on_event:
+            on_event("note", {"message": note})
     root = Path(results) / bench_id
     root.mkdir(parents=True, exist_ok=False)
     runs: dict[str, list[dict]] = {v.label: [] for v in variants}
@@ -127,6 +158,7 @@ def bench_train(
             "bytes_sent_per_rank": statistics.median(sent),
             "bytes_sent_estimated": bytes_estimated(cfg.engine_topology),
             "iterations": len(its),
+            **_gpu_figures(its),
             "run_dirs": [run["summary"]["run_id"] for run in runs[v.label]],
         })
     base = [r for r in rows if r["alg"] == "none"]
@@ -139,6 +171,8 @@ def bench_train(
         "parameters": any_cfg.parameters, "gradient_bytes": any_cfg.gradient_bytes,
         "emulated": emulated.as_dict() if emulated is not None else None,
         "threads_per_rank": threads_per_rank(np_, threads), "variants": rows,
+        "device": device,
+        "gpu_name": next((run["summary"].get("gpu_name") for rs in runs.values() for run in rs), None),
     }
     write_json_atomic(root / "bench.json", result)
     return result

@@ -25,7 +25,15 @@ import torch
 from hipress import __version__
 from hipress.compress import AlgorithmSpec, UnknownAlgorithm
 from hipress.models import BadModelOption, UnknownModel, get, gradient_sizes
-from hipress.topology_names import CASYNC_ENGINES, CHOICES, DEFAULT_CHOICE, ENGINE_RUNNER, choice, choice_of_engine
+from hipress.topology_names import (
+    ALLREDUCE,
+    CASYNC_ENGINES,
+    CHOICES,
+    DEFAULT_CHOICE,
+    ENGINE_RUNNER,
+    choice,
+    choice_of_engine,
+)
 
 from .evaluate import check_evaluation
 from .threshold import DEFAULT_COMP_THRESHOLD, apply_threshold
@@ -94,6 +102,15 @@ class RunConfig:
     #: every ``eval_every`` iterations (0: never).
     target_accuracy: float | None = None
     eval_every: int = 0
+    #: Where the ranks train: "cuda" or "cpu" (``--device`` resolved by the launching process,
+    #: ``hipress.sync.device.resolve``); each rank binds its GPU with ``bind_rank``.
+    device: str = "cpu"
+    #: ``--topo allreduce`` on CUDA: "nccl" (torch.distributed) or "mpi" (the engine's MPI Allreduce,
+    #: which works with ranks sharing a GPU); None: NCCL on CUDA, MPI on the CPU.
+    collective: str | None = None
+    #: CUDA: time the engine's encode/decode on the GPU every iteration (``hipress bench train``): the
+    #: events record gpu_encode_s, gpu_decode_s and gpu_overlap_s (the part done before backward ended).
+    gpu_timing: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
     #: ``alg`` parsed once by ``make_config`` (``{"name", "params"}`` in ``config.json``; ``alg`` stays the
     #: user's text); ranks build their compressor from it. None in files written before it existed.
@@ -177,6 +194,8 @@ def make_config(
     checkpoint_every: int = 0,
     target_accuracy: float | None = None,
     eval_every: int | None = None,
+    device: str = "cpu",
+    collective: str | None = None,
 ) -> RunConfig:
     """Validate a run's options and resolve the model's; raise ``ConfigError`` with a clear message.
 
@@ -187,6 +206,7 @@ def make_config(
                   seq_len=seq_len, lr=lr, momentum=momentum, threads=threads, seed=seed,
                   comp_threshold=None if comp_threshold == "default" else comp_threshold)
     check_run_id(run_id)
+    check_device(device, collective, topology)
     compll_specs = read_compll_dir(compll_dir) if compll_dir is not None else {}
     install_compll(compll_specs, source=compll_dir)
     try:
@@ -272,6 +292,8 @@ def make_config(
         checkpoint_every=int(checkpoint_every),
         target_accuracy=None if target_accuracy is None else float(target_accuracy),
         eval_every=eval_every,
+        device=device,
+        collective=collective,
         meta={
             "hipress": __version__,
             "torch": torch.__version__,
@@ -281,6 +303,44 @@ def make_config(
             "paper_options": spec.paper,
         },
     )
+
+
+DEVICES = ("cuda", "cpu")
+COLLECTIVES = ("nccl", "mpi")
+
+
+def check_device(device: str, collective: str | None, topology: str) -> None:
+    """``device`` is already resolved ("cuda" or "cpu"); ``collective`` applies to ``--topo allreduce``."""
+    if device not in DEVICES:
+        raise ConfigError(f"device {device!r}: expected one of {', '.join(DEVICES)} (resolve --device auto first, "
+                          "with hipress.sync.device.resolve)")
+    if collective is None:
+        return
+    if collective not in COLLECTIVES:
+        raise ConfigError(f"unknown --collective {collective!r}; use one of: {', '.join(COLLECTIVES)}")
+    try:
+        topo = choice(topology).name
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if topo != ALLREDUCE.name:
+        raise ConfigError(f"--collective chooses how --topo allreduce reduces; --topo {topo} does not use it, "
+                          "leave it out")
+    if collective == "nccl" and device != "cuda":
+        raise ConfigError("--collective nccl needs --device cuda; on the CPU --topo allreduce uses MPI")
+
+
+def share_gpus(cfg: RunConfig, gpus: int) -> str | None:
+    """For a run whose ranks all start on this machine (local or emulated): if they outnumber its
+    ``gpus`` on CUDA, the line to tell the user, and ``--topo allreduce`` without ``--collective``
+    takes the MPI Allreduce (NCCL refuses ranks sharing a GPU). Decided here, not by each rank,
+    because emulated hosts do not see each other as local and would pick NCCL."""
+    if cfg.device != "cuda" or cfg.np <= gpus:
+        return None
+    note = f"{cfg.np} ranks share {gpus} GPU(s): each gets part of one, and NCCL cannot be used"
+    if cfg.topology == ALLREDUCE.name and cfg.collective is None:
+        cfg.collective = "mpi"
+        note += "; --topo allreduce runs the MPI Allreduce (--collective mpi)"
+    return note
 
 
 def read_compll_dir(path: str | Path) -> dict[str, str]:

@@ -69,6 +69,7 @@ class Digits:
         """Test-set accuracy in percent."""
         was = model.training
         model.eval()
-        pred = model(self.x_test).argmax(dim=1)
+        device = next(model.parameters()).device  # the model may be on a GPU; the data set stays on the host
+        pred = model(self.x_test.to(device)).argmax(dim=1).cpu()
         model.train(was)
         return 100.0 * float((pred == self.y_test).float().mean())

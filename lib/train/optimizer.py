@@ -93,6 +93,7 @@ class DistributedOptimizer:
         momentum_correction: bool = True,
         factor_masking: bool = False,
         compress_after: int = 0,
+        gpu_timing: bool = False,
     ) -> None:
         from hipress.sync import Engine
 
@@ -126,7 +127,9 @@ class DistributedOptimizer:
         if stray:
             raise ValueError(f"parameters not handled by the optimizer: {stray[:5]}; pass the same model to both")
         check_same_everywhere(comm, [(n, p.numel()) for n, p in self._params])
-        kwargs = {} if bulk_bytes is None else {"bulk_bytes": bulk_bytes}
+        kwargs: dict[str, Any] = {} if bulk_bytes is None else {"bulk_bytes": bulk_bytes}
+        if gpu_timing:  # CUDA: time the engine's GPU work with events (SyncStats.gpu_s, gpu_events)
+            kwargs["gpu_timing"] = True
         self.engine = engine if engine is not None else Engine(
             comm, self.compressor, topology=topology, plan=plan, states=self.states, **kwargs
         )

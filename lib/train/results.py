@@ -137,6 +137,10 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+#: What the start event records about the ranks' device (``hipress.sync.device.DeviceChoice.summary``).
+DEVICE_KEYS = ("device", "device_index", "gpu_name", "ranks_per_gpu")
+
+
 def summarize(run_dir: Path, status: str = "ok", error: str | None = None) -> dict[str, Any]:
     """Summary statistics of a run, from ``config.json`` and ``events.jsonl``.
 
@@ -189,6 +193,10 @@ def summarize(run_dir: Path, status: str = "ok", error: str | None = None) -> di
     tta = time_to_accuracy(read_events(run_dir / EVENTS), config.get("target_accuracy"))
     if tta is not None:
         summary["time_to_accuracy"] = tta
+    summary["device"] = config.get("device", "cpu")
+    start = [e for e in read_events(run_dir / EVENTS) if e.get("event") == "start"]
+    if start:  # what the ranks bound: the device and GPU name (``DeviceChoice.summary``)
+        summary.update({k: start[-1][k] for k in DEVICE_KEYS if k in start[-1]})
     end = [e for e in read_events(run_dir / EVENTS) if e.get("event") == "end"]
     if end:
         summary.update({k: v for k, v in end[-1].items() if k not in ("event", "time")})

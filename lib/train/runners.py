@@ -12,13 +12,13 @@ names to them.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from hipress.topology_names import DDP_RUNNER, ENGINE_RUNNER, choice_of_engine
+from hipress.sync.device import DeviceChoice
+from hipress.topology_names import ALLREDUCE, DDP_RUNNER, ENGINE_RUNNER, choice_of_engine
 
 from .config import RunConfig
 
@@ -66,41 +66,40 @@ class EngineRunner:
                                         topology=cfg.engine_topology, plan=cfg.plan_entries(), comm=comm,
                                         overlap=cfg.overlap, bulk_bytes=cfg.bulk_bytes,
                                         compress_after=cfg.compress_after,
-                                        momentum_correction=cfg.momentum_correction)
+                                        momentum_correction=cfg.momentum_correction,
+                                        gpu_timing=cfg.gpu_timing and cfg.device == "cuda")
 
     def step_stats(self) -> tuple[float, float, float]:
         stats = self.opt.last_stats
         return self.opt.last_wait_s, _stat(stats, "bytes_sent", 0.0), _stat(stats, "wall_s", float("nan"))
+
+    def gpu_events(self) -> list[tuple]:
+        """The last step's (kind, start, end) CUDA events of the engine's work (with ``cfg.gpu_timing``)."""
+        return list(getattr(self.opt.last_stats, "gpu_events", None) or [])
 
     def close(self) -> None:
         self.opt.close()
 
 
 class DdpRunner:
-    """torch DDP on gloo, its rendezvous address agreed over MPI; with the compression hook if compressing.
+    """torch DDP, its rendezvous address agreed over MPI; with the compression hook if compressing.
 
-    ``timeout_s`` bounds gloo's collectives (a stalled peer ends the run instead of hanging it).
+    gloo on the CPU; NCCL on CUDA (one GPU per rank: ranks sharing a GPU are refused up front,
+    naming the alternatives). ``timeout_s`` bounds the collectives (a stalled peer ends the run
+    instead of hanging it).
     """
 
-    def __init__(self, comm: Any, cfg: RunConfig, model: torch.nn.Module, timeout_s: float) -> None:
-        import socket
-        from datetime import timedelta
-
-        import torch.distributed as dist
+    def __init__(self, comm: Any, cfg: RunConfig, model: torch.nn.Module, timeout_s: float,
+                 device_choice: DeviceChoice | None = None) -> None:
         from torch.nn.parallel import DistributedDataParallel
 
-        rank, world = comm.Get_rank(), comm.Get_size()
-        addr = os.environ.get("HIPRESS_DDP_ADDR", "127.0.0.1")
-        port = 0
-        if rank == 0:
-            with socket.socket() as s:
-                s.bind((addr, 0))
-                port = s.getsockname()[1]
-        port = int(bcast_bytes(comm, str(port).encode() if rank == 0 else None))
-        dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world,
-                                timeout=timedelta(seconds=timeout_s))
+        from .torchdist import backend_for, init_process_group
+
+        device = device_choice.device if device_choice is not None else torch.device("cpu")
+        backend = backend_for(device_choice, DDP_ALTERNATIVES) if device_choice is not None else "gloo"
+        init_process_group(comm, backend, device, timeout_s)
         self.opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-        self.net = DistributedDataParallel(model)
+        self.net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         self.hook_state = None
         if cfg.alg_spec.compresses:
             from .ddp_hook import CompressionHookState, compression_hook
@@ -109,27 +108,91 @@ class DdpRunner:
                                                    momentum_correction=cfg.momentum_correction)
             self.net.register_comm_hook(self.hook_state, compression_hook)
         self._numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        self._world = world
+        self._world = comm.Get_size()
         self._sent_before = 0
 
     def step_stats(self) -> tuple[float, float, float]:
         if self.hook_state is not None:
             sent = float(self.hook_state.bytes_sent - self._sent_before)
             self._sent_before = self.hook_state.bytes_sent
-        else:  # gloo's ring all-reduce, estimated
+        else:  # gloo's (or NCCL's) ring all-reduce, estimated
             sent = 2.0 * (self._world - 1) / self._world * 4 * self._numel
         return math.nan, sent, math.nan  # DDP synchronizes inside backward: no wait to tell apart
 
     def close(self) -> None:
-        import torch.distributed as dist
+        from .torchdist import destroy_process_group
 
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        destroy_process_group()
+
+
+class _AveragedSGD:
+    """``step()`` averages the gradients over the ranks (``BucketedAllreduce``), then steps SGD."""
+
+    def __init__(self, base: torch.optim.Optimizer, reducer: Any) -> None:
+        self.base, self.reducer = base, reducer
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.base.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        self.reducer.average()
+        self.base.step()
+
+    def __getattr__(self, name: str) -> Any:  # state_dict, param_groups, ...: the SGD's
+        return getattr(self.base, name)
+
+
+class NcclAllreduceRunner:
+    """``--topo allreduce`` on CUDA: the fp32 gradients averaged by NCCL all-reduces (torch.distributed)
+    after backward, the GPU baseline a user would pick (``--collective mpi``: the engine's MPI Allreduce)."""
+
+    def __init__(self, comm: Any, cfg: RunConfig, model: torch.nn.Module, timeout_s: float,
+                 device_choice: DeviceChoice) -> None:
+        from .torchdist import BucketedAllreduce, backend_for, init_process_group
+
+        init_process_group(comm, backend_for(device_choice, ALLREDUCE_ALTERNATIVES), device_choice.device, timeout_s)
+        self.net = model
+        self.reducer = BucketedAllreduce(model.parameters())
+        self.opt = _AveragedSGD(torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum), self.reducer)
+
+    def step_stats(self) -> tuple[float, float, float]:
+        st = self.reducer.last_stats
+        return self.reducer.last_wait_s, float(st.get("bytes_sent", 0.0)), float(st.get("wall_s", math.nan))
+
+    def close(self) -> None:
+        from .torchdist import destroy_process_group
+
+        destroy_process_group()
+
+
+#: What the NCCL refusal (ranks sharing a GPU) offers instead, in ``hipress run``'s option names.
+DDP_ALTERNATIVES = ("use --device cpu (DDP on gloo), or hipress's engine over MPI, which works with ranks sharing "
+                    "a GPU: --topo ring/ps")
+ALLREDUCE_ALTERNATIVES = ("use --collective mpi (the MPI Allreduce, which works with ranks sharing a GPU), or "
+                          "--device cpu")
 
 
 RUNNERS: dict[str, type] = {ENGINE_RUNNER: EngineRunner, DDP_RUNNER: DdpRunner}
 
 
-def make_runner(comm: Any, cfg: RunConfig, model: torch.nn.Module, timeout_s: float) -> Runner:
-    """The runner for ``cfg.engine_topology`` (as ``hipress.sync.topologies`` declares it)."""
-    return RUNNERS[choice_of_engine(cfg.engine_topology)[0].runner](comm, cfg, model, timeout_s)
+def make_runner(comm: Any, cfg: RunConfig, model: torch.nn.Module, timeout_s: float,
+                device_choice: DeviceChoice | None = None) -> Runner:
+    """The runner for ``cfg.engine_topology`` (as ``hipress.sync.topologies`` declares it) on ``device_choice``.
+
+    ``--topo allreduce`` on CUDA runs on NCCL unless ``cfg.collective`` is "mpi"; by default (None)
+    it falls back to the engine's MPI Allreduce when ranks share a GPU (NCCL refuses that), saying so.
+    """
+    kind = choice_of_engine(cfg.engine_topology)[0]
+    if device_choice is not None and device_choice.is_cuda and kind.name == ALLREDUCE.name:
+        from mpi4py import MPI
+
+        # agreed by every rank (collective): all of them must take the same path
+        shared = comm.allreduce(device_choice.sharing, op=MPI.MAX) > 1
+        if cfg.collective == "nccl" or (cfg.collective is None and not shared):
+            return NcclAllreduceRunner(comm, cfg, model, timeout_s, device_choice)
+        if cfg.collective is None and device_choice.local_rank == 0:
+            print("note: ranks share a GPU and NCCL refuses that: --topo allreduce runs the MPI Allreduce "
+                  "(--collective mpi)", flush=True)
+    if kind.runner == DDP_RUNNER:
+        return DdpRunner(comm, cfg, model, timeout_s, device_choice)
+    return RUNNERS[kind.runner](comm, cfg, model, timeout_s)

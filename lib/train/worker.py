@@ -16,6 +16,7 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import torch
 
 from hipress.launch.heartbeat import Heartbeat, stall_timeout_s, watch_launcher
 from hipress.models import get
+from hipress.sync.device import bind_rank
 
 from . import checkpoint
 from .config import RunConfig, install_compll
@@ -113,10 +115,70 @@ def _gather(comm: Any, send: np.ndarray, recv: np.ndarray | None, what: str) -> 
 
 
 def _broadcast_parameters(comm: Any, model: torch.nn.Module) -> None:
-    """Start every rank from rank 0's weights (the seed makes them equal already; this makes it certain)."""
+    """Start every rank from rank 0's weights (the seed makes them equal already; this makes it certain).
+
+    CUDA tensors go through a host copy: the default MPI is not CUDA-aware, and this runs once.
+    """
     for t in list(model.parameters()) + list(model.buffers()):
         if t.dtype.is_floating_point and t.numel():
-            comm.Bcast(t.data.numpy(), root=0)
+            if t.device.type == "cpu":
+                comm.Bcast(t.data.numpy(), root=0)
+            else:
+                buf = t.detach().cpu()
+                comm.Bcast(buf.numpy(), root=0)
+                t.data.copy_(buf)
+
+
+def _on_device(batches: Iterator[Any], device: torch.device) -> Iterator[Any]:
+    """The batches on ``device`` (unchanged on the CPU). Synthetic data yields one batch over and over:
+    it is copied once, not every iteration."""
+    if device.type == "cpu":
+        return batches
+
+    def move(b: Any) -> Any:
+        if isinstance(b, torch.Tensor):
+            return b.to(device, non_blocking=True)
+        if isinstance(b, (tuple, list)):
+            return type(b)(move(x) for x in b)
+        if isinstance(b, dict):
+            return {k: move(v) for k, v in b.items()}
+        return b
+
+    def gen() -> Iterator[Any]:
+        src, dst = None, None
+        for b in batches:
+            if b is not src:
+                src, dst = b, move(b)
+            yield dst
+
+    return gen()
+
+
+class _GpuMarks:
+    """Where the engine's GPU work fell in an iteration (``cfg.gpu_timing`` on CUDA): CUDA events at the
+    iteration's start and at the end of backward on the training stream, against the engine's own
+    (kind, start, end) events. Read after ``torch.cuda.synchronize``."""
+
+    CODEC = ("encode", "decode", "merge")
+
+    def __init__(self) -> None:
+        self.ref = torch.cuda.Event(enable_timing=True)
+        self.bwd = torch.cuda.Event(enable_timing=True)
+
+    def split(self, events: list[tuple]) -> tuple[float, float, float]:
+        """(GPU seconds of encode, of decode + merge, of those before backward ended)."""
+        end_bwd = self.ref.elapsed_time(self.bwd)
+        enc = dec = before = 0.0
+        for kind, start, end in events:
+            if kind not in self.CODEC:
+                continue
+            a, b = self.ref.elapsed_time(start), self.ref.elapsed_time(end)
+            if kind == "encode":
+                enc += b - a
+            else:
+                dec += b - a
+            before += max(0.0, min(b, end_bwd) - a)
+        return enc / 1e3, dec / 1e3, before / 1e3
 
 
 def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | None = None) -> dict[str, Any]:
@@ -129,12 +191,17 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
     if world != cfg.np:
         raise RuntimeError(f"config asks for {cfg.np} ranks but MPI started {world}; launch with -n {cfg.np}")
     threads = _set_threads(comm, cfg.threads)
+    # collective: every rank binds its GPU (local rank % GPUs) or the CPU, as config.json says
+    choice = bind_rank(comm, cfg.device)
+    if choice.note and choice.local_rank == 0:
+        print(f"note: {choice.note}", flush=True)
+    cuda = choice.is_cuda
     install_compll(cfg.compll_specs)  # the same algorithms as `hipress run` validated against
     spec = get(cfg.model)
     opts = cfg.model_options
     torch.manual_seed(cfg.seed)
     beat.beat("building the model")
-    model = spec.build(**opts)
+    model = spec.build(**opts).to(choice.device)
     model.train()
     _broadcast_parameters(comm, model)
 
@@ -148,9 +215,10 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
         from .data import synthetic
 
         batches = synthetic(spec, opts, rank, cfg.seed)
+    batches = _on_device(batches, choice.device)
 
     beat.beat("setting up the synchronization")
-    runner = make_runner(comm, cfg, model, _collective_timeout_s())
+    runner = make_runner(comm, cfg, model, _collective_timeout_s(), device_choice=choice)
     net, opt = runner.net, runner.opt
     first = 0  # resumed: model, optimizer, compressor state, RNGs and data position from the checkpoint
     if cfg.resumed:
@@ -164,9 +232,12 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
     _gather(comm, np.array([os.getpid()], dtype=np.int64), pids, "the start-up Gather of the ranks' PIDs")
     if log:
         log.write({"event": "start", "time": time.time(), "world": world, "threads_per_rank": threads,
-                   "pids": pids.tolist()})
+                   "pids": pids.tolist(), **choice.summary()})
     row = np.zeros(len(_FIELDS), dtype=np.float64)
     table = np.zeros((world, len(_FIELDS)), dtype=np.float64) if rank == 0 else None
+    marks = _GpuMarks() if cuda and cfg.gpu_timing and hasattr(runner, "gpu_events") else None
+    gpu_row = np.zeros(3, dtype=np.float64)
+    gpu_table = np.zeros((world, 3), dtype=np.float64) if rank == 0 else None
     total = cfg.warmup + cfg.iters
     evaluator = None
     if cfg.eval_every and digits is not None:  # time to accuracy: evaluate, stop at the target
@@ -181,10 +252,16 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
             _maybe_fault(rank, it)
             t0 = time.perf_counter()
             opt.zero_grad()
+            if marks:
+                marks.ref.record()
             loss = spec.loss(net, next(batches))
             loss.backward()
+            if marks:
+                marks.bwd.record()
             beat.beat("optimizer step (gradient synchronization)", it)
             opt.step()
+            if cuda:  # the iteration's GPU work is done before its time is taken
+                torch.cuda.synchronize(choice.device)
             sync_s, sent, span = runner.step_stats()
             iter_s = time.perf_counter() - t0
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # peak resident bytes
@@ -192,6 +269,13 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
                       span)
             beat.beat("gather of the iteration's statistics", it)
             _gather(comm, row, table, f"the Gather of iteration {it}'s statistics")
+            gpu: dict[str, float] = {}
+            if marks:
+                gpu_row[:] = marks.split(runner.gpu_events())
+                _gather(comm, gpu_row, gpu_table, f"the Gather of iteration {it}'s GPU times")
+                if gpu_table is not None:  # means over ranks
+                    gpu = dict(zip(("gpu_encode_s", "gpu_decode_s", "gpu_overlap_s"),
+                                   map(float, gpu_table.mean(axis=0)), strict=True))
             if log and table is not None:
                 log.write({
                     "event": "iteration", "iter": it, "warmup": it < cfg.warmup, "time": time.time(),
@@ -202,6 +286,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
                     # the synchronization span: first gradient submitted to the last one averaged
                     # (sync_s is the part of it the step waited for after backward)
                     "sync_span_s": _finite(float(table[:, 6].mean())),
+                    **gpu,
                 })
             if checkpoint.due(it + 1, cfg.checkpoint_every, total):
                 beat.beat("writing the checkpoint", it)
