@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .results import ERRORS, EVENTS, fsync_dir
+from .results import ERRORS, EVENTS, fsync_dir, write_atomic
 from .validate import ConfigError
 
 CHECKPOINT_DIR = "checkpoint"
@@ -112,17 +112,7 @@ def save(run_dir: Path | None, rank: int, cfg: Any, iteration: int, model: torch
     path.parent.mkdir(parents=True, exist_ok=True)
     blob = {"identity": _identity(cfg, rank), "iteration": int(iteration), "model": model.state_dict(),
             "sync": sync_state(runner), "rng": rng_state()}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(blob, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    write_atomic(path, lambda f: torch.save(blob, f))
     return path
 
 

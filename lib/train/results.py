@@ -14,9 +14,9 @@ import json
 import os
 import statistics
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 from hipress.launch.job import ERRORS, read_errors, read_jsonl
 
@@ -56,8 +56,8 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` so that readers never see a partial file.
+def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """Write a file with ``write(f)`` so that readers never see a partial one (temp file, fsync, rename).
 
     The file gets the same mode as ``events.jsonl`` (0666 less the umask, 0644 usually; ``mkstemp``
     alone would make it 0600), and the directory is fsynced after the rename, so that after a crash
@@ -67,9 +67,8 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, default=str)
-            f.write("\n")
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -77,6 +76,12 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically (``write_atomic``)."""
+    text = json.dumps(obj, indent=2, default=str) + "\n"
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
 
 
 class EventLog:
