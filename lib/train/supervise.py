@@ -181,7 +181,9 @@ class Outcome:
 @contextmanager
 def _signals_noted() -> Iterator[list[int]]:
     """Ctrl-C, SIGTERM and SIGHUP become a note the follower checks between polls, never an exception raised
-    at a random point (inside rich's locks, or half way through stopping the ranks); again while stopping too."""
+    at a random point (inside rich's locks, or half way through stopping the ranks); again while stopping too.
+    Once a signal was noted, Ctrl-C stays ignored afterwards: the job is stopped and the process is on its
+    way out, so a second Ctrl-C must not kill it half way through writing its summary and exit code."""
     seen: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield seen
@@ -192,7 +194,7 @@ def _signals_noted() -> Iterator[list[int]]:
         yield seen
     finally:
         for s, h in previous.items():
-            signal.signal(s, h)
+            signal.signal(s, signal.SIG_IGN if seen and s == signal.SIGINT else h)
 
 
 def _stop(job: Any, interrupted: bool) -> None:
