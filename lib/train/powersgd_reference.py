@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 import time
 
-import numpy as np
 import torch
 
 
@@ -41,17 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     from hipress.models import get
 
     from .data import Digits
+    from .torchdist import init_process_group
 
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
     rank, world = comm.Get_rank(), comm.Get_size()
-    port = np.zeros(1, dtype=np.int64)
-    if rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port[0] = s.getsockname()[1]
-    comm.Bcast(port, root=0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{int(port[0])}", rank=rank, world_size=world)
+    init_process_group(comm, "gloo")  # rank 0's loopback port, agreed over MPI
     try:
         data = Digits.load()
         torch.manual_seed(args.seed)

@@ -152,20 +152,13 @@ def twice() -> None:
 
 def ddp(alg: str) -> None:
     """The DDP hook: 'none' gives DDP's own average; a compressor keeps the ranks in lock-step."""
-    import socket
-
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     from hipress.train import CompressionHookState, compression_hook
+    from hipress.train.torchdist import init_process_group
 
-    port = np.zeros(1, dtype=np.int64)
-    if rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port[0] = s.getsockname()[1]
-    comm.Bcast(port, root=0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{int(port[0])}", rank=rank, world_size=world)
+    init_process_group(comm, "gloo")  # rank 0's loopback port, agreed over MPI
     try:
         torch.manual_seed(0)
         plain = DistributedDataParallel(spec.build())
@@ -247,20 +240,14 @@ def ddp_checkpoint() -> None:
     compressor; its state saves and loads with weights_only=True; a loaded state refuses to run
     before it is attached to a process group."""
     import io
-    import socket
 
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     from hipress.train import CompressionHookState, compression_hook
+    from hipress.train.torchdist import init_process_group
 
-    port = np.zeros(1, dtype=np.int64)
-    if rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port[0] = s.getsockname()[1]
-    comm.Bcast(port, root=0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{int(port[0])}", rank=rank, world_size=world)
+    init_process_group(comm, "gloo")  # rank 0's loopback port, agreed over MPI
     try:
         torch.manual_seed(0)
         plain = DistributedDataParallel(spec.build())
