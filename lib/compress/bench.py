@@ -91,9 +91,14 @@ def _references(alg: str, x: torch.Tensor, params: dict) -> tuple[Callable, Call
     n = x.numel()
     if alg == "tbq":
         r = torch.zeros_like(x)
-        tau = params.get("tau", 0.5)
-        body = ref.tbq_encode(x, r, tau)
-        return (lambda: ref.tbq_encode(x, r, tau)), (lambda: ref.tbq_decode(body, tau, n))
+        fixed = params.get("tau", 0.0)
+
+        def encode() -> torch.Tensor:
+            tau, value = (fixed, fixed) if fixed > 0 else ref.tbq_adaptive(x, r, params.get("scale", 1.0))
+            return ref.tbq_encode(x, r, tau, value)
+
+        body = encode()
+        return encode, (lambda: ref.tbq_decode(body, fixed or 1.0, n))
     if alg == "onebit":
         r = torch.zeros_like(x)
         body, pos, neg = ref.onebit_encode(x, r)

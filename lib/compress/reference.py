@@ -31,13 +31,23 @@ def _unpack(body: torch.Tensor, bits: int, n: int) -> torch.Tensor:
     return torch.stack(cols, dim=1).reshape(-1)[:n]
 
 
-def tbq_encode(g: torch.Tensor, r: torch.Tensor, tau: float) -> torch.Tensor:
+def tbq_encode(g: torch.Tensor, r: torch.Tensor, tau: float, value: float | None = None) -> torch.Tensor:
     v = g + r
     codes = torch.ones_like(v, dtype=torch.uint8)
     codes[v >= tau] = 2
     codes[v <= -tau] = 0
-    r.copy_(v - (codes.to(torch.float32) - 1) * tau)
+    r.copy_(v - (codes.to(torch.float32) - 1) * (tau if value is None else value))
     return _pack(codes, 2)
+
+
+def tbq_adaptive(g: torch.Tensor, r: torch.Tensor, scale: float = 1.0) -> tuple[float, float]:
+    """TBQ's adaptive (tau, value): tau = scale * mean|v|, value = mean |v| at or above tau (float64)."""
+    a = (g + r).abs().double()
+    tau = float(np.float32(scale * float(a.mean()))) if a.numel() else 0.0
+    if not (tau > 0 and np.isfinite(tau)):
+        return 1.0, 1.0
+    sel = a[a >= tau]
+    return tau, float(np.float32(float(sel.mean()))) if sel.numel() else tau
 
 
 def tbq_decode(body: torch.Tensor, tau: float, n: int) -> torch.Tensor:

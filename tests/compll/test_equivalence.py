@@ -17,7 +17,7 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 
 PARAMS = {
     "onebit": [{}],
-    "tbq": [{}, {"tau": 0.05}],
+    "tbq": [{}, {"tau": 0.05}, {"tau": 0.5}, {"scale": 1.7}],
     "terngrad": [{"bits": b, "stochastic": s} for b in (1, 2, 4, 8) for s in (True, False)],
     "dgc": [{"ratio": 0.001}, {"ratio": 0.05, "sample_ratio": 0.5}, {"ratio": 0.3, "momentum": 0.9}],
     "graddrop": [{}, {"drop_ratio": 0.5, "sample_ratio": 0.2}, {"drop_ratio": 0.0}],

@@ -120,7 +120,7 @@ def test_merge_of_mismatched_payloads():
 
 def test_bad_parameters_are_clear():
     for spec, msg in [
-        ("tbq:tau=0", "tau must be > 0"),
+        ("tbq:tau=-1", "tau must be >= 0"),
         ("dgc:ratio=0", "ratio must be in"),
         ("graddrop:drop_ratio=1.0", "drop_ratio must be in"),
         ("qsgd:bits=3", "bits must be one of"),

@@ -34,7 +34,7 @@ SPECS = [
     "signsgd", "signsgd:scaled=true", "efsignsgd", "dgc:ratio=0.05", "dgc:ratio=0.05,momentum=0.9",
     "graddrop:drop_ratio=0.9", "topk:ratio=0.03", "randomk:ratio=0.1",
 ]
-SCALED = {"onebit", "signsgd", "efsignsgd"}  # a float64 sum behind a header scale: 1 ulp allowed
+SCALED = {"onebit", "signsgd", "efsignsgd", "tbq"}  # a float64 sum behind a header scale: 1 ulp allowed
 
 
 def shipped_cuda_sources() -> dict[str, str]:
@@ -67,8 +67,9 @@ def test_shipped_cuda_compiles_with_nvcc(arch, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     ptx = (tmp_path / "kernels.ptx").read_text()
-    for kernel in ("crc32_segments", "tbq_encode", "tbq_decode", "sign_stats", "sign_encode", "sign_decode",
-                   "linear_encode", "linear_decode", "sumsq_buckets", "qsgd_encode", "qsgd_decode", "copy_check",
+    for kernel in ("crc32_segments", "tbq_encode", "tbq_stats", "tbq_decode", "sign_stats", "sign_encode",
+                   "sign_decode", "linear_encode", "linear_decode", "sumsq_buckets", "qsgd_encode", "qsgd_decode",
+                   "copy_check",
                    "half_nonfinite"):
         assert f".entry {kernel}(" in ptx, kernel
     assert "fma.rn.f32" not in ptx, "a float32 multiply-add was contracted despite -fmad=false"

@@ -22,7 +22,7 @@ SPECS = [
     "signsgd", "signsgd:scaled=true", "efsignsgd", "dgc:ratio=0.05", "dgc:ratio=0.01,momentum=0.9",
     "graddrop:drop_ratio=0.9", "topk:ratio=0.03", "randomk:ratio=0.1",
 ]
-SCALED = {"onebit", "signsgd", "efsignsgd"}  # a float64 sum behind a header scale: 2 ulp allowed
+SCALED = {"onebit", "signsgd", "efsignsgd", "tbq"}  # a float64 sum behind a header scale: 2 ulp allowed
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "sign_sums",
     "tbq_decode",
     "tbq_encode",
+    "tbq_stats",
     "uniform01",
     "uniform_numpy",
 ]
@@ -63,20 +64,38 @@ def _parallel(n: int) -> bool:
 
 
 # ---------------------------------------------------------------------------- tbq
-def tbq_encode(g: torch.Tensor, r: torch.Tensor | None, tau: float, out: torch.Tensor) -> bool:
+def tbq_encode(g: torch.Tensor, r: torch.Tensor | None, tau: float, out: torch.Tensor,
+               value: float | None = None) -> bool:
     """Codes 2 / 0 / 1 for v = g (+ r) >= tau / <= -tau / else, 4 per byte LSB first.
 
-    With a residual r: r <- v - (code - 1) * tau. Returns False if v held NaN or Inf (tau must be
-    finite: then the new residual is non-finite exactly where v was).
+    With a residual r: r <- v - (code - 1) * value (``value`` defaults to tau: Strom's TBQ, where the
+    threshold is also what a code decodes to). Returns False if v held NaN or Inf (tau and value must
+    be finite: then the new residual is non-finite exactly where v was).
     """
     n = g.numel()
     if n == 0:
         return True
     ga = g.numpy()
     ra = r.numpy() if r is not None else ga
-    args = (ga, ra, r is not None, _f32(tau), out.numpy())
+    args = (ga, ra, r is not None, _f32(tau), _f32(tau if value is None else value), out.numpy())
     bad = quantize.tbq_encode_par(*args) if _parallel(n) else quantize.tbq_encode_range(*args, 0, n)
     return bad == 0
+
+
+def tbq_stats(g: torch.Tensor, r: torch.Tensor | None, tau: float) -> tuple[float, float, float]:
+    """(sum of |v|, sum of |v| where |v| >= tau, how many), v = g (+ r), in float64.
+
+    Summed per chunk of ``CHUNK`` elements, the chunks added in index order (CompLL's ``reduce``
+    order), so the result depends neither on the number of threads nor on the generated code.
+    """
+    n = g.numel()
+    part = np.zeros((max(1, (n + CHUNK - 1) // CHUNK), 3))
+    if n:
+        ga = g.numpy()
+        ra = r.numpy() if r is not None else ga
+        (quantize.tbq_stats_par if _parallel(n) else quantize.tbq_stats_serial)(ga, ra, r is not None, _f32(tau), part)
+    tot, sel, cnt = (float(x) for x in reduce.sum_rows(part))
+    return tot, sel, cnt
 
 
 def tbq_decode(p: torch.Tensor, tau: float, out: torch.Tensor, add: bool) -> bool:

@@ -15,6 +15,7 @@ from numba import prange
 
 from .common import (
     BLOCK,
+    CHUNK,
     CODES_LEN,
     TASK,
     U8_0,
@@ -43,14 +44,14 @@ _GOLDEN16 = np.uint32(16 * 0x9E3779B9 & 0xFFFFFFFF)  # counter step of 16 elemen
 
 # ---------------------------------------------------------------------------- TBQ
 @inline
-def _tbq_codes_res(g, r, tau, codes):
+def _tbq_codes_res(g, r, tau, value, codes):
     ntau = -tau
     bad = U8_0
     for i in range(g.size):
         v = g[i] + r[i]
         q = _F1 if v >= tau else _F0
         q = _FM1 if v <= ntau else q
-        r[i] = v - q * tau
+        r[i] = v - q * value
         codes[i] = np.uint8(np.int32(q) + np.int32(1))
         bad = max(bad, bad_flag(v))
     return bad
@@ -70,8 +71,8 @@ def _tbq_codes(g, tau, codes):
 
 
 @jit
-def tbq_encode_range(g, r, use_r, tau, out, s, e):
-    """Codes 2 / 0 / 1 for v = g (+ r) >= tau / <= -tau / else; r <- v - (code - 1) * tau.
+def tbq_encode_range(g, r, use_r, tau, value, out, s, e):
+    """Codes 2 / 0 / 1 for v = g (+ r) >= tau / <= -tau / else; r <- v - (code - 1) * value.
 
     Returns 1 if some v was Inf or NaN.
     """
@@ -80,7 +81,7 @@ def tbq_encode_range(g, r, use_r, tau, out, s, e):
     for b0 in range(s, e, BLOCK):
         b1 = min(e, b0 + BLOCK)
         if use_r:
-            bad = max(bad, _tbq_codes_res(g[b0:b1], r[b0:b1], tau, codes))
+            bad = max(bad, _tbq_codes_res(g[b0:b1], r[b0:b1], tau, value, codes))
         else:
             bad = max(bad, _tbq_codes(g[b0:b1], tau, codes))
         zero_tail(codes, b1 - b0, 2)
@@ -89,13 +90,51 @@ def tbq_encode_range(g, r, use_r, tau, out, s, e):
 
 
 @pjit
-def tbq_encode_par(g, r, use_r, tau, out):
+def tbq_encode_par(g, r, use_r, tau, value, out):
     n = g.size
     bad = 0
     for t in prange((n + TASK - 1) // TASK):
         s = t * TASK
-        bad += tbq_encode_range(g, r, use_r, tau, out, s, min(n, s + TASK))
+        bad += tbq_encode_range(g, r, use_r, tau, value, out, s, min(n, s + TASK))
     return bad
+
+
+@jit
+def tbq_stats_range(g, r, use_r, tau, part, c, s, e):
+    """part[c] = (sum of |v|, sum of |v| where |v| >= tau, count of those) over [s, e), float64,
+    element after element; v = g (+ r). Read-only: the encode pass computes v again."""
+    tot = 0.0
+    sel = 0.0
+    cnt = 0.0
+    for i in range(s, e):
+        v = g[i] + r[i] if use_r else g[i]
+        a = abs(v)
+        tot += a
+        if a >= tau:
+            sel += a
+            cnt += 1.0
+    part[c, 0] = tot
+    part[c, 1] = sel
+    part[c, 2] = cnt
+    return 0
+
+
+@pjit
+def tbq_stats_par(g, r, use_r, tau, part):
+    """One row of ``part`` per chunk of ``CHUNK`` elements (CompLL's ``reduce`` order: the sums are
+    part of the format, see ``reduce``); the caller adds the rows in index order."""
+    n = g.size
+    for c in prange(part.shape[0]):
+        tbq_stats_range(g, r, use_r, tau, part, c, c * CHUNK, min(n, (c + 1) * CHUNK))
+    return 0
+
+
+@jit
+def tbq_stats_serial(g, r, use_r, tau, part):
+    n = g.size
+    for c in range(part.shape[0]):
+        tbq_stats_range(g, r, use_r, tau, part, c, c * CHUNK, min(n, (c + 1) * CHUNK))
+    return 0
 
 
 @inline

@@ -155,15 +155,31 @@ class Backend:
         return crc32_combine(first, second, n)
 
     # ------------------------------------------------------------------ tbq
-    def tbq_encode(self, g: torch.Tensor, r: torch.Tensor | None, tau: float, out: torch.Tensor) -> bool:
+    def tbq_encode(self, g: torch.Tensor, r: torch.Tensor | None, tau: float, out: torch.Tensor,
+                   value: float | None = None) -> bool:
         n = g.numel()
         if n == 0:
             return True
         flag = self._flag(g)
         rp = ptr(r) if r is not None else ptr(g)
-        self._run("tbq_encode", (n + 3) // 4, g, ptr(g), rp, np.int32(r is not None), np.float32(tau), ptr(out),
-                  np.int64(n), ptr(flag))
+        self._run("tbq_encode", (n + 3) // 4, g, ptr(g), rp, np.int32(r is not None), np.float32(tau),
+                  np.float32(tau if value is None else value), ptr(out), np.int64(n), ptr(flag))
         return int(flag.item()) == 0
+
+    def tbq_stats(self, g: torch.Tensor, r: torch.Tensor | None, tau: float) -> tuple[float, float, float]:
+        """See ``kernels.cpu.tbq_stats``; the float64 sums are added in another order (module doc)."""
+        if g.numel() == 0:
+            return 0.0, 0.0, 0.0
+        t = self._threads()
+        tot = torch.empty(t, dtype=torch.float64, device=g.device)
+        sel = torch.empty(t, dtype=torch.float64, device=g.device)
+        cnt = torch.empty(t, dtype=torch.int64, device=g.device)
+        rp = ptr(r) if r is not None else ptr(g)
+        # exactly t threads: every partial slot is written
+        self.launch("tbq_stats", t, g.device, (ptr(g), rp, np.int32(r is not None), np.float32(tau),
+                                                np.int64(g.numel()), ptr(tot), ptr(sel), ptr(cnt)))
+        a, b, c = torch.stack([tot.sum(), sel.sum(), cnt.sum().to(torch.float64)]).tolist()
+        return float(a), float(b), float(c)
 
     def tbq_decode(self, p: torch.Tensor, tau: float, out: torch.Tensor, add: bool) -> bool:
         n = out.numel()

@@ -90,8 +90,9 @@ extern "C" __global__ void crc32_segments(const u8* __restrict__ p, i64 len, con
 }
 
 // ---------------------------------------------------------------------------- tbq (2 bits)
+// r <- v - (code - 1) * value; value is tau for Strom's TBQ, the mean selected |v| for the adaptive one.
 extern "C" __global__ void tbq_encode(const float* __restrict__ g, float* __restrict__ r, int use_r, float tau,
-                                      u8* __restrict__ out, i64 n, int* flag) {
+                                      float value, u8* __restrict__ out, i64 n, int* flag) {
     i64 m = (n + 3) >> 2;
     int bad = 0;
     float ntau = -tau;
@@ -104,13 +105,33 @@ extern "C" __global__ void tbq_encode(const float* __restrict__ g, float* __rest
             if (use_r) v = v + r[i];
             float q = v >= tau ? 1.0f : 0.0f;
             q = v <= ntau ? -1.0f : q;
-            if (use_r) r[i] = v - q * tau;
+            if (use_r) r[i] = v - q * value;
             byte |= (u32) ((int) q + 1) << (2 * k);
             bad |= hp_bad(v);
         }
         out[j] = (u8) byte;
     }
     if (bad) *flag = 1;
+}
+
+// Per thread: sum of |v|, sum of |v| where |v| >= tau (float64), count of those; v = g (+ r). Read-only.
+extern "C" __global__ void tbq_stats(const float* __restrict__ g, const float* __restrict__ r, int use_r, float tau,
+                                     i64 n, double* __restrict__ tot, double* __restrict__ sel, i64* __restrict__ cnt) {
+    double st = 0.0, ss = 0.0;
+    i64 c = 0;
+    for (i64 i = HP_TID; i < n; i += HP_STRIDE) {
+        float v = g[i];
+        if (use_r) v = v + r[i];
+        float a = fabsf(v);
+        st += (double) a;
+        if (a >= tau) {
+            ss += (double) a;
+            c++;
+        }
+    }
+    tot[HP_TID] = st;
+    sel[HP_TID] = ss;
+    cnt[HP_TID] = c;
 }
 
 extern "C" __global__ void tbq_decode(const u8* __restrict__ p, float tau, float* __restrict__ out, int add, i64 n,

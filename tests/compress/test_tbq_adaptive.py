@@ -1,0 +1,89 @@
+"""TBQ's adaptive threshold (the default): tau = scale * mean|v|, value = mean |v| of what crosses it."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hipress.compress as hc
+from hipress.compress import reference as ref
+
+from .conftest import randn
+
+
+def _value(c, p) -> float:
+    return float(np.frombuffer(c.parse(p, "g")[0].extra, "<f4")[0])
+
+
+def _expected(v: torch.Tensor, scale: float) -> tuple[float, float]:
+    """The rule written out in float64 with numpy, apart from the kernels."""
+    a = np.abs(v.numpy().astype(np.float64))
+    tau = float(np.float32(scale * a.mean()))
+    sel = a[a >= tau]
+    return tau, float(np.float32(sel.mean())) if sel.size else tau
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000, 5003, 200_003])
+@pytest.mark.parametrize("scale", [1.0, 1.5])
+def test_adaptive_rule_matches_the_reference_bytes_and_residual(n, scale):
+    c = hc.create("tbq") if scale == 1.0 else hc.create_from_spec(f"tbq:scale={scale}")
+    stt = hc.GradientState()
+    r_ref = torch.zeros(n)
+    for step in range(4):  # the residual is carried over steps and enters v
+        x = randn(n, seed=step) * (10.0 ** step)  # the gradient's scale changes by 10x per step
+        tau, value = _expected(x + r_ref, scale)
+        p = c.encode(x, stt)
+        assert math.isclose(_value(c, p), value, rel_tol=1e-6)
+        assert torch.equal(p[24:], ref.tbq_encode(x, r_ref, np.float32(tau), np.float32(_value(c, p))))
+        assert torch.allclose(stt.residual, r_ref, rtol=1e-6, atol=1e-6 * 10.0 ** step)
+        assert torch.equal(c.decode(p), ref.tbq_decode(p[24:], np.float32(_value(c, p)), n))
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 3000), seed=st.integers(0, 2**16), mag=st.floats(-20, 20))
+def test_error_feedback_keeps_everything_and_the_residual_shrinks(n, seed, mag):
+    """What was not sent stays in the residual exactly (sum preserved), the value is at least tau,
+    and the residual never outgrows v (mean |r| <= mean |v|): the property a fixed tau lacks."""
+    c = hc.create("tbq")
+    stt = hc.GradientState()
+    x = randn(n, seed=seed) * float(2.0**mag)
+    p = c.encode(x, stt)
+    d = c.decode(p)
+    assert torch.allclose(d + stt.residual, x, rtol=1e-5, atol=1e-6 * float(x.abs().max()))
+    assert stt.residual.abs().mean() <= x.abs().mean() * (1 + 1e-5)
+    assert (d != 0).any()  # something is always sent: the largest |v| is at or above the mean
+
+
+def test_fixed_tau_is_strom_tbq():
+    x = randn(100, seed=3)
+    p = hc.create("tbq", tau=0.3).encode(x, hc.GradientState())
+    assert _value(hc.create("tbq"), p) == np.float32(0.3)
+    assert torch.equal(p[24:], ref.tbq_encode(x, torch.zeros(100), np.float32(0.3)))
+
+
+def test_all_zero_tensor_sends_zeros_with_a_valid_value():
+    c = hc.create("tbq")
+    p = c.encode(torch.zeros(9), hc.GradientState())
+    assert _value(c, p) > 0
+    assert torch.equal(c.decode(p), torch.zeros(9))
+
+
+def test_nonfinite_gradient_is_refused_and_the_residual_reset():
+    c = hc.create("tbq")
+    stt = hc.GradientState()
+    c.encode(randn(50, seed=1), stt)
+    x = randn(50, seed=2)
+    x[7] = float("nan")
+    with pytest.raises(hc.CompressionError):
+        c.encode(x, stt)
+    assert torch.equal(stt.residual, torch.zeros(50))
+
+
+@pytest.mark.parametrize("spec,msg", [("tbq:scale=-0.1", "scale must be in"), ("tbq:scale=17", "scale must be in"),
+                                      ("tbq:scale=0", "scale must be in"), ("tbq:tau=0.5,scale=2", "not both")])
+def test_bad_parameters_are_refused(spec, msg):
+    with pytest.raises(ValueError, match=msg):
+        hc.create_from_spec(spec)
