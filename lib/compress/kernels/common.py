@@ -34,6 +34,9 @@ CODES_LEN = BLOCK + 64  # a block's codes buffer, with room to round up to a 64-
 
 jit = nb.njit(cache=True, nogil=True)
 pjit = nb.njit(cache=True, nogil=True, parallel=True)
+#: for sums whose order is not part of a format: lets LLVM split a float reduction into vector lanes
+#: (only reassociation: NaN and Inf keep their meaning)
+reassoc_jit = nb.njit(cache=True, nogil=True, fastmath={"reassoc"})
 inline = nb.njit(cache=True, nogil=True, inline="always")
 
 _GOLDEN = np.uint32(0x9E3779B9)
