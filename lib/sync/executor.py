@@ -148,6 +148,10 @@ class MPIExecutor:
         import numba
 
         self._kernel_threads = numba.get_num_threads()
+        # torch's too: OpenMP and MKL keep their thread counts per thread, so a new thread would run
+        # every torch op (PowerSGD's products, the sparsifiers' top-k) with the machine's default,
+        # spinning threads the caller had turned off: measured 55x slower with 4 ranks on 2 cores
+        self._torch_threads = torch.get_num_threads()
         self._worker = threading.Thread(target=self._compute_loop, name="hipress-sync-compute", daemon=True)
         self._comm = threading.Thread(target=self._comm_loop, name="hipress-sync-comm", daemon=True)
         self._worker.start()
@@ -265,6 +269,7 @@ class MPIExecutor:
     # ------------------------------------------------------------------ compute worker
     def _compute_loop(self) -> None:
         set_threads(self._kernel_threads)
+        torch.set_num_threads(self._torch_threads)
         while True:
             _prio, _n, t, step = self._work.get()
             if t is None:

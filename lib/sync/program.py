@@ -22,6 +22,7 @@ from . import topologies
 from .graph import GraphBuilder, Job, Task, split_even
 from .plan import PlanEntry
 from .raw import Raw
+from .topologies import summed
 
 RESERVED_TAGS = 16  # tags below this are the executor's (failure notices)
 DEFAULT_PARTITION_BYTES = 4 << 20
@@ -155,6 +156,9 @@ class SyncProgram:
         # fused bulk buffers, kept until ``end_iteration``: on a GPU their memory must not be
         # reused before the engine's stream is done with them (the engine orders that first)
         self._fused: list[torch.Tensor] = []
+        # a summable compressor's gradients, held until flush, and its buffers per group (made once)
+        self._summed: list[Submitted] = []
+        self._batches: dict[tuple, object] = {}
 
     # ------------------------------------------------------------------ naming
     def tag(self, name: str) -> int:
@@ -208,8 +212,10 @@ class SyncProgram:
         sub = Submitted(name, tensor, flat, copy_back)
         e = self.entry(name, flat.numel())
         self.submitted[name] = sub
-        summed_matrix = self.comp.caps.summable and tensor.dim() >= 2  # PowerSGD needs its shape: no bulk
-        if self.bulk_bytes and 4 * flat.numel() < self.bulk_bytes and e.partitions == 1 and not summed_matrix:
+        if self.comp.caps.summable:  # PowerSGD: the whole step is one group, built at flush (``summed``)
+            self._summed.append(sub)
+            return []
+        if self.bulk_bytes and 4 * flat.numel() < self.bulk_bytes and e.partitions == 1:
             self._held.append(sub)
             return []
         return self._build(name, flat, e, [sub])
@@ -232,11 +238,15 @@ class SyncProgram:
                 size += nb
             if group:
                 tasks += self._build_bulk(group, compress)
+        if self._summed:
+            tasks += self._build_summed(sorted(self._summed, key=lambda s: s.name))
+            self._summed = []
         return tasks
 
     def end_iteration(self) -> None:
         self.submitted.clear()
         self._held.clear()
+        self._summed.clear()
         self._fused.clear()
 
     # ------------------------------------------------------------------ graph building
@@ -248,6 +258,34 @@ class SyncProgram:
         flat = torch.cat([s.flat for s in group])
         self._fused.append(flat)
         return self._build(name, flat, PlanEntry(name, flat.numel(), compress, 1), group, fused=True)
+
+    def _build_summed(self, group: list[Submitted]) -> list[Task]:
+        """One step of a summable compressor (PowerSGD): every gradient in one group, two sums in all
+        (``topologies.summed``). A gradient the plan leaves uncompressed is summed as it is."""
+        members = tuple((s.name, s.flat.numel(), tuple(s.tensor.shape) if self.entry(s.name, s.flat.numel()).compress
+                         else None) for s in group)
+        batch = self._batches.get(members)
+        if batch is None:
+            batch = self._batches[members] = self.comp.batch(members, device=group[0].flat.device)
+        name = f"summed[{group[0].name}..{group[-1].name}]x{len(group)}"
+        b = GraphBuilder(self.rank, self.world, self.tag(name), next(self._order), self.states, self._channel_seq)
+        part = self.topology.default_partitions
+        flats = [s.flat for s in group]
+        summed.build_summed(
+            b, name, batch, flats, self.topology.build,
+            partitions=lambda n: part(n, self.world, self.partition_bytes),
+            owners=lambda job, k: [(name_hash(job) + i) % self.world for i in range(k)],
+        )
+        world = self.world
+
+        def finish() -> None:
+            for s in group:
+                s.flat.div_(world)
+                if s.copy_back:
+                    s.tensor.copy_(s.flat.view(s.tensor.shape))
+
+        b.compute(f"{name} average", finish, after=list(b.tasks))
+        return b.tasks
 
     def _build(
         self, name: str, flat: torch.Tensor, e: PlanEntry, members: list[Submitted], fused: bool = False

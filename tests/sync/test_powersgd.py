@@ -38,35 +38,61 @@ def test_orthogonalize_with_epsilon_keeps_a_zero_column_finite():
 
 
 def test_summed_protocol_recovers_a_common_low_rank_sum_and_error_feedback():
+    """One step's group (a matrix and a 1-D gradient): two summed bodies; P Q^T is the sum of the
+    ranks' low-rank matrices, the 1-D gradient's sum is exact, and e_i = M_i - approx / world."""
     c = create("powersgd", rank=2)
     world, m, n = 3, 12, 9
     g = torch.Generator().manual_seed(2)
     u = torch.randn(m, 2, generator=g)
     grads = [u @ torch.randn(2, n, generator=g) for _ in range(world)]
+    bias = [torch.randn(m, generator=g) for _ in range(world)]
+    members = [("b", m, (m,)), ("w", m * n, (m, n))]
+    batches = [c.batch(members) for _ in range(world)]
+    assert batches[0].sent_floats == (m * 2 + m, n * 2)  # P (12 x 2) with the bias, then Q (9 x 2)
     stores = [StateStore() for _ in range(world)]
-    ps = [c.encode_p(x, (m, n), s["w"], "w") for x, s in zip(grads, stores, strict=True)]
-    psum = ps[0].clone()
-    _, body = c.body(psum, "w", 1)
-    for p in ps[1:]:
-        body.add_(c.body(p, "w", 1)[1])
-    seal(psum)  # the engine seals a summed payload again, as here
-    qs = [c.encode_q(psum.clone(), s["w"], "w") for s in stores]
-    qsum = qs[0].clone()
-    _, qb = c.body(qsum, "w", 2)
-    for q in qs[1:]:
-        qb.add_(c.body(q, "w", 2)[1])
-    seal(qsum)
-    outs = [torch.empty(m * n) for _ in range(world)]
-    for o, s in zip(outs, stores, strict=True):
-        c.decode_sum(qsum.clone(), o, s["w"], world, "w")
+    flats = [[bb.clone(), x.reshape(-1).clone()] for bb, x in zip(bias, grads, strict=True)]
+    for bt, f, s in zip(batches, flats, stores, strict=True):
+        bt.encode_p(f, s)
+        c.parse(bt.pay_p, "p")  # a sealed, self-describing payload
+    psum = sum(bt.body_p for bt in batches).clone()
+    for bt in batches:
+        bt.body_p.copy_(psum)
+        seal(bt.pay_p)
+        bt.encode_q(stores[batches.index(bt)])
+    qsum = sum(bt.body_q for bt in batches).clone()
+    for bt, f, s in zip(batches, flats, stores, strict=True):
+        bt.body_q.copy_(qsum)
+        seal(bt.pay_q)
+        bt.decode(f, s, world)
     want = sum(grads).reshape(-1)
-    for o in outs:
-        torch.testing.assert_close(o, want, rtol=1e-4, atol=1e-4)
+    for f in flats:
+        torch.testing.assert_close(f[1], want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(f[0], sum(bias), rtol=1e-6, atol=1e-6)
     for x, s in zip(grads, stores, strict=True):  # e_i = M_i - approx / world
         torch.testing.assert_close(s["w"].residual, x.reshape(-1) - want / world, rtol=1e-4, atol=1e-4)
         assert s["w"].extra["psgd_q"].numel() == n * 2  # warm start kept
+        assert "b" not in s  # the 1-D gradient has no state: it is sent as it is
     with pytest.raises(CompressionError, match="cannot be decoded on its own"):
-        c.decode(qsum)
+        c.decode(batches[0].pay_q)
+
+
+def test_summed_step_with_a_nonfinite_gradient_fails_clearly_and_resets_the_error():
+    c = create("powersgd", rank=2)
+    bt = c.batch([("w", 64, (8, 8))])
+    st = StateStore()
+    bt.encode_p([torch.ones(64)], st)
+    bad = torch.ones(64)
+    bad[3] = float("nan")
+    with pytest.raises(CompressionError, match="NaN or Inf"):
+        bt.encode_p([bad], st)
+    assert torch.equal(st["w"].residual, torch.zeros(64))
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-8])
+def test_orthogonalize_gives_orthonormal_columns(eps):
+    p = torch.randn(50, 4, generator=torch.Generator().manual_seed(5))
+    orthogonalize(p, eps)
+    torch.testing.assert_close(p.t() @ p, torch.eye(4), atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("topo", ["casync-ring", "casync-ps", "allgather"])

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -36,12 +38,25 @@ from ..registry import register
 from ..state import GradientState
 from ..wire import WIRE_IDS
 
-_EXTRA = struct.Struct("<IIHBx")  # m, n, rank, phase (0: own P and Q, 1: P, 2: Q); 12 bytes: body 4-aligned
+# m, n, rank, phase; 12 bytes, so the body is 4-aligned. Phase 0: a plain codec payload (own P and Q
+# of an m x n matrix). Phases 1 and 2: one step's summed P or Q buffer, where m counts the gradients
+# of the step and n the fp32 values of the body (see ``SummedBatch``).
+_EXTRA = struct.Struct("<IIHBx")
 PHASE_BOTH, PHASE_P, PHASE_Q = 0, 1, 2
+HEAD = header_size(_EXTRA.size)  # bytes before the fp32 body of every PowerSGD payload
 
 
 def orthogonalize(p: torch.Tensor, epsilon: float) -> None:
-    """Gram-Schmidt on the columns of ``p`` in place; ``epsilon`` keeps a zero column finite."""
+    """Orthonormal columns for ``p``, in place.
+
+    ``epsilon`` > 0: Gram-Schmidt, each column divided by its norm plus ``epsilon`` (a zero column
+    stays zero and finite). ``epsilon`` = 0: Householder QR (``torch.linalg.qr``), which needs no
+    epsilon (a zero column gets some unit vector orthogonal to the others) and is one LAPACK call
+    instead of ~7 small torch operations per column; PyTorch's hook makes the same choice. Either
+    way every rank orthogonalizes the same summed P, so every rank gets the same bits."""
+    if epsilon == 0:
+        p.copy_(torch.linalg.qr(p).Q)
+        return
     for i in range(p.shape[1]):
         col = p[:, i]
         col.div_(col.norm() + epsilon)
@@ -67,8 +82,8 @@ class PowerSGD(Compressor):
     def __init__(self, rank: int = 4, epsilon: float = 1e-8) -> None:
         if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= 1024:
             raise ValueError(f"powersgd: rank must be an integer in [1, 1024], got {rank!r}")
-        if not (isinstance(epsilon, int | float) and 0 < epsilon < 1):
-            raise ValueError(f"powersgd: epsilon must be in (0, 1), got {epsilon!r}")
+        if isinstance(epsilon, bool) or not (isinstance(epsilon, int | float) and 0 <= epsilon < 1):
+            raise ValueError(f"powersgd: epsilon must be in [0, 1) (0: QR), got {epsilon!r}")
         self.rank = int(rank)
         self.epsilon = float(epsilon)
 
@@ -92,70 +107,15 @@ class PowerSGD(Compressor):
         r = min(self.rank, m, n)
         return header_size(_EXTRA.size) + 4 * r * (m + n)
 
-    def step_bytes(self, m: int, n: int) -> tuple[int, int]:
-        """Bytes of the P and the Q payload of an m x n matrix (what each all-reduce sums)."""
-        r = min(self.rank, m, n)
-        return header_size(_EXTRA.size) + 4 * m * r, header_size(_EXTRA.size) + 4 * n * r
+    def summed_cost(self, mn: tuple[int, int], allreduce_s, flops_per_s: float) -> dict[str, float]:
+        """``summed_cost`` of this compressor's rank for an m x n matrix (what SeCoPa calls)."""
+        return summed_cost(mn[0], mn[1], self.rank, allreduce_s, flops_per_s)
 
     # ------------------------------------------------------------------ the summed protocol
-    def _payload(self, dtype: torch.dtype, m: int, n: int, phase: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-        r = min(self.rank, m, n)
-        payload, body = allocate(self.wire_id, dtype, m * n, _EXTRA.pack(m, n, r, phase), 4 * rows * r)
-        return payload, body.view(torch.float32).view(rows, r)
-
-    def body(self, payload: torch.Tensor, name: str, phase: int) -> tuple[Header, torch.Tensor]:
-        """The fp32 matrix inside a P or Q payload (a view: summing it sums the payload)."""
-        h, body = self.parse(payload, name)
-        m, n, r, ph = _EXTRA.unpack(h.extra)
-        if ph != phase:
-            raise CompressionError(name, f"powersgd payload of phase {ph} where phase {phase} was expected")
-        rows = m if phase == PHASE_P else n
-        return h, body.view(torch.float32).view(rows, r)
-
-    def encode_p(self, x: torch.Tensor, mn: tuple[int, int], state: GradientState, name: str) -> torch.Tensor:
-        """M <- x + e (kept in e), P = M Q with the warm-started Q: the payload whose body is summed."""
-        m, n = mn
-        flat = x.reshape(-1)
-        if flat.dtype != torch.float32:
-            flat = flat.float()
-        e = state.buffer("residual", flat)
-        e.add_(flat)
-        if not bool(torch.isfinite(e).all()):
-            e.zero_()
-            raise nonfinite(name, state_reset=True)
-        r = min(self.rank, m, n)
-        q = state.extra.get("psgd_q")
-        if q is None or q.numel() != n * r:
-            gen = torch.Generator().manual_seed(state.seed)  # the same on every rank: same name, same seed
-            q = torch.randn(n * r, generator=gen)
-            state.extra["psgd_q"] = q
-        payload, p = self._payload(x.dtype, m, n, PHASE_P, m)
-        torch.matmul(e.view(m, n), q.view(n, r), out=p)
-        state.step += 1
-        return seal(payload)
-
-    def encode_q(self, p_sum: torch.Tensor, state: GradientState, name: str) -> torch.Tensor:
-        """Orthogonalize the summed P (kept in the state), Q = M^T P: the second summed payload."""
-        h, p = self.body(p_sum, name, PHASE_P)
-        m, n, r, _ = _EXTRA.unpack(h.extra)
-        orthogonalize(p, self.epsilon)
-        state.extra["psgd_p"] = p.reshape(-1).clone()
-        payload, q = self._payload(h.dtype, m, n, PHASE_Q, n)
-        e = state.buffer("residual", torch.empty(m * n))
-        torch.matmul(e.view(m, n).t(), p, out=q)
-        return seal(payload)
-
-    def decode_sum(self, q_sum: torch.Tensor, out: torch.Tensor, state: GradientState, world: int,
-                   name: str) -> None:
-        """``out`` <- P Q^T (the sum over ranks); e <- M - P Q^T / world; Q kept for the warm start."""
-        h, q = self.body(q_sum, name, PHASE_Q)
-        m, n, r, _ = _EXTRA.unpack(h.extra)
-        p = state.extra["psgd_p"].view(m, r)
-        approx = out.view(m, n)
-        torch.matmul(p, q.t(), out=approx)
-        e = state.buffer("residual", out.view(-1)).view(m, n)
-        e.sub_(approx, alpha=1.0 / world)
-        state.extra["psgd_q"] = q.reshape(-1).clone()
+    def batch(self, members: Sequence[tuple[str, int, tuple[int, ...] | None]],
+              device: torch.device | str = "cpu") -> SummedBatch:
+        """The summed buffers of one step's gradients ``(key, numel, shape or None)``; see ``SummedBatch``."""
+        return SummedBatch(self, members, device)
 
     # ------------------------------------------------------------------ as a plain codec
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
@@ -188,9 +148,11 @@ class PowerSGD(Compressor):
         if len(header.extra) != _EXTRA.size:
             raise CompressionError("<payload>", "powersgd payload has a malformed extra header")
         m, n, r, phase = _EXTRA.unpack(header.extra)
+        if phase in (PHASE_P, PHASE_Q):  # a step's summed buffer: n values, covering header.numel elements
+            return 4 * n
         if m * n != header.numel or r > max(m, n):
             raise CompressionError("<payload>", f"powersgd header {m}x{n} rank {r} does not match {header.numel}")
-        return 4 * r * {PHASE_BOTH: m + n, PHASE_P: m, PHASE_Q: n}.get(phase, m + n)
+        return 4 * r * (m + n)
 
     def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
         m, n, r, phase = _EXTRA.unpack(header.extra)
@@ -199,6 +161,124 @@ class PowerSGD(Compressor):
         f = body.view(torch.float32)
         approx = f[: m * r].view(m, r) @ f[m * r :].view(n, r).t()
         out.add_(approx.view(-1)) if add else out.copy_(approx.view(-1))
+
+
+@dataclass(frozen=True)
+class _Matrix:
+    key: str  # state key (the gradient's name)
+    index: int  # position among the batch's gradients
+    m: int
+    n: int
+    r: int
+
+
+class SummedBatch:
+    """One step's PowerSGD buffers for a group of gradients: two all-reduces in all, not two per matrix.
+
+    ``pay_p``: a PowerSGD payload (header: phase 1, the group's gradient count and body length)
+    whose fp32 body ``body_p`` holds every matrix's P = M Q, then every gradient that is not
+    compressed (1-D, too small for the rank, or planned uncompressed) as it is: summing the body
+    across ranks sums both, so the uncompressed gradients need no all-reduce of their own (PyTorch's
+    hook spends a third one on them). ``pay_q`` (phase 2): every matrix's Q = M^T P. The buffers and
+    all views into them are made once and reused every step; a step is::
+
+        encode_p(flats, states)   # M <- grad + e (kept in e); P = M Q_warm; raw copied in
+        <sum body_p over ranks>; seal(pay_p)
+        encode_q(states)          # orthogonalize each summed P; Q = M^T P
+        <sum body_q over ranks>; seal(pay_q)
+        decode(flats, states, world)  # grad <- P Q^T (the sum); e <- M - P Q^T / world; Q kept
+
+    The topology that sums the bodies must be done reading ``body_p`` before ``encode_q`` changes
+    it (an uncompressed ring's payloads are views of the buffer).
+    """
+
+    def __init__(self, comp: PowerSGD, members: Sequence[tuple[str, int, tuple[int, ...] | None]],
+                 device: torch.device | str = "cpu") -> None:
+        self.comp = comp
+        self.keys = [k for k, _, _ in members]
+        self.numels = [int(n) for _, n, _ in members]
+        self.matrices: list[_Matrix] = []
+        raw: list[int] = []
+        for i, (key, numel, shape) in enumerate(members):
+            mn = comp.matrix_shape(shape)
+            if mn is None or math.prod(mn) != numel:
+                raw.append(i)
+            else:
+                self.matrices.append(_Matrix(key, i, mn[0], mn[1], min(comp.rank, *mn)))
+        rows_p = sum(a.m * a.r for a in self.matrices)
+        floats_p = rows_p + sum(self.numels[i] for i in raw)
+        floats_q = sum(a.n * a.r for a in self.matrices)
+        total = sum(self.numels)
+        r = comp.rank
+        self.pay_p, body = allocate(comp.wire_id, torch.float32, total,
+                                    _EXTRA.pack(len(members), floats_p, r, PHASE_P), 4 * floats_p, device=device)
+        self.body_p = body.view(torch.float32)
+        self.pay_q, body = allocate(comp.wire_id, torch.float32, total,
+                                    _EXTRA.pack(len(members), floats_q, r, PHASE_Q), 4 * floats_q, device=device)
+        self.body_q = body.view(torch.float32)
+        self.p: list[torch.Tensor] = []
+        self.q: list[torch.Tensor] = []
+        op = oq = 0
+        for a in self.matrices:
+            self.p.append(self.body_p[op : op + a.m * a.r].view(a.m, a.r))
+            self.q.append(self.body_q[oq : oq + a.n * a.r].view(a.n, a.r))
+            op += a.m * a.r
+            oq += a.n * a.r
+        self.raw: list[tuple[int, torch.Tensor]] = []
+        for i in raw:
+            self.raw.append((i, self.body_p[op : op + self.numels[i]]))
+            op += self.numels[i]
+
+    @property
+    def sent_floats(self) -> tuple[int, int]:
+        """fp32 values in the P (with the uncompressed gradients) and the Q all-reduce."""
+        return self.body_p.numel(), self.body_q.numel()
+
+    def _q_warm(self, a: _Matrix, st: GradientState) -> torch.Tensor:
+        q = st.extra.get("psgd_q")
+        if q is None or q.numel() != a.n * a.r:
+            gen = torch.Generator().manual_seed(st.seed)  # the same on every rank: same name, same seed
+            q = st.extra["psgd_q"] = torch.randn(a.n * a.r, generator=gen).to(self.body_q.device)
+        return q.view(a.n, a.r)
+
+    def encode_p(self, flats: Sequence[torch.Tensor], states) -> None:
+        """Fill ``pay_p`` from this rank's gradients (``flats[i]``: gradient i, flat fp32)."""
+        for a, p in zip(self.matrices, self.p, strict=True):
+            st = states[a.key]
+            e = st.buffer("residual", flats[a.index])
+            e.add_(flats[a.index])
+            torch.matmul(e.view(a.m, a.n), self._q_warm(a, st), out=p)
+            st.step += 1
+        for i, dst in self.raw:
+            dst.copy_(flats[i])
+        if not bool(torch.isfinite(self.body_p).all()):  # one check for the whole step
+            bad = [self.keys[i] for i, f in enumerate(flats) if not bool(torch.isfinite(f).all())]
+            for a in self.matrices:
+                states[a.key].buffer("residual", flats[a.index]).zero_()
+            raise nonfinite(", ".join(bad) or ", ".join(self.keys), state_reset=True)
+        seal(self.pay_p)
+
+    def encode_q(self, states) -> None:
+        """Orthogonalize every summed P in place; fill ``pay_q`` with Q = M^T P."""
+        eps = self.comp.epsilon
+        for a, p, q in zip(self.matrices, self.p, self.q, strict=True):
+            orthogonalize(p, eps)
+            e = states[a.key].residual
+            torch.matmul(e.view(a.m, a.n).t(), p, out=q)
+        seal(self.pay_q)
+
+    def decode(self, flats: Sequence[torch.Tensor], states, world: int) -> None:
+        """Each gradient <- the sum over ranks (P Q^T for a matrix, the summed values otherwise);
+        the error feedback keeps what this rank's share missed; Q is kept as the next warm start."""
+        inv = 1.0 / world
+        for a, p, q in zip(self.matrices, self.p, self.q, strict=True):
+            st = states[a.key]
+            approx = flats[a.index].view(a.m, a.n)
+            torch.matmul(p, q.t(), out=approx)
+            st.residual.view(a.m, a.n).sub_(approx, alpha=inv)
+            st.extra["psgd_q"].copy_(q.reshape(-1))
+        for i, src in self.raw:
+            flats[i].copy_(src)
 
 
 def summed_cost(m: int, n: int, rank: int, allreduce_s, flops_per_s: float) -> dict[str, float]:
@@ -212,7 +292,8 @@ def summed_cost(m: int, n: int, rank: int, allreduce_s, flops_per_s: float) -> d
       decode P Q^T and the error update (3 m n r).
 
     ``allreduce_s(nbytes)`` is the cluster's all-reduce time for ``nbytes`` (the planner's fitted
-    model); ``flops_per_s`` the device's matrix throughput. Returns each step's seconds and the total.
+    model); ``flops_per_s`` the device's matrix throughput, in the same time unit (SeCoPa works in
+    ms). Returns each step's time and the total.
     """
     r = min(rank, m, n)
     p_s = 2 * m * n * r / flops_per_s + allreduce_s(4 * m * r)

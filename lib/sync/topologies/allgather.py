@@ -12,12 +12,9 @@ from __future__ import annotations
 
 from ..graph import GraphBuilder, Job, Task
 from . import Topology, register
-from .summed import build_summed
 
 
 def build_allgather(b: GraphBuilder, job: Job) -> list[Task]:
-    if job.comp.caps.summable:  # PowerSGD: payloads are summed, not decoded and merged
-        return build_summed(b, job, build_allgather)
     finals: list[Task] = []
     for i, o, ln in job.parts():
         key = job.part_key(i)

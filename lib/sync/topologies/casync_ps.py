@@ -18,12 +18,9 @@ from __future__ import annotations
 from ..graph import GraphBuilder, Job, Task, Widened
 from ..raw import Raw
 from . import Topology, default_partitions_ps, register
-from .summed import build_summed
 
 
 def build_ps(b: GraphBuilder, job: Job) -> list[Task]:
-    if job.comp.caps.summable:  # PowerSGD: payloads are summed, not decoded and merged
-        return build_summed(b, job, build_ps)
     n_, r = b.world, b.rank
     wid = Widened(job.comp)
     parts = job.parts()

@@ -22,12 +22,9 @@ from __future__ import annotations
 from ..graph import GraphBuilder, Job, Task, Widened, split_even
 from ..raw import Raw
 from . import Topology, default_partitions_ring, register
-from .summed import build_summed
 
 
 def build_ring(b: GraphBuilder, job: Job) -> list[Task]:
-    if job.comp.caps.summable:  # PowerSGD: payloads are summed, not decoded and merged
-        return build_summed(b, job, build_ring)
     n_, r = b.world, b.rank
     right, left = (r + 1) % n_, (r - 1) % n_
     wid = Widened(job.comp)
