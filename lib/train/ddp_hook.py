@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from hipress.compress import AlgorithmSpec, Compressor, StateStore
+from hipress.compress.payload import seal
 
 from .correction import MomentumCorrection, velocity_key
 
@@ -72,6 +73,9 @@ class CompressionHookState:
         self.states = states if states is not None else StateStore()
         self.bytes_sent = 0
         self.iterations = 0
+        self._param_keys: dict[int, str] = {}  # summable compressors: a stable state key per parameter
+        self._batches: dict[tuple, Any] = {}  # their buffers per bucket layout, made once
+        self._threads = torch.get_num_threads()  # gloo runs the callbacks on its own threads
 
     def _enter_plain_step(self) -> None:
         self._plain = self.correction.plain_step()
@@ -143,6 +147,8 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
         state.bytes_sent += 2 * (world - 1) * buf.numel() * buf.element_size() // world
         fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
         return fut.then(lambda f: f.value()[0].div_(world))
+    if comp.caps.summable:  # PowerSGD: sum P, orthogonalize, sum Q; not a payload per rank
+        return _summed_hook(state, bucket, group, world)
     payload = comp.encode(buf, state.states[key], name=key)
     if comp.caps.sparse:
         # on the bucket's device: NCCL moves only CUDA tensors (gloo, CPU ones)
@@ -183,3 +189,58 @@ def _apply_correction(corr: MomentumCorrection, bucket: dist.GradBucket, states:
 def _mask(corr: MomentumCorrection, bucket: dist.GradBucket, states: StateStore) -> None:
     for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
         corr.after_sync(p, g, states[velocity_key(corr.position[id(p)])], compressed=True)
+
+
+def _param_key(state: CompressionHookState, bucket: dist.GradBucket, j: int, p: torch.Tensor) -> str:
+    """A parameter's state key for a summable compressor, fixed when it is first seen.
+
+    DDP rebuilds its buckets after the first iteration, so a key from the current bucket layout
+    would hand one matrix's residual and warm-start Q to another (PyTorch's hook therefore needs two
+    uncompressed iterations first). The first iteration's buckets are the same on every rank, so
+    "bucket i, parameter j" of the first sighting names the same parameter everywhere, and again
+    after a resume (a new DDP starts from the same initial buckets)."""
+    k = state._param_keys.get(id(p))
+    if k is None:
+        k = state._param_keys[id(p)] = f"bucket{bucket.index()}.param{j}"
+    return k
+
+
+def _summed_hook(state: CompressionHookState, bucket: dist.GradBucket, group: Any,
+                 world: int) -> torch.futures.Future[torch.Tensor]:
+    """A summable compressor (PowerSGD) in DDP: all-reduce every matrix's P with the bucket's
+    uncompressed gradients in one buffer, orthogonalize, all-reduce Q, decode (see
+    ``hipress.sync.topologies.summed``, the engine's version). Each rank sends P + Q sized bytes
+    (and the uncompressed gradients), nothing per rank to decode."""
+    buf = bucket.buffer()
+    params, grads = bucket.parameters(), bucket.gradients()
+    members = tuple((_param_key(state, bucket, j, p), g.numel(), tuple(p.shape))
+                    for j, (p, g) in enumerate(zip(params, grads, strict=True)))
+    batch = state._batches.get(members)
+    if batch is None:
+        batch = state._batches[members] = state.compressor.batch(members, device=buf.device)
+    flats = [g.view(-1) for g in grads]
+    states = state.states
+    corr = state.correction
+    batch.encode_p(flats, states)
+    floats = sum(batch.sent_floats)
+    state.bytes_sent += 2 * (world - 1) * 4 * floats // world  # a ring all-reduce of P, then of Q
+
+    def q_step(fut: torch.futures.Future) -> torch.Tensor:
+        torch.set_num_threads(state._threads)  # gloo's thread: the caller's torch thread count
+        fut.value()  # raises if the all-reduce failed
+        seal(batch.pay_p)
+        batch.encode_q(states)
+        return dist.all_reduce(batch.body_q, group=group, async_op=True).get_future().wait()[0]
+
+    def decode(fut: torch.futures.Future) -> torch.Tensor:
+        torch.set_num_threads(state._threads)
+        fut.value()
+        seal(batch.pay_q)
+        batch.decode(flats, states, world)
+        out = buf.div_(world)
+        if corr is not None:
+            _mask(corr, bucket, states)
+        return out
+
+    fut = dist.all_reduce(batch.body_p, group=group, async_op=True).get_future()
+    return fut.then(q_step).then(decode)

@@ -288,6 +288,54 @@ def ddp_checkpoint() -> None:
         dist.destroy_process_group()
 
 
+def ddp_powersgd() -> None:
+    """PowerSGD in the DDP hook is summed (P, then Q, in two all-reduces), not a payload per rank:
+    each rank sends P + Q sized bytes (with the 1-D gradients as they are), the ranks stay in
+    lock-step, and training reaches the optimizer path's accuracy (same network, data, momentum
+    correction; only the summation order of the all-reduces differs)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hipress.train import CompressionHookState, compression_hook
+    from hipress.train.convergence import train_digits
+    from hipress.train.data import Digits
+    from hipress.train.torchdist import init_process_group
+
+    data = Digits.load()
+    kw = {"epochs": 4, "lr": 0.05, "momentum": 0.9, "seed": 11}
+    ref = train_digits(comm, "powersgd", "casync-ring", data=data, **kw)
+    init_process_group(comm, "gloo")
+    try:
+        torch.manual_seed(kw["seed"])
+        model = spec.build()
+        ddp = DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=kw["lr"], momentum=kw["momentum"])
+        state = CompressionHookState("powersgd", optimizer=opt)
+        ddp.register_comm_hook(state, compression_hook)
+        steps = kw["epochs"] * data.steps_per_epoch(world, 32)
+        batches = data.shards(rank, world, 32, seed=kw["seed"])
+        for _ in range(steps):
+            opt.zero_grad()
+            spec.loss(ddp, next(batches)).backward()
+            opt.step()
+        assert same_everywhere(model)
+        acc = data.accuracy(model)
+        floats = 0  # P (m x 4) and Q (n x 4) of each matrix, the 1-D gradients in full
+        for prm in model.parameters():
+            m, n = prm.shape[0], prm.numel() // prm.shape[0]
+            floats += (m + n) * 4 if prm.dim() >= 2 else prm.numel()
+        want = 2 * (world - 1) * 4 * floats // world  # what a ring all-reduce of those sends per rank
+        assert state.bytes_sent == steps * want, (state.bytes_sent / steps, want)
+        assert ref["bytes_sent_per_step"] == want, (ref["bytes_sent_per_step"], want)  # the engine's, measured
+        assert want * 5 < 2 * (world - 1) * 4 * sum(p.numel() for p in model.parameters()) // world
+        assert abs(acc - ref["accuracy"]) <= 1.5, (acc, ref["accuracy"])
+        assert acc > 80, acc
+        mats = [k for k in state.states.names() if "@" not in k]  # one state per matrix, none for the 1-D
+        assert sorted(state.states[k].residual.numel() for k in mats) == [10 * 128, 128 * 64], mats
+    finally:
+        dist.destroy_process_group()
+
+
 SCENARIOS = {
     "average-ring": lambda: average("ring"),
     "average-ps": lambda: average("ps"),
@@ -300,6 +348,7 @@ SCENARIOS = {
     "ddp-none": lambda: ddp("none"),
     "ddp-tbq": lambda: ddp("tbq:tau=0.02"),
     "ddp-dgc": lambda: ddp("dgc:ratio=0.05"),
+    "ddp-powersgd": ddp_powersgd,
     "correction": lambda: [correction(t, n) for t in ("ring", "allreduce") for n in (False, True)],
     "warmup": lambda: [warmup(t) for t in ("casync-ring", "casync-ps", "allgather")],
     "ddp-checkpoint": ddp_checkpoint,
