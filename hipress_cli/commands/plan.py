@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -71,6 +72,15 @@ def iteration(sync_ms: float, compute_ms: float | None, lam: float) -> float | N
     return None if compute_ms is None else max(lam * compute_ms, sync_ms)
 
 
+def _ms(x: float) -> float | None:
+    """A cost for JSON: None where the gradient cannot be compressed (infinite cost)."""
+    return float(x) if math.isfinite(x) else None
+
+
+def _cell(x: float) -> str:
+    return f"{x:.3f}" if math.isfinite(x) else "-"
+
+
 def register(root: typer.Typer) -> None:
     root.command("plan")(plan)
 
@@ -102,7 +112,12 @@ def plan(
     cm = load_model(profile, cost_model)
     try:
         payload = default_payload(cm, alg)
-        result = plan_gradients(gradients, nnodes, topology, cm, payload)
+        shapes = None
+        if model is not None:
+            from hipress.plan import parameter_shapes
+
+            shapes = parameter_shapes(model)
+        result = plan_gradients(gradients, nnodes, topology, cm, payload, alg=alg, shapes=shapes)
         if output is not None:
             write_plan(output, result.to_plan())
     except PlanError as e:
@@ -117,6 +132,11 @@ def plan(
     decided_by = (f"HiPress's SeCoPa planner (cost model {cm.name}: partitions synchronized in parallel, "
                   "compressed size m/16/K)" if result.planner == "hipress" else
                   f"hipress's CaSync pipeline formulas (cost model {cm.name})")
+    if result.summed is not None:
+        decided_by += (f"; {result.summed} is summed, not sent per rank: its compressed cost is its two steps "
+                       "(P = M Q and its all-reduce, then orthogonalize, Q = M^T P and its all-reduce), "
+                       "unpartitioned; 1-D gradients are never compressed")
+    steps = result.summed_steps
     strategies = {"secopa": tot["secopa_ms"], "compress nothing": tot["compress_nothing_ms"],
                   "compress everything": tot["compress_everything_ms"]}
     iters = {k: iteration(v, compute_ms, lam) for k, v in strategies.items()}
@@ -129,21 +149,24 @@ def plan(
             "iteration_ms": {k: v for k, v in iters.items()} if compute_ms is not None else None,
             "plan": [
                 {"name": n, "size": int(s), "compress": bool(c), "partitions": int(k), "cost_ms": float(t),
-                 "raw_ms": float(r), "raw_k": int(rk), "compressed_ms": float(cc), "compressed_k": int(ck)}
-                for n, s, c, k, t, r, rk, cc, ck in zip(
+                 "raw_ms": float(r), "raw_k": int(rk), "compressed_ms": _ms(cc), "compressed_k": int(ck),
+                 **({} if steps is None else {"summed_p_ms": _ms(steps[i, 0]), "summed_q_ms": _ms(steps[i, 1])})}
+                for i, (n, s, c, k, t, r, rk, cc, ck) in enumerate(zip(
                     result.names, result.sizes, result.compress, result.partitions, result.cost, result.raw_cost,
-                    result.raw_k, result.cpr_cost, result.cpr_k, strict=True)
+                    result.raw_k, result.cpr_cost, result.cpr_k, strict=True))
             ],
         })
         return
 
     if explain:
         t = Table(title=f"per-gradient costs (ms), {topology} N={nnodes}: best K uncompressed / compressed")
-        for col in ("gradient", "size", "raw ms", "K", "compressed ms", "K", "decision"):
+        summed_cols = ("P step ms", "Q step ms") if steps is not None else ()
+        for col in ("gradient", "size", "raw ms", "K", "compressed ms", "K", *summed_cols, "decision"):
             t.add_column(col, justify="left" if col in ("gradient", "decision") else "right")
         for i, n in enumerate(result.names):
+            extra = () if steps is None else (_cell(steps[i, 0]), _cell(steps[i, 1]))
             t.add_row(n, f"{result.sizes[i]:,}", f"{result.raw_cost[i]:.3f}", str(result.raw_k[i]),
-                      f"{result.cpr_cost[i]:.3f}", str(result.cpr_k[i]),
+                      _cell(result.cpr_cost[i]), str(result.cpr_k[i]), *extra,
                       f"{'y' if result.compress[i] else 'n'},{result.partitions[i]}")
         console.print(t)
 

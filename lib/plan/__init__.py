@@ -12,7 +12,7 @@ primitives' costs,
 ``formats`` reads and writes HiPress's ``input.txt`` and ``SeCoPaPlan.txt``.
 """
 
-from .api import auto_plan, definition_order, load_plan
+from .api import auto_plan, definition_order, load_plan, parameter_shapes
 from .costmodel import CostModel, Linear, load_cost_model, sosp21
 from .errors import PlanError, PlanFormatError, PlanMismatchError
 from .formats import parse_input, parse_plan, read_input, read_plan, write_input, write_plan
@@ -38,6 +38,7 @@ __all__ = [
     "load_plan",
     "normalize_topology",
     "parse_input",
+    "parameter_shapes",
     "parse_plan",
     "plan_gradients",
     "read_input",

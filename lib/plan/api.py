@@ -33,13 +33,15 @@ def auto_plan(
     alg: str,
     topology: str,
     profile: CostModel | str | Path | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> Plan:
     """A SeCoPa plan for ``gradient_sizes`` (``[(name, fp32 elements)]``, backward order).
 
     ``profile``: a ``CostModel``, ``"sosp21"``, the path of a ``hipress profile`` JSON, or None to
     measure a quick one now (``profile.quick_profile``: this machine's encode/decode for ``alg`` and
     a short MPI transport run; a few seconds -- call it before launching workers, not inside them).
-    The compression ratio is always ``alg``'s, header included.
+    The compression ratio is always ``alg``'s, header included. ``shapes`` (``{name: shape}``): a
+    summable compressor (PowerSGD) is costed by its two summed steps, which need the matrices.
     """
     if profile is None:
         from .profile import quick_profile
@@ -47,7 +49,8 @@ def auto_plan(
         model = quick_profile(alg)
     else:
         model = load_cost_model(profile)
-    result = plan_gradients(gradient_sizes, nnodes, topology, model, default_payload(model, alg))
+    result = plan_gradients(gradient_sizes, nnodes, topology, model, default_payload(model, alg), alg=alg,
+                            shapes=shapes)
     return _no_empty_partitions(result.to_plan())
 
 
@@ -58,13 +61,13 @@ def _no_empty_partitions(plan: Plan) -> Plan:
             for n, e in plan.items()}
 
 
-def definition_order(model: str, **opts: int) -> list[tuple[str, int]]:
-    """A zoo model's gradients ``(name, fp32 elements)`` in definition (forward) order.
+def parameter_shapes(model: str, **opts: int) -> dict[str, tuple[int, ...]]:
+    """A zoo model's gradient shapes by name (a summable compressor's planner needs the matrices).
+    Built on the meta device, as ``definition_order``."""
+    return {n: tuple(p.shape) for n, p in _meta_parameters(model, **opts)}
 
-    That is ``named_parameters()``'s order, and the order in which MXNet's ``collect_params()``, hence
-    HiPress's input files, list a model's parameters. Built on the meta device: no memory, no compute.
-    ``opts`` as for ``hipress.models.gradient_sizes``.
-    """
+
+def _meta_parameters(model: str, **opts: int) -> list:
     import torch
 
     from hipress.models import get
@@ -74,7 +77,17 @@ def definition_order(model: str, **opts: int) -> list[tuple[str, int]]:
     build = spec.options("paper", **{k: full[k] for k in spec.build_opts})
     with torch.device("meta"):
         net = spec.build(**build)
-    return [(n, p.numel()) for n, p in net.named_parameters() if p.requires_grad]
+    return [(n, p) for n, p in net.named_parameters() if p.requires_grad]
+
+
+def definition_order(model: str, **opts: int) -> list[tuple[str, int]]:
+    """A zoo model's gradients ``(name, fp32 elements)`` in definition (forward) order.
+
+    That is ``named_parameters()``'s order, and the order in which MXNet's ``collect_params()``, hence
+    HiPress's input files, list a model's parameters. Built on the meta device: no memory, no compute.
+    ``opts`` as for ``hipress.models.gradient_sizes``.
+    """
+    return [(n, p.numel()) for n, p in _meta_parameters(model, **opts)]
 
 
 def load_plan(

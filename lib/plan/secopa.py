@@ -44,13 +44,24 @@ N-1 all-gather steps):
               + (K-1) * max(N*enc(q) + 2(N-1)*dec(q), 2(N-1)*send(c(q)))  per node and partition: N encodes,
                                                                          2(N-1) decodes on the GPU, 2(N-1) sends
 
+A *summable* compressor (PowerSGD: ``caps.summable``) is not encode-send-decode per rank, so the
+formulas above do not apply to it: its compressed cost is the compressor's own ``summed_cost`` of
+its two steps (compute P = M Q, all-reduce P; orthogonalize, Q = M^T P, all-reduce Q, decode), for
+the gradient's matrix (shape[0] x the rest, hence the shapes are needed), never partitioned (K = 1).
+The all-reduces cost what the topology's uncompressed sync of that many elements costs at K = 1
+(the engine sums the bodies through the topology's own uncompressed graph), and the products are
+taken as memory-bound: each pass over M costs one ``merge`` of its elements (``decode`` where the
+model's merge is free, as in HiPress's constants), 2 r flops per element read. A gradient that
+is not such a matrix (1-D, or too small for the rank) is never compressed.
+
 Ties: the smallest K; and no compression unless strictly cheaper. With one node nothing travels:
 ``n,1``. ``bruteforce.plan_bruteforce`` checks this module against a plain loop over all choices.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,6 +134,8 @@ class PlanResult:
     model: CostModel
     payload: PayloadModel
     planner: str = "casync"  # which formulas decided: "hipress" (HiPress's planner) or "casync"
+    summed: str | None = None  # a summable compressor's spec: its compressed costs are ``summed_steps``
+    summed_steps: np.ndarray | None = None  # (gradients x 2) ms of its P and Q steps (inf: not a matrix)
 
     def to_plan(self) -> Plan:
         """``{name: PlanEntry}`` in gradient order: what CaSync consumes."""
@@ -134,7 +147,8 @@ class PlanResult:
         return {
             "secopa_ms": float(self.cost.sum()),
             "compress_nothing_ms": float(self.raw_cost.sum()),
-            "compress_everything_ms": float(self.cpr_cost.sum()),
+            # what cannot be compressed (a summable compressor's 1-D gradients) is sent as it is
+            "compress_everything_ms": float(np.where(np.isfinite(self.cpr_cost), self.cpr_cost, self.raw_cost).sum()),
             "gradients": len(self.names),
             "compressed": int(self.compress.sum()),
             "elements": int(self.sizes.sum()),
@@ -148,13 +162,22 @@ def plan_gradients(
     topology: str,
     model: CostModel,
     payload: PayloadModel | None = None,
+    *,
+    alg: str | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> PlanResult:
     """Decide every gradient; vectorized over gradients, one pass per K (at most ``MAX_NODES`` passes).
 
     The cost model's ``planner`` picks the formulas: HiPress's (``secopa_sosp21``; K = 1..N, the
     payload fixed at 1/16 whatever ``payload`` says) or hipress's (``costs``; K = 1..min(N, m)).
+    ``alg`` (default: the cost model's): a summable compressor (PowerSGD) is costed by its own
+    ``summed_cost`` (see the module notes), which needs ``shapes`` (``{name: shape}``).
     """
     topology = _check(topology, nnodes)
+    summable = _summable(alg or model.alg)
+    if summable is not None and shapes is None:
+        raise PlanError(f"{summable.name} compresses matrices (a gradient's shape[0] x the rest): planning it needs "
+                        "the gradients' shapes, which a HiPress input.txt does not have; plan a model (--model)")
     hipress = model.planner == "hipress"
     if hipress:
         payload = PayloadModel(0.0, HIPRESS_RATIO, "HiPress's fixed 1/16 (its planner ignores the algorithm's ratio)")
@@ -187,13 +210,63 @@ def plan_gradients(
         raw_best[better], raw_k[better] = raw[better], k
         better = ok & (cpr < cpr_best)
         cpr_best[better], cpr_k[better] = cpr[better], k
+    steps = None
+    if summable is not None:
+        steps = summed_steps(summable, names, shapes, nnodes, topology, model)  # type: ignore[arg-type]
+        cpr_best, cpr_k = steps.sum(axis=1), np.ones(g, dtype=np.int64)
     compress = cpr_best < raw_best
     return PlanResult(
         names=names, sizes=sizes, compress=compress,
         partitions=np.where(compress, cpr_k, raw_k), cost=np.where(compress, cpr_best, raw_best),
         raw_cost=raw_best, raw_k=raw_k, cpr_cost=cpr_best, cpr_k=cpr_k,
         nnodes=nnodes, topology=topology, model=model, payload=payload, planner=model.planner,
+        summed=None if summable is None else (alg or model.alg), summed_steps=steps,
     )
+
+
+def _summable(spec: str | None):
+    """The compressor of ``spec`` if it is summable (PowerSGD), else None."""
+    if not spec:
+        return None
+    from hipress.compress import UnknownAlgorithm, create_from_spec
+
+    try:
+        comp = create_from_spec(spec)
+    except (UnknownAlgorithm, ValueError):
+        return None  # reported where the payload model is made
+    return comp if comp.caps.summable else None
+
+
+def element_pass_ms(model: CostModel) -> float:
+    """ms per element of one memory-bound pass over a gradient: ``merge``'s slope, or ``decode``'s
+    where the model charges nothing for merging (HiPress's constants)."""
+    return model.merge.B if model.merge.B > 0 else model.decode.B
+
+
+def summed_steps(comp, names: Sequence[str], shapes: Mapping[str, Sequence[int]], nnodes: int, topology: str,
+                 model: CostModel) -> np.ndarray:
+    """ms of a summable compressor's two steps per gradient, (P, Q); inf for a gradient it does not
+    compress. All-reduce: the topology's uncompressed sync at K = 1 under this planner's formulas;
+    compute: memory-bound products, one ``merge`` per pass over the matrix."""
+    hipress = model.planner == "hipress"
+
+    def allreduce_ms(nbytes: float) -> float:
+        x = np.array([nbytes / 4.0])
+        raw = (secopa_sosp21.costs(x, 1, nnodes, topology, model)[0] if hipress
+               else costs(x, 1, nnodes, topology, model, PayloadModel.fixed(1.0))[0])
+        return float(raw[0])
+
+    per_element = element_pass_ms(model)
+    flops_per_ms = 2 * comp.rank / per_element if per_element > 0 else math.inf
+    out = np.full((len(names), 2), np.inf)
+    for i, name in enumerate(names):
+        if name not in shapes:
+            raise PlanError(f"no shape for gradient {name!r}: {comp.name} plans need every gradient's shape")
+        mn = comp.matrix_shape(tuple(int(d) for d in shapes[name]))
+        if mn is not None and nnodes > 1:
+            c = comp.summed_cost(mn, allreduce_ms, flops_per_ms)
+            out[i] = (c["step_p"], c["step_q"])
+    return out
 
 
 def default_payload(model: CostModel, alg: str | None = None) -> PayloadModel:

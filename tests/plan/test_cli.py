@@ -196,3 +196,22 @@ def test_bench_plan_json():
     out = json.loads(r.raw)
     assert out["gradients"] == 3000 and [x["topology"] for x in out["results"]] == ["ps", "ring"]
     assert all(x["plan_s"] > 0 and x["decide_s"] <= x["plan_s"] for x in out["results"])
+
+
+def test_plan_explains_powersgd_summed_steps(vgg_input):
+    r = hipress("plan", "--model", "vgg19", "--alg", "powersgd", "--topology", "ring", "--nnodes", 16, "--explain")
+    assert r.returncode == 0, r.stderr
+    assert "per-gradient costs" in r.stdout
+    assert "powersgd is summed, not sent per rank" in r.stdout and "1-D gradients are never compressed" in r.stdout
+    r = hipress("plan", "--model", "vgg19", "--alg", "powersgd", "--topology", "ring", "--nnodes", 16, "--json")
+    out = json.loads(r.raw)
+    rows = {p["name"]: p for p in out["plan"]}
+    big = rows["classifier.0.weight"]
+    assert big["compress"] and big["partitions"] == 1
+    assert big["compressed_ms"] == pytest.approx(big["summed_p_ms"] + big["summed_q_ms"])
+    assert rows["classifier.0.bias"]["compressed_ms"] is None and not rows["classifier.0.bias"]["compress"]
+    onebit = json.loads(hipress("plan", "--model", "vgg19", "--alg", "onebit", "--topology", "ring", "--nnodes", 16,
+                                "--json").raw)
+    assert [p["compress"] for p in onebit["plan"]] != [p["compress"] for p in out["plan"]]
+    r = hipress("plan", "--input", vgg_input, "--alg", "powersgd", "--nnodes", 4)
+    assert r.returncode != 0 and "needs the gradients' shapes" in r.stderr and "--model" in r.stderr

@@ -288,3 +288,49 @@ def test_auto_plan_on_zoo_model():
     assert sum(e.size for e in plan.values()) == 143_667_240
     big = max(plan.values(), key=lambda e: e.size)
     assert big.compress and np.all([not e.compress for e in plan.values() if e.size < 10_000])
+
+
+def test_powersgd_is_planned_by_its_two_summed_steps_not_a_per_rank_payload():
+    """A summable compressor's compressed cost is ``summed_cost`` of its matrix (two all-reduces of
+    P and Q at the topology's uncompressed cost, K = 1); 1-D gradients are never compressed; the
+    decisions differ from a per-rank codec's; shapes are required."""
+    from hipress.compress import create
+    from hipress.plan.api import parameter_shapes
+    from hipress.plan.secopa import costs as casync_costs
+
+    grads = [("fc", 4096 * 4096), ("conv", 512 * 512 * 9), ("bias", 4096)]
+    shapes = {"fc": (4096, 4096), "conv": (512, 512, 3, 3), "bias": (4096,)}
+    model = sosp21()
+    for topo in ("ring", "ps"):
+        res = plan_gradients(grads, 16, topo, model, alg="powersgd", shapes=shapes)
+        assert res.summed == "powersgd" and res.summed_steps.shape == (3, 2)
+        comp = create("powersgd")
+        for i, (name, _) in enumerate(grads):
+            mn = comp.matrix_shape(shapes[name])
+            if mn is None:
+                assert not res.compress[i] and np.isinf(res.cpr_cost[i])
+                continue
+            from hipress.plan import secopa_sosp21
+
+            def allreduce(nbytes, topo=topo):
+                return float(secopa_sosp21.costs(np.array([nbytes / 4]), 1, 16, topo, model)[0][0])
+
+            want = comp.summed_cost(mn, allreduce, 2 * 4 / model.decode.B)  # sosp21's merge is free
+            assert res.cpr_cost[i] == pytest.approx(want["total"])
+            assert tuple(res.summed_steps[i]) == pytest.approx((want["step_p"], want["step_q"]))
+            assert res.cpr_k[i] == 1
+        assert res.compress[0] and res.partitions[0] == 1  # a 64 MB matrix: two tiny all-reduces win
+        onebit = plan_gradients(grads, 16, topo, model, alg="onebit")
+        assert not np.array_equal(onebit.partitions, res.partitions) or not np.array_equal(onebit.compress,
+                                                                                               res.compress)
+    # the CaSync formulas (a profile) too: the same summed cost with that planner's all-reduce
+    prof = replace(model, planner="casync", alg=None)
+    res = plan_gradients(grads, 8, "ring", prof, PayloadModel.fixed(1.0), alg="powersgd", shapes=shapes)
+    x = np.array([4096 * 4 / 4.0])
+    assert res.summed_steps[0, 0] > float(casync_costs(x, 1, 8, "ring", prof, PayloadModel.fixed(1.0))[0][0])
+    with pytest.raises(PlanError, match="needs the gradients' shapes"):
+        plan_gradients(grads, 16, "ring", model, alg="powersgd")
+    assert parameter_shapes("mlp") == {"fc1.weight": (128, 64), "fc1.bias": (128,), "fc2.weight": (10, 128),
+                                       "fc2.bias": (10,)}
+    plan = auto_plan(grads, 16, "powersgd", "ring", profile="sosp21", shapes=shapes)
+    assert plan["fc"].compress and not plan["bias"].compress
