@@ -48,3 +48,20 @@ def test_momentum_correction_keeps_tbq_at_the_uncompressed_accuracy():
     runs = {r["alg"]: r["accuracy"] for r in (json.loads(x) for x in lines if x.startswith("{"))}
     assert runs["tbq"] >= runs["none"] - 1.5, runs
     assert runs["tbq:tau=0.05"] < runs["tbq"], runs  # the fixed threshold is the one that falls behind
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_powersgd_reference_runs_torch_hook_engine_and_ddp_side_by_side(np_):
+    """The comparison script: torch's powerSGD_hook, hipress's PowerSGD in CaSync and in its DDP hook,
+    one job. Both hipress paths send exactly the P + Q (+ 1-D) bytes torch's hook all-reduces, and
+    every run learns (timings are reported, not checked)."""
+    lines: list[str] = []
+    res = launch_local(np_, [sys.executable, "-m", "hipress.train.powersgd_reference", "--epochs", "2"],
+                       env=thread_env(1), timeout=400, on_line=lines.append)
+    assert res.ok, res.output
+    runs = {r["run"]: r for r in (json.loads(x) for x in lines if x.startswith("{"))}
+    assert list(runs) == ["torch", "engine", "ddp"], res.output
+    want = runs["torch"]["bytes_sent_per_step_compressed"]
+    for r in runs.values():
+        assert r["bytes_sent_per_step_compressed"] == pytest.approx(want, abs=4), runs
+        assert r["accuracy"] > 70 and r["median_seconds_per_step"] > 0, r

@@ -7,19 +7,21 @@ With error feedback e and the previous step's Q (warm start):
     Q <- M^T P;  all-reduce Q (sum);  sum of the ranks' M ~ P Q^T;  e <- M - P Q^T / world
 
 It is not a payload-per-rank codec: P and Q are *summed* across ranks, so its capability flag is
-``summable`` and the synchronization engine runs it as three compute steps around two all-reduces
-(``encode_p``, ``encode_q``, ``decode_sum``; see ``hipress.sync.topologies.summed``). Each step's
-payload keeps the self-describing header (extra: m, n, r, phase); the all-reduce sums the fp32
-bodies only, since every rank's header is the same, and the result is sealed again.
+``summable``. A synchronizer groups a step's gradients in a ``SummedBatch`` (``batch``): three
+compute steps (``encode_p``, ``encode_q``, ``decode``) around two all-reduces for the whole group,
+P's carrying the uncompressed gradients too (the engine: ``hipress.sync.topologies.summed``; the
+DDP hook: ``hipress.train.ddp_hook``). Each of the two buffers is a payload with the
+self-describing header (extra: gradient count, body length, r, phase); the all-reduce sums the
+fp32 bodies only, since every rank's header is the same, and the result is sealed again.
 
 Tensors of fewer than 2 dimensions, or matrices too small for rank r to compress
-(``(m + n) * r >= m * n``), are sent uncompressed by the engine (``matrix_shape`` is None).
+(``(m + n) * r >= m * n``), are sent uncompressed (``matrix_shape`` is None).
 
 Used as a plain codec (``encode``/``decode``, e.g. by a single rank or a foreign engine), the
 payload carries this rank's own P and Q of a near-square view of the flat gradient.
 
-State per gradient: ``residual`` (e, which holds M between the steps), ``extra["psgd_q"]`` (warm
-start), ``extra["psgd_p"]`` (P between the two all-reduces).
+State per gradient: ``residual`` (e, which holds M between the steps) and ``extra["psgd_q"]``
+(the warm start). ``summed_cost`` is SeCoPa's cost of the two steps (``hipress.plan.secopa``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ from ..wire import WIRE_IDS
 # of the step and n the fp32 values of the body (see ``SummedBatch``).
 _EXTRA = struct.Struct("<IIHBx")
 PHASE_BOTH, PHASE_P, PHASE_Q = 0, 1, 2
-HEAD = header_size(_EXTRA.size)  # bytes before the fp32 body of every PowerSGD payload
 
 
 def orthogonalize(p: torch.Tensor, epsilon: float) -> None:
