@@ -22,6 +22,7 @@ uncompressed tensors in full, as a ring all-reduce sends them; hipress's: as cou
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -154,8 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         data = Digits.load()
         for kind in runs:
             out = run(kind, comm, data, args)
+            gc.collect()  # this run's DDP (its reducer and hook state) goes before the next one starts
             if comm.Get_rank() == 0:
                 print(json.dumps(out), flush=True)
+        dist.barrier()  # nobody tears the group down while a peer still uses it
     finally:
         dist.destroy_process_group()
     return 0
