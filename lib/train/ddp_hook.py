@@ -73,7 +73,11 @@ class CompressionHookState:
         self.states = states if states is not None else StateStore()
         self.bytes_sent = 0
         self.iterations = 0
-        self._param_keys: dict[int, str] = {}  # summable compressors: a stable state key per parameter
+        # summable compressors: a stable state key per parameter, its position in the optimizer when
+        # there is one (the same every run, resumes included), else fixed at first sight (``_param_key``)
+        self._param_keys: dict[int, str] = {} if optimizer is None else {
+            id(p): f"group{gi}.param{pi}" for gi, g in enumerate(optimizer.param_groups)
+            for pi, p in enumerate(g["params"])}
         self._batches: dict[tuple, Any] = {}  # their buffers per bucket layout, made once
         self._threads = torch.get_num_threads()  # gloo runs the callbacks on its own threads
 
@@ -192,13 +196,14 @@ def _mask(corr: MomentumCorrection, bucket: dist.GradBucket, states: StateStore)
 
 
 def _param_key(state: CompressionHookState, bucket: dist.GradBucket, j: int, p: torch.Tensor) -> str:
-    """A parameter's state key for a summable compressor, fixed when it is first seen.
+    """A parameter's state key for a summable compressor: its position in the optimizer, or, for a
+    state made without one, "bucket i, parameter j" where it was first seen.
 
     DDP rebuilds its buckets after the first iteration, so a key from the current bucket layout
     would hand one matrix's residual and warm-start Q to another (PyTorch's hook therefore needs two
-    uncompressed iterations first). The first iteration's buckets are the same on every rank, so
-    "bucket i, parameter j" of the first sighting names the same parameter everywhere, and again
-    after a resume (a new DDP starts from the same initial buckets)."""
+    uncompressed iterations first). Buckets are the same on every rank, so a first-sight key names
+    the same parameter everywhere; but a resumed run may first see a parameter in another bucket
+    layout than the original run did: give the optimizer for checkpoints that must resume exactly."""
     k = state._param_keys.get(id(p))
     if k is None:
         k = state._param_keys[id(p)] = f"bucket{bucket.index()}.param{j}"
