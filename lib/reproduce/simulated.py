@@ -35,9 +35,9 @@ def sim_params(ref: Reference) -> dict[str, SimParams]:
 def refit(ref: Reference, progress: Callable[[str], None] | None = None) -> Path:
     """Fit every cluster again on its own baseline curves and save the record in the package.
 
-    The fit starts from the packaged values (a cluster without any: the defaults), so that repeated
-    refits refine rather than restart; it is a starting point only, every value is fitted again."""
-    start = params_by_cluster(ref)
+    The fit starts from the unfitted defaults, as :func:`validate`'s leave-one-out fits do, so that
+    the leave-one-out table measures exactly the procedure that made the packaged values."""
+    start = params_by_cluster(ref, calibration={})
     result = fit_all(ref, start, progress)
     path = calibration_path()
     write_atomic(path, json.dumps(result, indent=1))

@@ -11,11 +11,13 @@ What is fitted, for each cluster on that cluster's own baseline curves (sosp21.j
 VGG19 and ResNet50 on both clusters), in this order, each step on its own system's points (least
 squares on the log of predicted/published, bounded):
 
-1. ``compute_overhead`` on the baselines' single-node points: how much slower a GPU computes once
-   several share a host (input pipeline, PCIe, CPU), before any network is involved;
-2. ``byteps_host_gbytes``, ``cpu_codec_gbytes``, ``host_jitter`` and ``byteps_message_ms`` together
-   on ``byteps`` and ``byteps-onebit`` (both systems use all of them);
-3. ``nccl_step_ms`` and ``nccl_efficiency`` on ``ring``; 4. ``oss_codec_work`` on ``ring-dgc``.
+1. ``compute_overhead`` on the uncompressed baselines' single-node points: how much slower a GPU
+   computes once several share a host (input pipeline, PCIe, CPU), before any network is involved;
+2. ``byteps_host_gbytes``, ``cpu_codec_gbytes`` and ``host_jitter`` together on ``byteps`` and
+   ``byteps-onebit`` (both systems use all of them; the servers' per-message work is not fitted but
+   derived from HiPress's measured ps-lite gather/broadcast constants);
+3. ``nccl_step_ms`` and ``nccl_efficiency`` on ``ring`` (the latter with a weak prior, :data:`PRIORS`);
+4. ``oss_codec_work`` on ``ring-dgc``.
 
 One parameter is fitted with ``minimize_scalar`` (bounded), several with Nelder-Mead in log space.
 A step whose systems have no curve on a cluster keeps the defaults (and the record says so).
@@ -27,8 +29,11 @@ much of the fit is transferable physics and how much is curve-following.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from multiprocessing import get_context
 from typing import Any
 
 from .cluster import Cluster, cluster_from_reference
@@ -41,6 +46,11 @@ from .workload import Workload, make_workload, reference_workload
 BASELINES = ("byteps", "byteps-onebit", "ring", "ring-dgc")
 
 
+#: Nelder-Mead's budget per fitted parameter, and its first simplex's step (in log of the value).
+EVALS_PER_PARAM = 25
+SIMPLEX_STEP = 0.5
+
+
 @dataclass(frozen=True)
 class Step:
     params: tuple[str, ...]
@@ -48,9 +58,11 @@ class Step:
     single_node: bool  # fit on the one-node points only (else on the multi-node ones)
 
 
-BPS_HOST = ("byteps_host_gbytes", "cpu_codec_gbytes", "host_jitter", "byteps_message_ms")
+BPS_HOST = ("byteps_host_gbytes", "cpu_codec_gbytes", "host_jitter")
 FIT_STEPS: tuple[Step, ...] = (
-    Step(("compute_overhead",), BASELINES, True),
+    # the uncompressed baselines only: a compressed one's single node also pays its codec, whose
+    # speed is fitted later (fitting it here would tie this value to the codec's starting guess)
+    Step(("compute_overhead",), ("byteps", "ring"), True),
     Step(BPS_HOST, ("byteps", "byteps-onebit"), False),
     Step(("nccl_step_ms", "nccl_efficiency"), ("ring",), False),
     Step(("oss_codec_work",), ("ring-dgc",), False),
@@ -145,8 +157,24 @@ class Evaluator:
         return r.throughput
 
 
-def _loss(ev: Evaluator, points: list[Point], params: SimParams) -> float:
-    return sum(math.log(ev.predict(p, params) / p.published) ** 2 for p in points) / max(1, len(points))
+#: Weak priors, ``name: (derived parameter it is centred on, sigma in log)``: NCCL's share of the link
+#: is centred on the share CaSync's transport reaches (``net_efficiency``, from SeCoPa's constants).
+#: A curve that cannot tell the link rate (a compute-bound model's) then leaves it near that share
+#: instead of anywhere in its bounds; a bandwidth-bound curve (VGG19's) outweighs it many times.
+PRIORS: dict[str, tuple[str, float]] = {"nccl_efficiency": ("net_efficiency", 0.25)}
+#: The published points' own scatter (log), which weighs a prior against them: a point counts
+#: ``(sigma / POINT_SIGMA)**2`` = 25 times a prior's unit deviation.
+POINT_SIGMA = 0.05
+
+
+def _loss(ev: Evaluator, points: list[Point], params: SimParams, fitted: Sequence[str] = ()) -> float:
+    """Mean squared log error over ``points``, plus the priors' penalty of the ``fitted`` parameters."""
+    err = sum(math.log(ev.predict(p, params) / p.published) ** 2 for p in points)
+    for name, (centre, sigma) in PRIORS.items():
+        if name not in fitted:
+            continue
+        err += (POINT_SIGMA / sigma) ** 2 * math.log(getattr(params, name) / getattr(params, centre)) ** 2
+    return err / max(1, len(points))
 
 
 def calibration_models(ref: Reference, cluster: str) -> list[str]:
@@ -192,7 +220,7 @@ def fit(
             base: SimParams = params,
         ) -> float:
             values = {k: math.exp(min(max(x, lo), hi)) for k, x, (lo, hi) in zip(step.params, u, bounds, strict=True)}
-            return _loss(ev, pts, base.with_values(**values))
+            return _loss(ev, pts, base.with_values(**values), step.params)
 
         if len(step.params) == 1:
             res = minimize_scalar(lambda x, f=objective: f([x]), bounds=bounds[0], method="bounded",
@@ -201,8 +229,15 @@ def fit(
         else:
             x0 = [min(max(math.log(getattr(params, k)), lo), hi) for k, (lo, hi) in zip(step.params, bounds,
                                                                                           strict=True)]
+            # the first simplex spans a factor e^0.5 in each parameter, so that a start far from the
+            # answer (the defaults, in --validate) is left behind; NM's default step is 5% of log(x),
+            # which is nothing for a value near 1
+            simplex = [x0] + [[x + (SIMPLEX_STEP if i == j else 0.0) * (1 if x + SIMPLEX_STEP <= hi else -1)
+                               for j, (x, (_lo, hi)) in enumerate(zip(x0, bounds, strict=True))]
+                              for i in range(len(x0))]
             res = minimize(objective, x0, method="Nelder-Mead",
-                           options={"xatol": 1e-3, "fatol": 1e-6, "maxfev": 45})
+                           options={"xatol": 1e-3, "fatol": 1e-6, "maxfev": EVALS_PER_PARAM * len(x0),
+                                    "initial_simplex": simplex})
             best = [min(max(float(x), lo), hi) for x, (lo, hi) in zip(res.x, bounds, strict=True)]
         values = {k: math.exp(x) for k, x in zip(step.params, best, strict=True)}
         params = params.with_values(**values)
@@ -229,17 +264,46 @@ def fit_all(
     progress: Callable[[str], None] | None = None,
     leave_out: str | None = None,
     steps_to_fit: Sequence[Step] = FIT_STEPS,
+    workers: int | None = None,
 ) -> dict:
     """Every cluster's own fit (``start[cluster]`` holds the derived values); ``leave_out`` names a
-    model whose curves no cluster may use. The record ``calibration.json`` holds."""
-    ev = Evaluator(ref)
-    clusters = {}
-    for cluster in ref.clusters:
-        models = [m for m in calibration_models(ref, cluster) if m != leave_out]
-        clusters[cluster] = fit(ref, start[cluster], models, cluster, progress, steps_to_fit, evaluator=ev)
-    return {"clusters": clusters,
+    model whose curves no cluster may use. The record ``calibration.json`` holds. The clusters'
+    fits are independent and run in ``workers`` processes (default: one per CPU)."""
+    jobs = [_Job(cluster, tuple(m for m in calibration_models(ref, cluster) if m != leave_out))
+            for cluster in ref.clusters]
+    fits = _run_fits(ref, start, jobs, steps_to_fit, progress, workers)
+    return {"clusters": {j.cluster: f for j, f in zip(jobs, fits, strict=True)},
             "about": "per-cluster values fitted by hipress.sim.calibrate.fit_all on each cluster's own baseline "
                      "curves (byteps, byteps-onebit, ring, ring-dgc); no CaSync point and no figure 11 bar is used"}
+
+
+@dataclass(frozen=True)
+class _Job:
+    cluster: str
+    models: tuple[str, ...]
+
+
+def _fit_job(ref: Reference, start: SimParams, job: _Job, steps: Sequence[Step]) -> dict:
+    return fit(ref, start, job.models, job.cluster, None, steps)
+
+
+def _run_fits(ref: Reference, start: dict[str, SimParams], jobs: list[_Job], steps: Sequence[Step],
+              progress: Callable[[str], None] | None, workers: int | None) -> list[dict]:
+    """Independent fits (one per cluster and held-out model), each single-threaded pure Python: in
+    parallel processes when there are several CPUs, in order otherwise. Spawned, not forked: the
+    parent may hold torch's thread pools (the workloads' FLOP counts)."""
+    n = min(len(jobs), workers if workers is not None else (os.cpu_count() or 1))
+    if n <= 1:
+        return [fit(ref, start[j.cluster], j.models, j.cluster, progress, steps) for j in jobs]
+    out: dict[int, dict] = {}
+    with ProcessPoolExecutor(n, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(_fit_job, ref, start[j.cluster], j, tuple(steps)): i for i, j in enumerate(jobs)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            out[i] = fut.result()
+            if progress:
+                progress(f"{jobs[i].cluster}: fitted on {', '.join(jobs[i].models) or 'nothing'}")
+    return [out[i] for i in range(len(jobs))]
 
 
 def score(ev: Evaluator, points: list[Point], params: SimParams | dict[str, SimParams]) -> dict:
@@ -266,26 +330,27 @@ def leave_one_out(
     start: dict[str, SimParams],
     progress: Callable[[str], None] | None = None,
     steps_to_fit: Sequence[Step] = FIT_STEPS,
+    workers: int | None = None,
 ) -> list[dict]:
     """For each calibration model: refit every cluster without its curves, then predict its baseline
-    curves on each cluster. One row per (held-out model, cluster), with the refitted values."""
+    curves on each cluster. One row per (held-out model, cluster), with the refitted values. The
+    (held-out model, cluster) fits are independent: they run in ``workers`` processes."""
     rows = []
     ev = Evaluator(ref)
     held_models = sorted({m for c in ref.clusters for m in calibration_models(ref, c)})
-    for held in held_models:
-        if progress:
-            progress(f"leave-one-out: refitting without {held}")
-        cal = fit_all(ref, start, leave_out=held, steps_to_fit=steps_to_fit)
-        params = {c: start[c].with_values(**cal["clusters"][c]["values"]) for c in ref.clusters}
-        for cluster in ref.clusters:
-            systems = sorted({s for st in steps_to_fit for s in st.systems})
-            pts = published_points(ref, cluster, [held], systems)
-            if not pts:
-                continue
-            per_system = {s: score(ev, [p for p in pts if p.system == s], params)
-                          for s in systems if any(p.system == s for p in pts)}
-            rows.append({"held_out": held, "cluster": cluster,
-                         "fitted_on": cal["clusters"][cluster]["fitted_on"]["models"],
-                         "values": cal["clusters"][cluster]["values"],
-                         **score(ev, pts, params), "systems": per_system})
+    jobs = [(held, _Job(c, tuple(m for m in calibration_models(ref, c) if m != held)))
+            for held in held_models for c in ref.clusters]
+    if progress:
+        progress(f"leave-one-out: {len(jobs)} fits (each cluster without each of {', '.join(held_models)})")
+    fits = _run_fits(ref, start, [j for _, j in jobs], steps_to_fit, progress, workers)
+    systems = sorted({s for st in steps_to_fit for s in st.systems})
+    for (held, job), fitted in zip(jobs, fits, strict=True):
+        pts = published_points(ref, job.cluster, [held], systems)
+        if not pts:
+            continue
+        params = start[job.cluster].with_values(**fitted["values"])
+        per_system = {s: score(ev, [p for p in pts if p.system == s], params)
+                      for s in systems if any(p.system == s for p in pts)}
+        rows.append({"held_out": held, "cluster": job.cluster, "fitted_on": fitted["fitted_on"]["models"],
+                     "values": fitted["values"], **score(ev, pts, params), "systems": per_system})
     return rows

@@ -130,6 +130,19 @@ class CodecCosts:
             return Primitive(m.B * link_ms_per_element / self.link_ms_per_element, m.A, m.overhead)
         return Primitive((nodes - 1) * link_ms_per_element, latency_ms, 0.0)
 
+    def per_peer_ms(self, kind: str) -> float:
+        """The fixed cost a ``gather`` (``broadcast``) adds per extra node: the least-squares slope of
+        HiPress's measured ``A`` over the node counts (0.085 ms per push received and summed, 0.0195
+        ms per pull answered). The collective's other fixed costs stay in the intercept; this is the
+        ps-lite server's own work per message, which BytePS's servers (on ps-lite too) pay per key."""
+        table = self.gather if kind == "gather" else self.broadcast
+        if len(table) < 2:
+            raise ValueError(f"secopa_cost_model needs {kind} constants at two node counts or more")
+        xs = sorted(table)
+        mx = sum(xs) / len(xs)
+        my = sum(table[x].A for x in xs) / len(xs)
+        return sum((x - mx) * (table[x].A - my) for x in xs) / sum((x - mx) ** 2 for x in xs)
+
     @property
     def link_gbps(self) -> float:
         """The link rate the SeCoPa ring constant implies (fp32 elements are 4 bytes)."""

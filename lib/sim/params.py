@@ -23,11 +23,11 @@ FITTABLE: dict[str, tuple[float, float, str]] = {
     "compute_overhead": (0.001, 0.3, "all (compute slowdown once several GPUs share a host)"),
     "nccl_step_ms": (0.001, 0.5, "ring, ring-dgc (NCCL per-step latency over TCP sockets)"),
     "byteps_host_gbytes": (0.3, 20.0, "byteps, byteps-onebit (host memory path: copies, sums, ZMQ)"),
-    "byteps_message_ms": (0.0001, 1.0, "byteps, byteps-onebit (fixed CPU cost of one host step of a partition)"),
     "host_jitter": (0.001, 1.0, "byteps, byteps-onebit (spread of CPU speed across nodes, log-normal sigma)"),
     "cpu_codec_gbytes": (0.2, 50.0, "byteps-onebit (onebit on the CPU, per fp32 byte)"),
     "oss_codec_work": (0.5, 50.0, "ring-dgc (open-source DGC kernels vs CompLL's, multiplier)"),
-    "nccl_efficiency": (0.1, 1.0, "ring, ring-dgc (fraction of the transport's link rate NCCL's ring reaches)"),
+    "nccl_efficiency": (0.1, 1.0,
+                        "ring, ring-dgc (share of the nominal link NCCL's ring reaches; weak prior: net_efficiency)"),
 }
 
 
@@ -38,6 +38,8 @@ class SimParams:
     # derived from sosp21.json
     net_efficiency: float = 0.672  # SeCoPa's ring constant: 37.6 of 56 Gbit/s
     message_latency_ms: float = 0.203  # SeCoPa's ring_send_one_step A: CaSync's per-message cost
+    ps_push_ms: float = 0.085  # SeCoPa's gather A per extra node: a ps-lite server's work per push
+    ps_pull_ms: float = 0.0195  # SeCoPa's broadcast A per extra node: a ps-lite server's work per pull
     # documented defaults of the systems modelled
     fusion_mb: float = 64.0  # Horovod HOROVOD_FUSION_THRESHOLD
     cycle_ms: float = 5.0  # Horovod HOROVOD_CYCLE_TIME
@@ -52,9 +54,8 @@ class SimParams:
     byteps_host_gbytes: float = 2.5
     cpu_codec_gbytes: float = 4.0
     host_jitter: float = 0.1
-    byteps_message_ms: float = 0.02
     oss_codec_work: float = 4.0
-    nccl_efficiency: float = 1.0
+    nccl_efficiency: float = 0.672
 
     def with_values(self, **values: float) -> SimParams:
         unknown = set(values) - {f.name for f in fields(self)}
@@ -69,6 +70,8 @@ class SimParams:
 SOURCES: dict[str, str] = {
     "net_efficiency": "derived: SeCoPa ring_send_one_step B -> link Gbit/s, over the 56 Gbit/s it was fitted on",
     "message_latency_ms": "derived: SeCoPa ring_send_one_step A",
+    "ps_push_ms": "derived: SeCoPa gather A, slope over the node counts (ps-lite server work per push)",
+    "ps_pull_ms": "derived: SeCoPa broadcast A, slope over the node counts (ps-lite server work per pull)",
     "fusion_mb": "default: Horovod fusion threshold",
     "cycle_ms": "default: Horovod cycle time",
     "byteps_partition_bytes": "default: BytePS BYTEPS_PARTITION_BYTES (4096000)",
@@ -94,6 +97,8 @@ def derive_params(ref: Reference, cluster: str = "aws", secopa_cluster: str = "l
     derived = {
         "net_efficiency": min(1.0, costs.link_gbps / nominal),
         "message_latency_ms": costs.message_latency_ms,
+        "ps_push_ms": costs.per_peer_ms("gather"),
+        "ps_pull_ms": costs.per_peer_ms("broadcast"),
     }
     cal = load_calibration() if calibration is None else calibration
     fitted = fitted_values(cal, cluster)

@@ -147,3 +147,23 @@ def test_each_cluster_has_its_own_calibration():
     params = params_by_cluster(REF)
     assert params["aws"].byteps_host_gbytes != params["local"].byteps_host_gbytes
     assert "local_host_slowdown" not in params["local"].to_dict()
+
+
+def test_the_nccl_share_prior_weighs_only_when_that_share_is_fitted():
+    """NCCL's share of the link has a weak prior at CaSync's share (a compute-bound curve cannot
+    tell it); it adds nothing at its centre, and nothing to a step that does not fit it."""
+    import math
+
+    from hipress.sim.calibrate import POINT_SIGMA, PRIORS, _loss
+    from hipress.sim.params import derive_params
+
+    ev = Evaluator(REF)
+    pts = published_points(REF, "aws", ["resnet50"], ["ring"])[:1]
+    base = derive_params(REF, "aws", calibration={})
+    at_centre = base.with_values(nccl_efficiency=base.net_efficiency)
+    off = base.with_values(nccl_efficiency=base.net_efficiency / 2)
+    fitted = ("nccl_efficiency",)
+    assert _loss(ev, pts, at_centre, fitted) == pytest.approx(_loss(ev, pts, at_centre))
+    sigma = PRIORS["nccl_efficiency"][1]
+    penalty = (POINT_SIGMA / sigma) ** 2 * math.log(2) ** 2
+    assert _loss(ev, pts, off, fitted) == pytest.approx(_loss(ev, pts, off) + penalty)

@@ -109,6 +109,21 @@ def test_uncompressed_ps_servers_carry_the_measured_collectives(vgg):
     assert "out" not in r.busy_ms  # the measured collectives include the wire: links not charged twice
 
 
+def test_ps_lite_per_message_costs_are_the_slopes_of_the_measured_collectives():
+    """BytePS's servers pay what HiPress's ps-lite servers pay per push and per pull: the growth of
+    the measured gather/broadcast fixed cost per extra node (a least-squares slope), not a fit."""
+    costs = CodecCosts.from_secopa(REF.secopa)
+    assert costs.per_peer_ms("gather") == pytest.approx(0.0843, abs=2e-4)
+    assert costs.per_peer_ms("broadcast") == pytest.approx(0.0200, abs=2e-4)
+    params = derive_params(REF)
+    assert (params.ps_push_ms, params.ps_pull_ms) == (costs.per_peer_ms("gather"), costs.per_peer_ms("broadcast"))
+    planted = CodecCosts(costs.encode, costs.decode, 1e-6, 0.1,
+                         gather={n: Primitive(1e-6, 0.3 + 0.05 * n, 0.0) for n in (2, 5, 9)})
+    assert planted.per_peer_ms("gather") == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="two node counts"):
+        planted.per_peer_ms("broadcast")
+
+
 def test_collective_off_the_table_is_the_ring_step():
     """A node count HiPress did not measure: (n-1) messages through one link, latencies overlapped."""
     costs = CodecCosts.from_secopa(REF.secopa)
@@ -176,22 +191,23 @@ def test_byteps_message_path_counts_wire_bytes_so_onebit_saves_host_time():
     local = cluster_from_reference(REF, "local")
     assert local.transport == "rdma" and AWS.transport == "tcp"
     w = make_workload("vgg19", REF.per_gpu_rate("local", "vgg19"))
-    params = derive_params(REF, "local").with_values(cpu_codec_gbytes=1e6, byteps_message_ms=1e-6)
+    params = derive_params(REF, "local").with_values(cpu_codec_gbytes=1e6, ps_push_ms=1e-6, ps_pull_ms=1e-6)
     plain = simulate("byteps", w, local, 8, params, REF)
     onebit = simulate("byteps-onebit", w, local, 8, params, REF)
     assert onebit.busy_ms["host"] < 0.2 * plain.busy_ms["host"]
 
 
 def test_byteps_per_message_cost_grows_with_nodes_for_many_small_tensors():
-    """The per-message host cost is what bends BytePS's ResNet50 curve: without it, 16 nodes scale
-    as well as 2; with it, the per-GPU rate falls with the node count."""
+    """The servers' per-message cost (ps-lite's, derived from HiPress's gather/broadcast constants) is
+    what bends BytePS's ResNet50 curve: without it, 16 nodes scale as well as 2; with it, the per-GPU
+    rate falls with the node count."""
     w = make_workload("resnet50", REF.per_gpu_rate("aws", "resnet50"))
     params = derive_params(REF)
 
     def eff(p, gpus):
         return simulate("byteps", w, AWS, gpus, p, REF).throughput / gpus
 
-    free = params.with_values(byteps_message_ms=1e-6)
+    free = params.with_values(ps_push_ms=1e-6, ps_pull_ms=1e-6)
     assert eff(free, 128) == pytest.approx(eff(free, 16), rel=0.01)
     assert eff(params, 128) < 0.97 * eff(params, 16)
 

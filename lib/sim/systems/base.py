@@ -55,8 +55,9 @@ class Context:
         # the host rates are the cluster's own (its calibration), not scaled from another cluster's
         self.host_rate = self.params.byteps_host_gbytes * 1e6
         self.cpu_codec_rate = self.params.cpu_codec_gbytes * 1e6
-        # what NCCL's ring reaches of the same link (its own transport: sockets or verbs)
-        self.nccl_rate = self.net_rate * self.params.nccl_efficiency
+        # what NCCL's ring reaches of the nominal link (its own transport, sockets or verbs: it may
+        # get more of the wire than CaSync's, whose share net_efficiency is)
+        self.nccl_rate = self.cluster.network_gbps * self.params.nccl_efficiency * 1e9 / 8 / 1e3
         scale = 1.0 + (self.params.compute_overhead if self.layout.gpus > 1 else 0.0)
         self.compute_scale = scale
         # one zero-length marker per gradient at its ready time (identical on every node)

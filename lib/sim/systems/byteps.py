@@ -17,12 +17,14 @@ its slowest node's pace, which costs more the more nodes there are.
 
 Partitions go to servers round robin in the order they are declared (BytePS hashes the key; over
 many keys that evens out the bytes, and it is what sosp21.json's VGG19 curve, flat past 16 GPUs,
-implies: a skewed placement would bend it down at 16 servers). Every host step also pays a fixed
-CPU cost per message (``byteps_message_ms``, fitted: ZMQ/ps-lite message handling and BytePS's
-per-partition scheduling stages), scaled like the rest by the node's slowness. A server meets each of
-its keys ``3n`` times (``n`` receives, ``n`` sums, ``n`` replies) one after another, so a key's
-latency grows with the node count; a model of many small tensors (ResNet50: 161) feels it at every
-key, VGG19 (a few large ones) hardly -- why BytePS's ResNet50 curve bends down at 128 GPUs.
+implies: a skewed placement would bend it down at 16 servers). A server also pays a fixed CPU cost
+per push it receives and per pull it answers: ps-lite's per-message work, which HiPress measured on
+its own ps-lite servers (sosp21.json's gather and broadcast ``A`` grow by ``ps_push_ms`` = 0.084 and
+``ps_pull_ms`` = 0.020 ms per extra node; derived, not fitted), scaled like the rest by the node's
+slowness. A server meets each of its keys ``3n`` times (``n`` receives, ``n`` sums, ``n`` replies) one
+after another, so a key's latency grows with the node count; a model of many small tensors
+(ResNet50: 161) feels it at every key, VGG19 (a few large ones) hardly -- why BytePS's ResNet50
+curve bends down at 128 GPUs.
 """
 
 from __future__ import annotations
@@ -60,20 +62,20 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
     slow = host_slowdown(n, p.host_jitter)
     grads = ctx.workload.gradients
 
-    per_msg = p.byteps_message_ms
     # resources resolved once: the graph below has ~13 tasks per partition and node
     host_res = [(ctx.res("host", i),) for i in range(n)]
     pcie_res = [(ctx.res("pcie", i),) for i in range(n)]
     task = ctx.sim.task
 
-    def host(kind: str, node: int, nbytes: float, rate: float, deps: list[Task | None]) -> Task:
-        return task(kind, (nbytes / rate + per_msg) * slow[node], host_res[node], deps)
+    def host(kind: str, node: int, nbytes: float, rate: float, deps: list[Task | None], fixed: float = 0.0) -> Task:
+        return task(kind, (nbytes / rate + fixed) * slow[node], host_res[node], deps)
 
-    def message(kind: str, node: int, nbytes: float, deps: list[Task | None]) -> Task:
+    def message(kind: str, node: int, nbytes: float, deps: list[Task | None], fixed: float = 0.0) -> Task:
         """The host's path of one message: ZMQ and the kernel's TCP stack, or ps-lite's RDMA van,
         which copies each message into registered memory before the NIC reads it; either way CPU
-        work per wire byte, at the cluster's own fitted ``byteps_host_gbytes``."""
-        return host(kind, node, nbytes, ctx.host_rate, deps)
+        work per wire byte, at the cluster's own fitted ``byteps_host_gbytes``, plus the server's
+        fixed ps-lite work per push received or pull answered (``fixed``)."""
+        return host(kind, node, nbytes, ctx.host_rate, deps, fixed)
 
     counter = 0
     for g, r in zip(grads, ctx.ready, strict=True):
@@ -92,14 +94,14 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
                 x = message("zmq-send", w, wire, [x])
                 if w != s:
                     x = ctx.transfer(w, s, wire, [x], latency=lat)
-                x = message("zmq-recv", s, wire, [x])
+                x = message("zmq-recv", s, wire, [x], p.ps_push_ms)
                 # the server sums (a compressed push is decoded into the sum: one streaming pass)
                 arrived.append(host("sum", s, nbytes, ctx.cpu_codec_rate, [x]))
             agg: Task = ctx.after(arrived)
             if compressed:
                 agg = host("cpu-encode", s, nbytes, ctx.cpu_codec_rate, [agg])
             for w in range(n):
-                y = message("zmq-send", s, wire, [agg])
+                y = message("zmq-send", s, wire, [agg], p.ps_pull_ms)
                 if w != s:
                     y = ctx.transfer(s, w, wire, [y], latency=lat)
                 y = message("zmq-recv", w, wire, [y])

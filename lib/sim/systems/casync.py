@@ -86,7 +86,7 @@ def _units(ctx: Context, topology: str) -> list[Unit]:
             raise ValueError(f"the plan has no entry for gradient {g.name!r} of {ctx.workload.model}")
         # without pipelining a gradient is not partitioned: encoded, gathered and pulled in one piece
         k = max(1, min(e.partitions, ctx.nodes)) if ctx.options.pipeline else 1
-        if bulk and k == 1 and g.nbytes < bulk:
+        if bulk and g.nbytes < bulk:
             if group and (group_compress != e.compress or group_bytes + g.nbytes > bulk):
                 close()
             group_compress = e.compress

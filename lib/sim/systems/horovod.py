@@ -4,7 +4,7 @@ Horovod wakes every ``cycle_ms``, takes the gradients that became ready since, p
 fusion buffers of at most ``fusion_mb`` and runs one collective per buffer, one after another on
 NCCL's stream. NCCL's ring spans every GPU of the job (not just the nodes): an all-reduce of ``b``
 bytes over ``N`` GPUs is ``2(N-1)`` steps, each moving ``b/N`` bytes over the slowest hop (the NIC
-once the job spans nodes, at ``nccl_efficiency`` of the link rate CaSync's transport reaches, fitted
+once the job spans nodes, at ``nccl_efficiency`` of the nominal link rate, fitted
 per cluster) plus a fixed per-step latency ``nccl_step_ms`` (fitted per cluster). That latency,
 times hundreds of steps at 128 GPUs, is what bends the ring's curve down at scale.
 
