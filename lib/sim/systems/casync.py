@@ -86,6 +86,10 @@ def _units(ctx: Context, topology: str) -> list[Unit]:
             raise ValueError(f"the plan has no entry for gradient {g.name!r} of {ctx.workload.model}")
         # without pipelining a gradient is not partitioned: encoded, gathered and pulled in one piece
         k = max(1, min(e.partitions, ctx.nodes)) if ctx.options.pipeline else 1
+        # a gradient below the bulk threshold is fused whatever K the plan gives it: HiPress's planner
+        # gives K = N to every uncompressed one, a 64-element bias included (its costs fall with K),
+        # and N collectives of a few elements each would cost each server N fixed costs per bias.
+        # (The engine fuses only gradients planned with one partition.)
         if bulk and g.nbytes < bulk:
             if group and (group_compress != e.compress or group_bytes + g.nbytes > bulk):
                 close()
