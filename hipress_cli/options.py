@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_type_hints
 
 import typer
 from rich.console import Console
@@ -68,27 +72,31 @@ def _human(n: int) -> str:
     return str(n)
 
 
-def check_emulate(rate: str | None, prefix: str, hosts: object = None) -> int | None:
-    """Everything about ``--emulate``/``--prefix`` that can be checked before any side effect.
+def check_emulate(rate: str | None, prefix: str | None, hosts: object = None, *,
+                  option: str = "--emulate") -> int | None:
+    """Everything about an emulated cluster's link rate and ``--prefix`` that can be checked before any side effect.
 
-    Returns the rate in bits/s (None: unshaped or no ``--emulate``). ``hosts``: the ``--hosts``/
-    ``--hostfile`` given (falsy when none): an emulated cluster runs on this machine, so the two are
-    refused together here, before SSH pre-flight or the run directory.
+    Returns the rate in bits/s (None: unshaped, or no rate given). ``option``: the option the rate came
+    from, named in the error (``--emulate``; ``reproduce --mode real`` takes it as ``--rate``);
+    ``prefix``: None when the command chooses it itself. ``hosts``: the ``--hosts``/``--hostfile``
+    given (falsy when none): an emulated cluster runs on this machine, so the two are refused together
+    here, before SSH pre-flight or the run directory.
     """
     if rate is None:
         return None
     if hosts:
-        raise fail("--emulate runs on this machine; it cannot be combined with --hosts/--hostfile")
+        raise fail(f"{option} runs on this machine; it cannot be combined with --hosts/--hostfile")
     from hipress.launch.emulate import EmulationError, parse_rate, validate_prefix
 
-    try:
-        validate_prefix(prefix)
-    except EmulationError as e:
-        raise fail(f"--prefix: {e}") from None
+    if prefix is not None:
+        try:
+            validate_prefix(prefix)
+        except EmulationError as e:
+            raise fail(f"--prefix: {e}") from None
     try:
         return parse_rate(rate)
     except EmulationError as e:
-        raise fail(f"--emulate: {e}") from None
+        raise fail(f"{option}: {e}") from None
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -169,6 +177,8 @@ def pick_model(argument: str | None, option: str | None) -> str:
     if not model:
         raise fail("no model given: hipress run MODEL (or --model MODEL); see `hipress models`")
     return model
+
+
 # --- SSH hosts: the same options with the same meaning for `run`, `profile` and `cluster check` ----------
 HostsOpt = Annotated[str | None, typer.Option(
     "--hosts", help="Hosts and their slots (ranks), comma-separated: node1:2,node2:2 (IPv6: [2001:db8::2]:2).")]
@@ -202,21 +212,88 @@ def hosts_from_cli(hosts: str | None, hostfile: Path | None) -> list:
         raise fail(str(e)) from None
 
 
-def ssh_options_from_cli(user: str | None, port: int, key: Path | None, known_hosts: Path | None,
-                         accept_new: bool, *, python: str | None = None, timeout: float = 10.0):
-    """``SSHOptions`` from the shared options, or a clear error (exit 2)."""
-    from hipress.launch.ssh import SSHOptions
+@dataclass(frozen=True)
+class SshOpts:
+    """How to reach the hosts of ``--hosts``/``--hostfile``: declared once for every multi-host command.
 
-    if key is not None and not key.expanduser().is_file():
-        raise fail(f"--ssh-key {key}: no such file")
-    if known_hosts is not None and known_hosts.expanduser().is_dir():
-        raise fail(f"--known-hosts {known_hosts} is a directory; give the file")
-    try:
-        kwargs = {"python": python} if python else {}
-        return SSHOptions(user=user, port=port, key=key, known_hosts=known_hosts, accept_new_host_keys=accept_new,
-                          connect_timeout=timeout, **kwargs)
-    except ValueError as e:
-        raise fail(str(e)) from None
+    A command takes them all as one parameter, ``ssh: SshOpts``, under ``@with_ssh_options`` (``run``,
+    ``profile``, ``cluster check``): its ``--help`` lists each field as an option, and the command gets
+    them back as this value. Adding an SSH option is adding a field here and passing it on in
+    ``ssh_options``.
+    """
+
+    ssh_user: SshUserOpt = None
+    ssh_port: SshPortOpt = 22
+    ssh_key: SshKeyOpt = None
+    known_hosts: KnownHostsOpt = None
+    accept_new_host_keys: AcceptNewOpt = False
+    interface: InterfaceOpt = None
+    remote_python: RemotePythonOpt = None
+    connect_timeout: ConnectTimeoutOpt = 10.0
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The parameter names of the options (e.g. for what ``run --resume`` still takes)."""
+        return [f.name for f in fields(cls)]
+
+    def ssh_options(self) -> Any:
+        """``hipress.launch.ssh.SSHOptions`` from these options, or a clear error (exit 2)."""
+        from hipress.launch.ssh import SSHOptions
+
+        if self.ssh_key is not None and not self.ssh_key.expanduser().is_file():
+            raise fail(f"--ssh-key {self.ssh_key}: no such file")
+        if self.known_hosts is not None and self.known_hosts.expanduser().is_dir():
+            raise fail(f"--known-hosts {self.known_hosts} is a directory; give the file")
+        try:
+            kwargs = {"python": self.remote_python} if self.remote_python else {}
+            return SSHOptions(user=self.ssh_user, port=self.ssh_port, key=self.ssh_key, known_hosts=self.known_hosts,
+                              accept_new_host_keys=self.accept_new_host_keys, connect_timeout=self.connect_timeout,
+                              **kwargs)
+        except ValueError as e:
+            raise fail(str(e)) from None
+
+    def connect(self, host_list: list) -> Any:
+        """Pre-flight every host of a run and keep the connections (``hipress.launch.remote.Cluster``)."""
+        from hipress.launch.preflight import PreflightError
+        from hipress.launch.remote import Cluster, RemoteLaunchError
+
+        opts = self.ssh_options()
+        err_console.print(f"[dim]pre-flight on {len(host_list)} host(s) over SSH...[/]")
+        try:
+            return Cluster.connect(host_list, opts, interface=self.interface)
+        except (PreflightError, RemoteLaunchError) as e:
+            raise fail(str(e)) from None
+
+
+def with_ssh_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a Typer command every ``SshOpts`` option in place of its parameter ``ssh: SshOpts``.
+
+    Typer builds options from a function's signature, and a dataclass is not an option; so the
+    command Typer sees has the fields as parameters (their ``Annotated`` types carry the option
+    names and help), in the place of ``ssh``, and calls the command with them gathered again.
+    """
+    sig = inspect.signature(command, eval_str=True)
+    if "ssh" not in sig.parameters:
+        raise TypeError(f"{command.__name__} has no parameter ssh: SshOpts")
+    kind = sig.parameters["ssh"].kind
+    hints = get_type_hints(SshOpts, include_extras=True)
+    names = SshOpts.names()
+    params: list[inspect.Parameter] = []
+    for p in sig.parameters.values():
+        if p.name == "ssh":
+            params += [inspect.Parameter(f.name, kind, default=f.default, annotation=hints[f.name])
+                       for f in fields(SshOpts)]
+        else:
+            params.append(p)
+
+    @functools.wraps(command)
+    def typer_command(*args: Any, **kwargs: Any) -> Any:
+        ssh = SshOpts(**{n: kwargs.pop(n) for n in names if n in kwargs})
+        return command(*args, ssh=ssh, **kwargs)
+
+    typer_command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    typer_command.__annotations__ = {p.name: p.annotation for p in params if p.annotation is not p.empty}
+    return typer_command
 
 
 def hosts_for_run(hosts: str | None, hostfile: Path | None, np_: int) -> list | None:
@@ -229,17 +306,3 @@ def hosts_for_run(hosts: str | None, hostfile: Path | None, np_: int) -> list | 
         raise fail(f"--np {np_} disagrees with the {total} slot(s) of the host list; with --hosts or --hostfile "
                    f"the slots decide the number of ranks (leave --np out)")
     return host_list
-
-
-def connect_for_run(host_list: list, ssh_user: str | None, ssh_port: int, ssh_key: Path | None,
-                    known_hosts: Path | None, accept_new: bool, interface: str | None, remote_python: str | None):
-    """Pre-flight every host of a run and keep the connections (``hipress.launch.remote.Cluster``)."""
-    from hipress.launch.preflight import PreflightError
-    from hipress.launch.remote import Cluster, RemoteLaunchError
-
-    opts = ssh_options_from_cli(ssh_user, ssh_port, ssh_key, known_hosts, accept_new, python=remote_python)
-    err_console.print(f"[dim]pre-flight on {len(host_list)} host(s) over SSH...[/]")
-    try:
-        return Cluster.connect(host_list, opts, interface=interface)
-    except (PreflightError, RemoteLaunchError) as e:
-        raise fail(str(e)) from None

@@ -12,24 +12,17 @@ import typer
 from rich.table import Table
 
 from hipress_cli import options as opt
-from hipress_cli.options import JsonOpt, console, fail, hosts_from_cli, print_json, ssh_options_from_cli
+from hipress_cli.options import JsonOpt, console, fail, hosts_from_cli, print_json
 
 
 def register(parent: typer.Typer) -> None:
-    parent.command("check")(check)
+    parent.command("check")(opt.with_ssh_options(check))
 
 
 def check(
     hosts: opt.HostsOpt = None,
     hostfile: opt.HostfileOpt = None,
-    ssh_user: opt.SshUserOpt = None,
-    ssh_port: opt.SshPortOpt = 22,
-    ssh_key: opt.SshKeyOpt = None,
-    known_hosts: opt.KnownHostsOpt = None,
-    accept_new_host_keys: opt.AcceptNewOpt = False,
-    interface: opt.InterfaceOpt = None,
-    remote_python: opt.RemotePythonOpt = None,
-    connect_timeout: opt.ConnectTimeoutOpt = 10.0,
+    ssh: opt.SshOpts = opt.SshOpts(),
     bandwidth: Annotated[bool, typer.Option(help="Measure TCP bandwidth between every pair of hosts.")] = True,
     seconds: Annotated[float, typer.Option("--seconds", min=0.05, max=60,
                                            help="Seconds of streaming per measured pair.")] = 1.0,
@@ -43,8 +36,8 @@ def check(
     from hipress.launch.remote import interface_env as check_interface
 
     host_list = hosts_from_cli(hosts, hostfile)
-    opts = ssh_options_from_cli(ssh_user, ssh_port, ssh_key, known_hosts, accept_new_host_keys, python=remote_python,
-                                timeout=connect_timeout)
+    opts = ssh.ssh_options()
+    interface, connect_timeout = ssh.interface, ssh.connect_timeout
     try:
         check_interface(interface)
         from hipress.launch.local import mpiexec_path

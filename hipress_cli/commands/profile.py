@@ -13,7 +13,7 @@ from hipress_cli.options import JsonOpt, console, fail, parse_size, print_json
 
 
 def register(root: typer.Typer) -> None:
-    root.command("profile")(profile)
+    root.command("profile")(options.with_ssh_options(profile))
 
 
 def _sizes(text: str) -> list[int]:
@@ -34,14 +34,7 @@ def profile(
                                                    "or one per host).")] = None,
     hosts: options.HostsOpt = None,
     hostfile: options.HostfileOpt = None,
-    ssh_user: options.SshUserOpt = None,
-    ssh_port: options.SshPortOpt = 22,
-    ssh_key: options.SshKeyOpt = None,
-    known_hosts: options.KnownHostsOpt = None,
-    accept_new_host_keys: options.AcceptNewOpt = False,
-    interface: options.InterfaceOpt = None,
-    remote_python: options.RemotePythonOpt = None,
-    connect_timeout: options.ConnectTimeoutOpt = 10.0,
+    ssh: options.SshOpts = options.SshOpts(),
     emulated: Annotated[bool, typer.Option(
         "--emulated", help="Run the ranks in the emulated cluster that is up (shaped network namespaces).")] = False,
     sizes: Annotated[str, typer.Option("--sizes", help="Element counts to measure, comma-separated.")]
@@ -60,7 +53,7 @@ def profile(
     from hipress.plan.profile import profile as run_profile
     from hipress.plan.profile import save_profile
 
-    host_list, ssh, cluster = None, None, None
+    host_list, ssh_options, cluster = None, None, None
     remote = bool(hosts or hostfile)
     if remote and emulated:
         raise fail("give --hosts/--hostfile or --emulated, not both")
@@ -68,8 +61,7 @@ def profile(
         if np_ is not None:
             raise fail("--np and --hosts: the ranks are the hosts' slots (host:slots)")
         host_list = options.hosts_from_cli(hosts, hostfile)
-        ssh = options.ssh_options_from_cli(ssh_user, ssh_port, ssh_key, known_hosts, accept_new_host_keys,
-                                           python=remote_python, timeout=connect_timeout)
+        ssh_options = ssh.ssh_options()
     if emulated:
         from hipress.launch.emulate import EmulationError, status
 
@@ -82,7 +74,8 @@ def profile(
     nprocs = np_ if np_ is not None else (cluster.hosts if cluster else 2)
     try:
         model = run_profile(alg, nprocs=nprocs, sizes=_sizes(sizes), repeat=repeat, warmup=warmup, hosts=host_list,
-                            ssh_options=ssh, emulated=cluster, stat=stat, interface=interface, device=dev)
+                            ssh_options=ssh_options, emulated=cluster, stat=stat, interface=ssh.interface,
+                            device=dev)
         save_profile(model, output)
     except PlanError as e:
         raise fail(str(e)) from None

@@ -24,7 +24,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hipress_cli.options import JsonOpt, console, err_console, fail, print_json
+from hipress_cli.options import JsonOpt, check_emulate, console, err_console, fail, print_json
 
 app = typer.Typer(no_args_is_help=True, help="Reproduce a paper's figures (simulated or measured).")
 
@@ -92,6 +92,8 @@ def sosp21(
         raise fail(f"--mode must be sim or real, not {mode!r}")
     if validate and mode != "sim":
         raise fail("--validate checks the simulator: use it with --mode sim")
+    if mode == "real":
+        check_emulate(rate, None, option="--rate")  # before the reference, the settings or the output directory
     say = err_console if json_ else console
     ref = load_reference()
     if refit:

@@ -21,7 +21,6 @@ from hipress_cli import options as opt
 from hipress_cli.options import (
     JsonOpt,
     check_emulate,
-    connect_for_run,
     console,
     err_console,
     fail,
@@ -109,6 +108,7 @@ def _render_summary(s: dict) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    @opt.with_ssh_options
     def run(
         ctx: typer.Context,
         model: Annotated[str | None, typer.Argument(help="A model of the zoo: vgg19, resnet50, bert, transformer, "
@@ -148,13 +148,7 @@ def register(app: typer.Typer) -> None:
         hosts: Annotated[str | None, typer.Option("--hosts", "--servers", help="Hosts and their slots (ranks), "
                                                   "comma-separated: node1:2,node2:2 (HiPress: --servers).")] = None,
         hostfile: opt.HostfileOpt = None,
-        ssh_user: opt.SshUserOpt = None,
-        ssh_port: opt.SshPortOpt = 22,
-        ssh_key: opt.SshKeyOpt = None,
-        known_hosts: opt.KnownHostsOpt = None,
-        accept_new_host_keys: opt.AcceptNewOpt = False,
-        interface: opt.InterfaceOpt = None,
-        remote_python: opt.RemotePythonOpt = None,
+        ssh: opt.SshOpts = opt.SshOpts(),
         emulate: Annotated[str | None, typer.Option("--emulate", help="Run on an emulated cluster on this machine "
                                                     "(rank i in network-namespace host i) with this link rate, "
                                                     "e.g. 1gbit; needs root.")] = None,
@@ -211,8 +205,7 @@ def register(app: typer.Typer) -> None:
             )
         except ConfigError as e:
             raise fail(str(e)) from None
-        cluster = connect_for_run(host_list, ssh_user, ssh_port, ssh_key, known_hosts,
-                                          accept_new_host_keys, interface, remote_python) if host_list else None
+        cluster = ssh.connect(host_list) if host_list else None
         if cluster is None and cfg.device == "cuda":
             from hipress.sync.device import cuda_device_count
             from hipress.train.config import share_gpus
@@ -248,7 +241,7 @@ def register(app: typer.Typer) -> None:
                 raise fail(str(e)) from None
             out.print(f"[dim]emulated cluster {emulated.prefix!r}: rank i on host i, links {emulated.rate}[/]")
         try:
-            outcome = _launch_and_watch(cfg, run_dir, out, cluster, interface, emulated, stall_timeout)
+            outcome = _launch_and_watch(cfg, run_dir, out, cluster, ssh.interface, emulated, stall_timeout)
         finally:
             if restore is not None:
                 try:
@@ -269,8 +262,7 @@ def register(app: typer.Typer) -> None:
 
 #: What ``--resume`` accepts besides itself: the length of the run and how (where) it is launched; the rest
 #: of the configuration is the run's own config.json, or the continuation would not be the same run.
-_RESUME_OPTIONS = {"iters", "resume", "hosts", "hostfile", "ssh_user", "ssh_port", "ssh_key", "known_hosts",
-                   "accept_new_host_keys", "interface", "remote_python", "emulate", "prefix", "stall_timeout",
+_RESUME_OPTIONS = {"iters", "resume", "hosts", "hostfile", *opt.SshOpts.names(), "emulate", "prefix", "stall_timeout",
                    "json_"}
 
 

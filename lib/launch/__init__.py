@@ -1,5 +1,7 @@
-"""Starting MPI jobs: on this machine with the embedded ``mpiexec`` (``local``), optionally inside
-an emulated cluster of network-namespace hosts (``emulate``).
+"""Starting MPI jobs: on this machine with the embedded ``mpiexec`` (``job.LocalJob``), optionally
+inside an emulated cluster of network-namespace hosts (``emulate``), or on SSH hosts
+(``remote.RemoteJob``). ``runner`` starts a job of either kind and follows it to its end (the
+commands that show progress); ``launch_local`` runs a local one and waits for it (benchmarks, tests).
 
     >>> from hipress.launch import launch_local
     >>> res = launch_local(4, [sys.executable, "-m", "hipress.sync.bench", ...], timeout=600)

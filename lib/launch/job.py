@@ -3,8 +3,8 @@
 ``LocalJob`` starts the ranks (the command line of ``hipress.launch.local``, emulated cluster
 included) without waiting for them, so that the caller can render progress meanwhile; it has the
 ``poll``/``watch``/``stop``/``failure_message`` of ``hipress.launch.remote.RemoteJob``, so one
-follower (``hipress.train.supervise.follow``) drives either. MPICH ends the job when a rank dies
-from a signal. Two things are left to do here.
+follower (``hipress.launch.runner.follow``) drives either; ``launch_local`` is the same job, waited
+for. MPICH ends the job when a rank dies from a signal. Two things are left to do here.
 A rank that *exits* (rather than being killed) while the others wait for it in a synchronization
 does not end an MPICH job, so the ``Watchdog`` kills the remaining ranks, by PID, once a watched
 rank has been gone for ``grace_s``; MPICH then ends the job. And ``failure_message`` turns what
@@ -20,9 +20,11 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -212,36 +214,71 @@ def failure_message(run_dir: Path, output: str, returncode: int, pids: Sequence[
 
 
 class LocalJob:
-    """``argv`` on ``np`` local ranks under the embedded ``mpiexec``, not waited for.
+    """``argv`` on ``np`` local ranks under the embedded ``mpiexec``, not waited for: the one local starter.
 
     The command line comes from ``hipress.launch.local.build_command`` (so an emulated cluster's
-    namespaces and MPI environment apply as for every other launch); output goes to ``log``. The job
-    runs in its own process group, which ``stop`` ends (``procs.stop_group``: SIGTERM, then SIGKILL),
-    and then any watched rank still alive, by PID. Started from the main thread, ``mpiexec`` also gets
-    SIGTERM from the kernel if this process dies without cleaning up (``procs.die_with_parent``).
+    namespaces and MPI environment apply as for every other launch). The output goes either to ``log``
+    (a followed job: ``hipress.launch.runner``), with Hydra's per-rank exit codes that name the rank
+    that failed, or, without ``log``, line by line to ``on_line`` (default: this process's stderr) with
+    the last ``tail_lines`` kept in ``tail`` (``launch_local``). The ranks' Python output is unbuffered,
+    so a crash loses none of it, unless they run through ``hipress.launch.rank_entry``, which makes it
+    line-buffered so that streamed lines arrive whole. The job runs in its own process group, which
+    ``stop`` ends (``procs.stop_group``: SIGTERM, then SIGKILL), and then any watched rank still alive,
+    by PID. Started from the main thread, ``mpiexec`` also gets SIGTERM from the kernel if this process
+    dies without cleaning up (``procs.die_with_parent``).
     """
 
-    def __init__(self, np: int, argv: Sequence[str], log: Path, env: dict[str, str] | None = None,
-                 emulated: Any = None, grace_s: float = 3.0) -> None:
+    def __init__(self, np: int, argv: Sequence[str], log: Path | None = None, env: Mapping[str, str] | None = None,
+                 emulated: Any = None, grace_s: float = 3.0, *, on_line: Callable[[str], None] | None = None,
+                 cwd: str | os.PathLike | None = None, tail_lines: int = 200) -> None:
         from . import emulate
-        from .local import build_command
+        from .local import LaunchError, build_command
 
-        cmd = build_command(np, list(argv), emulated)
-        cmd.insert(1, "-print-all-exitcodes")  # Hydra's per-rank exit codes name the rank that failed
+        argv = list(argv)
+        cmd = build_command(np, argv, emulated)
+        self.command = list(cmd)
+        if log is not None:
+            cmd.insert(1, "-print-all-exitcodes")  # Hydra's per-rank exit codes name the rank that failed
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if argv[1:3] == ["-m", "hipress.launch.rank_entry"]:
+            # unbuffered means write-through: print's text and newline would leave as two writes
+            full_env.pop("PYTHONUNBUFFERED")
         if emulated is not None:
             emulate.require(emulated)
             full_env.update(emulated.mpi_env())
-        full_env.update(env or {})
+        full_env.update({str(k): str(v) for k, v in (env or {}).items()})
         self.np = np
-        self.log_path = Path(log)
+        self.log_path = Path(log) if log is not None else None
+        self.heartbeat_dir: Path | None = None  # set by whoever gave the ranks one (``runner.start``)
         self.dog = Watchdog(grace_s)
         self.returncode: int | None = None
-        self._log = open(self.log_path, "ab")  # noqa: SIM115  (closed in stop())
+        self.tail: deque[str] = deque(maxlen=tail_lines)
+        self._log = open(self.log_path, "ab") if self.log_path is not None else None  # noqa: SIM115 (stop)
+        self._reader: threading.Thread | None = None
         main = threading.current_thread() is threading.main_thread()  # PDEATHSIG follows the *thread*
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=full_env, start_new_session=True,
-                                     preexec_fn=die_with_parent if main else None)
+        streamed = {} if self._log is not None else {"text": True, "errors": "replace", "bufsize": 1}
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=self._log or subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=full_env, cwd=cwd, start_new_session=True,
+                                         preexec_fn=die_with_parent if main else None, **streamed)
+        except OSError as e:
+            if self._log is not None:
+                self._log.close()
+            raise LaunchError(f"could not start {cmd[0]}: {e}") from None
+        if self._log is None:
+            emit = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
+            self._reader = threading.Thread(target=self._pump, args=(emit,), name="launch-output", daemon=True)
+            self._reader.start()
+
+    def _pump(self, emit: Callable[[str], None]) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            line = line.rstrip("\n")
+            self.tail.append(line)
+            try:
+                emit(line)
+            except Exception:  # noqa: BLE001 - a broken consumer must not block the ranks
+                pass
 
     @property
     def pids(self) -> list[int]:
@@ -263,20 +300,28 @@ class LocalJob:
             self.stop()
         return self.returncode
 
-    def wait(self, poll_s: float = 0.2) -> int:
+    def wait(self, timeout: float | None = None, poll_s: float = 0.2) -> int | None:
+        """The exit code once the job is over, or None if it still runs after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while (rc := self.poll()) is None:
-            time.sleep(poll_s)
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())) if deadline is not None else poll_s)
         return rc
 
-    def stop(self) -> None:
-        """End everything this job started; idempotent."""
-        stop_group(self.proc, term_s=3.0, kill_s=3.0)
+    def stop(self) -> int:
+        """End everything this job started (idempotent); ``mpiexec``'s exit code."""
+        rc = stop_group(self.proc, term_s=3.0, kill_s=3.0)
         self.dog.kill_all()
-        if not self._log.closed:
+        if self._log is not None and not self._log.closed:
             self._log.close()
+        if self._reader is not None:
+            self._reader.join(5)  # the output's last lines
+        return rc if rc is not None else self.proc.wait()
 
     def failure_message(self, run_dir: Path) -> str:
-        output = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        output = self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+        output = output or "\n".join(self.tail)
         return failure_message(run_dir, output, self.returncode or 1, self.dog.pids, self.dog.fired,
                                self.dog.first_gone)
 

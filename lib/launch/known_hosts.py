@@ -8,8 +8,14 @@ host named ``@revoked`` with a key of type ``host`` and raises ``InvalidHostKey`
   offers it is refused (``RevokedHostKeyError``), even if another line lists it as the host's key.
 * ``@cert-authority ...``: host certificates are not supported by paramiko; the line is skipped and
   a notice says so (the host is then checked against its own key lines, if any).
-* Hashed names (``|1|salt|hash``, ``ssh-keygen -H``) are matched by paramiko's lookup, which hashes
-  the name asked for with each entry's salt.
+* Host patterns as OpenSSH matches them (``sshd(8)``, "SSH_KNOWN_HOSTS FILE FORMAT"): a line's names
+  are comma-separated patterns, ``*`` matching any run of characters and ``?`` any one, compared
+  without regard to case; a line whose ``!pattern`` matches the host does not apply to it, even if
+  another of its patterns does. ``[host]:port`` names (and patterns) are matched as written. paramiko
+  compares names literally, so the keys that apply to the host being connected to are picked here
+  (``keys_for``) and handed to paramiko under that host's name (``install``).
+* Hashed names (``|1|salt|hash``, ``ssh-keygen -H``) match by hashing the name asked for with the
+  entry's salt (paramiko's ``HostKeys.hash_host``).
 * A line that cannot be read (unknown key type, bad base64, too few fields) is skipped with a
   notice naming the file and line, as OpenSSH skips it; it never stops the connection.
 
@@ -20,6 +26,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hmac
+import re
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -31,11 +39,49 @@ _PRINTED: set[tuple[str, int]] = set()
 _PRINT_LOCK = threading.Lock()
 
 
+def _pattern_matches(pattern: str, host: str) -> bool:
+    """One OpenSSH host pattern (``*``, ``?``; no negation here) against a host name, without case."""
+    if pattern.startswith("|1|"):  # hashed: OpenSSH hashes the name it was given, lowercased
+        if host.startswith("|1|"):
+            return False
+        try:
+            return any(hmac.compare_digest(paramiko.HostKeys.hash_host(h, pattern), pattern)
+                       for h in dict.fromkeys((host, host.lower())))
+        except (ValueError, TypeError, IndexError, binascii.Error):  # a damaged salt matches nothing
+            return False
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern.lower())
+    return re.fullmatch(regex, host.lower(), re.DOTALL) is not None
+
+
+def host_matches(patterns: list[str], host: str) -> bool:
+    """Whether a known_hosts line with these patterns applies to ``host`` (OpenSSH's ``match_hostname``).
+
+    A negated pattern that matches rules the line out; otherwise any plain pattern that matches
+    rules it in.
+    """
+    matched = False
+    for p in patterns:
+        if p.startswith("!"):
+            if _pattern_matches(p[1:], host):
+                return False
+        elif p and _pattern_matches(p, host):
+            matched = True
+    return matched
+
+
+@dataclass
+class Entry:
+    """One usable line: its host patterns as written, and its key."""
+
+    patterns: list[str]
+    key: paramiko.PKey
+
+
 @dataclass
 class KnownHosts:
     """The usable host keys of one or more files, the revoked keys, and what was skipped."""
 
-    keys: paramiko.HostKeys = field(default_factory=paramiko.HostKeys)
+    entries: list[Entry] = field(default_factory=list)
     #: (key type, base64 blob) -> "file line N" where it was revoked
     revoked: dict[tuple[str, str], str] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
@@ -44,15 +90,35 @@ class KnownHosts:
         """Where ``key`` is marked ``@revoked`` ("FILE line N"), or None."""
         return self.revoked.get((key.get_name(), key.get_base64()))
 
-    def lookup(self, hostname: str) -> dict[str, paramiko.PKey] | None:
-        found = self.keys.lookup(hostname)
-        return None if found is None else {name: found[name] for name in found}
+    def keys_for(self, hostname: str) -> list[paramiko.PKey]:
+        """Every usable key of the lines that apply to ``hostname`` (``[host]:port`` off port 22), in file order."""
+        keys: list[paramiko.PKey] = []
+        for e in self.entries:
+            if host_matches(e.patterns, hostname) and e.key not in keys:
+                keys.append(e.key)
+        return keys
 
-    def install(self, target: paramiko.HostKeys) -> None:
-        """Add the usable (not revoked) keys to a client's ``HostKeys``."""
-        for entry in self.keys._entries:  # noqa: SLF001 - paramiko has no public iterator over entries
-            for name in entry.hostnames:
-                target.add(name, entry.key.get_name(), entry.key)
+    def lookup(self, hostname: str) -> dict[str, paramiko.PKey] | None:
+        """The first key of each type that applies to ``hostname`` (as ``paramiko.HostKeys.lookup``), or None."""
+        found: dict[str, paramiko.PKey] = {}
+        for key in self.keys_for(hostname):
+            found.setdefault(key.get_name(), key)
+        return found or None
+
+    def install(self, target: paramiko.HostKeys, hostname: str) -> None:
+        """Give a client's ``HostKeys`` the keys that apply to ``hostname``, under that literal name.
+
+        paramiko checks the one key it holds per type and prefers known types in the key exchange.
+        Where several lines give ``hostname`` different keys of one type (OpenSSH accepts any of them),
+        that type is left out: paramiko then asks the client's host-key policy, which accepts a key
+        of ``keys_for``.
+        """
+        by_type: dict[str, list[paramiko.PKey]] = {}
+        for key in self.keys_for(hostname):
+            by_type.setdefault(key.get_name(), []).append(key)
+        for key_type, keys in by_type.items():
+            if len(keys) == 1:
+                target.add(hostname, key_type, keys[0])
 
 
 def _notice(where: str, lineno: int, message: str) -> str:
@@ -109,13 +175,11 @@ def parse(text: str, where: str = "known_hosts", into: KnownHosts | None = None)
             kh.notices.append(_notice(where, lineno, f"key of type {key_type!r} cannot be read; line skipped"))
             continue
         usable.append((names.split(","), key))
-    for hostnames, key in usable:  # after the whole text: a later @revoked line still revokes
+    for patterns, key in usable:  # after the whole text: a later @revoked line still revokes
         if kh.revoked_at(key) is None:
-            for name in hostnames:
-                if name:
-                    kh.keys.add(name, key.get_name(), key)
+            kh.entries.append(Entry([p for p in patterns if p], key))
     if into is not None:  # keys added by earlier files and revoked by this one
-        kh.keys._entries = [e for e in kh.keys._entries if kh.revoked_at(e.key) is None]  # noqa: SLF001
+        kh.entries = [e for e in kh.entries if kh.revoked_at(e.key) is None]
     return kh
 
 

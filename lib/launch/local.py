@@ -1,6 +1,7 @@
 """Start N ranks on this machine with the embedded ``mpiexec`` (the ``mpich`` wheel's Hydra).
 
-API (used by ``hipress bench sync`` and ``hipress run``)::
+API (used by ``hipress bench sync`` and the tests: jobs nobody follows; ``hipress.launch.runner`` starts
+the followed ones, with the same ``LocalJob``)::
 
     launch_local(np, argv, *, env=None, emulated=None, timeout=None, on_line=None, cwd=None,
                  check=False) -> LaunchResult
@@ -29,18 +30,14 @@ calls ``MPI_Abort``), and the sync engine tells peers about its own failures.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import emulate
 from .emulate import EmulatedCluster
-from .procs import stop_group
+from .job import LocalJob
 
 
 class LaunchError(RuntimeError):
@@ -119,66 +116,21 @@ def launch_local(
     check: bool = False,
     tail_lines: int = 200,
 ) -> LaunchResult:
-    """Run ``argv`` on ``np`` ranks; see the module docstring."""
+    """Run ``argv`` on ``np`` ranks and wait for them: a ``LocalJob`` with streamed output; see the module docstring."""
     argv = _line_buffered(_check_argv(argv))
-    cmd = build_command(np, argv, emulated)
-    if emulated is not None:
-        emulate.require(emulated)
-    full_env = dict(os.environ)
-    if argv[1:3] == ["-m", "hipress.launch.rank_entry"]:
-        # unbuffered means write-through: print's text and newline would leave as two writes
-        full_env.pop("PYTHONUNBUFFERED", None)
-    if emulated is not None:
-        full_env.update(emulated.mpi_env())
-    if env:
-        full_env.update({str(k): str(v) for k, v in env.items()})
-    emit = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
-    tail: deque[str] = deque(maxlen=tail_lines)
     t0 = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=full_env,
-            cwd=cwd,
-            text=True,
-            errors="replace",
-            bufsize=1,
-            start_new_session=True,  # its own process group: we can stop every rank at once
-        )
-    except OSError as e:
-        raise LaunchError(f"could not start {cmd[0]}: {e}") from None
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            tail.append(line)
-            try:
-                emit(line)
-            except Exception:  # noqa: BLE001 - a broken consumer must not block the ranks
-                pass
-
-    reader = threading.Thread(target=pump, name="launch-output", daemon=True)
-    reader.start()
+    job = LocalJob(np, argv, env=env, emulated=emulated, on_line=on_line, cwd=cwd, tail_lines=tail_lines)
     timed_out = False
     try:
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        rc = job.wait(timeout)
+        if rc is None:
             timed_out = True
-            tail.append(f"[hipress.launch] timeout after {timeout} s: stopping all ranks")
-            rc = _stop(proc)
+            job.tail.append(f"[hipress.launch] timeout after {timeout} s: stopping all ranks")
+            rc = job.stop()
     except BaseException:
-        _stop(proc)
-        reader.join(2)
+        job.stop()
         raise
-    if rc != 0:
-        _stop(proc)  # hydra may leave ranks of a failed job behind: stop them all
-    reader.join(5)
-    result = LaunchResult(rc, time.monotonic() - t0, timed_out, list(tail), cmd)
+    result = LaunchResult(rc, time.monotonic() - t0, timed_out, list(job.tail), job.command)
     return result.check() if check else result
 
 
@@ -200,9 +152,3 @@ def _line_buffered(argv: Sequence[str]) -> list[str]:
         if argv[1:3] != ["-m", "hipress.launch.rank_entry"]:
             return [argv[0], "-m", "hipress.launch.rank_entry", *argv[1:]]
     return argv
-
-
-def _stop(proc: subprocess.Popen) -> int:
-    """End the job's process group (``procs.stop_group``: SIGTERM, SIGKILL 3 s later); return the exit code."""
-    rc = stop_group(proc, term_s=3.0, kill_s=5.0)
-    return rc if rc is not None else proc.wait()

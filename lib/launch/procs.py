@@ -4,7 +4,7 @@ Every launcher here starts ``mpiexec`` in a session of its own (``start_new_sess
 a terminal's Ctrl-C reaches the launcher only and the launcher decides how the job ends. Ending it
 is always the same: SIGTERM to the group (Hydra forwards it to the ranks and cleans up), SIGKILL
 when it has not ended after a grace period (Hydra ignores SIGTERM before its proxies connect).
-``stop_group`` is that routine, for the local job, the remote job's ``mpiexec`` and ``launch_local``.
+``stop_group`` is that routine, for the local job (``launch_local``'s too) and the remote job's ``mpiexec``.
 
 A launcher killed with SIGKILL runs no cleanup at all; ``die_with_parent`` (a ``preexec_fn``) asks
 the kernel to SIGTERM ``mpiexec`` when the launcher's thread goes (Linux ``PR_SET_PDEATHSIG``), and

@@ -133,6 +133,13 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         revoked = self.loaded.revoked_at(key)
         if revoked is not None:
             raise RevokedHostKeyError(hostname, key, revoked)
+        known = self.loaded.keys_for(hostname)
+        if key in known:  # one of several keys of its type for this host (``KnownHosts.install``)
+            client.get_host_keys().add(hostname, key.get_name(), key)
+            return
+        same_type = [k for k in known if k.get_name() == key.get_name()]
+        if same_type:
+            raise paramiko.BadHostKeyException(hostname, key, same_type[0])
         if not self.accept_new:
             raise UnknownHostKeyError(hostname, key, self.known_hosts)
         line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
@@ -143,10 +150,10 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
             current = kh_file.load(path)
             if (revoked := current.revoked_at(key)) is not None:
                 raise RevokedHostKeyError(hostname, key, revoked)
-            known = current.lookup(hostname)
-            if known is not None:
-                if known.get(key.get_name()) != key:
-                    raise paramiko.BadHostKeyException(hostname, key, next(iter(known.values())))
+            known = current.keys_for(hostname)
+            if known:
+                if key not in known:
+                    raise paramiko.BadHostKeyException(hostname, key, known[0])
             else:
                 old = path.read_bytes() if path.exists() else b""
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -187,7 +194,7 @@ def connect(host: Host | str, options: SSHOptions) -> paramiko.SSHClient:
     except OSError as e:
         client.close()
         raise SSHError(where, "known-hosts", f"cannot read known_hosts file {kh}: {e.strerror or e}") from None
-    loaded.install(client.get_host_keys())
+    loaded.install(client.get_host_keys(), host_key_name(name, port))
     client.set_missing_host_key_policy(_HostKeyPolicy(kh, options.accept_new_host_keys, loaded))
     try:
         client.connect(

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 DEFAULT_SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22]
 QUICK_SIZES = [1 << 10, 1 << 13, 1 << 16, 1 << 19, 1 << 21]
-WORKER = Path(__file__).with_name("profile_worker.py")
 
 
 def _weighted_line(x: np.ndarray, t: np.ndarray) -> tuple[float, float]:
@@ -141,45 +140,49 @@ def measure_transport(
 ) -> dict:
     """Run ``profile_worker`` as an MPI job and return rank 0's JSON result.
 
-    On this machine (``hipress.launch.launch_local``; inside an ``emulated`` cluster's shaped network
-    namespaces if one is given), or with ``hosts``' slots as ranks over SSH
-    (``hipress.launch.remote.launch_hosts``; ``nprocs`` is then the hosts' total slots). Either way a
-    timeout or a failed rank stops every process and raises ``PlanError`` with the job's output.
+    Started and followed by the job runner (``hipress.launch.runner``), as training runs are: on this
+    machine (inside an ``emulated`` cluster's shaped network namespaces if one is given), or with
+    ``hosts``' slots as ranks over SSH (``nprocs`` is then the hosts' total slots; pre-flight first,
+    the result comes back by SFTP). Either way a timeout or a failed rank stops every process and
+    raises ``PlanError`` with the job's output.
     """
+    from hipress.launch.runner import RUN_DIR, FailedStart, Where, follow, start
+
     args = ["--sizes", ",".join(map(str, sizes)), "--repeat", str(repeat), "--warmup", str(warmup)]
-    lines: list[str] = []
+    argv = [sys.executable, "-m", "hipress.plan.profile_worker", *args, "--output", f"{RUN_DIR}/transport.json"]
     with tempfile.TemporaryDirectory(prefix="hipress-profile-") as tmp:
-        out = Path(tmp) / "transport.json"
+        run_dir = Path(tmp)
         if hosts:
-            from hipress.launch.remote import launch_hosts
+            from hipress.launch.remote import Cluster
             from hipress.launch.ssh import SSHOptions
 
             nprocs = sum(h.slots for h in hosts)
             if nprocs < 2:
                 raise PlanError("transport profiling needs at least 2 ranks: list two hosts, or give one host 2 slots")
-            # the worker runs in the host's copy of the run directory; its result comes back by SFTP
-            argv = [sys.executable, "-m", "hipress.plan.profile_worker", *args, "--output", "transport.json"]
+            what = f"on hosts {', '.join(h.spec for h in hosts)}"
             try:
-                res = launch_hosts(hosts, argv, ssh_options or SSHOptions(), None, tmp, timeout=timeout,
-                                   on_line=lines.append, interface=interface)
-            except Exception as e:  # noqa: BLE001 - pre-flight, SSH and launch errors all end the profile
+                where = Where(cluster=Cluster.connect(hosts, ssh_options or SSHOptions(), interface=interface),
+                              interface=interface)
+            except Exception as e:  # noqa: BLE001 - pre-flight and SSH errors end the profile
                 raise PlanError(f"transport profiling on {', '.join(map(str, hosts))} could not start: {e}") from None
-            ok, what = res.ok, f"on hosts {', '.join(h.spec for h in hosts)}"
         else:
-            from hipress.launch import launch_local
-
             if nprocs < 2:
                 raise PlanError(f"transport profiling needs at least 2 processes, got --np {nprocs}")
-            argv = [sys.executable, str(WORKER), *args, "--output", str(out)]
-            try:
-                res = launch_local(nprocs, argv, emulated=emulated, timeout=timeout, on_line=lines.append)
-            except Exception as e:  # noqa: BLE001 - LaunchError, EmulationError
-                raise PlanError(f"transport profiling could not start: {e}") from None
-            ok, what = res.ok, f"with {nprocs} local processes" + (
+            what = f"with {nprocs} local processes" + (
                 f" in emulated cluster {emulated.prefix!r} ({emulated.rate})" if emulated else "")
-        if not ok or not out.exists():
-            why = "timed out" if res.timed_out else f"exit code {res.returncode}"
-            tail = "\n".join(lines[-30:])
+            where = Where(emulated=emulated)
+        try:
+            job = start(nprocs, argv, run_dir, where, stall_timeout_s=0)  # output in run_dir/output.log
+        except Exception as e:  # noqa: BLE001 - LaunchError, EmulationError
+            raise PlanError(f"transport profiling {what} could not start: {e}") from None
+        if isinstance(job, FailedStart):
+            raise PlanError(f"transport profiling {what} could not start: {job.message}")
+        ended = follow(job, run_dir, timeout_s=timeout, stall_timeout_s=0)
+        out = run_dir / "transport.json"
+        if not ended.ok or not out.exists():
+            why = ended.failure.split("\n", 1)[0] if ended.failure else "no result written"
+            log = run_dir / "output.log"
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else ""
             raise PlanError(f"transport profiling {what} failed ({why}):\n{tail}")
         return json.loads(out.read_text())
 

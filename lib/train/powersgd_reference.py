@@ -31,7 +31,9 @@ from typing import Any
 
 import torch
 
-RUNS = ("torch", "engine", "ddp")
+from hipress.topology_names import DDP_RUNNER, ENGINE_RUNNER, RING
+
+RUNS = ("torch", ENGINE_RUNNER, DDP_RUNNER)
 
 
 def _steps(net: Any, opt: Any, data: Any, rank: int, world: int, args: Any) -> list[float]:
@@ -93,7 +95,7 @@ def run(kind: str, comm: Any, data: Any, args: Any) -> dict:
         times = _steps(net, opt, data, rank, world, args)
         sent = 2 * (world - 1) / world * 4 * _ring_floats(model, args.rank)  # estimated, once compressing
         alg = f"torch powerSGD_hook rank={args.rank}"
-    elif kind == "ddp":
+    elif kind == DDP_RUNNER:
         from .ddp_hook import CompressionHookState, compression_hook
 
         net = DistributedDataParallel(model)
@@ -110,14 +112,14 @@ def run(kind: str, comm: Any, data: Any, args: Any) -> dict:
         from .optimizer import DistributedOptimizer
 
         opt = DistributedOptimizer(sgd(model.parameters()), model.named_parameters(), compression=spec,
-                                   topology="casync-ring", comm=comm, compress_after=args.compress_after)
+                                   topology=RING.engine, comm=comm, compress_after=args.compress_after)
         try:
             times = _steps(model, opt, data, rank, world, args)
             sent = float(opt.last_stats.bytes_sent)
         finally:
             opt.close()
-        alg = f"hipress {spec}, casync-ring"
-    if kind != "ddp":
+        alg = f"hipress {spec}, {RING.engine}"
+    if kind != DDP_RUNNER:
         acc = data.accuracy(model)
     return {"run": kind, "alg": alg, "world": world, "steps": len(times), "accuracy": acc,
             "median_seconds_per_step": statistics.median(times), "seconds_per_step": sum(times) / len(times),

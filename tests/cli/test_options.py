@@ -10,3 +10,37 @@ def test_fail_shows_brackets_instead_of_swallowing_them_as_markup(capsys):
     assert isinstance(exit_, typer.Exit) and exit_.exit_code == 2
     err = capsys.readouterr().err
     assert "[models.vgg19]" in err and "[bold]not markup[/]" in err and "error:" in err
+
+
+def test_ssh_options_are_declared_once_and_taken_by_every_multi_host_command():
+    """``run``, ``profile`` and ``cluster check`` take every ``SshOpts`` field as an option, from one declaration."""
+    import typer.main
+
+    from hipress_cli.app import build
+
+    root = typer.main.get_command(build())
+    commands = {"run": root.commands["run"], "profile": root.commands["profile"],
+                "cluster check": root.commands["cluster"].commands["check"]}
+    for name, cmd in commands.items():
+        params = {p.name for p in cmd.params}
+        missing = set(options.SshOpts.names()) - params
+        assert not missing, f"{name} lacks {missing}"
+
+
+def test_with_ssh_options_hands_the_command_one_value():
+    from typer.testing import CliRunner
+
+    seen: list = []
+    app = typer.Typer()
+
+    @app.command()
+    @options.with_ssh_options
+    def cmd(before: int = 1, ssh: options.SshOpts = options.SshOpts(), after: str = "x") -> None:
+        seen.append((before, ssh, after))
+
+    r = CliRunner().invoke(app, ["--before", "3", "--ssh-user", "bob", "--ssh-port", "2222", "--accept-new-host-keys",
+                                 "--after", "y"])
+    assert r.exit_code == 0, r.output
+    assert seen == [(3, options.SshOpts(ssh_user="bob", ssh_port=2222, accept_new_host_keys=True), "y")]
+    r = CliRunner().invoke(app, ["--ssh-port", "0"])
+    assert r.exit_code == 2 and "ssh-port" in r.output  # the field's own bounds apply

@@ -55,6 +55,74 @@ def test_revoked_in_a_later_file_removes_an_earlier_key(tmp_path):
     assert kh.lookup("hostA") is None and kh.revoked_at(a) is not None
 
 
+@pytest.mark.parametrize("patterns,host,applies", [
+    ("node1", "node1", True),
+    ("NODE1", "node1", True),  # OpenSSH compares names without case
+    ("node1", "node10", False),
+    ("node*", "node10", True),
+    ("*.example.com", "a.example.com", True),
+    ("*.example.com", "example.com", False),
+    ("node?", "node7", True),
+    ("node?", "node17", False),
+    ("*", "anything", True),
+    ("*.example.com,!bad.example.com", "good.example.com", True),
+    ("*.example.com,!bad.example.com", "bad.example.com", False),  # a matching negation rules the line out
+    ("!bad.example.com,*", "bad.example.com", False),  # wherever it stands
+    ("!bad.example.com", "good.example.com", False),  # a negation alone admits nothing
+    ("[10.0.0.*]:2222", "[10.0.0.5]:2222", True),  # brackets are literal, not a character class
+    ("[10.0.0.*]:2222", "[10.0.0.5]:22", False),
+    ("10.0.0.[1]", "10.0.0.1", False),
+    ("node.1", "nodex1", False),  # '.' is a dot, not any character
+])
+def test_host_patterns_match_as_openssh_matches_them(patterns, host, applies):
+    a = paramiko.ECDSAKey.generate()
+    kh = khf.parse(_line(patterns, a), "kh")
+    assert (kh.lookup(host) is not None) is applies
+    assert khf.host_matches(patterns.split(","), host) is applies
+
+
+def test_several_lines_for_one_host_each_key_applies():
+    a, b, c = (paramiko.ECDSAKey.generate() for _ in range(3))
+    kh = khf.parse(_line("*.lab", a) + _line("n1.lab", b) + _line("*,!n1.lab", c), "kh")
+    assert kh.keys_for("n1.lab") == [a, b] and kh.keys_for("n2.lab") == [a, c]
+    target = paramiko.HostKeys()
+    kh.install(target, "n1.lab")  # two keys of one type: paramiko could hold one; left to the policy
+    assert target.lookup("n1.lab") is None
+    kh.install(target, "n3")
+    assert target.lookup("n3") == {c.get_name(): c}
+
+
+def test_a_damaged_hashed_name_matches_nothing():
+    a = paramiko.ECDSAKey.generate()
+    kh = khf.parse(_line("|1|not-base64!!|xx", a) + _line("hostA", a), "kh")
+    assert kh.lookup("hostB") is None and kh.lookup("hostA") is not None
+
+
+def test_wildcard_and_negated_patterns_against_sshd(sshd, ssh_opts, tmp_path):
+    """A wildcard line lets the host in; a negation for it turns it back to an unknown host, and
+    accept-new then records its own line (which the negated line no longer shadows)."""
+    line = sshd.known_hosts_line("127.0.0.1")
+    name, rest = line.split(" ", 1)
+    assert name == f"[127.0.0.1]:{sshd.port}"
+    kh = tmp_path / "kh_patterns"
+    kh.write_text(f"[127.0.0.*]:{sshd.port} {rest}")
+    connect("127.0.0.1", ssh_opts.with_(known_hosts=kh)).close()
+    connect("127.0.0.2", ssh_opts.with_(known_hosts=kh)).close()
+    kh.write_text(f"[127.0.0.*]:{sshd.port},![127.0.0.2]:{sshd.port} {rest}")
+    connect("127.0.0.1", ssh_opts.with_(known_hosts=kh)).close()
+    with pytest.raises(SSHError) as info:
+        connect("127.0.0.2", ssh_opts.with_(known_hosts=kh))
+    assert info.value.kind == "unknown-host-key"
+    other = paramiko.ECDSAKey.generate()  # the wildcard now gives another key: the host's key "changed"
+    kh.write_text(_line(f"[127.0.0.*]:{sshd.port}", other))
+    with pytest.raises(SSHError) as info:
+        connect("127.0.0.1", ssh_opts.with_(known_hosts=kh, accept_new_host_keys=True))
+    assert info.value.kind == "changed-host-key"
+    # two lines give the host two keys of one type: OpenSSH accepts either, so must we
+    kh.write_text(_line(f"[127.0.0.*]:{sshd.port}", other) + line)
+    connect("127.0.0.1", ssh_opts.with_(known_hosts=kh)).close()
+
+
 def _hashed(path, sshd: Sshd) -> None:
     """Hash ``path``'s names as ``ssh-keygen -H`` does (with paramiko's equal scheme if it is missing)."""
     if shutil.which("ssh-keygen"):

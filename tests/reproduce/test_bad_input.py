@@ -77,4 +77,5 @@ def test_bad_rate(tmp_path):
     exp = experiments(tmp_path)
     r = invoke("reproduce", "sosp21", "--mode", "real", "--rate", "fast", "--experiments", str(exp),
                "--out", str(tmp_path / "o"))
-    assert r.exit_code == 2 and "rate 'fast' is not understood" in " ".join(r.output.split())
+    assert r.exit_code == 2 and "--rate: rate 'fast' is not understood" in " ".join(r.output.split())
+    assert not (tmp_path / "o").exists(), "the rate is checked before anything is written"
