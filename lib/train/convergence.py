@@ -63,7 +63,8 @@ def compressor_for(spec: str) -> Compressor:
 
 def train_digits(comm: Any, alg: str, topology: str = DEFAULT_ENGINE, epochs: int = 20, batch_size: int = 32,
                  lr: float = 0.5, momentum: float = 0.0, seed: int = 0, data: Digits | None = None,
-                 momentum_correction: bool = True, compress_after: int = 0) -> dict:
+                 momentum_correction: bool = True, compress_after: int = 0, factor_masking: bool = False,
+                 merge_sparse: bool = True) -> dict:
     """Train the digits MLP on this rank's shard; return test accuracy (same on every rank) and timing."""
     data = data or Digits.load()
     torch.manual_seed(seed)
@@ -72,7 +73,8 @@ def train_digits(comm: Any, alg: str, topology: str = DEFAULT_ENGINE, epochs: in
     base = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     topo = topology if comp.name != "none" else choice_of_engine(topology)[0].engine_for(False) or topology
     opt = DistributedOptimizer(base, model.named_parameters(), compression=comp, topology=topo, comm=comm,
-                               momentum_correction=momentum_correction, compress_after=compress_after)
+                               momentum_correction=momentum_correction, compress_after=compress_after,
+                               factor_masking=factor_masking, merge_sparse=merge_sparse)
     spec = get("mlp")
     rank, world = comm.Get_rank(), comm.Get_size()
     steps = epochs * data.steps_per_epoch(world, batch_size)
@@ -129,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", default="0", help="seed(s), comma-separated")
     p.add_argument("--no-momentum-correction", action="store_true",
                    help="let the optimizer apply momentum to the averaged gradient (the old behaviour)")
+    p.add_argument("--factor-masking", action="store_true", help="DGC's momentum factor masking (sparse payloads)")
+    p.add_argument("--reencode-aggregates", action="store_true",
+                   help="sparse algorithms: decode-merge-encode at every ring hop / PS aggregator (HiPress's)")
     p.add_argument("--compress-after", type=int, default=0, help="uncompressed iterations before compressing")
     p.add_argument("--json", action="store_true", help="print only the JSON lines, no table")
     args = p.parse_args(argv)
@@ -155,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                         for alg in algs:
                             r = train_digits(comm, alg, topology, args.epochs, args.batch_size, lr, mom, seed=seed,
                                              data=data, momentum_correction=not args.no_momentum_correction,
-                                             compress_after=args.compress_after)
+                                             compress_after=args.compress_after,
+                                             factor_masking=args.factor_masking,
+                                             merge_sparse=not args.reencode_aggregates)
                             rows.append(r)
                             if comm.Get_rank() == 0:
                                 print(json.dumps(r), flush=True)
