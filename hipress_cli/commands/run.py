@@ -160,6 +160,9 @@ def register(app: typer.Typer) -> None:
         no_momentum_correction: Annotated[bool, typer.Option("--no-momentum-correction", help="Let SGD apply "
                                           "momentum to the averaged gradient (by default each rank compresses its "
                                           "velocity with error feedback).")] = False,
+        reencode_aggregates: Annotated[bool, typer.Option("--reencode-aggregates", help="Sparse algorithms on "
+                                       "casync-ring/ps: decode, merge and re-encode at every aggregation (HiPress's "
+                                       "hops) instead of merging the payloads (each rank's compressed once).")] = False,
         stall_timeout: Annotated[float, typer.Option("--stall-timeout", help="Stop the run when a rank makes no "
                                                      "progress for this many seconds (a warning at half; 0: "
                                                      "never).")] = 120.0,
@@ -198,6 +201,7 @@ def register(app: typer.Typer) -> None:
                 preset="paper" if paper_size else "cpu", warmup=warmup, data=data, lr=lr, momentum=momentum, seed=seed,
                 threads=threads, plan=plan, run_id=run_id, compll_dir=compll_dir,
                 compress_after=compress_after, momentum_correction=not no_momentum_correction,
+                merge_sparse=not reencode_aggregates,
                 comp_threshold="default" if comp_threshold is None else comp_threshold,
                 checkpoint_every=checkpoint_every,
                 target_accuracy=target_accuracy, eval_every=eval_every,

@@ -127,6 +127,11 @@ class Compressor(ABC):
         """Payload bytes over fp32 bytes at ``numel`` elements: the nominal compression ratio."""
         return self.payload_size(numel) / (4 * numel) if numel else 1.0
 
+    def merged_payload_size(self, numel: int, parts: int) -> int:
+        """Upper bound of the bytes of ``merge`` applied to ``parts`` payloads of ``numel`` elements
+        (what a receiver of an aggregate merged in the compressed domain must make room for)."""
+        return self.widened(parts).payload_size(numel)
+
     def widened(self, factor: int) -> Compressor:
         """This algorithm with its budget scaled by ``factor``.
 

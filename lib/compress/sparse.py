@@ -208,6 +208,10 @@ class SparseCompressor(Compressor):
     def max_kept(self, numel: int) -> int:
         return numel
 
+    def merged_payload_size(self, numel: int, parts: int) -> int:
+        """A union of ``parts`` payloads: at most ``parts`` budgets' worth of pairs, at most every element."""
+        return header_size(_EXTRA.size) + 8 * min(numel, parts * self.max_kept(numel))
+
     def body_size(self, header: Header) -> int | None:
         if len(header.extra) != _EXTRA.size:
             return None

@@ -42,6 +42,9 @@ class _Wrapper(Compressor):
     def body_size(self, header: Header) -> int | None:
         return self.inner.body_size(header)
 
+    def merged_payload_size(self, numel: int, parts: int) -> int:
+        return self.inner.merged_payload_size(numel, parts)
+
     def merge(self, a: torch.Tensor, b: torch.Tensor, *, name: str = "<unnamed>") -> torch.Tensor:
         return self.inner.merge(a, b, name=name)
 

@@ -93,7 +93,7 @@ class Engine:
         None compresses everything and partitions by ``partition_bytes``.
       states: the compressor states (residuals...) keyed by gradient name; one is created if None.
         It is ``self.states``: checkpoint it with its ``state_dict()``.
-      partition_bytes, bulk_bytes: see ``SyncProgram``.
+      partition_bytes, bulk_bytes, merge_sparse: see ``SyncProgram``.
       timeout: seconds without any progress, while ``wait_all`` waits, before giving up with an
         error naming what is pending (a peer that failed *with* an error is reported at once).
       trace: record every task's (kind, label, start, end, cpu seconds) in ``SyncStats.trace``
@@ -120,6 +120,7 @@ class Engine:
         trace: bool = False,
         staging: bool | None = None,
         gpu_timing: bool = False,
+        merge_sparse: bool = True,
     ) -> None:
         self.states = states if states is not None else StateStore()
         self.transport = Transport(staging)
@@ -137,6 +138,7 @@ class Engine:
                 partition_bytes=partition_bytes,
                 bulk_bytes=bulk_bytes,
                 tag_ub=self.executor.tag_ub,
+                merge_sparse=merge_sparse,
             )
         except BaseException:
             self.executor.close(handshake=False)

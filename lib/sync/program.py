@@ -102,6 +102,9 @@ class SyncProgram:
         ``wait_all``, into groups of up to this many bytes (sorted by name, so every rank forms
         the same groups whatever its submission order); 0 turns bulk synchronization off.
       tag_ub: the largest MPI tag the communicator allows.
+      merge_sparse: CaSync's aggregators merge sparse payloads without decoding (each rank's
+        contribution compressed once; ``graph.merges_payloads`` says why); False: decode, merge
+        and encode the sum again at every aggregation (HiPress's hops).
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class SyncProgram:
         partition_bytes: int = DEFAULT_PARTITION_BYTES,
         bulk_bytes: int = DEFAULT_BULK_BYTES,
         tag_ub: int = (1 << 29) - 1,
+        merge_sparse: bool = True,
     ) -> None:
         if world < 1 or not 0 <= rank < world:
             raise SyncError(f"bad rank {rank} of world size {world}")
@@ -139,6 +143,7 @@ class SyncProgram:
         self.partition_bytes = partition_bytes
         self.bulk_bytes = bulk_bytes
         self.tag_ub = tag_ub
+        self.merge_sparse = bool(merge_sparse)
         self.owners = assign_owners(self.plan, world) if self.plan is not None else {}
         self._tags: dict[int, str] = {}
         self._tag_of: dict[str, int] = {}
@@ -295,7 +300,7 @@ class SyncProgram:
         tag = self.tag(name)
         owners = [self.owners.get((name, i), (name_hash(name) + i) % self.world) for i in range(k)]
         job = Job(name=name, flat=flat, partitions=k, comp=comp, owners=owners,
-                  shape=None if fused else tuple(members[0].tensor.shape))
+                  shape=None if fused else tuple(members[0].tensor.shape), merge_sparse=self.merge_sparse)
         b = GraphBuilder(self.rank, self.world, tag, next(self._order), self.states, self._channel_seq)
         self.topology.build(b, job)
         world = self.world

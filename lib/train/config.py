@@ -92,6 +92,8 @@ class RunConfig:
     #: Training quality (issue 14): uncompressed iterations first; momentum correction + error feedback.
     compress_after: int = 0
     momentum_correction: bool = True
+    #: Sparse payloads merged at CaSync's aggregators (each rank's compressed once); False: re-encoded.
+    merge_sparse: bool = True
     #: Gradients under this many elements are sent uncompressed (in ``plan``); None: no threshold.
     comp_threshold: int | None = None
     #: Write every rank's checkpoint every N iterations and at the end (0: never); ``resumed``: how many
@@ -190,6 +192,7 @@ def make_config(
     bulk_bytes: int | None = None,
     compress_after: int = 0,
     momentum_correction: bool = True,
+    merge_sparse: bool = True,
     comp_threshold: int | str | None = None,
     checkpoint_every: int = 0,
     target_accuracy: float | None = None,
@@ -292,6 +295,7 @@ def make_config(
         bulk_bytes=bulk_bytes,
         compress_after=int(compress_after),
         momentum_correction=bool(momentum_correction),
+        merge_sparse=bool(merge_sparse),
         comp_threshold=comp_threshold,
         algorithm=algorithm,
         checkpoint_every=int(checkpoint_every),

@@ -10,8 +10,12 @@ set to zero, restoring them afterwards, so the user's optimizer (and its ``state
 hyper-parameters. Which scheme each algorithm gets:
 
 - sparsifiers (dgc, graddrop, topk, randomk): local momentum, error feedback on the velocity (their
-  own residual, or ``ErrorFeedback`` for topk/randomk); DGC's momentum factor masking on request
-  (``factor_masking=True``; measured worse here, see ``for_optimizer``);
+  own residual, or ``ErrorFeedback`` for topk/randomk), and each rank's velocity compressed exactly
+  once: CaSync's aggregators merge sparse payloads instead of re-encoding them
+  (``hipress.sync.graph.merges_payloads``; the re-encoding hops' own residuals were a second delay,
+  the largest loss under momentum). That is DGC's scheme (Lin et al., section 3.2) as its
+  all-gather runs it. DGC's momentum factor masking only on request (``factor_masking=True``): it
+  stabilised lr 0.05-0.1 a little but cost 6.7 points at lr 0.01, see ``for_optimizer``;
 - biased quantizers (tbq, onebit, signsgd/efsignsgd) and PowerSGD: local momentum and error
   feedback on the velocity (their own residual, or ``ErrorFeedback`` for signsgd), no masking: every
   coordinate is sent each step, so masking would cancel momentum altogether;
@@ -59,10 +63,13 @@ class MomentumCorrection:
         """The correction for ``optimizer`` when it is an SGD with momentum and ``enabled``; else None.
 
         ``factor_masking``: DGC's momentum factor masking for sparse payloads. Off by default: on the
-        convergence script it cost the sparsifiers 1.6-3 points (dgc:ratio=0.01 at lr 0.05 seed 11:
-        94.2 masked, 95.8 not; lr 0.02 seed 12: 91.7 vs 94.2; topk and graddrop alike), because with
-        error feedback on the velocity nothing is applied twice, and clearing the velocity only
-        slows the coordinates that move most.
+        convergence script (ring hops re-encoding, dgc:ratio=0.01) dgc, topk and graddrop lost 6.7-6.9
+        points at lr 0.01 seed 11 with it (dgc: -6.7 masked, -0.8 not) while it helped at lr
+        0.05 (seed 3: -2.5 vs -8.9), because with error feedback on the velocity nothing is applied
+        twice, and clearing the velocity only slows the coordinates that move most: those sent
+        every step lose momentum altogether. The mask is what reached the model (the union of all
+        ranks' payloads, the same on every rank); each rank's residual is already zero where its
+        own payload sent, as DGC's masking of v requires.
         """
         if not enabled or type(optimizer) is not torch.optim.SGD:
             return None

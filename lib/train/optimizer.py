@@ -73,6 +73,10 @@ class DistributedOptimizer:
         accuracy otherwise. False: the compressor as given, momentum applied to the average.
     factor_masking: DGC's momentum factor masking for sparse payloads under momentum correction
         (off: measured to cost accuracy here, see ``MomentumCorrection.for_optimizer``).
+    merge_sparse: CaSync's aggregators (ring hops, PS) merge sparse payloads without decoding, so each
+        rank's contribution is compressed once with its own residual (``hipress.sync.graph.merges_payloads``
+        says why: re-encoding at every hop cost dgc up to 9 points under momentum). False: HiPress's
+        decode-merge-encode aggregation.
     compress_after: synchronize the first ``compress_after`` iterations uncompressed (warm-up, as
         PowerSGD's ``start_powerSGD_iter``), through the topology's uncompressed counterpart
         (``hipress.topology_names.uncompressed_counterpart``).
@@ -94,6 +98,7 @@ class DistributedOptimizer:
         factor_masking: bool = False,
         compress_after: int = 0,
         gpu_timing: bool = False,
+        merge_sparse: bool = True,
     ) -> None:
         from hipress.sync import Engine
 
@@ -128,6 +133,8 @@ class DistributedOptimizer:
             raise ValueError(f"parameters not handled by the optimizer: {stray[:5]}; pass the same model to both")
         check_same_everywhere(comm, [(n, p.numel()) for n, p in self._params])
         kwargs: dict[str, Any] = {} if bulk_bytes is None else {"bulk_bytes": bulk_bytes}
+        if not merge_sparse:
+            kwargs["merge_sparse"] = False
         if gpu_timing:  # CUDA: time the engine's GPU work with events (SyncStats.gpu_s, gpu_events)
             kwargs["gpu_timing"] = True
         self.engine = engine if engine is not None else Engine(

@@ -67,6 +67,7 @@ class EngineRunner:
                                         overlap=cfg.overlap, bulk_bytes=cfg.bulk_bytes,
                                         compress_after=cfg.compress_after,
                                         momentum_correction=cfg.momentum_correction,
+                                        merge_sparse=cfg.merge_sparse,
                                         gpu_timing=cfg.gpu_timing and cfg.device == "cuda")
 
     def step_stats(self) -> tuple[float, float, float]:

@@ -154,6 +154,18 @@ def test_sparse_merge_equals_sum_of_decodes():
     assert w.ratio() > c.ratio()
 
 
+def test_graddrop_widened_keeps_the_merged_contributions():
+    """A hop that merged f payloads keeps f times the density (as DGC's budget grows), so the
+    aggregate of f workers' 1 % is not cut back to 1 % of the sum."""
+    c = hc.create("graddrop", drop_ratio=0.99)
+    assert c.widened(1) is c
+    assert c.widened(4).params()["drop_ratio"] == pytest.approx(0.96)
+    assert c.widened(1000).params()["drop_ratio"] == 0.0
+    x = randn(20000, seed=3)
+    kept = [int.from_bytes(w.encode(x)[20:24].numpy().tobytes(), "little") for w in (c, c.widened(4))]
+    assert 100 <= kept[0] <= 300 and 3 * kept[0] <= kept[1] <= 5 * kept[0]
+
+
 def test_randomk_positions_shared_by_seed_and_merge():
     c = hc.create("randomk", ratio=0.05)
     a, b = randn(1000, seed=1), randn(1000, seed=2)

@@ -12,8 +12,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hipress.compress import StateStore, create
+from hipress.compress import StateStore, create, create_from_spec
 from hipress.sync import PlanEntry, SyncError, SyncProgram, simulate
+from hipress.sync.graph import split_even
 from hipress.sync.program import assign_owners
 from hipress.sync.topologies import available
 
@@ -118,6 +119,44 @@ def test_sparse_aggregates_get_a_widened_budget():
     out = simulate(inputs, create("dgc", ratio=0.01), "casync-ps", partition_bytes=0)[0]["w"]
     nz = int((out != 0).sum())
     assert 100 < nz <= 4 * 100
+
+
+@pytest.mark.parametrize("topo", ["casync-ring", "casync-ps"])
+@pytest.mark.parametrize("alg", ["dgc:ratio=0.01", "topk:ratio=0.02", "graddrop:drop_ratio=0.98", "randomk:ratio=0.05"])
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_sparse_aggregates_merge_each_ranks_payload_once(topo, alg, world):
+    """Sparse payloads are merged, not re-encoded, at the aggregators: the result is the average of
+    what each rank's own encode (its chunks in the ring, its partition in the PS) sent, every
+    contribution exactly once, and each rank's residual holds exactly what its encode kept back."""
+    n = 3001
+    g = torch.Generator().manual_seed(world)
+    inputs = [{"w": torch.randn(n, generator=g)} for _ in range(world)]
+    states = [StateStore() for _ in range(world)]
+    out = simulate(inputs, alg, topo, states=states, partition_bytes=0, bulk_bytes=0)
+    comp = create_from_spec(alg)
+    pieces = split_even(n, world) if topo == "casync-ring" else [(0, n)]
+    expect = torch.zeros(n)
+    for r in range(world):
+        for c, (o, ln) in enumerate(pieces):
+            key = f"w#chunk{c}" if topo == "casync-ring" else "w"
+            fresh = StateStore()
+            sent = comp.decode(comp.encode(inputs[r]["w"][o : o + ln], fresh[key], name=key))
+            expect[o : o + ln] += sent
+            if fresh[key].residual is not None:  # randomk keeps none
+                assert torch.equal(states[r][key].residual, fresh[key].residual), (r, key)
+    assert (out[0]["w"] != 0).any()
+    for r in range(world):
+        assert torch.allclose(out[r]["w"], expect / world, rtol=0, atol=1e-6)
+    assert not any(name.endswith("@agg") for st in states for name in st.names())
+
+
+def test_sparse_aggregates_re_encoded_on_request():
+    """``merge_sparse=False``: HiPress's decode-merge-encode hops, with the aggregators' residuals."""
+    inputs = [{"w": torch.randn(3000, generator=torch.Generator().manual_seed(r))} for r in range(3)]
+    for topo in ("casync-ring", "casync-ps"):
+        states = [StateStore() for _ in range(3)]
+        simulate(inputs, "dgc:ratio=0.01", topo, states=states, partition_bytes=0, bulk_bytes=0, merge_sparse=False)
+        assert any(name.endswith("@agg") for st in states for name in st.names()), topo
 
 
 def test_owners_balance_a_plan():

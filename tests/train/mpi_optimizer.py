@@ -337,6 +337,25 @@ def ddp_powersgd() -> None:
         dist.destroy_process_group()
 
 
+def merged(topology: str) -> None:
+    """Sparse payloads are merged at the aggregators by default (no aggregator residual ``@agg``);
+    ``merge_sparse=False`` re-encodes there (HiPress's hops). Both keep the ranks identical."""
+    for merge_sparse in (True, False):
+        torch.manual_seed(0)
+        model = spec.build()
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), model.named_parameters(),
+                                   compression="dgc:ratio=0.05", topology=topology, comm=comm,
+                                   merge_sparse=merge_sparse)
+        for step in range(2):
+            opt.zero_grad()
+            spec.loss(model, batch(step)).backward()
+            opt.step()
+        opt.close()
+        agg = comm.allreduce(sum(n.endswith("@agg") for n in opt.states.names()))  # PS: on the aggregator only
+        assert bool(agg) is not merge_sparse, (topology, merge_sparse, opt.states.names())
+        assert same_everywhere(model), (topology, merge_sparse)
+
+
 SCENARIOS = {
     "average-ring": lambda: average("ring"),
     "average-ps": lambda: average("ps"),
@@ -353,6 +372,7 @@ SCENARIOS = {
     "correction": lambda: [correction(t, n) for t in ("ring", "allreduce") for n in (False, True)],
     "warmup": lambda: [warmup(t) for t in ("casync-ring", "casync-ps", "allgather")],
     "ddp-checkpoint": ddp_checkpoint,
+    "merged": lambda: [merged(t) for t in ("casync-ring", "casync-ps")],
 }
 
 if __name__ == "__main__":

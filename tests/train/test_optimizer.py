@@ -9,7 +9,8 @@ from .conftest import run_mpi
 pytestmark = pytest.mark.mpi
 
 SCENARIOS = ["average-ring", "average-ps", "average-allreduce", "held-ps", "compressed", "mismatch", "twice",
-             "ddp-none", "ddp-tbq", "ddp-dgc", "ddp-powersgd", "correction", "warmup", "ddp-checkpoint"]
+             "ddp-none", "ddp-tbq", "ddp-dgc", "ddp-powersgd", "correction", "warmup", "ddp-checkpoint",
+             "merged"]
 
 
 def test_optimizer_and_ddp_hook_scenarios():

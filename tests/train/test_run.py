@@ -111,6 +111,15 @@ def test_compress_after_runs_the_first_iterations_uncompressed(results, topo):
     assert len(sent) == 4 and sent[0] == sent[1] > 4 * sent[2] and sent[2] == sent[3], sent
 
 
+def test_reencode_aggregates_is_recorded_and_runs(results):
+    """Sparse payloads are merged at the aggregators by default; --reencode-aggregates turns it off."""
+    res = hipress("run", "mlp", "--np", "2", "--iters", "2", "--alg", "dgc:ratio=0.05", "--reencode-aggregates",
+                  "--results", str(results), "--json")
+    assert res.returncode == 0, res.stderr
+    cfg = json.loads((run_dir_of(results) / "config.json").read_text())
+    assert cfg["merge_sparse"] is False and cfg["momentum_correction"] is True
+
+
 def test_compress_after_must_not_be_negative(results):
     res = hipress("run", "mlp", "--np", "2", "--compress-after", "-1", "--results", str(results))
     assert res.returncode != 0 and "--compress-after must be >= 0" in res.stderr and "Traceback" not in res.stderr

@@ -34,6 +34,15 @@ class GradDrop(SparseCompressor):
     def params(self) -> dict:
         return {"drop_ratio": self.drop_ratio, "sample_ratio": self.sample_ratio}
 
+    def widened(self, factor: int) -> GradDrop:
+        """Keep ``factor`` times the density: a hop that merged ``factor`` workers' payloads and
+        encodes the sum again (CaSync's aggregators with ``merge_sparse=False``) must not drop again
+        what they sent. With ``self`` (the default for algorithms without a budget), each ring hop
+        kept 1 % of the merged sum, so the aggregate carried 1 % of the elements where DGC's carries
+        ``world`` times its density."""
+        keep = min(1.0, factor * (1.0 - self.drop_ratio))
+        return GradDrop(max(0.0, 1.0 - keep), self.sample_ratio) if factor > 1 else self
+
     def ratio(self, numel: int = 1 << 24) -> float:
         """Nominal: the target density's worth of 8-byte pairs (the exact size varies with the data)."""
         return (self.payload_size(0) + 8 * (1 - self.drop_ratio) * numel) / (4 * numel) if numel else 1.0

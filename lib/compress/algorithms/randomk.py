@@ -57,6 +57,9 @@ class RandomK(Compressor):
             return None
         return 4 * _EXTRA.unpack(header.extra)[0]
 
+    def merged_payload_size(self, numel: int, parts: int) -> int:
+        return self.payload_size(numel)  # ranks share the positions: a merge sums values in place
+
     def widened(self, factor: int) -> RandomK:
         return self  # same seed, same positions: the merged payload is no larger
 

@@ -10,17 +10,24 @@ sent), *decodes its own payload* into place and *sends* that payload to everyone
 State keys: a worker's encode uses ``part_key`` (``name`` or ``name#part{i}``); the aggregator's
 re-encode ``{part_key}@agg`` (its residual is the error of the aggregate it broadcast).
 
+Sparse payloads (``graph.merges_payloads``) are not re-encoded: the aggregator encodes its own
+partition like every worker (key ``part_key``), *merges* the payloads in the compressed domain
+(its own first, then the others in rank order), decodes the merge into place and sends it; each
+rank's contribution is compressed once, with its own residual.
+
 ``ps`` (uncompressed baseline) is the same graph with the ``none`` compressor.
 """
 
 from __future__ import annotations
 
-from ..graph import GraphBuilder, Job, Task, Widened
+from ..graph import GraphBuilder, Job, Task, Widened, merges_payloads
 from ..raw import Raw
 from . import Topology, default_partitions_ps, register
 
 
 def build_ps(b: GraphBuilder, job: Job) -> list[Task]:
+    if merges_payloads(job):
+        return build_ps_merged(b, job)
     n_, r = b.world, b.rank
     wid = Widened(job.comp)
     parts = job.parts()
@@ -61,6 +68,40 @@ def build_ps(b: GraphBuilder, job: Job) -> list[Task]:
         else:
             p = b.recv(a, agg.payload_size(ln), f"{key} recv agg from {a}")
             finals.append(b.decode(p, agg, local, f"{key} decode agg", after=[sent[i]]))
+    return finals
+
+
+def build_ps_merged(b: GraphBuilder, job: Job) -> list[Task]:
+    """The PS for payloads that merge without decoding: see the module docstring."""
+    n_, r = b.world, b.rank
+    comp = job.comp
+    finals: list[Task] = []
+    mine: dict[int, object] = {}
+    got: dict[int, dict[int, object]] = {}
+    # -------- phase 0: everyone encodes its partition once; workers push to the aggregator
+    for i, o, ln in job.parts():
+        a, key = job.owners[i], job.part_key(i)
+        mine[i] = b.encode(job.flat[o : o + ln], comp, key, f"{key} encode")
+        if r != a:
+            b.send(mine[i], a, f"{key} push to {a}")
+        else:
+            bound = comp.payload_size(ln)
+            got[i] = {j: b.recv(j, bound, f"{key} recv from {j}") for j in range(n_) if j != a}
+    # -------- phase 1: merge and broadcast, or receive the merge
+    for i, o, ln in job.parts():
+        a, key = job.owners[i], job.part_key(i)
+        local = job.flat[o : o + ln]
+        if r == a:
+            merged = mine[i]
+            for j, payload in got[i].items():  # own first, then rank order: the same bits every run
+                merged = b.merge_payloads(merged, payload, comp, f"{key} merge from {j}")
+            finals.append(b.decode(merged, comp, local, f"{key} agg decode"))
+            for j in range(n_):
+                if j != a:
+                    b.send(merged, j, f"{key} bcast to {j}")
+        else:
+            p = b.recv(a, comp.merged_payload_size(ln, n_), f"{key} recv agg from {a}")
+            finals.append(b.decode(p, comp, local, f"{key} decode agg", after=[mine[i].producer]))
     return finals
 
 

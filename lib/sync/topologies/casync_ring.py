@@ -14,17 +14,27 @@ iteration, so its residual is that position's error), the owner's final encode
 ``{part_key}#chunk{c}@agg``. A hop that merged f contributions re-encodes with
 ``comp.widened(f)``: sparse algorithms get f times the budget, as HiPress's aggregators do.
 
+Sparse payloads (``graph.merges_payloads``: dgc, graddrop, topk, randomk) take ``build_ring_merged``
+instead: every rank encodes each of its chunks once, with its own residual
+(``{part_key}#chunk{c}``), and a hop *merges* the payload it received with its own in the
+compressed domain (union of indices, sum on common ones) instead of decoding and re-encoding; the
+last hop's merge is the aggregate, which goes round the ring as above. The merged payload of f
+contributions is bounded by ``comp.merged_payload_size(n, f)`` (f budgets), as widened budgets
+bound the re-encoded ones.
+
 ``ring`` (uncompressed baseline) is the same graph with the ``none`` compressor.
 """
 
 from __future__ import annotations
 
-from ..graph import GraphBuilder, Job, Task, Widened, split_even
+from ..graph import GraphBuilder, Job, Slot, Task, Widened, merges_payloads, split_even
 from ..raw import Raw
 from . import Topology, default_partitions_ring, register
 
 
 def build_ring(b: GraphBuilder, job: Job) -> list[Task]:
+    if merges_payloads(job):
+        return build_ring_merged(b, job)
     n_, r = b.world, b.rank
     right, left = (r + 1) % n_, (r - 1) % n_
     wid = Widened(job.comp)
@@ -85,6 +95,56 @@ def build_ring(b: GraphBuilder, job: Job) -> list[Task]:
                 finals.append(
                     b.decode(got, wid(n_), ch[cr], f"{key} ag{s} decode c{cr}", after=[readers.get((i, cr))])
                 )
+    return finals
+
+
+def build_ring_merged(b: GraphBuilder, job: Job) -> list[Task]:
+    """The ring for payloads that merge without decoding: see the module docstring."""
+    n_, r = b.world, b.rank
+    right, left = (r + 1) % n_, (r - 1) % n_
+    comp = job.comp
+    finals: list[Task] = []
+    parts = job.parts()
+    chunks = {i: [job.flat[o + co : o + co + cl] for co, cl in split_even(ln, n_)] for i, o, ln in parts}
+    nxt: dict[int, Slot] = {}
+    encoded: dict[tuple[int, int], Task] = {}  # this rank's encode of each chunk: it read the chunk
+    final_payload: dict[tuple[int, int], Slot] = {}
+
+    # -------- reduce-scatter: send own payload or the merge so far; merge own payload into what comes in
+    for s in range(n_ - 1):
+        for i, _o, _ln in parts:
+            ch = chunks[i]
+            key = job.part_key(i)
+            cs, cr = (r - s) % n_, (r - s - 1) % n_
+            if s == 0 and ch[cs].numel():
+                nxt[i] = b.encode(ch[cs], comp, f"{key}#chunk{cs}", f"{key} rs0 encode c{cs}")
+                encoded[(i, cs)] = nxt[i].producer
+            if ch[cs].numel():
+                b.send(nxt[i], right, f"{key} rs{s} send c{cs}")
+            if not ch[cr].numel():
+                continue
+            mine = b.encode(ch[cr], comp, f"{key}#chunk{cr}", f"{key} rs{s} encode c{cr}")
+            encoded[(i, cr)] = mine.producer
+            got = b.recv(left, comp.merged_payload_size(ch[cr].numel(), s + 1), f"{key} rs{s} recv c{cr}")
+            merged = b.merge_payloads(got, mine, comp, f"{key} rs{s} merge c{cr}")
+            if s < n_ - 2:
+                nxt[i] = merged
+            else:  # cr == owned: the aggregate of every rank's payload
+                final_payload[(i, cr)] = merged
+                finals.append(b.decode(merged, comp, ch[cr], f"{key} agg decode c{cr}"))
+
+    # -------- all-gather: forward aggregated payloads unchanged, decode each
+    for s in range(n_ - 1):
+        for i, _o, _ln in parts:
+            ch = chunks[i]
+            key = job.part_key(i)
+            cs, cr = (r + 1 - s) % n_, (r - s) % n_
+            if ch[cs].numel():
+                b.send(final_payload[(i, cs)], right, f"{key} ag{s} send c{cs}")
+            if ch[cr].numel():
+                got = b.recv(left, comp.merged_payload_size(ch[cr].numel(), n_), f"{key} ag{s} recv c{cr}")
+                final_payload[(i, cr)] = got
+                finals.append(b.decode(got, comp, ch[cr], f"{key} ag{s} decode c{cr}", after=[encoded.get((i, cr))]))
     return finals
 
 
