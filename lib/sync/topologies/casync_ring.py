@@ -27,6 +27,9 @@ bound the re-encoded ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ..graph import GraphBuilder, Job, Slot, Task, Widened, merges_payloads, split_even
 from ..raw import Raw
 from . import Topology, default_partitions_ring, register
@@ -81,21 +84,7 @@ def build_ring(b: GraphBuilder, job: Job) -> list[Task]:
             finals.append(b.decode(p, wid(n_), ch[owned], f"{key} agg decode c{owned}"))
         final_payload[(i, owned)] = p
 
-    # -------- all-gather: forward aggregated payloads unchanged, decode each
-    for s in range(n_ - 1):
-        for i, _o, _ln in parts:
-            ch = chunks[i]
-            key = job.part_key(i)
-            cs, cr = (r + 1 - s) % n_, (r - s) % n_
-            if ch[cs].numel():
-                b.send(final_payload[(i, cs)], right, f"{key} ag{s} send c{cs}")
-            if ch[cr].numel():
-                got = b.recv(left, wid(n_).payload_size(ch[cr].numel()), f"{key} ag{s} recv c{cr}")
-                final_payload[(i, cr)] = got
-                finals.append(
-                    b.decode(got, wid(n_), ch[cr], f"{key} ag{s} decode c{cr}", after=[readers.get((i, cr))])
-                )
-    return finals
+    return finals + all_gather(b, job, chunks, final_payload, wid(n_), wid(n_).payload_size, readers)
 
 
 def build_ring_merged(b: GraphBuilder, job: Job) -> list[Task]:
@@ -133,18 +122,30 @@ def build_ring_merged(b: GraphBuilder, job: Job) -> list[Task]:
                 final_payload[(i, cr)] = merged
                 finals.append(b.decode(merged, comp, ch[cr], f"{key} agg decode c{cr}"))
 
-    # -------- all-gather: forward aggregated payloads unchanged, decode each
+    return finals + all_gather(b, job, chunks, final_payload, comp,
+                               lambda n: comp.merged_payload_size(n, n_), encoded)
+
+
+def all_gather(b: GraphBuilder, job: Job, chunks: dict, final_payload: dict, comp: Any,
+               size_of: Callable[[int], int], last_reader: dict) -> list[Task]:
+    """The ring's second half, the same for both builders: each aggregated chunk payload goes round
+    unchanged and every rank decodes it into place, after ``last_reader`` of that chunk is done.
+    ``size_of(n)`` bounds a received payload of n elements."""
+    n_, r = b.world, b.rank
+    right, left = (r + 1) % n_, (r - 1) % n_
+    finals: list[Task] = []
     for s in range(n_ - 1):
-        for i, _o, _ln in parts:
+        for i, _o, _ln in job.parts():
             ch = chunks[i]
             key = job.part_key(i)
             cs, cr = (r + 1 - s) % n_, (r - s) % n_
             if ch[cs].numel():
                 b.send(final_payload[(i, cs)], right, f"{key} ag{s} send c{cs}")
             if ch[cr].numel():
-                got = b.recv(left, comp.merged_payload_size(ch[cr].numel(), n_), f"{key} ag{s} recv c{cr}")
+                got = b.recv(left, size_of(ch[cr].numel()), f"{key} ag{s} recv c{cr}")
                 final_payload[(i, cr)] = got
-                finals.append(b.decode(got, comp, ch[cr], f"{key} ag{s} decode c{cr}", after=[encoded.get((i, cr))]))
+                after = [last_reader.get((i, cr))]
+                finals.append(b.decode(got, comp, ch[cr], f"{key} ag{s} decode c{cr}", after=after))
     return finals
 
 
