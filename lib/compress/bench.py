@@ -93,12 +93,12 @@ def _references(alg: str, x: torch.Tensor, params: dict) -> tuple[Callable, Call
         r = torch.zeros_like(x)
         fixed = params.get("tau", 0.0)
 
-        def encode() -> torch.Tensor:
-            tau, value = (fixed, fixed) if fixed > 0 else ref.tbq_adaptive(x, r, params.get("scale", 1.0))
-            return ref.tbq_encode(x, r, tau, value)
+        def threshold() -> tuple[float, float]:
+            return (fixed, fixed) if fixed > 0 else ref.tbq_adaptive(x, r, params.get("scale", 1.0))
 
-        body = encode()
-        return encode, (lambda: ref.tbq_decode(body, fixed or 1.0, n))
+        tau, value = threshold()
+        body = ref.tbq_encode(x, r, tau, value)
+        return (lambda: ref.tbq_encode(x, r, *threshold())), (lambda: ref.tbq_decode(body, value, n))
     if alg == "onebit":
         r = torch.zeros_like(x)
         body, pos, neg = ref.onebit_encode(x, r)

@@ -7,9 +7,11 @@ i//4. Extra header: value (f32), the one number the decoder needs.
 Two ways to choose tau and value, the same wire format and decoder:
 
 - ``tbq:tau=T`` (T > 0): Strom's TBQ as HiPress and MXNet ship it, value = tau = T fixed
-  (HiPress's default is 0.5; the CompLL spec ``tbq.pse`` generates exactly this).
+  (HiPress's default is 0.5).
 - ``tbq`` (tau 0, the default): adaptive, per tensor and step, tau = scale * mean|v| (scale 1 by
   default) and value = the mean |v| of the elements at or above tau.
+
+The CompLL spec ``lib/compll/specs/tbq.pse`` writes both rules.
 
 Why the default is adaptive: a fixed tau caps what an element can send per step at +-tau. Where
 |v| stays above tau the residual grows without bound and drains tau at a time, so the step a
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Any
 
 import numpy as np
 import torch
@@ -69,7 +72,7 @@ class TBQ(Compressor):
     def params(self) -> dict:
         return {"tau": self.tau, "scale": self.scale}
 
-    def _threshold(self, k, x: torch.Tensor, r: torch.Tensor | None) -> tuple[float, float]:
+    def _threshold(self, k: Any, x: torch.Tensor, r: torch.Tensor | None) -> tuple[float, float]:
         """(tau, value): the fixed pair, or the adaptive one from ``k.tbq_stats`` (module docstring).
 
         A tensor whose v is all zero (or whose tau underflows) takes tau = value = 1.0: every code is

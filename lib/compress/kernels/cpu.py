@@ -85,8 +85,10 @@ def tbq_encode(g: torch.Tensor, r: torch.Tensor | None, tau: float, out: torch.T
 def tbq_stats(g: torch.Tensor, r: torch.Tensor | None, tau: float) -> tuple[float, float, float]:
     """(sum of |v|, sum of |v| where |v| >= tau, how many), v = g (+ r), in float64.
 
-    Summed per chunk of ``CHUNK`` elements, the chunks added in index order (CompLL's ``reduce``
-    order), so the result depends neither on the number of threads nor on the generated code.
+    One row of partial sums per chunk of ``CHUNK`` elements, the rows added in index order, so the
+    result does not depend on the number of threads. Within a chunk the compiler sums in vector
+    lanes (``quantize.tbq_stats_range``), so it can differ in the last bits from CompLL's
+    element-by-element ``reduce`` and from another machine's vector width.
     """
     n = g.numel()
     part = np.zeros((max(1, (n + CHUNK - 1) // CHUNK), 3))

@@ -170,16 +170,7 @@ class Backend:
         """See ``kernels.cpu.tbq_stats``; the float64 sums are added in another order (module doc)."""
         if g.numel() == 0:
             return 0.0, 0.0, 0.0
-        t = self._threads()
-        tot = torch.empty(t, dtype=torch.float64, device=g.device)
-        sel = torch.empty(t, dtype=torch.float64, device=g.device)
-        cnt = torch.empty(t, dtype=torch.int64, device=g.device)
-        rp = ptr(r) if r is not None else ptr(g)
-        # exactly t threads: every partial slot is written
-        self.launch("tbq_stats", t, g.device, (ptr(g), rp, np.int32(r is not None), np.float32(tau),
-                                                np.int64(g.numel()), ptr(tot), ptr(sel), ptr(cnt)))
-        a, b, c = torch.stack([tot.sum(), sel.sum(), cnt.sum().to(torch.float64)]).tolist()
-        return float(a), float(b), float(c)
+        return self._partial_sums("tbq_stats", g, r, np.float32(tau))
 
     def tbq_decode(self, p: torch.Tensor, tau: float, out: torch.Tensor, add: bool) -> bool:
         n = out.numel()
@@ -191,17 +182,25 @@ class Backend:
         return int(flag.item()) == 0
 
     # ------------------------------------------------------------------ sign bits
-    def _sign_part(self, g: torch.Tensor, r: torch.Tensor | None) -> tuple[float, float, int]:
+    def _partial_sums(self, kernel: str, g: torch.Tensor, r: torch.Tensor | None, *scalars: Arg
+                      ) -> tuple[float, float, float]:
+        """The totals of a partial-sum kernel (``sign_stats``, ``tbq_stats``): its arguments are
+        ``g, r, use_r, *scalars, n`` and three per-thread outputs, two float64 sums and an int64 count,
+        run on exactly ``REDUCE_THREADS`` threads so that every slot is written and the sums are the
+        same every run."""
         t = self._threads()
-        ps = torch.empty(t, dtype=torch.float64, device=g.device)
-        ns = torch.empty(t, dtype=torch.float64, device=g.device)
+        a = torch.empty(t, dtype=torch.float64, device=g.device)
+        b = torch.empty(t, dtype=torch.float64, device=g.device)
         cnt = torch.empty(t, dtype=torch.int64, device=g.device)
         rp = ptr(r) if r is not None else ptr(g)
-        # exactly t threads: every partial slot is written
-        self.launch("sign_stats", t, g.device,
-                    (ptr(g), rp, np.int32(r is not None), np.int64(g.numel()), ptr(ps), ptr(ns), ptr(cnt)))
-        sp, sn, c = torch.stack([ps.sum(), ns.sum(), cnt.sum().to(torch.float64)]).tolist()
-        return float(sp), float(sn), int(c)
+        self.launch(kernel, t, g.device,
+                    (ptr(g), rp, np.int32(r is not None), *scalars, np.int64(g.numel()), ptr(a), ptr(b), ptr(cnt)))
+        sa, sb, c = torch.stack([a.sum(), b.sum(), cnt.sum().to(torch.float64)]).tolist()
+        return float(sa), float(sb), float(c)
+
+    def _sign_part(self, g: torch.Tensor, r: torch.Tensor | None) -> tuple[float, float, int]:
+        sp, sn, c = self._partial_sums("sign_stats", g, r)
+        return sp, sn, int(c)
 
     def onebit_scales(self, g: torch.Tensor, r: torch.Tensor | None) -> tuple[float, float] | None:
         """See ``kernels.cpu.onebit_scales``; the float64 sums are added in another order (module doc)."""
