@@ -13,10 +13,10 @@ import time
 import numpy as np
 import torch
 
-from hipress.compress import GradientState, create
+from hipress.compress import GradientState
 from hipress.stats import median_ci
 
-from .builtins import generated_class
+from .builtins import generated_class, library_compressor
 
 
 def _ratio_ci(lib: list[float], gen: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
@@ -43,7 +43,7 @@ def bench_builtins(
     x = torch.randn(n, generator=torch.Generator().manual_seed(seed))
     rows = []
     for name in names:
-        comps = {"lib": create(name), "gen": generated_class(name)()}
+        comps = {"lib": library_compressor(name), "gen": generated_class(name)()}
         states = {k: GradientState(seed=seed) for k in comps}
         payloads = {k: c.encode(x, GradientState(seed=seed), name=name) for k, c in comps.items()}
         same = bool(torch.equal(payloads["lib"], payloads["gen"]))

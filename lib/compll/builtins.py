@@ -37,6 +37,19 @@ GENERATED = Path(__file__).with_name("generated")
 REPLACE: tuple[str, ...] = ()
 
 
+#: The library configuration a built-in spec writes, where it is not the library's default: onebit.pse
+#: is HiPress's onebit, one pair of scales per gradient; the library's default is a pair per 128
+#: elements (``hipress.compress.algorithms.onebit`` says why).
+LIBRARY_PARAMS: dict[str, dict] = {"onebit": {"block": 0}}
+
+
+def library_compressor(name: str, **params):
+    """The hand-written compressor whose payloads the built-in ``name`` reproduces, with ``params``."""
+    from hipress.compress import create
+
+    return create(name, **{**LIBRARY_PARAMS.get(name, {}), **params})
+
+
 def spec_path(name: str) -> Path:
     if name not in BUILTINS:
         raise KeyError(f"{name!r} is not a built-in CompLL spec; built-ins: {', '.join(BUILTINS)}")

@@ -68,6 +68,27 @@ def onebit_decode(body: torch.Tensor, pos: float, neg: float, n: int) -> torch.T
     return torch.where(bits, pos, neg).to(torch.float32)
 
 
+def onebit_blocks_encode(g: torch.Tensor, r: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bits, scales): ``onebit_encode`` on every ``block`` elements (the float64 means, any order)."""
+    v = g + r
+    pos_mask = v >= 0
+    scales = torch.zeros(2 * (-(-v.numel() // block)), dtype=torch.float32)
+    vals = torch.empty_like(v)
+    for k, s in enumerate(range(0, v.numel(), block)):
+        w, m = v[s : s + block].double(), pos_mask[s : s + block]
+        scales[2 * k] = w[m].mean() if bool(m.any()) else 0.0
+        scales[2 * k + 1] = w[~m].mean() if bool((~m).any()) else 0.0
+        vals[s : s + block] = torch.where(m, scales[2 * k], scales[2 * k + 1])
+    r.copy_(v - vals)
+    return _pack(pos_mask, 1), scales
+
+
+def onebit_blocks_decode(body: torch.Tensor, scales: torch.Tensor, block: int, n: int) -> torch.Tensor:
+    bits = _unpack(body, 1, n).bool()
+    k = torch.arange(n) // block
+    return torch.where(bits, scales[0::2][k], scales[1::2][k]).to(torch.float32)
+
+
 def terngrad_encode(g: torch.Tensor, bits: int, stochastic: bool, seed: int) -> tuple[torch.Tensor, float, float]:
     lo, hi = g.min().item(), g.max().item()
     gap = np.float32(np.float32(hi) - np.float32(lo)) / np.float32((1 << bits) - 1)

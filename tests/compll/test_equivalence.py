@@ -8,6 +8,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hipress.compll.builtins import library_compressor
 from hipress.compress import CompressionError, GradientState, create
 
 from .conftest import KINDS, gradient
@@ -62,7 +63,7 @@ def _tbq_sum_order(pl: torch.Tensor, pg: torch.Tensor, params: dict) -> bool:
 
 
 def _check(name: str, params: dict, x_steps: list[torch.Tensor], generated, use_state: bool = True) -> None:
-    lib = create(name, **params)
+    lib = library_compressor(name, **params)
     gen = generated[name](**params)
     sl, sg = (GradientState(seed=7), GradientState(seed=7)) if use_state else (None, None)
     for step, x in enumerate(x_steps):

@@ -29,7 +29,8 @@ GENERATED = ["onebit", "tbq", "terngrad", "dgc", "graddrop"]
 
 # every registered algorithm, with parameters that reach each kernel path
 SPECS = [
-    "none", "fp16", "bf16", "onebit", "tbq", "tbq:tau=0.1", "terngrad", "terngrad:bits=1", "terngrad:bits=4",
+    "none", "fp16", "bf16", "onebit", "onebit:block=0", "onebit:block=8", "tbq", "tbq:tau=0.1", "terngrad",
+    "terngrad:bits=1", "terngrad:bits=4",
     "terngrad:bits=8,stochastic=false", "qsgd", "qsgd:bits=2,bucket_size=7", "qsgd:bits=4,bucket_size=64",
     "signsgd", "signsgd:scaled=true", "efsignsgd", "dgc:ratio=0.05", "dgc:ratio=0.05,momentum=0.9",
     "graddrop:drop_ratio=0.9", "topk:ratio=0.03", "randomk:ratio=0.1",

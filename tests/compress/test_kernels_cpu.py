@@ -45,7 +45,7 @@ def onebit_scales_reference(v: np.ndarray) -> tuple[np.float32, np.float32]:
 def test_onebit_scales_and_residual_are_the_sequential_ones(n):
     x, r0 = mixed(n, 1), mixed(n, 2) * 1e-3
     st = hc.GradientState(residual=r0.clone())
-    p = hc.create("onebit").encode(x, st)
+    p = hc.create("onebit", block=0).encode(x, st)
     v = (x + r0).numpy()
     pos, neg = onebit_scales_reference(v)
     got = np.frombuffer(p[20:28].numpy().tobytes(), dtype="<f4")
@@ -53,6 +53,37 @@ def test_onebit_scales_and_residual_are_the_sequential_ones(n):
     bits = np.packbits(v >= 0, bitorder="little")
     assert np.array_equal(p[28:].numpy(), bits)
     expect = v - np.where(v >= 0, pos, neg)
+    assert np.array_equal(st.residual.numpy().view(np.uint32), expect.view(np.uint32))
+
+
+def onebit_block_reference(v: np.ndarray, block: int) -> np.ndarray:
+    """The scales of every block: float64 sums in 8 lanes (element i of a block in lane i % 8, each
+    lane sequential), the lanes added as ((0+1)+(2+3))+((4+5)+(6+7)), then the float32 means."""
+    out = []
+    for s in range(0, v.size, block):
+        w = v[s : s + block].astype(np.float64)
+        for sel in (w >= 0, w < 0):
+            lanes = [seq_sum(np.where(sel, w, 0.0)[lane::8]) for lane in range(8)]
+            total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+            count = int(sel.sum())
+            out.append(np.float32(total / count) if count else np.float32(0.0))
+    return np.array(out, np.float32)
+
+
+@pytest.mark.parametrize("n,block", [(BIG, 128), (3 * CHUNK + 7, 8), (CHUNK + 5, 4096), (1000, 128)])
+def test_onebit_block_scales_are_the_lane_sums(n, block):
+    """Both backends (and the CUDA kernel: tests/compress/test_cuda_backend.py) sum in this order, so
+    the scales are bit-identical; the parallel driver runs at BIG."""
+    x, r0 = mixed(n, 3), mixed(n, 4) * 1e-3
+    st = hc.GradientState(residual=r0.clone())
+    p = hc.create("onebit", block=block).encode(x, st)
+    v = (x + r0).numpy()
+    want = onebit_block_reference(v, block)
+    got = p[24 : 24 + 4 * want.size].numpy().view("<f4")
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(p[24 + 4 * want.size :].numpy(), np.packbits(v >= 0, bitorder="little"))
+    k = np.arange(n) // block
+    expect = v - np.where(v >= 0, want[0::2][k], want[1::2][k])
     assert np.array_equal(st.residual.numpy().view(np.uint32), expect.view(np.uint32))
 
 

@@ -35,7 +35,7 @@ def test_tbq_bytes_match_reference(n, seed, tau):
 @given(n=sizes, seed=seeds)
 def test_onebit_bits_match_reference(n, seed):
     x = randn(n, seed=seed)
-    c = hc.create("onebit")
+    c = hc.create("onebit", block=0)
     stt = hc.GradientState()
     p = c.encode(x, stt)
     body, pos, neg = ref.onebit_encode(x, torch.zeros(n))
@@ -43,6 +43,23 @@ def test_onebit_bits_match_reference(n, seed):
     pos_k, neg_k = np.frombuffer(p[20:28].numpy().tobytes(), dtype="<f4")
     assert pos_k == pytest.approx(pos, rel=1e-5, abs=1e-7) and neg_k == pytest.approx(neg, rel=1e-5, abs=1e-7)
     assert torch.allclose(c.decode(p), ref.onebit_decode(p[28:], float(pos_k), float(neg_k), n))
+
+
+@given(n=sizes, seed=seeds, block=st.sampled_from([8, 16, 128, 4096]))
+def test_onebit_blocks_match_reference(n, seed, block):
+    x, r0 = randn(n, seed=seed), randn(n, seed=seed + 1) * 0.1
+    c = hc.create("onebit", block=block)
+    stt = hc.GradientState(residual=r0.clone())
+    p = c.encode(x, stt)
+    r_ref = r0.clone()
+    body, scales = ref.onebit_blocks_encode(x, r_ref, block)
+    nscales = 2 * (-(-n // block))
+    assert int.from_bytes(p[20:24].numpy().tobytes(), "little") == block and scales.numel() == nscales
+    got = p[24 : 24 + 4 * nscales].view(torch.float32)
+    assert torch.allclose(got, scales, rtol=1e-6, atol=0)  # the reference sums in another order
+    assert torch.equal(p[24 + 4 * nscales :], body)
+    assert torch.allclose(stt.residual, r_ref, rtol=1e-5, atol=1e-6)
+    assert torch.equal(c.decode(p), ref.onebit_blocks_decode(body, got, block, n))
 
 
 @given(n=sizes, seed=seeds, bits=st.sampled_from([1, 2, 4, 8]), stochastic=st.booleans())
@@ -184,3 +201,15 @@ def test_momentum_correction_and_error_feedback_wrappers_compose():
         p = c.encode(randn(500, seed=s), stt, name="w")
         assert inner.decode(p).count_nonzero() <= 5  # the payload is topk's own
     assert "mc_velocity" in stt.extra and "ef_residual" in stt.extra
+
+
+@pytest.mark.parametrize("offset", [1, 2, 3])
+def test_onebit_blocks_decode_from_any_offset(offset):
+    """A payload inside a received buffer can start at any byte: the float32 scales are then
+    unaligned, and decoding must not depend on where the buffer put them."""
+    c = hc.create("onebit")
+    x = randn(1000, seed=offset)
+    p = c.encode(x)
+    buf = torch.zeros(p.numel() + offset, dtype=torch.uint8)
+    buf[offset:].copy_(p)
+    assert torch.equal(c.decode(buf[offset:]), c.decode(p))

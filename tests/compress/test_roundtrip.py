@@ -21,8 +21,10 @@ def expected_size(c: hc.Compressor, n: int, payload: torch.Tensor) -> int:
         return 20 + 4 * n
     if name in ("fp16", "bf16"):
         return 20 + 2 * n
-    if name == "onebit":
+    if name == "onebit" and c.block == 0:  # HiPress's: one pair of float32 scales in the extra header
         return 20 + 8 + math.ceil(n / 8)
+    if name == "onebit":  # the block size in the extra header, a float32 pair per block in the body
+        return 20 + 4 + 8 * math.ceil(n / c.block) + math.ceil(n / 8)
     if name in ("signsgd", "efsignsgd"):
         return 20 + 4 + math.ceil(n / 8)
     if name == "tbq":

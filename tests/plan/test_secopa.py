@@ -224,9 +224,11 @@ def test_payload_model_matches_compressor(alg):
     comp, pm = create_from_spec(alg), PayloadModel.from_alg(alg)
     for n in (1 << 20, 1 << 21):
         assert pm(n) * 4 == pytest.approx(comp.payload_size(n), abs=1e-6)
+    # rounding of bit packing, of k, and of onebit's last block (a pair of float32 scales)
+    slack = 16.5 if alg == "onebit" else 8.5
     for n in (1, 7, 64, 1000, 12345):
-        assert abs(pm(n) * 4 - comp.payload_size(n)) <= 8.5  # rounding of bit packing / of k
-        assert pm.ratio(n) == pytest.approx(comp.ratio(n), abs=8.5 / (4 * n))
+        assert abs(pm(n) * 4 - comp.payload_size(n)) <= slack
+        assert pm.ratio(n) == pytest.approx(comp.ratio(n), abs=slack / (4 * n))
 
 
 def test_alg_ratio_changes_decisions_honestly():

@@ -39,7 +39,8 @@ class _Cast(Compressor):
         return header.numel * self.wire_dtype.itemsize
 
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
-        payload, body = allocate(self.wire_id, dtype, x.numel(), b"", x.numel() * self.wire_dtype.itemsize)
+        payload, body = allocate(self.wire_id, dtype, x.numel(), b"", x.numel() * self.wire_dtype.itemsize,
+                                 device=x.device)
         vals = body.view(self.wire_dtype)
         k = backend_for(x, name)
         if self.wire_dtype == torch.float32:

@@ -75,7 +75,7 @@ class QSGD(Compressor):
         if norms.numel() and not bool(torch.isfinite(norms).all()):
             raise CompressionError(name, "a bucket's norm overflows float32", "scale the gradient down first")
         nbytes, cbytes = _layout(n, b, bucket)
-        payload, body = allocate(self.wire_id, dtype, n, _EXTRA.pack(b, bucket), nbytes + cbytes)
+        payload, body = allocate(self.wire_id, dtype, n, _EXTRA.pack(b, bucket), nbytes + cbytes, device=x.device)
         body[:nbytes].view(torch.float32).copy_(norms)
         seed = state.step_seed() if state is not None else 0
         k.qsgd_encode(x, norms, bucket, self.levels, b, seed, body[nbytes:])

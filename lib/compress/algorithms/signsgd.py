@@ -50,7 +50,8 @@ class SignSGD(Compressor):
         if not finite:
             raise nonfinite(name)
         scale = float(np.float32((sp - sn) / x.numel())) if (self.scaled and x.numel()) else 1.0
-        payload, body = allocate(self.wire_id, dtype, x.numel(), _EXTRA.pack(scale), (x.numel() + 7) // 8)
+        payload, body = allocate(self.wire_id, dtype, x.numel(), _EXTRA.pack(scale), (x.numel() + 7) // 8,
+                                 device=x.device)
         k.sign_encode(x, body)
         return payload
 
@@ -61,7 +62,7 @@ class SignSGD(Compressor):
         if x.device.type != "cpu":
             return None
         n = x.numel()
-        payload, body = allocate(self.wire_id, dtype, n, _EXTRA.pack(0.0), (n + 7) // 8)
+        payload, body = allocate(self.wire_id, dtype, n, _EXTRA.pack(0.0), (n + 7) // 8, device=x.device)
         scale = sign_feedback(x, e, self.scaled, body)
         if scale is None:
             e.zero_()

@@ -102,7 +102,8 @@ class TBQ(Compressor):
         k = backend_for(x, name)
         r = state.buffer("residual", x) if state is not None else None
         tau, value = self._threshold(k, x, r)
-        payload, body = allocate(self.wire_id, dtype, x.numel(), _EXTRA.pack(value), (x.numel() + 3) // 4)
+        payload, body = allocate(self.wire_id, dtype, x.numel(), _EXTRA.pack(value), (x.numel() + 3) // 4,
+                                 device=x.device)
         if not k.tbq_encode(x, r, tau, body, value=value):
             if r is not None:
                 r.zero_()

@@ -63,7 +63,7 @@ class TernGrad(Compressor):
         b = self.bits
         n = x.numel()
         extra = _EXTRA.pack(b, n % (1 << b) & 0xFF, lo, hi)
-        payload, body = allocate(self.wire_id, dtype, n, extra, (n * b + 7) // 8)
+        payload, body = allocate(self.wire_id, dtype, n, extra, (n * b + 7) // 8, device=x.device)
         seed = state.step_seed() if state is not None else 0
         k.quant_encode(x, lo, gap_of(lo, hi, b), b, self.stochastic, seed, body)
         if state is not None:

@@ -38,6 +38,7 @@ __all__ = [
     "hash32",
     "merge_sparse",
     "minmax",
+    "onebit_blocks",
     "onebit_encode",
     "onebit_scales",
     "qsgd_decode",
@@ -46,6 +47,7 @@ __all__ = [
     "quant_encode",
     "scatter",
     "select_abs_ge",
+    "sign_blocks_decode",
     "sign_decode",
     "sign_encode",
     "sign_sums",
@@ -167,6 +169,30 @@ def sign_decode(p: torch.Tensor, pos: float, neg: float, out: torch.Tensor, add:
         return
     args = (p.numpy(), _f32(pos), _f32(neg), out.numpy(), add)
     quantize.sign_decode_par(*args) if _parallel(n) else quantize.sign_decode_range(*args, 0, n)
+
+
+def onebit_blocks(g: torch.Tensor, r: torch.Tensor | None, block: int, scales: torch.Tensor,
+                  out: torch.Tensor) -> bool:
+    """Onebit with two scales per ``block`` elements, in one pass over memory: each block's scales
+    (into ``scales``: pos, neg of block k at 2k, 2k + 1), its bits, and r <- v - scale. ``block`` is a
+    power of two in [8, 4096]. False if v held NaN or Inf (r is then partly overwritten: the caller
+    resets it)."""
+    n = g.numel()
+    if n == 0:
+        return True
+    ga = g.numpy()
+    args = (ga, r.numpy() if r is not None else ga, r is not None, block, scales.numpy(), out.numpy())
+    bad = quantize.onebit_blocks_par(*args) if _parallel(n) else quantize.onebit_blocks_range(*args, 0, n)
+    return bad == 0
+
+
+def sign_blocks_decode(p: torch.Tensor, block: int, scales: torch.Tensor, out: torch.Tensor, add: bool) -> None:
+    """The values of ``onebit_blocks``' bits: block k's pos where a bit is 1, its neg where 0."""
+    n = out.numel()
+    if n == 0:
+        return
+    args = (p.numpy(), block, scales.numpy(), out.numpy(), add)
+    quantize.sign_blocks_decode_par(*args) if _parallel(n) else quantize.sign_blocks_decode_range(*args, 0, n)
 
 
 # ---------------------------------------------------------------------------- b-bit linear (TernGrad)

@@ -238,6 +238,29 @@ class Backend:
         self._run("sign_decode", (n + 7) // 8, out, ptr(p), np.float32(pos), np.float32(neg), ptr(out),
                   np.int32(add), np.int64(n))
 
+    def onebit_blocks(self, g: torch.Tensor, r: torch.Tensor | None, block: int, scales: torch.Tensor,
+                      out: torch.Tensor) -> bool:
+        """See ``kernels.cpu.onebit_blocks``: a thread per block for the scales, then a thread per byte."""
+        n = g.numel()
+        if n == 0:
+            return True
+        flag = self._flag(g)
+        rp = ptr(r) if r is not None else ptr(g)
+        use_r = np.int32(r is not None)
+        self._run("onebit_block_scales", -(-n // block), g, ptr(g), rp, use_r, np.int32(block), np.int64(n),
+                  ptr(scales), ptr(flag))
+        self._run("sign_blocks_encode", (n + 7) // 8, g, ptr(g), rp, use_r, ptr(scales), np.int32(block), ptr(out),
+                  np.int64(n))
+        return int(flag.item()) == 0
+
+    def sign_blocks_decode(self, p: torch.Tensor, block: int, scales: torch.Tensor, out: torch.Tensor,
+                           add: bool) -> None:
+        n = out.numel()
+        if n == 0:
+            return
+        self._run("sign_blocks_decode", (n + 7) // 8, out, ptr(p), ptr(scales), np.int32(block), ptr(out),
+                  np.int32(add), np.int64(n))
+
     # ------------------------------------------------------------------ b-bit linear
     def minmax(self, x: torch.Tensor) -> tuple[float, float, bool]:
         if x.numel() == 0:

@@ -212,6 +212,86 @@ extern "C" __global__ void sign_decode(const u8* __restrict__ p, float pos, floa
     }
 }
 
+// ---------------------------------------------------------------------------- onebit in blocks
+// One thread per block of bk elements (a power of two): v = g (+ r) into r, the float64 sums of
+// v >= 0 and v < 0 in 8 lanes (element i of the block in lane i % 8, lanes added as
+// ((0+1)+(2+3))+((4+5)+(6+7)): quantize._block_scales' order, so the scales are the CPU's), the
+// two float32 means (0 where a class is empty) into scales[2k], scales[2k + 1].
+extern "C" __global__ void onebit_block_scales(const float* __restrict__ g, float* __restrict__ r, int use_r, int bk,
+                                               i64 n, float* __restrict__ scales, int* flag) {
+    i64 nb = (n + bk - 1) / bk;
+    int bad = 0;
+    for (i64 k = HP_TID; k < nb; k += HP_STRIDE) {
+        i64 s = k * bk;
+        i64 e = s + bk < n ? s + bk : n;
+        double p[8] = {0, 0, 0, 0, 0, 0, 0, 0}, q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        i64 c = 0;
+        for (i64 i = s; i < e; i++) {
+            float v = g[i];
+            if (use_r) {
+                v = v + r[i];
+                r[i] = v;
+            }
+            bad |= hp_bad(v);
+            int l = (int) ((i - s) & 7);
+            if (v >= 0.0f) {
+                p[l] += (double) v;
+                c++;
+            } else {
+                q[l] += (double) v;
+            }
+        }
+        double sp = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+        double sn = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
+        i64 cn = (e - s) - c;
+        scales[2 * k] = c > 0 ? (float) (sp / (double) c) : 0.0f;
+        scales[2 * k + 1] = cn > 0 ? (float) (sn / (double) cn) : 0.0f;
+    }
+    if (bad) *flag = 1;
+}
+
+// Bit 1 where v >= 0, LSB first, with the scales of the byte's block (a byte's 8 elements are in
+// one block: bk is a multiple of 8); with use_r, r holds v and becomes v - (pos or neg).
+extern "C" __global__ void sign_blocks_encode(const float* __restrict__ g, float* __restrict__ r, int use_r,
+                                              const float* __restrict__ scales, int bk, u8* __restrict__ out, i64 n) {
+    i64 m = (n + 7) >> 3;
+    for (i64 j = HP_TID; j < m; j += HP_STRIDE) {
+        i64 k = (j * 8) / bk;
+        float pos = scales[2 * k], neg = scales[2 * k + 1];
+        u32 byte = 0;
+        for (int t = 0; t < 8; t++) {
+            i64 i = j * 8 + t;
+            if (i >= n) break;
+            int ge;
+            if (use_r) {
+                float v = r[i];
+                ge = v >= 0.0f;
+                r[i] = v - (ge ? pos : neg);
+            } else {
+                ge = g[i] >= 0.0f;
+            }
+            byte |= (u32) ge << t;
+        }
+        out[j] = (u8) byte;
+    }
+}
+
+extern "C" __global__ void sign_blocks_decode(const u8* __restrict__ p, const float* __restrict__ scales, int bk,
+                                              float* __restrict__ out, int add, i64 n) {
+    i64 m = (n + 7) >> 3;
+    for (i64 j = HP_TID; j < m; j += HP_STRIDE) {
+        i64 k = (j * 8) / bk;
+        float pos = scales[2 * k], neg = scales[2 * k + 1];
+        u32 b = p[j];
+        for (int t = 0; t < 8; t++) {
+            i64 i = j * 8 + t;
+            if (i >= n) break;
+            float v = ((b >> t) & 1u) ? pos : neg;
+            out[i] = add ? out[i] + v : v;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------- b-bit linear (TernGrad)
 // q = floor((g - lo) / gap + u) clipped to [0, 2^bits - 1]; u = uniform(seed, i) or 0.5; 0 if gap <= 0.
 extern "C" __global__ void linear_encode(const float* __restrict__ g, float lo, float gap, int bits, int stochastic,
