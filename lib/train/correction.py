@@ -18,7 +18,10 @@ hyper-parameters. Which scheme each algorithm gets:
   stabilised lr 0.05-0.1 a little but cost 6.7 points at lr 0.01, see ``for_optimizer``;
 - biased quantizers (tbq, onebit, signsgd/efsignsgd) and PowerSGD: local momentum and error
   feedback on the velocity (their own residual, or ``ErrorFeedback`` for signsgd), no masking: every
-  coordinate is sent each step, so masking would cancel momentum altogether;
+  coordinate is sent each step, so masking would cancel momentum altogether. What made the velocity
+  quantizable was the quantizer's resolution, not where the feedback sits: tbq's threshold follows
+  mean|v| (a fixed tau clipped it), and onebit takes its two scales per 128 elements (one pair per
+  gradient sent the small coordinates as ±the tensor's mean; see ``compress.algorithms.onebit``);
 - unbiased quantizers (terngrad, qsgd): local momentum, no error feedback (their error is zero-mean;
   feeding it back diverged, see ``wrappers.with_feedback``);
 - lossless (none) and uncompressed warm-up steps: local momentum only, which is torch's SGD exactly.
