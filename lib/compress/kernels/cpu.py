@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from . import dense, quantize, reduce
-from .common import CHUNK, PARALLEL_MIN, hash32, uniform01, uniform_numpy
+from .common import CHUNK, PARALLEL_MIN, WHOLE, hash32, uniform01, uniform_numpy
 from .sparse import add_into, merge_sparse, scatter, select_abs_ge
 
 __all__ = [
@@ -164,11 +164,8 @@ def sign_encode(g: torch.Tensor, out: torch.Tensor) -> None:
 
 
 def sign_decode(p: torch.Tensor, pos: float, neg: float, out: torch.Tensor, add: bool) -> None:
-    n = out.numel()
-    if n == 0:
-        return
-    args = (p.numpy(), _f32(pos), _f32(neg), out.numpy(), add)
-    quantize.sign_decode_par(*args) if _parallel(n) else quantize.sign_decode_range(*args, 0, n)
+    """One pair of scales for the whole gradient: ``sign_blocks_decode`` with one block."""
+    sign_blocks_decode(p, WHOLE, torch.tensor([pos, neg], dtype=torch.float32), out, add)
 
 
 def onebit_blocks(g: torch.Tensor, r: torch.Tensor | None, block: int, scales: torch.Tensor,

@@ -234,31 +234,6 @@ def sign_encode_par(g, r, use_r, pos, neg, out):
     return 0
 
 
-@jit
-def sign_decode_range(p, pos, neg, out, add, s, e):
-    codes = np.empty(CODES_LEN, np.uint8)
-    for b0 in range(s, e, BLOCK):
-        b1 = min(e, b0 + BLOCK)
-        unpack_codes(p[b0 // 8 : (b1 + 7) // 8], codes, 1)
-        o = out[b0:b1]
-        if add:
-            for i in range(o.size):
-                o[i] += pos if codes[i] != _U0 else neg
-        else:
-            for i in range(o.size):
-                o[i] = pos if codes[i] != _U0 else neg
-    return 0
-
-
-@pjit
-def sign_decode_par(p, pos, neg, out, add):
-    n = out.size
-    for t in prange((n + TASK - 1) // TASK):
-        s = t * TASK
-        sign_decode_range(p, pos, neg, out, add, s, min(n, s + TASK))
-    return 0
-
-
 # ---------------------------------------------------------------------------- onebit in blocks
 # Each block of ``bk`` elements (a power of two that divides BLOCK) has its own two scales. The
 # scale sums are float64 in 8 interleaved lanes (element i of a block in lane i % 8), the lanes

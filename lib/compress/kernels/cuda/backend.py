@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..common import CHUNK, PARALLEL_MIN, hash32, uniform01, uniform_numpy
+from ..common import CHUNK, PARALLEL_MIN, WHOLE, hash32, uniform01, uniform_numpy
 
 SOURCE_PATH = Path(__file__).with_name("kernels.cu")  # the CUDA C source (tests compile it too)
 NVRTC_OPTIONS = ("--std=c++14", "-fmad=false")
@@ -219,8 +219,9 @@ class Backend:
         if n == 0:
             return
         rp = ptr(r) if r is not None else ptr(g)
-        self._run("sign_encode", (n + 7) // 8, g, ptr(g), rp, np.int32(r is not None), np.float32(pos),
-                  np.float32(neg), ptr(out), np.int64(n))
+        scales = torch.tensor([pos, neg], dtype=torch.float32, device=g.device)
+        self._run("sign_blocks_encode", (n + 7) // 8, g, ptr(g), rp, np.int32(r is not None), ptr(scales),
+                  np.int64(WHOLE), ptr(out), np.int64(n))
 
     def sign_sums(self, x: torch.Tensor) -> tuple[float, float, bool]:
         if x.numel() == 0:
@@ -232,11 +233,7 @@ class Backend:
         self.onebit_encode(g, None, 0.0, 0.0, out)
 
     def sign_decode(self, p: torch.Tensor, pos: float, neg: float, out: torch.Tensor, add: bool) -> None:
-        n = out.numel()
-        if n == 0:
-            return
-        self._run("sign_decode", (n + 7) // 8, out, ptr(p), np.float32(pos), np.float32(neg), ptr(out),
-                  np.int32(add), np.int64(n))
+        self.sign_blocks_decode(p, WHOLE, torch.tensor([pos, neg], dtype=torch.float32, device=out.device), out, add)
 
     def onebit_blocks(self, g: torch.Tensor, r: torch.Tensor | None, block: int, scales: torch.Tensor,
                       out: torch.Tensor) -> bool:
@@ -249,7 +246,7 @@ class Backend:
         use_r = np.int32(r is not None)
         self._run("onebit_block_scales", -(-n // block), g, ptr(g), rp, use_r, np.int32(block), np.int64(n),
                   ptr(scales), ptr(flag))
-        self._run("sign_blocks_encode", (n + 7) // 8, g, ptr(g), rp, use_r, ptr(scales), np.int32(block), ptr(out),
+        self._run("sign_blocks_encode", (n + 7) // 8, g, ptr(g), rp, use_r, ptr(scales), np.int64(block), ptr(out),
                   np.int64(n))
         return int(flag.item()) == 0
 
@@ -258,7 +255,7 @@ class Backend:
         n = out.numel()
         if n == 0:
             return
-        self._run("sign_blocks_decode", (n + 7) // 8, out, ptr(p), ptr(scales), np.int32(block), ptr(out),
+        self._run("sign_blocks_decode", (n + 7) // 8, out, ptr(p), ptr(scales), np.int64(block), ptr(out),
                   np.int32(add), np.int64(n))
 
     # ------------------------------------------------------------------ b-bit linear

@@ -175,43 +175,6 @@ extern "C" __global__ void sign_stats(const float* __restrict__ g, float* __rest
     cnt[HP_TID] = c;
 }
 
-// Bit 1 where v >= 0, LSB first; with use_r, r holds v and becomes v - (pos or neg).
-extern "C" __global__ void sign_encode(const float* __restrict__ g, float* __restrict__ r, int use_r, float pos,
-                                       float neg, u8* __restrict__ out, i64 n) {
-    i64 m = (n + 7) >> 3;
-    for (i64 j = HP_TID; j < m; j += HP_STRIDE) {
-        u32 byte = 0;
-        for (int k = 0; k < 8; k++) {
-            i64 i = j * 8 + k;
-            if (i >= n) break;
-            int ge;
-            if (use_r) {
-                float v = r[i];
-                ge = v >= 0.0f;
-                r[i] = v - (ge ? pos : neg);
-            } else {
-                ge = g[i] >= 0.0f;
-            }
-            byte |= (u32) ge << k;
-        }
-        out[j] = (u8) byte;
-    }
-}
-
-extern "C" __global__ void sign_decode(const u8* __restrict__ p, float pos, float neg, float* __restrict__ out,
-                                       int add, i64 n) {
-    i64 m = (n + 7) >> 3;
-    for (i64 j = HP_TID; j < m; j += HP_STRIDE) {
-        u32 b = p[j];
-        for (int k = 0; k < 8; k++) {
-            i64 i = j * 8 + k;
-            if (i >= n) break;
-            float v = ((b >> k) & 1u) ? pos : neg;
-            out[i] = add ? out[i] + v : v;
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------- onebit in blocks
 // One thread per block of bk elements (a power of two): v = g (+ r) into r, the float64 sums of
 // v >= 0 and v < 0 in 8 lanes (element i of the block in lane i % 8, lanes added as
@@ -251,9 +214,10 @@ extern "C" __global__ void onebit_block_scales(const float* __restrict__ g, floa
 }
 
 // Bit 1 where v >= 0, LSB first, with the scales of the byte's block (a byte's 8 elements are in
-// one block: bk is a multiple of 8); with use_r, r holds v and becomes v - (pos or neg).
+// one block: bk is a multiple of 8; one block, bk >= n, for HiPress's one pair per gradient and for
+// signSGD); with use_r, r holds v and becomes v - (pos or neg).
 extern "C" __global__ void sign_blocks_encode(const float* __restrict__ g, float* __restrict__ r, int use_r,
-                                              const float* __restrict__ scales, int bk, u8* __restrict__ out, i64 n) {
+                                              const float* __restrict__ scales, i64 bk, u8* __restrict__ out, i64 n) {
     i64 m = (n + 7) >> 3;
     for (i64 j = HP_TID; j < m; j += HP_STRIDE) {
         i64 k = (j * 8) / bk;
@@ -276,7 +240,7 @@ extern "C" __global__ void sign_blocks_encode(const float* __restrict__ g, float
     }
 }
 
-extern "C" __global__ void sign_blocks_decode(const u8* __restrict__ p, const float* __restrict__ scales, int bk,
+extern "C" __global__ void sign_blocks_decode(const u8* __restrict__ p, const float* __restrict__ scales, i64 bk,
                                               float* __restrict__ out, int add, i64 n) {
     i64 m = (n + 7) >> 3;
     for (i64 j = HP_TID; j < m; j += HP_STRIDE) {
