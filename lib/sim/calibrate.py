@@ -14,7 +14,8 @@ squares on the log of predicted/published, bounded):
 1. ``compute_overhead`` on the uncompressed baselines' single-node points: how much slower a GPU
    computes once several share a host (input pipeline, PCIe, CPU), before any network is involved;
 2. ``byteps_host_gbytes``, ``cpu_codec_gbytes`` and ``host_jitter`` together on ``byteps`` and
-   ``byteps-onebit`` (both systems use all of them; the servers' per-message work is not fitted but
+   ``byteps-onebit`` (both systems use all of them; ``cpu_codec_gbytes`` with a weak prior at the
+   host's message rate, :data:`PRIORS`; the servers' per-message work is not fitted but
    derived from HiPress's measured ps-lite gather/broadcast constants);
 3. ``nccl_step_ms`` and ``nccl_efficiency`` on ``ring`` (the latter with a weak prior, :data:`PRIORS`);
 4. ``oss_codec_work`` on ``ring-dgc``.
@@ -47,7 +48,7 @@ BASELINES = ("byteps", "byteps-onebit", "ring", "ring-dgc")
 
 
 #: Nelder-Mead's budget per fitted parameter, and its first simplex's step (in log of the value).
-EVALS_PER_PARAM = 25
+EVALS_PER_PARAM = 60
 SIMPLEX_STEP = 0.5
 
 
@@ -157,11 +158,16 @@ class Evaluator:
         return r.throughput
 
 
-#: Weak priors, ``name: (derived parameter it is centred on, sigma in log)``: NCCL's share of the link
-#: is centred on the share CaSync's transport reaches (``net_efficiency``, from SeCoPa's constants).
-#: A curve that cannot tell the link rate (a compute-bound model's) then leaves it near that share
-#: instead of anywhere in its bounds; a bandwidth-bound curve (VGG19's) outweighs it many times.
-PRIORS: dict[str, tuple[str, float]] = {"nccl_efficiency": ("net_efficiency", 0.25)}
+#: Weak priors, ``name: (parameter it is centred on, sigma in log)``. NCCL's share of the link is
+#: centred on the share CaSync's transport reaches (``net_efficiency``, from SeCoPa's constants). The
+#: host's streaming pass over fp32 data (BytePS's sum, on-CPU onebit's encode and decode) is centred
+#: on the rate the same host's message path moves bytes (``byteps_host_gbytes``, fitted in the same
+#: step): both are one pass of one process over host memory. A curve that cannot tell a parameter (a
+#: compute-bound model's; only VGG19 has an on-CPU onebit curve) then leaves it near its physical
+#: neighbour instead of at its starting guess or anywhere in its bounds; a curve that can (VGG19's,
+#: bandwidth-bound) outweighs the prior many times.
+PRIORS: dict[str, tuple[str, float]] = {"nccl_efficiency": ("net_efficiency", 0.25),
+                                        "cpu_codec_gbytes": ("byteps_host_gbytes", 0.25)}
 #: The published points' own scatter (log), which weighs a prior against them: a point counts
 #: ``(sigma / POINT_SIGMA)**2`` = 25 times a prior's unit deviation.
 POINT_SIGMA = 0.05
