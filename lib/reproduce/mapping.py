@@ -64,8 +64,11 @@ def alg_spec(alg: str | None, rate: float | None) -> str:
 
 
 def run_spec(system: str, alg: str | None = None, rate: float | None = None, *, pipeline: bool = True,
-             bulk: bool = True, secopa: bool = True) -> RunSpec | None:
-    """The real run of ``system``; None for ``linear`` (derived from the 1-host ``byteps`` run)."""
+             bulk: bool = True, secopa: bool = True, gpu_codec: bool = True) -> RunSpec | None:
+    """The real run of ``system``; None for ``linear`` (derived from the 1-host ``byteps`` run).
+
+    ``gpu_codec=False`` (figure 11's on-CPU step, CaSync-PS before its codec moves to the GPU)
+    compresses every gradient whole: the codec is on this machine's CPU in every step anyway."""
     if system == "linear":
         return None
     if system == "byteps":
@@ -77,7 +80,8 @@ def run_spec(system: str, alg: str | None = None, rate: float | None = None, *, 
     if system == "byteps-onebit":
         return RunSpec("ps", "onebit", plan="whole", overlap=False, bulk_bytes=0)
     if system in ("casync-ps", "casync-ring"):
-        return RunSpec(system.removeprefix("casync-"), alg_spec(alg, rate), plan="secopa" if secopa else "default",
+        plan = "whole" if not gpu_codec else "secopa" if secopa else "default"
+        return RunSpec(system.removeprefix("casync-"), alg_spec(alg, rate), plan=plan,
                        overlap=pipeline, bulk_bytes=None if bulk else 0)
     raise ValueError(f"system {system!r} has no real-engine mapping; known: byteps, ring, ring-dgc, "
                      f"byteps-onebit, casync-ps, casync-ring, linear")

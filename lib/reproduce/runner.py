@@ -42,7 +42,8 @@ class RealRunnerError(RuntimeError):
 
 
 def point_spec(p: Point) -> RunSpec | None:
-    return run_spec(p.system, p.algorithm, p.rate, pipeline=p.pipeline, bulk=p.bulk, secopa=p.secopa)
+    return run_spec(p.system, p.algorithm, p.rate, pipeline=p.pipeline, bulk=p.bulk, secopa=p.secopa,
+                    gpu_codec=p.gpu_codec)
 
 
 class RealCache:

@@ -43,6 +43,7 @@ class Point:
     bulk: bool = True
     secopa: bool = True
     compute_ms: float | None = None
+    gpu_codec: bool = True  # CaSync's encode/decode on the GPU (figure 11's on-CPU step: False)
 
     def key(self) -> str:
         """A file-name-safe identity of the point (the cache adds a hash of the model's inputs)."""
@@ -146,7 +147,7 @@ def _panel_points(fig: int, kind: str, cluster: str, raw: dict[str, Any], ref: R
                 Point(
                     fig, cluster, model, system, gpus, alg, None, _need(st, "name", str, w),
                     bool(st.get("pipeline", True)), bool(st.get("bulk", True)), bool(st.get("secopa", True)),
-                    float(compute) if compute is not None else None,
+                    float(compute) if compute is not None else None, bool(st.get("gpu_codec", True)),
                 )
             )
     else:  # rate

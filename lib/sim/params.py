@@ -24,7 +24,8 @@ FITTABLE: dict[str, tuple[float, float, str]] = {
     "nccl_step_ms": (0.001, 0.5, "ring, ring-dgc (NCCL per-step latency over TCP sockets)"),
     "byteps_host_gbytes": (0.3, 20.0, "byteps, byteps-onebit (host memory path: copies, sums, ZMQ)"),
     "host_jitter": (0.001, 1.0, "byteps, byteps-onebit (spread of CPU speed across nodes, log-normal sigma)"),
-    "cpu_codec_gbytes": (0.2, 50.0, "byteps-onebit (onebit on the CPU, per fp32 byte)"),
+    "cpu_codec_gbytes": (0.2, 50.0, "byteps, byteps-onebit (CPU sum and onebit codec, per fp32 byte; "
+                                    "weak prior: byteps_host_gbytes)"),
     "oss_codec_work": (0.5, 50.0, "ring-dgc (open-source DGC kernels vs CompLL's, multiplier)"),
     "nccl_efficiency": (0.1, 1.0,
                         "ring, ring-dgc (share of the nominal link NCCL's ring reaches; weak prior: net_efficiency)"),

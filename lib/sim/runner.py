@@ -25,7 +25,7 @@ from .systems import Options
 from .workload import Workload, reference_workload
 
 #: Bump when a change to the model changes results, so that caches made before it are ignored.
-SIM_VERSION = 9
+SIM_VERSION = 10
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
@@ -114,7 +114,7 @@ class SimRunner:
         r = simulate(
             p.system, w, self.cluster(p.cluster), p.gpus, params, self.costs,
             alg=p.algorithm, rate=p.rate, planner=self.planner,
-            options=Options(pipeline=p.pipeline, bulk=p.bulk, secopa=p.secopa),
+            options=Options(pipeline=p.pipeline, bulk=p.bulk, secopa=p.secopa, gpu_codec=p.gpu_codec),
         )
         out = {**r.to_dict(), "unit": f"{w.unit}/s", "mode": "sim"}
         if w.note:

@@ -37,6 +37,9 @@ def test_figure11_switches():
     assert off == RunSpec("ps", "onebit", plan="default", overlap=False, bulk_bytes=0)
     assert run_spec("casync-ps", "onebit", pipeline=True, bulk=True, secopa=False).plan == "default"
     assert run_spec("casync-ps", "onebit", pipeline=True, bulk=False, secopa=False).bulk_bytes == 0
+    # the on-CPU step (CaSync-PS, codec on the CPU): every gradient whole, as BytePS's onebit runs here
+    on_cpu = run_spec("casync-ps", "onebit", pipeline=False, bulk=False, secopa=False, gpu_codec=False)
+    assert on_cpu == run_spec("byteps-onebit", "onebit")
 
 
 def test_bad_mappings_are_refused():

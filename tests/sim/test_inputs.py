@@ -167,3 +167,26 @@ def test_the_nccl_share_prior_weighs_only_when_that_share_is_fitted():
     sigma = PRIORS["nccl_efficiency"][1]
     penalty = (POINT_SIGMA / sigma) ** 2 * math.log(2) ** 2
     assert _loss(ev, pts, off, fitted) == pytest.approx(_loss(ev, pts, off) + penalty)
+
+
+def test_the_host_codec_prior_is_centred_on_the_hosts_message_rate():
+    """The CPU's sum/onebit pass has a weak prior at the same host's message-path rate: only VGG19
+    has an on-CPU onebit curve, so a fit without it must not leave the codec at its starting guess.
+    The prior follows the fitted message rate (its centre is a parameter of the same step)."""
+    import math
+
+    from hipress.sim.calibrate import POINT_SIGMA, PRIORS, _loss
+    from hipress.sim.params import derive_params
+
+    centre, sigma = PRIORS["cpu_codec_gbytes"]
+    assert centre == "byteps_host_gbytes"
+    ev = Evaluator(REF)
+    pts = published_points(REF, "aws", ["resnet50"], ["byteps"])[-1:]
+    base = derive_params(REF, "aws", calibration={})
+    fitted = ("byteps_host_gbytes", "cpu_codec_gbytes", "host_jitter")
+    for host in (2.0, 8.0):
+        at_centre = base.with_values(byteps_host_gbytes=host, cpu_codec_gbytes=host)
+        off = base.with_values(byteps_host_gbytes=host, cpu_codec_gbytes=host * 3)
+        assert _loss(ev, pts, at_centre, fitted) == pytest.approx(_loss(ev, pts, at_centre))
+        penalty = (POINT_SIGMA / sigma) ** 2 * math.log(3) ** 2
+        assert _loss(ev, pts, off, fitted) == pytest.approx(_loss(ev, pts, off) + penalty)

@@ -225,3 +225,25 @@ def test_no_pipeline_synchronizes_each_gradient_in_one_piece():
     whole = sum(costs.collective(k, 16, costs.link_ms_per_element, 0.2)(fc6) for k in ("gather", "broadcast"))
     assert whole > 50
     assert span[0] - span[1] > whole
+
+
+def test_figure11_on_cpu_step_runs_the_codec_on_the_host():
+    """CaSync-PS with its codec on the CPU: the host does the encode/decode work (at the fitted CPU
+    codec rate) and the GPU none; a faster CPU codec shortens the sync, and moving the codec to the
+    GPU (SeCoPa's measured kernels) is what figure 11's next step gains."""
+    from hipress.sim.params import derive_params
+
+    local = cluster_from_reference(REF, "local")
+    params = derive_params(REF, "local")
+    w = make_workload("vgg19", REF.per_gpu_rate("local", "vgg19"), compute_ms=278.0)
+
+    def run(gpu_codec: bool, p=params):
+        return simulate("casync-ps", w, local, 32, p, REF, alg="onebit",
+                        options=Options(pipeline=False, bulk=False, secopa=False, gpu_codec=gpu_codec))
+
+    cpu, gpu = run(False), run(True)
+    assert cpu.busy_ms.get("gpu", 0.0) == 0.0 and cpu.busy_ms["host"] > 0.0
+    assert gpu.busy_ms.get("host", 0.0) == 0.0 and gpu.busy_ms["gpu"] > 0.0
+    assert cpu.sync_span_ms > gpu.sync_span_ms
+    faster = run(False, params.with_values(cpu_codec_gbytes=params.cpu_codec_gbytes * 4))
+    assert faster.sync_span_ms < cpu.sync_span_ms

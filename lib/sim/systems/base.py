@@ -31,6 +31,10 @@ class Options:
     pipeline: bool = True
     bulk: bool = True
     secopa: bool = True
+    #: encode/decode on the GPU (SeCoPa's measured kernels); off: on the host CPU at the cluster's
+    #: fitted ``cpu_codec_gbytes``, each payload's fp32 side copied over PCIe (figure 11's
+    #: on-CPU compression, the step before on_gpu_compression)
+    gpu_codec: bool = True
 
 
 @dataclass
@@ -130,9 +134,26 @@ class Context:
         return self.sim.task(kind, prim(nbytes / 4.0), (self.res("ps", server),), deps)
 
     def encode(self, node: int, elements: int, deps: Sequence[Task | None], alg: Algorithm | None = None) -> Task:
+        if not self.options.gpu_codec:
+            return self.sim.task("cpu-encode", 4.0 * elements / self.cpu_codec_rate, (self.res("host", node),), deps)
         a = alg or self.alg
         return self.sim.task("encode", self.costs.encode_ms(elements, a), (self.res("gpu", node),), deps)
 
     def decode(self, node: int, elements: int, deps: Sequence[Task | None], alg: Algorithm | None = None) -> Task:
+        if not self.options.gpu_codec:
+            return self.sim.task("cpu-decode", 4.0 * elements / self.cpu_codec_rate, (self.res("host", node),), deps)
         a = alg or self.alg
         return self.sim.task("decode", self.costs.decode_ms(elements, a), (self.res("gpu", node),), deps)
+
+    def to_codec(self, node: int, nbytes: float, deps: Sequence[Task | None]) -> Task | None:
+        """Where the codec runs, the fp32 data must be: with the codec on the CPU, a copy from the GPU
+        to host memory (PCIe); on the GPU, nothing."""
+        if self.options.gpu_codec:
+            return self.after(deps) if len(deps) != 1 else deps[0]
+        return self.sim.task("d2h", nbytes / self.pcie_rate, (self.res("pcie", node),), deps)
+
+    def from_codec(self, node: int, nbytes: float, deps: Sequence[Task | None]) -> Task | None:
+        """The decoded fp32 result back onto the GPU (the reverse of :meth:`to_codec`)."""
+        if self.options.gpu_codec:
+            return self.after(deps) if len(deps) != 1 else deps[0]
+        return self.sim.task("h2d", nbytes / self.pcie_rate, (self.res("pcie", node),), deps)

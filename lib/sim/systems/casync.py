@@ -22,7 +22,9 @@ forwarding the payload unchanged, each received payload decoded.
 one piece (CaSync's pipelining is the overlap of one gradient's partitions' encode, transfer and
 decode; with no partitions there is nothing to overlap), on one server, and only once the previous
 gradient's synchronization is done; without ``bulk`` small gradients travel alone; without
-``secopa`` every gradient is compressed and cut into 4 MiB partitions (the engine's default).
+``secopa`` every gradient is compressed and cut into 4 MiB partitions (the engine's default); without
+``gpu_codec`` encode and decode run on the host CPU (BytePS's on-CPU rate, fitted on its onebit
+curve), the fp32 side of every payload copied over PCIe.
 """
 
 from __future__ import annotations
@@ -140,6 +142,8 @@ def _ps_partition(ctx: Context, ln: int, compress: bool, s: int, deps: list[Task
     n = ctx.nodes
     nbytes = 4.0 * ln
     reduced = [ctx.intra_reduce(w, nbytes, deps) for w in range(n)]
+    if compress:
+        reduced = [ctx.to_codec(w, nbytes, [x]) for w, x in enumerate(reduced)]
     wire = ctx.alg.payload_bytes(ln) if compress else nbytes
     pushed: dict[int, Task | None] = {
         w: (ctx.encode(w, ln, [reduced[w]]) if compress else reduced[w]) for w in range(n) if w != s
@@ -164,6 +168,8 @@ def _ps_partition(ctx: Context, ln: int, compress: bool, s: int, deps: list[Task
             y = own
         else:
             y = ctx.decode(w, ln, [pulled, pushed[w]], agg_alg) if compress else pulled
+        if compress:
+            y = ctx.from_codec(w, nbytes, [y])
         out.append(ctx.intra_broadcast(w, nbytes, [y]))
     return out
 
@@ -176,6 +182,7 @@ def _ring_partition(ctx: Context, ln: int, compress: bool, deps: list[Task | Non
         for _ in range(2 * (n - 1)):
             x = ctx.transfer(0, 0, 4.0 * q, [x])
         return ctx.intra_broadcast(0, 4.0 * ln, [x])
+    x = ctx.to_codec(0, 4.0 * ln, [x])
     for hop in range(n - 1):
         alg = ctx.alg.widened(hop + 1)
         e = ctx.encode(0, q, [x], alg)
@@ -188,4 +195,4 @@ def _ring_partition(ctx: Context, ln: int, compress: bool, deps: list[Task | Non
     for _ in range(n - 1):
         prev = ctx.transfer(0, 0, agg_alg.payload_bytes(q), [prev])
         decoded.append(ctx.decode(0, q, [prev], agg_alg))
-    return ctx.intra_broadcast(0, 4.0 * ln, decoded)
+    return ctx.intra_broadcast(0, 4.0 * ln, [ctx.from_codec(0, 4.0 * ln, decoded)])
