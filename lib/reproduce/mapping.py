@@ -78,7 +78,7 @@ def run_spec(system: str, alg: str | None = None, rate: float | None = None, *, 
     if system == "ring-dgc":
         return RunSpec("allgather", alg_spec("dgc", rate))
     if system == "byteps-onebit":
-        return RunSpec("ps", "onebit", plan="whole", overlap=False, bulk_bytes=0)
+        return RunSpec("ps", alg_spec("onebit", None), plan="whole", overlap=False, bulk_bytes=0)
     if system in ("casync-ps", "casync-ring"):
         plan = "whole" if not gpu_codec else "secopa" if secopa else "default"
         return RunSpec(system.removeprefix("casync-"), alg_spec(alg, rate), plan=plan,

@@ -64,11 +64,17 @@ class IterationResult:
         }
 
 
+#: The paper's version of an algorithm where the library's default differs: HiPress's onebit takes one
+#: pair of scales per gradient (the library's default, a pair per 128 elements, sends 1.5 bits).
+PAPER_SPECS = {"onebit": "onebit:block=0"}
+
+
 def plan_spec(alg: str, rate: float | None) -> str:
-    """The compressor spec SeCoPa plans for: the swept rate must reach the plan's payload model too,
-    or the plan's compress/partition decisions would be made for the default rate (figure 12)."""
+    """The compressor spec SeCoPa plans for (and the real mode runs): the paper's version of the
+    algorithm, and the swept rate must reach the plan's payload model too, or the plan's
+    compress/partition decisions would be made for the default rate (figure 12)."""
     if rate is None:
-        return alg
+        return PAPER_SPECS.get(alg, alg)
     if alg == "dgc":
         return f"dgc:ratio={rate:g}"
     if alg == "terngrad":

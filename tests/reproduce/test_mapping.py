@@ -19,9 +19,9 @@ from hipress.train.config import make_config
     ("ring-dgc", "dgc", None, RunSpec("allgather", "dgc")),
     ("ring-dgc", "dgc", 0.05, RunSpec("allgather", "dgc:ratio=0.05")),
     ("casync-ring", "dgc", None, RunSpec("ring", "dgc", plan="secopa")),
-    ("casync-ps", "onebit", None, RunSpec("ps", "onebit", plan="secopa")),
+    ("casync-ps", "onebit", None, RunSpec("ps", "onebit:block=0", plan="secopa")),  # the paper's onebit
     ("casync-ps", "dgc", 0.001, RunSpec("ps", "dgc:ratio=0.001", plan="secopa")),
-    ("byteps-onebit", "onebit", None, RunSpec("ps", "onebit", plan="whole", overlap=False, bulk_bytes=0)),
+    ("byteps-onebit", "onebit", None, RunSpec("ps", "onebit:block=0", plan="whole", overlap=False, bulk_bytes=0)),
     ("linear", "onebit", None, None),
 ])
 def test_every_system_has_its_engine_options(system, alg, rate, want):
@@ -34,7 +34,7 @@ def test_every_system_has_its_engine_options(system, alg, rate, want):
 
 def test_figure11_switches():
     off = run_spec("casync-ps", "onebit", pipeline=False, bulk=False, secopa=False)
-    assert off == RunSpec("ps", "onebit", plan="default", overlap=False, bulk_bytes=0)
+    assert off == RunSpec("ps", "onebit:block=0", plan="default", overlap=False, bulk_bytes=0)
     assert run_spec("casync-ps", "onebit", pipeline=True, bulk=True, secopa=False).plan == "default"
     assert run_spec("casync-ps", "onebit", pipeline=True, bulk=False, secopa=False).bulk_bytes == 0
     # the on-CPU step (CaSync-PS, codec on the CPU): every gradient whole, as BytePS's onebit runs here

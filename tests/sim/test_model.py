@@ -181,7 +181,7 @@ def test_swept_rate_reaches_the_plan(vgg):
     for rate in (0.001, 0.05):
         simulate("casync-ring", vgg, AWS, 32, derive_params(REF), REF, alg="dgc", rate=rate, planner=planner)
     assert asked == ["dgc:ratio=0.001", "dgc:ratio=0.05"]
-    assert plan_spec("terngrad", 4) == "terngrad:bits=4" and plan_spec("onebit", None) == "onebit"
+    assert plan_spec("terngrad", 4) == "terngrad:bits=4" and plan_spec("onebit", None) == "onebit:block=0"
 
 
 def test_byteps_message_path_counts_wire_bytes_so_onebit_saves_host_time():
