@@ -19,6 +19,7 @@ import torch
 from hipress.stats import median_ci
 
 from . import reference as ref
+from .algorithms.onebit import DEFAULT_BLOCK
 from .registry import create_from_spec
 from .state import GradientState
 
@@ -99,10 +100,15 @@ def _references(alg: str, x: torch.Tensor, params: dict) -> tuple[Callable, Call
         tau, value = threshold()
         body = ref.tbq_encode(x, r, tau, value)
         return (lambda: ref.tbq_encode(x, r, *threshold())), (lambda: ref.tbq_decode(body, value, n))
-    if alg == "onebit":
+    if alg == "onebit" and params.get("block", DEFAULT_BLOCK) == 0:
         r = torch.zeros_like(x)
         body, pos, neg = ref.onebit_encode(x, r)
         return (lambda: ref.onebit_encode(x, r)), (lambda: ref.onebit_decode(body, pos, neg, n))
+    if alg == "onebit":
+        r, block = torch.zeros_like(x), params.get("block", DEFAULT_BLOCK)
+        body, scales = ref.onebit_blocks_encode(x, r, block)
+        return ((lambda: ref.onebit_blocks_encode(x, r, block)),
+                (lambda: ref.onebit_blocks_decode(body, scales, block, n)))
     if alg == "terngrad":
         bits, sto = params.get("bits", 2), params.get("stochastic", True)
         body, lo, hi = ref.terngrad_encode(x, bits, sto, 1)

@@ -69,18 +69,19 @@ def onebit_decode(body: torch.Tensor, pos: float, neg: float, n: int) -> torch.T
 
 
 def onebit_blocks_encode(g: torch.Tensor, r: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(bits, scales): ``onebit_encode`` on every ``block`` elements (the float64 means, any order)."""
+    """(bits, scales): ``onebit_encode`` on every ``block`` elements (float64 means, torch's order)."""
     v = g + r
-    pos_mask = v >= 0
-    scales = torch.zeros(2 * (-(-v.numel() // block)), dtype=torch.float32)
-    vals = torch.empty_like(v)
-    for k, s in enumerate(range(0, v.numel(), block)):
-        w, m = v[s : s + block].double(), pos_mask[s : s + block]
-        scales[2 * k] = w[m].mean() if bool(m.any()) else 0.0
-        scales[2 * k + 1] = w[~m].mean() if bool((~m).any()) else 0.0
-        vals[s : s + block] = torch.where(m, scales[2 * k], scales[2 * k + 1])
-    r.copy_(v - vals)
-    return _pack(pos_mask, 1), scales
+    n = v.numel()
+    nb = -(-n // block)
+    w = torch.nn.functional.pad(v.double(), (0, nb * block - n)).view(nb, block)
+    valid = (torch.arange(nb * block) < n).view(nb, block)
+    pos_m, neg_m = (w >= 0) & valid, (w < 0) & valid
+    cp, cn = pos_m.sum(1), neg_m.sum(1)
+    pos = torch.where(cp > 0, (w * pos_m).sum(1) / cp.clamp(min=1), 0.0).float()
+    neg = torch.where(cn > 0, (w * neg_m).sum(1) / cn.clamp(min=1), 0.0).float()
+    k = torch.arange(n) // block
+    r.copy_(v - torch.where(v >= 0, pos[k], neg[k]))
+    return _pack(v >= 0, 1), torch.stack([pos, neg], 1).view(-1)
 
 
 def onebit_blocks_decode(body: torch.Tensor, scales: torch.Tensor, block: int, n: int) -> torch.Tensor:
