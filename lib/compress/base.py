@@ -194,3 +194,11 @@ def nonfinite(name: str, state_reset: bool = False) -> CompressionError:
         "check the loss scale or learning rate"
     )
     return CompressionError(name, "gradient contains NaN or Inf", hint)
+
+
+def nonfinite_reset(name: str, residual: torch.Tensor | None) -> CompressionError:
+    """``nonfinite`` after clearing the residual the bad values reached (when there is one): the
+    next step starts from a clean state instead of feeding NaN back forever."""
+    if residual is not None:
+        residual.zero_()
+    return nonfinite(name, state_reset=residual is not None)

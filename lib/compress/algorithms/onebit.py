@@ -31,7 +31,7 @@ import struct
 
 import torch
 
-from ..base import Capabilities, Compressor, nonfinite
+from ..base import Capabilities, Compressor, nonfinite_reset
 from ..errors import CompressionError
 from ..kernels import backend_for
 from ..payload import Header, allocate, header_size
@@ -94,9 +94,7 @@ class OneBit(Compressor):
                                      device=x.device)
             scales = body[: 4 * nscales].view(torch.float32)
             if not k.onebit_blocks(x, r, self.block, scales, body[4 * nscales :]):
-                if r is not None:
-                    r.zero_()
-                raise nonfinite(name, state_reset=r is not None)
+                raise nonfinite_reset(name, r)
         if state is not None:
             state.step += 1
         return payload
@@ -104,9 +102,7 @@ class OneBit(Compressor):
     def _encode_whole(self, k, x: torch.Tensor, r: torch.Tensor | None, dtype: torch.dtype, name: str) -> torch.Tensor:
         scales = k.onebit_scales(x, r)  # pass 1: the scales; leaves v = x + r in r
         if scales is None:
-            if r is not None:
-                r.zero_()
-            raise nonfinite(name, state_reset=r is not None)
+            raise nonfinite_reset(name, r)
         pos, neg = scales
         payload, body = allocate(self.wire_id, dtype, x.numel(), _EXTRA.pack(pos, neg), (x.numel() + 7) // 8,
                                  device=x.device)

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..base import Capabilities, Compressor, nonfinite
+from ..base import Capabilities, Compressor, nonfinite_reset
 from ..errors import CompressionError
 from ..kernels import backend_for
 from ..payload import Header, allocate, header_size
@@ -105,9 +105,7 @@ class TBQ(Compressor):
         payload, body = allocate(self.wire_id, dtype, x.numel(), _EXTRA.pack(value), (x.numel() + 3) // 4,
                                  device=x.device)
         if not k.tbq_encode(x, r, tau, body, value=value):
-            if r is not None:
-                r.zero_()
-            raise nonfinite(name, state_reset=r is not None)
+            raise nonfinite_reset(name, r)
         if state is not None:
             state.step += 1
         return payload
