@@ -83,8 +83,6 @@ FIT_STEPS: tuple[Step, ...] = (
 #: the hardware can produce.
 BREAKDOWN: dict[str, Any] = {"cluster": "local", "model": "vgg19", "gpus": 32, "compute_ms": 278.0,
                              "algorithm": "onebit"}
-#: Figure 11's bars that are BytePS (predictions, like the CaSync ones).
-BREAKDOWN_BASELINES = {"default": "byteps"}
 
 
 @dataclass(frozen=True)
@@ -95,14 +93,6 @@ class Point:
     gpus: int
     published: float
     step: str | None = None  # a figure 11 bar (published is then its sync span in ms)
-
-
-def breakdown_points(ref: Reference, systems: Sequence[str]) -> list[Point]:
-    """Figure 11's BytePS bars as points to fit on (their published value is a sync span, ms)."""
-    bars = ref.breakdown
-    b = BREAKDOWN
-    return [Point(b["cluster"], b["model"], sys_, b["gpus"], bars[step], step)
-            for step, sys_ in BREAKDOWN_BASELINES.items() if sys_ in systems and step in bars]
 
 
 def published_points(
