@@ -38,9 +38,9 @@ REPLACE: tuple[str, ...] = ()
 
 
 #: The library configuration a built-in spec writes, where it is not the library's default: onebit.pse
-#: is HiPress's onebit, one pair of scales per gradient; the library's default is a pair per 128
-#: elements (``hipress.compress.algorithms.onebit`` says why).
-LIBRARY_PARAMS: dict[str, dict] = {"onebit": {"block": 0}}
+#: is HiPress's onebit, one pair of scales per gradient, and tbq.pse's adaptive rule is per tensor;
+#: the library's defaults are per 128 elements (``hipress.compress.blocks`` says why).
+LIBRARY_PARAMS: dict[str, dict] = {"onebit": {"block": 0}, "tbq": {"block": 0}}
 
 
 def library_compressor(name: str, **params):

@@ -19,7 +19,7 @@ import torch
 from hipress.stats import median_ci
 
 from . import reference as ref
-from .algorithms.onebit import DEFAULT_BLOCK
+from .blocks import DEFAULT_BLOCK
 from .registry import create_from_spec
 from .state import GradientState
 

@@ -29,7 +29,8 @@ GENERATED = ["onebit", "tbq", "terngrad", "dgc", "graddrop"]
 
 # every registered algorithm, with parameters that reach each kernel path
 SPECS = [
-    "none", "fp16", "bf16", "onebit", "onebit:block=0", "onebit:block=8", "tbq", "tbq:tau=0.1", "terngrad",
+    "none", "fp16", "bf16", "onebit", "onebit:block=0", "onebit:block=8", "tbq", "tbq:block=0", "tbq:block=8",
+    "tbq:tau=0.1", "terngrad",
     "terngrad:bits=1", "terngrad:bits=4",
     "terngrad:bits=8,stochastic=false", "qsgd", "qsgd:bits=2,bucket_size=7", "qsgd:bits=4,bucket_size=64",
     "signsgd", "signsgd:scaled=true", "efsignsgd", "dgc:ratio=0.05", "dgc:ratio=0.05,momentum=0.9",
@@ -68,7 +69,8 @@ def test_shipped_cuda_compiles_with_nvcc(arch, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     ptx = (tmp_path / "kernels.ptx").read_text()
-    for kernel in ("crc32_segments", "tbq_encode", "tbq_stats", "tbq_decode", "sign_stats", "onebit_block_scales",
+    for kernel in ("crc32_segments", "tbq_encode", "tbq_stats", "tbq_decode", "sign_stats",
+                   "onebit_block_scales", "tbq_block_rule", "tbq_blocks_encode", "tbq_blocks_decode",
                    "sign_blocks_encode", "sign_blocks_decode", "linear_encode", "linear_decode", "sumsq_buckets",
                    "qsgd_encode", "qsgd_decode",
                    "copy_check",
@@ -178,7 +180,7 @@ def test_emulated_decode_refuses_what_cpu_refuses(emulated, spec):
     if spec == "tbq":  # a 2-bit code 3 written into the body (re-sealed: only the decoder can see it)
         from hipress.compress.payload import seal
 
-        p[HEADER_SIZE + 4] = 0xFF
+        p[-10] = 0xFF  # a byte of codes (the body starts with the blocks' values)
         seal(p)
         with pytest.MonkeyPatch.context() as mp:
             mp.setitem(kernels._BACKENDS, "cpu", emulated)

@@ -27,8 +27,10 @@ def expected_size(c: hc.Compressor, n: int, payload: torch.Tensor) -> int:
         return 20 + 4 + 8 * math.ceil(n / c.block) + math.ceil(n / 8)
     if name in ("signsgd", "efsignsgd"):
         return 20 + 4 + math.ceil(n / 8)
-    if name == "tbq":
+    if name == "tbq" and c.block == 0:  # one value (f32) in the extra header
         return 20 + 4 + math.ceil(n / 4)
+    if name == "tbq":  # the block size in the extra header, a float32 value per block in the body
+        return 20 + 4 + 4 * math.ceil(n / c.block) + math.ceil(n / 4)
     if name == "terngrad":
         return 20 + 10 + math.ceil(n * c.bits / 8)
     if name in ("dgc", "graddrop", "topk"):

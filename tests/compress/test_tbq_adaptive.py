@@ -29,7 +29,7 @@ def _expected(v: torch.Tensor, scale: float) -> tuple[float, float]:
 @pytest.mark.parametrize("n", [1, 7, 1000, 5003, 200_003])
 @pytest.mark.parametrize("scale", [1.0, 1.5])
 def test_adaptive_rule_matches_the_reference_bytes_and_residual(n, scale):
-    c = hc.create("tbq") if scale == 1.0 else hc.create_from_spec(f"tbq:scale={scale}")
+    c = hc.create("tbq", scale=scale, block=0)  # one tau and value per tensor
     stt = hc.GradientState()
     r_ref = torch.zeros(n)
     for step in range(4):  # the residual is carried over steps and enters v
@@ -71,10 +71,52 @@ def test_fixed_tau_is_strom_tbq():
     assert torch.equal(p[24:], ref.tbq_encode(x, torch.zeros(100), np.float32(0.3)))
 
 
-def test_all_zero_tensor_sends_zeros_with_a_valid_value():
-    c = hc.create("tbq")
+def _lane_sum(a: np.ndarray) -> float:
+    """quantize._abs_sums' order: element i in lane i % 8 (each lane sequential), lanes added as
+    ((0+1)+(2+3))+((4+5)+(6+7))."""
+    lanes = [float(np.cumsum(a[lane::8])[-1]) if a[lane::8].size else 0.0 for lane in range(8)]
+    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+
+
+@pytest.mark.parametrize("n,block", [(1, 8), (1000, 8), (5003, 128), (200_003, 128), (9000, 4096)])
+def test_block_rule_is_the_lane_sums_bit_for_bit(n, block):
+    """Per block: tau = scale * mean|v|, value = mean of |v| >= tau, float64 sums in 8 lanes (the CPU
+    and CUDA kernels' order, so both write the same bytes); codes and residual exact."""
+    scale = 1.5
+    c = hc.create("tbq", scale=scale, block=block)
+    r0 = randn(n, seed=9) * 0.1
+    stt = hc.GradientState(residual=r0.clone())
+    x = randn(n, seed=8)
+    p = c.encode(x, stt)
+    v = (x + r0).numpy()
+    nb = -(-n // block)
+    taus, values = np.empty(nb, np.float32), np.empty(nb, np.float32)
+    for k in range(nb):
+        a = np.abs(v[k * block : (k + 1) * block])
+        sel = np.where(a >= 0, a, 0).astype(np.float64)
+        tau = np.float32(np.float64(np.float32(scale)) * (_lane_sum(sel) / a.size))
+        keep = np.where(a >= tau, a, 0).astype(np.float64)
+        count = int((a >= tau).sum())
+        taus[k], values[k] = tau, np.float32(_lane_sum(keep) / count) if count else tau
+    assert c.parse(p, "g")[0].flags == 1 and int(np.frombuffer(p[20:24].numpy().tobytes(), "<u4")[0]) == block
+    got = p[24 : 24 + 4 * nb].numpy().view("<f4")
+    assert np.array_equal(got.view(np.uint32), values.view(np.uint32))
+    k = np.arange(n) // block
+    code = np.where(v >= taus[k], 1.0, np.where(v <= -taus[k], -1.0, 0.0)).astype(np.float32)
+    want = ref._pack(torch.from_numpy(code + 1).to(torch.uint8), 2)
+    assert torch.equal(p[24 + 4 * nb :], want)
+    expect = v - code * values[k]
+    assert np.array_equal(stt.residual.numpy().view(np.uint32), expect.view(np.uint32))
+
+
+@pytest.mark.parametrize("block", [0, 128])
+def test_all_zero_tensor_sends_zeros_with_a_valid_value(block):
+    c = hc.create("tbq", block=block)
     p = c.encode(torch.zeros(9), hc.GradientState())
-    assert _value(c, p) > 0
+    if block == 0:
+        assert _value(c, p) > 0
+    else:
+        assert float(p[24:28].view(torch.float32)[0]) > 0
     assert torch.equal(c.decode(p), torch.zeros(9))
 
 

@@ -32,6 +32,7 @@ import struct
 import torch
 
 from ..base import Capabilities, Compressor, nonfinite_reset
+from ..blocks import DEFAULT_BLOCK, check_block, float32_scales, nblocks
 from ..errors import CompressionError
 from ..kernels import backend_for
 from ..payload import Header, allocate, header_size
@@ -41,16 +42,6 @@ from ..wire import WIRE_IDS
 
 _EXTRA = struct.Struct("<ff")  # block=0: pos mean, neg mean
 _BLOCK = struct.Struct("<I")  # block > 0: the block size; the scales are in the body
-DEFAULT_BLOCK = 128
-MIN_BLOCK, MAX_BLOCK = 8, 4096  # a power of two between these (the CPU kernels' inner block is 4096)
-
-
-def _check_block(block: int, where: str) -> str | None:
-    """Why ``block`` is not a valid block size, or None."""
-    if block < MIN_BLOCK or block > MAX_BLOCK or block & (block - 1):
-        return (f"{where} must be 0 (one pair of scales per gradient) or a power of two in "
-                f"[{MIN_BLOCK}, {MAX_BLOCK}], got {block}")
-    return None
 
 
 @register
@@ -61,7 +52,7 @@ class OneBit(Compressor):
 
     def __init__(self, block: int = DEFAULT_BLOCK) -> None:
         block = int(block)
-        if block != 0 and (why := _check_block(block, "onebit: block")):
+        if block != 0 and (why := check_block(block, "onebit: block")):
             raise ValueError(why)
         self.block = block
 
@@ -71,15 +62,15 @@ class OneBit(Compressor):
     def payload_size(self, numel: int) -> int:
         if self.block == 0:
             return header_size(_EXTRA.size) + (numel + 7) // 8
-        return header_size(_BLOCK.size) + 8 * (-(-numel // self.block)) + (numel + 7) // 8
+        return header_size(_BLOCK.size) + 8 * nblocks(numel, self.block) + (numel + 7) // 8
 
     def body_size(self, header: Header) -> int | None:
         if len(header.extra) == _EXTRA.size:
             return (header.numel + 7) // 8
         if len(header.extra) == _BLOCK.size:
             (block,) = _BLOCK.unpack(header.extra)
-            if _check_block(block, "block") is None:
-                return 8 * (-(-header.numel // block)) + (header.numel + 7) // 8
+            if check_block(block, "block") is None:
+                return 8 * nblocks(header.numel, block) + (header.numel + 7) // 8
         return None  # a malformed extra header: refused by ``_decode``
 
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
@@ -89,7 +80,7 @@ class OneBit(Compressor):
         if self.block == 0:
             payload = self._encode_whole(k, x, r, dtype, name)
         else:
-            nscales = 2 * (-(-n // self.block))
+            nscales = 2 * nblocks(n, self.block)
             payload, body = allocate(self.wire_id, dtype, n, _BLOCK.pack(self.block), 4 * nscales + (n + 7) // 8,
                                      device=x.device)
             scales = body[: 4 * nscales].view(torch.float32)
@@ -119,13 +110,10 @@ class OneBit(Compressor):
         if len(header.extra) != _BLOCK.size:
             raise CompressionError(name, "onebit payload has a malformed extra header")
         (block,) = _BLOCK.unpack(header.extra)
-        if why := _check_block(block, "onebit payload's block size"):
+        if why := check_block(block, "onebit payload's block size"):
             raise CompressionError(name, why)
-        nscales = 2 * (-(-header.numel // block))
-        raw = body[: 4 * nscales]
-        if raw.storage_offset() % 4:  # a payload inside a received buffer may start anywhere
-            raw = raw.clone()
-        scales = raw.view(torch.float32)
+        nscales = 2 * nblocks(header.numel, block)
+        scales = float32_scales(body, nscales)
         pos, neg = scales[0::2], scales[1::2]
         if not bool(torch.isfinite(scales).all() & (pos >= 0).all() & (neg <= 0).all()):
             raise CompressionError(name, "onebit payload has invalid scales (non-finite, or a sign class's "

@@ -51,6 +51,8 @@ __all__ = [
     "sign_decode",
     "sign_encode",
     "sign_sums",
+    "tbq_blocks",
+    "tbq_blocks_decode",
     "tbq_decode",
     "tbq_encode",
     "tbq_stats",
@@ -109,6 +111,30 @@ def tbq_decode(p: torch.Tensor, tau: float, out: torch.Tensor, add: bool) -> boo
         return True
     args = (p.numpy(), _f32(tau), out.numpy(), add)
     bad = quantize.tbq_decode_par(*args) if _parallel(n) else quantize.tbq_decode_range(*args, 0, n)
+    return bad == 0
+
+
+def tbq_blocks(g: torch.Tensor, r: torch.Tensor | None, block: int, scale: float, values: torch.Tensor,
+               out: torch.Tensor) -> bool:
+    """Adaptive TBQ with a threshold and a value per ``block`` elements, in one pass over memory:
+    each block's value into ``values``, its codes, r <- v - (code - 1) * value. False if v held NaN
+    or Inf."""
+    n = g.numel()
+    if n == 0:
+        return True
+    ga = g.numpy()
+    args = (ga, r.numpy() if r is not None else ga, r is not None, block, float(scale), values.numpy(), out.numpy())
+    bad = quantize.tbq_blocks_par(*args) if _parallel(n) else quantize.tbq_blocks_range(*args, 0, n)
+    return bad == 0
+
+
+def tbq_blocks_decode(p: torch.Tensor, block: int, values: torch.Tensor, out: torch.Tensor, add: bool) -> bool:
+    """Returns False if a code 3 (never written by the encoder) was found: a corrupted body."""
+    n = out.numel()
+    if n == 0:
+        return True
+    args = (p.numpy(), block, values.numpy(), out.numpy(), add)
+    bad = quantize.tbq_blocks_decode_par(*args) if _parallel(n) else quantize.tbq_blocks_decode_range(*args, 0, n)
     return bad == 0
 
 

@@ -17,6 +17,7 @@ from .common import (
     BLOCK,
     CHUNK,
     CODES_LEN,
+    FMAX,
     TASK,
     U8_0,
     bad_flag,
@@ -232,6 +233,139 @@ def sign_encode_par(g, r, use_r, pos, neg, out):
         s = t * TASK
         sign_encode_range(g, r, use_r, pos, neg, out, s, min(n, s + TASK))
     return 0
+
+
+# ---------------------------------------------------------------------------- adaptive TBQ in blocks
+# Per block of ``bk`` elements (a power of two that divides BLOCK): tau = scale * mean|v|, value =
+# the mean |v| of the elements with |v| >= tau, both float32; sums in the 8 lanes of the onebit
+# blocks below (element i of a block in lane i % 8), an order the CUDA kernel repeats.
+@inline
+def _v(g, r, use_r, i):
+    return g[i] + r[i] if use_r else g[i]
+
+
+@inline
+def _abs_lane(a, tau, p, c):
+    if a >= tau:
+        return p + np.float64(a), c + 1
+    return p, c
+
+
+@inline
+def _abs_sums(g, r, use_r, tau):
+    """(sum of |v| over |v| >= tau, their count), float64 in 8 lanes."""
+    m = g.size
+    p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = 0.0
+    c0 = c1 = c2 = c3 = c4 = c5 = c6 = c7 = 0
+    full = m - m % 8
+    for b in range(0, full, 8):
+        p0, c0 = _abs_lane(abs(_v(g, r, use_r, b)), tau, p0, c0)
+        p1, c1 = _abs_lane(abs(_v(g, r, use_r, b + 1)), tau, p1, c1)
+        p2, c2 = _abs_lane(abs(_v(g, r, use_r, b + 2)), tau, p2, c2)
+        p3, c3 = _abs_lane(abs(_v(g, r, use_r, b + 3)), tau, p3, c3)
+        p4, c4 = _abs_lane(abs(_v(g, r, use_r, b + 4)), tau, p4, c4)
+        p5, c5 = _abs_lane(abs(_v(g, r, use_r, b + 5)), tau, p5, c5)
+        p6, c6 = _abs_lane(abs(_v(g, r, use_r, b + 6)), tau, p6, c6)
+        p7, c7 = _abs_lane(abs(_v(g, r, use_r, b + 7)), tau, p7, c7)
+    t = m - full
+    if t > 0:
+        p0, c0 = _abs_lane(abs(_v(g, r, use_r, full)), tau, p0, c0)
+    if t > 1:
+        p1, c1 = _abs_lane(abs(_v(g, r, use_r, full + 1)), tau, p1, c1)
+    if t > 2:
+        p2, c2 = _abs_lane(abs(_v(g, r, use_r, full + 2)), tau, p2, c2)
+    if t > 3:
+        p3, c3 = _abs_lane(abs(_v(g, r, use_r, full + 3)), tau, p3, c3)
+    if t > 4:
+        p4, c4 = _abs_lane(abs(_v(g, r, use_r, full + 4)), tau, p4, c4)
+    if t > 5:
+        p5, c5 = _abs_lane(abs(_v(g, r, use_r, full + 5)), tau, p5, c5)
+    if t > 6:
+        p6, c6 = _abs_lane(abs(_v(g, r, use_r, full + 6)), tau, p6, c6)
+    total = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
+    return total, c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7
+
+
+@inline
+def _tbq_block_rule(g, r, use_r, scale):
+    """(tau, value) of one block: the adaptive rule of ``algorithms.tbq``, 1.0 and 1.0 where tau is
+    not a positive finite float32 (an all-zero block: every code is 0, the residual keeps v)."""
+    total, _ = _abs_sums(g, r, use_r, _F0)
+    tau = np.float32(scale * (total / g.size))
+    if not (tau > _F0 and tau <= FMAX):
+        return _F1, _F1
+    above, count = _abs_sums(g, r, use_r, tau)
+    value = np.float32(above / count) if count > 0 else tau
+    if not (value >= tau and value <= FMAX):
+        value = tau
+    return tau, value
+
+
+@jit
+def tbq_blocks_range(g, r, use_r, bk, scale, values, out, s, e):
+    """Elements [s, e) (s a multiple of BLOCK): per block of ``bk``, its value into ``values[k]``,
+    codes 2 / 0 / 1 for v >= tau / <= -tau / else, and with ``use_r`` r <- v - (code - 1) * value.
+    Returns 1 if some v was Inf or NaN."""
+    codes = np.empty(CODES_LEN, np.uint8)
+    bad = U8_0
+    for b0 in range(s, e, BLOCK):
+        b1 = min(e, b0 + BLOCK)
+        for j0 in range(b0, b1, bk):
+            j1 = min(b1, j0 + bk)
+            gs, rs = g[j0:j1], r[j0:j1]
+            tau, value = _tbq_block_rule(gs, rs, use_r, scale)
+            values[j0 // bk] = value
+            if use_r:
+                bad = max(bad, _tbq_codes_res(gs, rs, tau, value, codes[j0 - b0 : j1 - b0]))
+            else:
+                bad = max(bad, _tbq_codes(gs, tau, codes[j0 - b0 : j1 - b0]))
+        zero_tail(codes, b1 - b0, 2)
+        pack_codes(codes, out[b0 // 4 : (b1 + 3) // 4], 2)
+    return np.int64(bad)
+
+
+@pjit
+def tbq_blocks_par(g, r, use_r, bk, scale, values, out):
+    n = g.size
+    bad = 0
+    for t in prange((n + TASK - 1) // TASK):
+        s = t * TASK
+        bad += tbq_blocks_range(g, r, use_r, bk, scale, values, out, s, min(n, s + TASK))
+    return bad
+
+
+@jit
+def tbq_blocks_decode_range(p, bk, values, out, add, s, e):
+    """Returns non-zero if some byte held a code 3 (never written by the encoder)."""
+    codes = np.empty(CODES_LEN, np.uint8)
+    bad = np.uint64(0)
+    for b0 in range(s, e, BLOCK):
+        b1 = min(e, b0 + BLOCK)
+        body = p[b0 // 4 : (b1 + 3) // 4]
+        unpack_codes(body, codes, 2)
+        bad |= _code3(body)
+        for j0 in range(b0, b1, bk):
+            j1 = min(b1, j0 + bk)
+            value = values[j0 // bk]
+            c = codes[j0 - b0 : j1 - b0]  # slices, indexed from 0: loops numba can vectorize
+            o = out[j0:j1]
+            if add:
+                for i in range(o.size):
+                    o[i] += (np.float32(c[i]) - _F1) * value
+            else:
+                for i in range(o.size):
+                    o[i] = (np.float32(c[i]) - _F1) * value
+    return np.int64(bad != 0)
+
+
+@pjit
+def tbq_blocks_decode_par(p, bk, values, out, add):
+    n = out.size
+    bad = 0
+    for t in prange((n + TASK - 1) // TASK):
+        s = t * TASK
+        bad += tbq_blocks_decode_range(p, bk, values, out, add, s, min(n, s + TASK))
+    return bad
 
 
 # ---------------------------------------------------------------------------- onebit in blocks

@@ -181,6 +181,32 @@ class Backend:
                   ptr(flag))
         return int(flag.item()) == 0
 
+    def tbq_blocks(self, g: torch.Tensor, r: torch.Tensor | None, block: int, scale: float, values: torch.Tensor,
+                   out: torch.Tensor) -> bool:
+        """See ``kernels.cpu.tbq_blocks``: a thread per block for tau and the value, then a thread per byte."""
+        n = g.numel()
+        if n == 0:
+            return True
+        flag = self._flag(g)
+        rp = ptr(r) if r is not None else ptr(g)
+        use_r = np.int32(r is not None)
+        taus = torch.empty(values.numel(), dtype=torch.float32, device=g.device)
+        self._run("tbq_block_rule", values.numel(), g, ptr(g), rp, use_r, np.int32(block), np.float32(scale),
+                  np.int64(n), ptr(taus), ptr(values))
+        self._run("tbq_blocks_encode", (n + 3) // 4, g, ptr(g), rp, use_r, ptr(taus), ptr(values), np.int64(block),
+                  ptr(out), np.int64(n), ptr(flag))
+        return int(flag.item()) == 0
+
+    def tbq_blocks_decode(self, p: torch.Tensor, block: int, values: torch.Tensor, out: torch.Tensor,
+                          add: bool) -> bool:
+        n = out.numel()
+        if n == 0:
+            return True
+        flag = self._flag(out)
+        self._run("tbq_blocks_decode", (n + 3) // 4, out, ptr(p), ptr(values), np.int64(block), ptr(out),
+                  np.int32(add), np.int64(n), ptr(flag))
+        return int(flag.item()) == 0
+
     # ------------------------------------------------------------------ sign bits
     def _partial_sums(self, kernel: str, g: torch.Tensor, r: torch.Tensor | None, *scalars: Arg
                       ) -> tuple[float, float, float]:

@@ -175,6 +175,97 @@ extern "C" __global__ void sign_stats(const float* __restrict__ g, float* __rest
     cnt[HP_TID] = c;
 }
 
+// ---------------------------------------------------------------------------- adaptive tbq in blocks
+// The float64 sums of |v| >= tau and their count, in quantize._abs_sums' 8 lanes and order.
+__device__ __forceinline__ void hp_abs_sums(const float* g, const float* r, int use_r, i64 s, i64 e, float tau,
+                                            double* total, i64* count) {
+    double p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    i64 c = 0;
+    for (i64 i = s; i < e; i++) {
+        float v = g[i];
+        if (use_r) v = v + r[i];
+        float a = fabsf(v);
+        if (a >= tau) {
+            p[(i - s) & 7] += (double) a;
+            c++;
+        }
+    }
+    *total = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    *count = c;
+}
+
+// One thread per block of bk elements: tau = scale * mean|v| and value = mean of |v| >= tau
+// (quantize._tbq_block_rule: 1 and 1 where tau is not a positive finite float32).
+extern "C" __global__ void tbq_block_rule(const float* __restrict__ g, const float* __restrict__ r, int use_r,
+                                          int bk, float scale, i64 n, float* __restrict__ taus,
+                                          float* __restrict__ values) {
+    i64 nb = (n + bk - 1) / bk;
+    for (i64 k = HP_TID; k < nb; k += HP_STRIDE) {
+        i64 s = k * bk;
+        i64 e = s + bk < n ? s + bk : n;
+        double total, above;
+        i64 count;
+        hp_abs_sums(g, r, use_r, s, e, 0.0f, &total, &count);
+        float tau = (float) ((double) scale * (total / (double) (e - s)));
+        float value = 1.0f;
+        if (!(tau > 0.0f && tau <= HP_FMAX)) {
+            tau = 1.0f;
+        } else {
+            hp_abs_sums(g, r, use_r, s, e, tau, &above, &count);
+            value = count > 0 ? (float) (above / (double) count) : tau;
+            if (!(value >= tau && value <= HP_FMAX)) value = tau;
+        }
+        taus[k] = tau;
+        values[k] = value;
+    }
+}
+
+// tbq_encode with the tau and value of each byte's block (bk is a multiple of 4).
+extern "C" __global__ void tbq_blocks_encode(const float* __restrict__ g, float* __restrict__ r, int use_r,
+                                             const float* __restrict__ taus, const float* __restrict__ values,
+                                             i64 bk, u8* __restrict__ out, i64 n, int* flag) {
+    i64 m = (n + 3) >> 2;
+    int bad = 0;
+    for (i64 j = HP_TID; j < m; j += HP_STRIDE) {
+        i64 k = (j * 4) / bk;
+        float tau = taus[k], value = values[k], ntau = -taus[k];
+        u32 byte = 0;
+        for (int t = 0; t < 4; t++) {
+            i64 i = j * 4 + t;
+            if (i >= n) break;
+            float v = g[i];
+            if (use_r) v = v + r[i];
+            float q = v >= tau ? 1.0f : 0.0f;
+            q = v <= ntau ? -1.0f : q;
+            if (use_r) r[i] = v - q * value;
+            byte |= (u32) ((int) q + 1) << (2 * t);
+            bad |= hp_bad(v);
+        }
+        out[j] = (u8) byte;
+    }
+    if (bad) *flag = 1;
+}
+
+extern "C" __global__ void tbq_blocks_decode(const u8* __restrict__ p, const float* __restrict__ values, i64 bk,
+                                             float* __restrict__ out, int add, i64 n, int* flag) {
+    i64 m = (n + 3) >> 2;
+    int bad = 0;
+    for (i64 j = HP_TID; j < m; j += HP_STRIDE) {
+        i64 k = (j * 4) / bk;
+        float value = values[k];
+        u32 b = p[j];
+        for (int t = 0; t < 4; t++) {
+            i64 i = j * 4 + t;
+            if (i >= n) break;
+            u32 c = (b >> (2 * t)) & 3u;
+            bad |= c == 3u;
+            float v = ((float) c - 1.0f) * value;
+            out[i] = add ? out[i] + v : v;
+        }
+    }
+    if (bad) *flag = 1;
+}
+
 // ---------------------------------------------------------------------------- onebit in blocks
 // One thread per block of bk elements (a power of two): v = g (+ r) into r, the float64 sums of
 // v >= 0 and v < 0 in 8 lanes (element i of the block in lane i % 8, lanes added as

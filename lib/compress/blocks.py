@@ -1,0 +1,39 @@
+"""Per-block scales (onebit, tbq): the block sizes a payload may declare, and reading the scales.
+
+A block is a run of consecutive elements of one gradient with its own scale(s) in the payload body
+(float32, before the codes). Why blocks: one scale per gradient gives every element the tensor's
+typical magnitude, which under momentum correction cost onebit up to 4.4 and tbq up to 1.7 points
+(``algorithms.onebit`` has the measurements); Seide's 1-bit SGD takes its scales per matrix column.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: Elements per block by default: the largest size that held on the convergence script (256 lost
+#: up to 11.7 points for onebit, its blocks spanning rows of the digits MLP's layers).
+DEFAULT_BLOCK = 128
+#: A power of two in this range: the CPU kernels' inner block (4096 elements) holds whole blocks,
+#: and every block starts on a byte of the bit-packed codes.
+MIN_BLOCK, MAX_BLOCK = 8, 4096
+
+
+def check_block(block: int, where: str) -> str | None:
+    """Why ``block`` is not a valid block size (0 is checked by the caller), or None."""
+    if block < MIN_BLOCK or block > MAX_BLOCK or block & (block - 1):
+        return (f"{where} must be 0 (one scale for the whole gradient) or a power of two in "
+                f"[{MIN_BLOCK}, {MAX_BLOCK}], got {block}")
+    return None
+
+
+def nblocks(numel: int, block: int) -> int:
+    return -(-numel // block)
+
+
+def float32_scales(body: torch.Tensor, count: int) -> torch.Tensor:
+    """The first ``count`` float32 values of a payload body. A payload inside a received buffer may
+    start at any byte, and torch views only aligned bytes as float32: those are copied."""
+    raw = body[: 4 * count]
+    if raw.storage_offset() % 4:
+        raw = raw.clone()
+    return raw.view(torch.float32)
