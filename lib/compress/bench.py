@@ -90,6 +90,11 @@ def _gbps(nbytes: int, times: list[float]) -> dict:
 def _references(alg: str, x: torch.Tensor, params: dict) -> tuple[Callable, Callable] | None:
     """(encode, decode) closures of the plain-torch version of ``alg``, where one exists."""
     n = x.numel()
+    if alg == "tbq" and params.get("tau", 0.0) == 0 and params.get("block", DEFAULT_BLOCK):
+        r, block, scale = torch.zeros_like(x), params.get("block", DEFAULT_BLOCK), params.get("scale", 1.0)
+        body, values = ref.tbq_blocks_encode(x, r, block, scale)
+        return ((lambda: ref.tbq_blocks_encode(x, r, block, scale)),
+                (lambda: ref.tbq_blocks_decode(body, values, block, n)))
     if alg == "tbq":
         r = torch.zeros_like(x)
         fixed = params.get("tau", 0.0)

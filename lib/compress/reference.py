@@ -54,6 +54,34 @@ def tbq_decode(body: torch.Tensor, tau: float, n: int) -> torch.Tensor:
     return (_unpack(body, 2, n).to(torch.float32) - 1) * tau
 
 
+def tbq_blocks_encode(g: torch.Tensor, r: torch.Tensor, block: int, scale: float = 1.0
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes, values): ``tbq_adaptive`` and ``tbq_encode`` on every ``block`` elements (torch's sums)."""
+    v = g + r
+    n = v.numel()
+    nb = -(-n // block)
+    a = torch.nn.functional.pad(v.abs().double(), (0, nb * block - n)).view(nb, block)
+    sizes = torch.full((nb,), float(block), dtype=torch.float64)
+    sizes[-1] = n - (nb - 1) * block
+    tau = (float(np.float32(scale)) * (a.sum(1) / sizes)).float()
+    ok = (tau > 0) & torch.isfinite(tau)
+    tau = torch.where(ok, tau, 1.0)
+    sel = a >= tau.double()[:, None]
+    count = sel.sum(1)
+    value = torch.where(count > 0, ((a * sel).sum(1) / count.clamp(min=1)).float(), tau)
+    value = torch.where(ok & (value >= tau) & torch.isfinite(value), value, tau)
+    k = torch.arange(n) // block
+    codes = torch.ones_like(v, dtype=torch.uint8)
+    codes[v >= tau[k]] = 2
+    codes[v <= -tau[k]] = 0
+    r.copy_(v - (codes.to(torch.float32) - 1) * value[k])
+    return _pack(codes, 2), value
+
+
+def tbq_blocks_decode(body: torch.Tensor, values: torch.Tensor, block: int, n: int) -> torch.Tensor:
+    return (_unpack(body, 2, n).to(torch.float32) - 1) * values[torch.arange(n) // block]
+
+
 def onebit_encode(g: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, float, float]:
     v = g + r
     pos_mask = v >= 0

@@ -213,3 +213,19 @@ def test_onebit_blocks_decode_from_any_offset(offset):
     buf = torch.zeros(p.numel() + offset, dtype=torch.uint8)
     buf[offset:].copy_(p)
     assert torch.equal(c.decode(buf[offset:]), c.decode(p))
+
+
+@given(n=sizes, seed=seeds, block=st.sampled_from([8, 16, 128, 4096]))
+def test_tbq_blocks_match_reference(n, seed, block):
+    x, r0 = randn(n, seed=seed), randn(n, seed=seed + 1) * 0.1
+    c = hc.create("tbq", block=block)
+    stt = hc.GradientState(residual=r0.clone())
+    p = c.encode(x, stt)
+    r_ref = r0.clone()
+    body, values = ref.tbq_blocks_encode(x, r_ref, block)
+    nv = -(-n // block)
+    got = p[24 : 24 + 4 * nv].view(torch.float32)
+    assert torch.allclose(got, values, rtol=1e-6, atol=0)  # the reference sums in another order
+    # codes may differ only where |v| lies within a float32 step of its block's tau
+    assert int((p[24 + 4 * nv :] != body).sum()) <= max(1, n // 1000)
+    assert torch.allclose(c.decode(p), ref.tbq_blocks_decode(p[24 + 4 * nv :], got, block, n))
