@@ -62,7 +62,8 @@ def tbq_blocks_encode(g: torch.Tensor, r: torch.Tensor, block: int, scale: float
     nb = -(-n // block)
     a = torch.nn.functional.pad(v.abs().double(), (0, nb * block - n)).view(nb, block)
     sizes = torch.full((nb,), float(block), dtype=torch.float64)
-    sizes[-1] = n - (nb - 1) * block
+    if nb:
+        sizes[-1] = n - (nb - 1) * block
     tau = (float(np.float32(scale)) * (a.sum(1) / sizes)).float()
     ok = (tau > 0) & torch.isfinite(tau)
     tau = torch.where(ok, tau, 1.0)
