@@ -105,13 +105,9 @@ def tbq_stats(g: torch.Tensor, r: torch.Tensor | None, tau: float) -> tuple[floa
 
 
 def tbq_decode(p: torch.Tensor, tau: float, out: torch.Tensor, add: bool) -> bool:
-    """Returns False if a code 3 (never written by the encoder) was found: a corrupted body."""
-    n = out.numel()
-    if n == 0:
-        return True
-    args = (p.numpy(), _f32(tau), out.numpy(), add)
-    bad = quantize.tbq_decode_par(*args) if _parallel(n) else quantize.tbq_decode_range(*args, 0, n)
-    return bad == 0
+    """One value for the whole gradient: ``tbq_blocks_decode`` with one block. Returns False if a
+    code 3 (never written by the encoder) was found: a corrupted body."""
+    return tbq_blocks_decode(p, WHOLE, torch.tensor([tau], dtype=torch.float32), out, add)
 
 
 def tbq_blocks(g: torch.Tensor, r: torch.Tensor | None, block: int, scale: float, values: torch.Tensor,

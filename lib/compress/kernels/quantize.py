@@ -165,35 +165,6 @@ def _code3(body):
     return acc & np.uint64(0x55)
 
 
-@jit
-def tbq_decode_range(p, tau, out, add, s, e):
-    codes = np.empty(CODES_LEN, np.uint8)
-    bad = np.uint64(0)
-    for b0 in range(s, e, BLOCK):
-        b1 = min(e, b0 + BLOCK)
-        body = p[b0 // 4 : (b1 + 3) // 4]
-        unpack_codes(body, codes, 2)
-        bad |= _code3(body)
-        o = out[b0:b1]
-        if add:
-            for i in range(o.size):
-                o[i] += (np.float32(codes[i]) - _F1) * tau
-        else:
-            for i in range(o.size):
-                o[i] = (np.float32(codes[i]) - _F1) * tau
-    return np.int64(bad != 0)
-
-
-@pjit
-def tbq_decode_par(p, tau, out, add):
-    n = out.size
-    bad = 0
-    for t in prange((n + TASK - 1) // TASK):
-        s = t * TASK
-        bad += tbq_decode_range(p, tau, out, add, s, min(n, s + TASK))
-    return bad
-
-
 # ---------------------------------------------------------------------------- sign bits
 @inline
 def _sign_codes_res(r, pos, neg, codes):

@@ -162,8 +162,9 @@ class Backend:
             return True
         flag = self._flag(g)
         rp = ptr(r) if r is not None else ptr(g)
-        self._run("tbq_encode", (n + 3) // 4, g, ptr(g), rp, np.int32(r is not None), np.float32(tau),
-                  np.float32(tau if value is None else value), ptr(out), np.int64(n), ptr(flag))
+        one = torch.tensor([tau, tau if value is None else value], dtype=torch.float32, device=g.device)
+        self._run("tbq_blocks_encode", (n + 3) // 4, g, ptr(g), rp, np.int32(r is not None), ptr(one[:1]),
+                  ptr(one[1:]), np.int64(WHOLE), ptr(out), np.int64(n), ptr(flag))
         return int(flag.item()) == 0
 
     def tbq_stats(self, g: torch.Tensor, r: torch.Tensor | None, tau: float) -> tuple[float, float, float]:
@@ -173,13 +174,7 @@ class Backend:
         return self._partial_sums("tbq_stats", g, r, np.float32(tau))
 
     def tbq_decode(self, p: torch.Tensor, tau: float, out: torch.Tensor, add: bool) -> bool:
-        n = out.numel()
-        if n == 0:
-            return True
-        flag = self._flag(out)
-        self._run("tbq_decode", (n + 3) // 4, out, ptr(p), np.float32(tau), ptr(out), np.int32(add), np.int64(n),
-                  ptr(flag))
-        return int(flag.item()) == 0
+        return self.tbq_blocks_decode(p, WHOLE, torch.tensor([tau], dtype=torch.float32, device=out.device), out, add)
 
     def tbq_blocks(self, g: torch.Tensor, r: torch.Tensor | None, block: int, scale: float, values: torch.Tensor,
                    out: torch.Tensor) -> bool:

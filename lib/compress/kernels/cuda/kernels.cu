@@ -90,30 +90,6 @@ extern "C" __global__ void crc32_segments(const u8* __restrict__ p, i64 len, con
 }
 
 // ---------------------------------------------------------------------------- tbq (2 bits)
-// r <- v - (code - 1) * value; value is tau for Strom's TBQ, the mean selected |v| for the adaptive one.
-extern "C" __global__ void tbq_encode(const float* __restrict__ g, float* __restrict__ r, int use_r, float tau,
-                                      float value, u8* __restrict__ out, i64 n, int* flag) {
-    i64 m = (n + 3) >> 2;
-    int bad = 0;
-    float ntau = -tau;
-    for (i64 j = HP_TID; j < m; j += HP_STRIDE) {
-        u32 byte = 0;
-        for (int k = 0; k < 4; k++) {
-            i64 i = j * 4 + k;
-            if (i >= n) break;
-            float v = g[i];
-            if (use_r) v = v + r[i];
-            float q = v >= tau ? 1.0f : 0.0f;
-            q = v <= ntau ? -1.0f : q;
-            if (use_r) r[i] = v - q * value;
-            byte |= (u32) ((int) q + 1) << (2 * k);
-            bad |= hp_bad(v);
-        }
-        out[j] = (u8) byte;
-    }
-    if (bad) *flag = 1;
-}
-
 // Per thread: sum of |v|, sum of |v| where |v| >= tau (float64), count of those; v = g (+ r). Read-only.
 extern "C" __global__ void tbq_stats(const float* __restrict__ g, const float* __restrict__ r, int use_r, float tau,
                                      i64 n, double* __restrict__ tot, double* __restrict__ sel, i64* __restrict__ cnt) {
@@ -132,23 +108,6 @@ extern "C" __global__ void tbq_stats(const float* __restrict__ g, const float* _
     tot[HP_TID] = st;
     sel[HP_TID] = ss;
     cnt[HP_TID] = c;
-}
-
-extern "C" __global__ void tbq_decode(const u8* __restrict__ p, float tau, float* __restrict__ out, int add, i64 n,
-                                      int* flag) {
-    i64 m = (n + 3) >> 2;
-    int bad = 0;
-    for (i64 j = HP_TID; j < m; j += HP_STRIDE) {
-        u32 b = p[j];
-        bad |= (int) (b & (b >> 1) & 0x55u);
-        for (int k = 0; k < 4; k++) {
-            i64 i = j * 4 + k;
-            if (i >= n) break;
-            float v = ((float) ((b >> (2 * k)) & 3u) - 1.0f) * tau;
-            out[i] = add ? out[i] + v : v;
-        }
-    }
-    if (bad) *flag = 1;
 }
 
 // ---------------------------------------------------------------------------- sign bits (onebit, signSGD)
@@ -220,7 +179,8 @@ extern "C" __global__ void tbq_block_rule(const float* __restrict__ g, const flo
     }
 }
 
-// tbq_encode with the tau and value of each byte's block (bk is a multiple of 4).
+// Codes 2 / 0 / 1 for v >= tau / <= -tau / else with the tau and value of each byte's block (bk is a
+// multiple of 4; one block, bk >= n, for the fixed rule and the per-tensor one); r <- v - (code - 1) * value.
 extern "C" __global__ void tbq_blocks_encode(const float* __restrict__ g, float* __restrict__ r, int use_r,
                                              const float* __restrict__ taus, const float* __restrict__ values,
                                              i64 bk, u8* __restrict__ out, i64 n, int* flag) {
@@ -254,12 +214,11 @@ extern "C" __global__ void tbq_blocks_decode(const u8* __restrict__ p, const flo
         i64 k = (j * 4) / bk;
         float value = values[k];
         u32 b = p[j];
+        bad |= (int) (b & (b >> 1) & 0x55u);  // a code 3 anywhere in the byte, padding included (as the CPU)
         for (int t = 0; t < 4; t++) {
             i64 i = j * 4 + t;
             if (i >= n) break;
-            u32 c = (b >> (2 * t)) & 3u;
-            bad |= c == 3u;
-            float v = ((float) c - 1.0f) * value;
+            float v = ((float) ((b >> (2 * t)) & 3u) - 1.0f) * value;
             out[i] = add ? out[i] + v : v;
         }
     }
