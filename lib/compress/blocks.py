@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import torch
 
-#: Elements per block by default: the largest size that held on the convergence script (256 lost
-#: up to 11.7 points for onebit, its blocks spanning rows of the digits MLP's layers).
+from .kernels.common import BLOCK
+
+#: Elements per block by default: the largest size that held on the convergence script
+#: (``algorithms.onebit`` has the sizes tried).
 DEFAULT_BLOCK = 128
-#: A power of two in this range: the CPU kernels' inner block (4096 elements) holds whole blocks,
-#: and every block starts on a byte of the bit-packed codes.
-MIN_BLOCK, MAX_BLOCK = 8, 4096
+#: A power of two in this range: every block starts on a byte of the bit-packed codes, and the CPU
+#: kernels' inner block (``kernels.common.BLOCK``) holds whole blocks.
+MIN_BLOCK, MAX_BLOCK = 8, BLOCK
 
 
 def check_block(block: int, where: str) -> str | None:
@@ -24,6 +26,14 @@ def check_block(block: int, where: str) -> str | None:
         return (f"{where} must be 0 (one scale for the whole gradient) or a power of two in "
                 f"[{MIN_BLOCK}, {MAX_BLOCK}], got {block}")
     return None
+
+
+def block_param(block: int, alg: str) -> int:
+    """A compressor's ``block`` parameter, checked: 0 (one scale per gradient) or a valid size."""
+    block = int(block)
+    if block != 0 and (why := check_block(block, f"{alg}: block")):
+        raise ValueError(why)
+    return block
 
 
 def nblocks(numel: int, block: int) -> int:

@@ -32,7 +32,7 @@ import struct
 import torch
 
 from ..base import Capabilities, Compressor, nonfinite_reset
-from ..blocks import DEFAULT_BLOCK, check_block, float32_scales, nblocks
+from ..blocks import DEFAULT_BLOCK, block_param, check_block, float32_scales, nblocks
 from ..errors import CompressionError
 from ..kernels import backend_for
 from ..payload import Header, allocate, header_size
@@ -51,10 +51,7 @@ class OneBit(Compressor):
     caps = Capabilities(uses_state=True, error_feedback=True)
 
     def __init__(self, block: int = DEFAULT_BLOCK) -> None:
-        block = int(block)
-        if block != 0 and (why := check_block(block, "onebit: block")):
-            raise ValueError(why)
-        self.block = block
+        self.block = block_param(block, "onebit")
 
     def params(self) -> dict:
         return {"block": self.block}

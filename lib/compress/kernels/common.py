@@ -31,7 +31,7 @@ TASK = 1 << 16  # elements per parallel task
 BLOCK = 4096  # elements per inner block (codes buffer stays in L1)
 PARALLEL_MIN = 1 << 17  # below this many elements the serial drivers run (no thread wake-up)
 CODES_LEN = BLOCK + 64  # a block's codes buffer, with room to round up to a 64-bit word
-WHOLE = 1 << 62  # a onebit block size that holds any gradient: one pair of scales for all of it
+WHOLE = 1 << 62  # a block size (onebit, tbq) that holds any gradient: one scale for all of it
 
 jit = nb.njit(cache=True, nogil=True)
 pjit = nb.njit(cache=True, nogil=True, parallel=True)
