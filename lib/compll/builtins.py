@@ -39,7 +39,7 @@ REPLACE: tuple[str, ...] = ()
 
 #: The library configuration a built-in spec writes, where it is not the library's default: onebit.pse
 #: is HiPress's onebit, one pair of scales per gradient, and tbq.pse's adaptive rule is per tensor;
-#: the library's defaults are per 128 elements (``hipress.compress.blocks`` says why).
+#: the library's defaults are per block of elements (``hipress.compress.blocks`` says why).
 LIBRARY_PARAMS: dict[str, dict] = {"onebit": {"block": 0}, "tbq": {"block": 0}}
 
 

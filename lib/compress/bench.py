@@ -19,7 +19,7 @@ import torch
 from hipress.stats import median_ci
 
 from . import reference as ref
-from .blocks import DEFAULT_BLOCK
+from .blocks import ONEBIT_BLOCK, TBQ_BLOCK
 from .registry import create_from_spec
 from .state import GradientState
 
@@ -90,8 +90,8 @@ def _gbps(nbytes: int, times: list[float]) -> dict:
 def _references(alg: str, x: torch.Tensor, params: dict) -> tuple[Callable, Callable] | None:
     """(encode, decode) closures of the plain-torch version of ``alg``, where one exists."""
     n = x.numel()
-    if alg == "tbq" and params.get("tau", 0.0) == 0 and params.get("block", DEFAULT_BLOCK):
-        r, block, scale = torch.zeros_like(x), params.get("block", DEFAULT_BLOCK), params.get("scale", 1.0)
+    if alg == "tbq" and params.get("tau", 0.0) == 0 and params.get("block", TBQ_BLOCK):
+        r, block, scale = torch.zeros_like(x), params.get("block", TBQ_BLOCK), params.get("scale", 1.0)
         body, values = ref.tbq_blocks_encode(x, r, block, scale)
         return ((lambda: ref.tbq_blocks_encode(x, r, block, scale)),
                 (lambda: ref.tbq_blocks_decode(body, values, block, n)))
@@ -105,12 +105,12 @@ def _references(alg: str, x: torch.Tensor, params: dict) -> tuple[Callable, Call
         tau, value = threshold()
         body = ref.tbq_encode(x, r, tau, value)
         return (lambda: ref.tbq_encode(x, r, *threshold())), (lambda: ref.tbq_decode(body, value, n))
-    if alg == "onebit" and params.get("block", DEFAULT_BLOCK) == 0:
+    if alg == "onebit" and params.get("block", ONEBIT_BLOCK) == 0:
         r = torch.zeros_like(x)
         body, pos, neg = ref.onebit_encode(x, r)
         return (lambda: ref.onebit_encode(x, r)), (lambda: ref.onebit_decode(body, pos, neg, n))
     if alg == "onebit":
-        r, block = torch.zeros_like(x), params.get("block", DEFAULT_BLOCK)
+        r, block = torch.zeros_like(x), params.get("block", ONEBIT_BLOCK)
         body, scales = ref.onebit_blocks_encode(x, r, block)
         return ((lambda: ref.onebit_blocks_encode(x, r, block)),
                 (lambda: ref.onebit_blocks_decode(body, scales, block, n)))

@@ -12,9 +12,12 @@ import torch
 
 from .kernels.common import BLOCK
 
-#: Elements per block by default: the largest size that held on the convergence script
-#: (``algorithms.onebit`` has the sizes tried).
-DEFAULT_BLOCK = 128
+#: Elements per block by default, per algorithm: the largest size that held on the convergence
+#: script (``algorithms.onebit`` has the sizes tried). onebit's is smaller: a block's pair of means
+#: sends a large element at about 1/(elements of its sign) of its size per step, and CaSync-Ring
+#: re-encodes each chunk at every hop, so the hops' residuals pile such elements up.
+ONEBIT_BLOCK = 32
+TBQ_BLOCK = 128
 #: A power of two in this range: every block starts on a byte of the bit-packed codes, and the CPU
 #: kernels' inner block (``kernels.common.BLOCK``) holds whole blocks.
 MIN_BLOCK, MAX_BLOCK = 8, BLOCK

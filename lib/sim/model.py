@@ -65,7 +65,7 @@ class IterationResult:
 
 
 #: The paper's version of an algorithm where the library's default differs: HiPress's onebit takes one
-#: pair of scales per gradient (the library's default, a pair per 128 elements, sends 1.5 bits).
+#: pair of scales per gradient (the library's default, a pair per 32 elements, sends 3 bits).
 PAPER_SPECS = {"onebit": "onebit:block=0"}
 
 

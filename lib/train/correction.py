@@ -20,9 +20,9 @@ hyper-parameters. Which scheme each algorithm gets:
   feedback on the velocity (their own residual, or ``ErrorFeedback`` for signsgd), no masking: every
   coordinate is sent each step, so masking would cancel momentum altogether. What made the velocity
   quantizable was the quantizer's resolution, not where the feedback sits: tbq's threshold follows
-  mean|v| (a fixed tau clipped it), and tbq's threshold and value and onebit's two scales are taken
-  per 128 elements (one per gradient sent the small coordinates at the tensor's typical size and
-  delayed the large ones; see ``compress.blocks``);
+  mean|v| (a fixed tau clipped it), and tbq's threshold and value are taken per 128 elements and
+  onebit's two scales per 32 (one per gradient sent the small coordinates at the tensor's typical
+  size and delayed the large ones; see ``compress.blocks``);
 - unbiased quantizers (terngrad, qsgd): local momentum, no error feedback (their error is zero-mean;
   feeding it back diverged, see ``wrappers.with_feedback``);
 - lossless (none) and uncompressed warm-up steps: local momentum only, which is torch's SGD exactly.

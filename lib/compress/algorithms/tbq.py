@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 from ..base import Capabilities, Compressor, nonfinite_reset
-from ..blocks import DEFAULT_BLOCK, block_param, check_block, float32_scales, nblocks
+from ..blocks import TBQ_BLOCK, block_param, check_block, float32_scales, nblocks
 from ..errors import CompressionError
 from ..kernels import backend_for
 from ..payload import Header, allocate, header_size
@@ -76,7 +76,7 @@ class TBQ(Compressor):
     wire_id = WIRE_IDS["tbq"]
     caps = Capabilities(uses_state=True, error_feedback=True)
 
-    def __init__(self, tau: float = 0.0, scale: float = 1.0, block: int = DEFAULT_BLOCK) -> None:
+    def __init__(self, tau: float = 0.0, scale: float = 1.0, block: int = TBQ_BLOCK) -> None:
         if not (tau >= 0 and math.isfinite(float(np.float32(tau)))):
             raise ValueError(f"tbq: tau must be >= 0 and finite in float32 (0: adaptive), got {tau}")
         if not (0.0 < scale <= 16.0):
