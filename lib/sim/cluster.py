@@ -21,12 +21,17 @@ from dataclasses import dataclass, replace
 
 from .reference import Reference
 
-#: Per-GPU-model intra-node all-reduce bus bandwidth (GB/s) and host<->GPU copy rate (GB/s).
+#: Per-GPU-model intra-node all-reduce bus bandwidth (GB/s), host<->GPU copy rate (GB/s), and whether
+#: the node's GPUs reach each other peer to peer (``p2p``, 1 or 0). The p3dn's V100s do, over NVLink,
+#: by DMA. The local nodes' two GeForce 1080 Ti sit on PCIe with no peer path between them (GeForce
+#: boards, one per CPU socket: across the sockets' interconnect): NCCL moves their bytes through host
+#: memory with its kernels, which hold the SMs for as long as the PCIe transfer takes, so backward
+#: and NCCL's intra-node collectives take turns (see :mod:`hipress.sim.systems.base`).
 INTRA_NODE = {
-    "V100": {"intra_gbytes": 100.0, "pcie_gbytes": 12.0},
-    "1080Ti": {"intra_gbytes": 10.0, "pcie_gbytes": 10.0},
+    "V100": {"intra_gbytes": 100.0, "pcie_gbytes": 12.0, "p2p": 1},
+    "1080Ti": {"intra_gbytes": 10.0, "pcie_gbytes": 10.0, "p2p": 0},
 }
-_DEFAULT_INTRA = {"intra_gbytes": 10.0, "pcie_gbytes": 10.0}
+_DEFAULT_INTRA = {"intra_gbytes": 10.0, "pcie_gbytes": 10.0, "p2p": 0}
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,8 @@ class Cluster:
     pcie_gbytes: float
     gpu_counts: tuple[int, ...] = ()
     transport: str = "tcp"
+    #: the node's GPUs reach each other peer to peer (NVLink); else through host memory
+    intra_p2p: bool = True
 
     def layout(self, gpus: int) -> Layout:
         """Fill whole nodes first: 8 GPUs on a p3dn cluster is one node, 16 is two."""
@@ -88,5 +95,6 @@ def cluster_from_reference(ref: Reference, name: str) -> Cluster:
         pcie_gbytes=hw["pcie_gbytes"],
         gpu_counts=tuple(int(x) for x in c["gpu_counts"]),
         transport="rdma" if str(c.get("network", "TCP")).upper() == "RDMA" else "tcp",
+        intra_p2p=bool(hw["p2p"]),
     )
 

@@ -135,7 +135,8 @@ def simulate(
         spec.build(ctx)
         sync_end = sim.run()
         scale = ctx.compute_scale
-        first_ready = min((t.ready for t in ctx.ready), default=0.0)
+        first_ready = min((t.end for t in ctx.ready), default=0.0)
+        backward_end = ctx.backward_end
         busy: dict[str, float] = defaultdict(float)
         for r in sim.resources.values():
             kind = r.name.rstrip("0123456789")
@@ -146,7 +147,8 @@ def simulate(
         if was_enabled:
             gc.enable()
     compute = workload.compute_ms * scale
-    iteration = workload.forward_ms * scale + max(workload.backward_ms * scale, sync_end)
+    # backward's end includes its turns with NCCL on the SMs (see systems.base)
+    iteration = workload.forward_ms * scale + max(workload.backward_ms * scale, backward_end, sync_end)
     return IterationResult(
         system,
         gpus,

@@ -170,6 +170,9 @@ def _hardware_figures() -> list[dict[str, Any]]:
                      "source": "hardware: intra-node GPU link (NVLink on V100 SXM2, PCIe 3.0 x16 on 1080 Ti), GB/s"})
         rows.append({"name": f"pcie_gbytes[{gpu}]", "value": hw["pcie_gbytes"],
                      "source": "hardware: host<->GPU copy rate (PCIe 3.0 x16), GB/s"})
+        rows.append({"name": f"intra_p2p[{gpu}]", "value": hw["p2p"],
+                     "source": "hardware: 1 = the node's GPUs are peers (NVLink DMA); 0 = through host memory "
+                               "(GeForce on PCIe): NCCL's intra-node collectives then take turns with backward"})
     for gpu, tf in PEAK_TFLOPS.items():
         rows.append({"name": f"peak_tflops[{gpu}]", "value": tf,
                      "source": "hardware: datasheet peak, only to check a published rate's unit"})

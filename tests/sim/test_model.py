@@ -247,3 +247,37 @@ def test_figure11_on_cpu_step_runs_the_codec_on_the_host():
     assert cpu.sync_span_ms > gpu.sync_span_ms
     faster = run(False, params.with_values(cpu_codec_gbytes=params.cpu_codec_gbytes * 4))
     assert faster.sync_span_ms < cpu.sync_span_ms
+
+
+def test_nccl_takes_turns_with_backward_where_gpus_are_not_peers():
+    """On the local cluster's 1080 Ti pairs (no peer path) NCCL's intra-node collectives add their
+    time to backward's: on one node the loss grows with the gradient bytes per unit of computation,
+    by what the intra link's rate says. CaSync's own node reduce does not (figure 11), and on the
+    p3dn's NVLink nothing does."""
+    local = cluster_from_reference(REF, "local")
+    assert AWS.intra_p2p and not local.intra_p2p
+    params = derive_params(REF).with_values(compute_overhead=0.0)
+    compute = 200.0
+    few = make_workload("resnet50", 1.0, gradients=[("a", 25_000_000)], compute_ms=compute)
+    many = make_workload("resnet50", 1.0, gradients=[("a", 125_000_000)], compute_ms=compute)
+    for system in ("byteps", "ring", "casync-ps"):
+        r_few = simulate(system, few, local, 2, params, REF, alg="onebit")
+        r_many = simulate(system, many, local, 2, params, REF, alg="onebit")
+        assert r_many.iteration_ms > r_few.iteration_ms
+        # one gradient ready at backward's end: its whole all-reduce after backward, whoever runs it
+        allreduce = 4 * 125_000_000 / (local.intra_gbytes * 1e6)
+        assert r_many.iteration_ms >= compute + allreduce - 1e-6
+    # many gradients ready early: an all-reduce that could would hide behind backward
+    spread = make_workload("resnet50", 1.0, gradients=[(f"g{i}", 1_000_000) for i in range(100)],
+                           compute_ms=compute)
+    turns = compute + 4 * 100_000_000 / (local.intra_gbytes * 1e6)
+    for system in ("byteps", "ring"):
+        r = simulate(system, spread, local, 2, params, REF)
+        assert r.iteration_ms == pytest.approx(turns, rel=0.05)
+        # across nodes too, BytePS's node reduce and broadcast are NCCL's
+        if system == "byteps":
+            assert simulate(system, spread, local, 4, params, REF).iteration_ms >= turns
+    assert simulate("casync-ps", spread, local, 2, params, REF, alg="onebit").iteration_ms < 1.02 * compute
+    assert simulate("casync-ps", spread, local, 4, params, REF, alg="onebit").iteration_ms < turns
+    # peers (the p3dn's NVLink): the one-node all-reduce hides behind backward
+    assert simulate("byteps", spread, AWS, 8, params, REF).iteration_ms < 1.01 * compute

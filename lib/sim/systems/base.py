@@ -1,7 +1,8 @@
 """What every system's task graph is built from: per-node resources and the transfer primitive.
 
-Resources of node ``i``: ``gpu{i}`` (the stream that runs encode/decode; backward is not put on it,
-it is a timeline of ready times), ``intra{i}`` (NVLink/PCIe between the node's GPUs, used by the
+Resources of node ``i``: ``gpu{i}`` (the stream that runs encode/decode), ``sm{i}`` (the GPU's
+streaming multiprocessors: backward's, and NCCL's where the node's GPUs are not peers, see below),
+``intra{i}`` (NVLink/PCIe between the node's GPUs, used by the
 intra-node reduce before and broadcast after inter-node synchronization), ``out{i}``/``in{i}`` (the
 NIC's two directions: a transfer holds the sender's ``out`` and the receiver's ``in``), ``host{i}``
 (the CPU: BytePS's summation and CPU compression) and ``pcie{i}`` (host<->GPU copies).
@@ -10,6 +11,27 @@ Ring-shaped systems are symmetric (every node does the same work at the same tim
 built for one *representative* node whose ring neighbours are itself: its ``out`` stands for its own
 sends and its ``in`` for its left neighbour's, which happen at the same times. PS-shaped systems are
 not symmetric per partition and are built for every node.
+
+Backward is a chain of ``backward`` tasks on ``sm{i}``, one per gradient (its share of the backward
+pass, from the model's per-layer FLOPs), each gradient ready when its task ends
+(:meth:`Context.ready_on`). Where the node's GPUs are not peers (``Cluster.intra_p2p``: the local
+cluster's 1080 Ti pairs on PCIe, whose NCCL kernels copy through host memory for as long as the
+PCIe transfer takes), NCCL's collectives among the node's GPUs hold ``sm{i}`` as well: BytePS's
+node reduce and broadcast, every one-node all-reduce of the baselines, and the intra-node hops of
+Horovod's ring. Backward and NCCL take turns, and NCCL's intra-node time is added to backward's
+instead of hidden behind it. That is what sosp21.json's single-node points show there: the loss
+grows with the gradient bytes per unit of computation (VGG19, 2.1 MB per ms of computation, at
+0.81-0.84 of linear, ResNet50, 0.6 MB/ms, at 0.93; a flat overhead fitted on both puts every model
+at 0.88), and the intra link's 10 GB/s accounts for it with no fitted share (the compute overhead
+fitted beside it comes out at a few tenths of a percent). The p3dn's V100s (NVLink, peer DMA) show
+no such thing: VGG19's and ResNet50's rings both run at 0.95 of linear on one node, although VGG19
+has 3.6 times the bytes per unit of computation.
+
+CaSync's own node reduce and broadcast (``nccl=False``) do not hold the SMs: figure 11's CaSync-PS
+synchronizes VGG19 on the local cluster at 32 GPUs in 189 ms from the first gradient ready to the
+last synchronized, about backward's length, with a computation of 274-282 ms (linear's is 273),
+which a backward that took turns with the node's 57 ms of PCIe reduce and broadcast could not give.
+That is read off the published bars, not measured on HiPress's kernels.
 """
 
 from __future__ import annotations
@@ -64,11 +86,32 @@ class Context:
         self.nccl_rate = self.cluster.network_gbps * self.params.nccl_efficiency * 1e9 / 8 / 1e3
         scale = 1.0 + (self.params.compute_overhead if self.layout.gpus > 1 else 0.0)
         self.compute_scale = scale
-        # one zero-length marker per gradient at its ready time (identical on every node)
-        self.ready = [
-            self.sim.task("ready", 0.0, at=g.ready_ms * scale, priority=i)
-            for i, g in enumerate(self.workload.gradients)
-        ]
+        #: when each gradient would be ready if nothing held the SMs (Horovod's cycle reads these)
+        self.ready_at = [g.ready_ms * scale for g in self.workload.gradients]
+        self._chains: dict[int, list[Task]] = {}
+        #: node 0's backward (the representative node of ring-shaped systems)
+        self.ready = self.ready_on(0)
+
+    def ready_on(self, node: int) -> list[Task]:
+        """Node ``node``'s backward: one task per gradient on its ``sm``, in ready order; a gradient
+        is ready when its task is done. Made on first use (ring-shaped systems only use node 0's)."""
+        chain = self._chains.get(node)
+        if chain is None:
+            sm = (self.res("sm", node),)
+            chain = []
+            prev: Task | None = None
+            t0 = 0.0
+            for i, at in enumerate(self.ready_at):
+                prev = self.sim.task("backward", max(0.0, at - t0), sm, [prev], priority=i)
+                t0 = max(t0, at)
+                chain.append(prev)
+            self._chains[node] = chain
+        return chain
+
+    @property
+    def backward_end(self) -> float:
+        """When the slowest node's backward ended (after a run), its turns with NCCL included."""
+        return max((c[-1].end for c in self._chains.values() if c), default=0.0)
 
     @property
     def nodes(self) -> int:
@@ -103,26 +146,39 @@ class Context:
         put = self.sim.task("send", dur, (self.res("out", src),), deps)
         return self.sim.task("recv", dur, (self.res("in", dst),), start_deps=(put,), delay=lat)
 
-    def intra_reduce(self, node: int, nbytes: float, deps: Sequence[Task | None]) -> Task | None:
-        """NCCL reduce of the node's GPUs onto one: (g-1)/g of the bytes over the intra link."""
+    def intra_reduce(self, node: int, nbytes: float, deps: Sequence[Task | None], nccl: bool = True) -> Task | None:
+        """Reduce of the node's GPUs onto one: (g-1)/g of the bytes over the intra link. ``nccl``:
+        by NCCL's kernels, which hold the SMs where the GPUs are not peers (see the module's
+        docstring); CaSync's own node reduce does not (figure 11)."""
         if self.gpn == 1:
             return self.after(deps) if len(deps) != 1 else deps[0]
         dur = (self.gpn - 1) / self.gpn * nbytes / self.intra_rate
-        return self.sim.task("intra-reduce", dur, (self.res("intra", node),), deps)
+        link = self.res("intra", node)
+        return self.sim.task("intra-reduce", dur, self.nccl_res(node, link) if nccl else (link,), deps)
 
-    def intra_broadcast(self, node: int, nbytes: float, deps: Sequence[Task | None]) -> Task | None:
+    def intra_broadcast(self, node: int, nbytes: float, deps: Sequence[Task | None], nccl: bool = True
+                        ) -> Task | None:
+        """Broadcast from one of the node's GPUs to the others (``nccl`` as for :meth:`intra_reduce`)."""
         if self.gpn == 1:
             return self.after(deps) if len(deps) != 1 else deps[0]
         dur = (self.gpn - 1) / self.gpn * nbytes / self.intra_rate
-        return self.sim.task("intra-bcast", dur, (self.res("intra", node),), deps)
+        link = self.res("intra", node)
+        return self.sim.task("intra-bcast", dur, self.nccl_res(node, link) if nccl else (link,), deps)
 
-    def intra_allreduce(self, node: int, nbytes: float, deps: Sequence[Task | None]) -> Task | None:
-        """One node alone: a ring all-reduce over its GPUs."""
+    def intra_allreduce(self, node: int, nbytes: float, deps: Sequence[Task | None], nccl: bool = True
+                        ) -> Task | None:
+        """One node alone: a ring all-reduce over its GPUs (``nccl`` as for :meth:`intra_reduce`)."""
         if self.gpn == 1:
             return self.after(deps) if len(deps) != 1 else deps[0]
         g = self.gpn
         dur = 2 * (g - 1) / g * nbytes / self.intra_rate
-        return self.sim.task("intra-allreduce", dur, (self.res("intra", node),), deps)
+        link = self.res("intra", node)
+        return self.sim.task("intra-allreduce", dur, self.nccl_res(node, link) if nccl else (link,), deps)
+
+    def nccl_res(self, node: int, link: Resource) -> tuple[Resource, ...]:
+        """What an NCCL collective among the node's GPUs holds: its link (or stream), and the node's
+        SMs where its GPUs are not peers (see the module's docstring)."""
+        return (link,) if self.cluster.intra_p2p else (link, self.res("sm", node))
 
     def collective(self, kind: str, server: int, nbytes: float, deps: Sequence[Task | None]) -> Task:
         """A CaSync-PS gather (every other node pushes ``nbytes`` to ``server``) or broadcast

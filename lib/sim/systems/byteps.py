@@ -78,7 +78,8 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
         return host(kind, node, nbytes, ctx.host_rate, deps, fixed)
 
     counter = 0
-    for g, r in zip(grads, ctx.ready, strict=True):
+    ready = [ctx.ready_on(w) for w in range(n)]
+    for gi, g in enumerate(grads):
         k = max(1, math.ceil(g.size / part_elems))
         for _off, ln in split_even(g.size, k):
             s = counter % n
@@ -87,7 +88,7 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
             wire = ctx.alg.payload_bytes(ln) if compressed else nbytes
             arrived: list[Task | None] = []
             for w in range(n):
-                x = ctx.intra_reduce(w, nbytes, [r])
+                x = ctx.intra_reduce(w, nbytes, [ready[w][gi]])
                 x = task("d2h", nbytes / ctx.pcie_rate, pcie_res[w], [x])
                 if compressed:
                     x = host("cpu-encode", w, nbytes, ctx.cpu_codec_rate, [x])

@@ -109,7 +109,7 @@ def build_casync(ctx: Context, topology: str) -> list[Task]:
     finals: list[Task] = []
     if ctx.nodes == 1:
         for g, r in zip(ctx.workload.gradients, ctx.ready, strict=True):
-            finals.append(ctx.intra_allreduce(0, g.nbytes, [r]))
+            finals.append(ctx.intra_allreduce(0, g.nbytes, [r], nccl=False))
         return finals
     units = _units(ctx, topology)
     owners = None
@@ -141,7 +141,7 @@ def _ps_partition(ctx: Context, ln: int, compress: bool, s: int, deps: list[Task
     GPU, re-encodes the sum, and pulls go out as one broadcast; each node decodes its copy."""
     n = ctx.nodes
     nbytes = 4.0 * ln
-    reduced = [ctx.intra_reduce(w, nbytes, deps) for w in range(n)]
+    reduced = [ctx.intra_reduce(w, nbytes, deps, nccl=False) for w in range(n)]
     if compress:
         reduced = [ctx.to_codec(w, nbytes, [x]) for w, x in enumerate(reduced)]
     wire = ctx.alg.payload_bytes(ln) if compress else nbytes
@@ -170,18 +170,18 @@ def _ps_partition(ctx: Context, ln: int, compress: bool, s: int, deps: list[Task
             y = ctx.decode(w, ln, [pulled, pushed[w]], agg_alg) if compress else pulled
         if compress:
             y = ctx.from_codec(w, nbytes, [y])
-        out.append(ctx.intra_broadcast(w, nbytes, [y]))
+        out.append(ctx.intra_broadcast(w, nbytes, [y], nccl=False))
     return out
 
 
 def _ring_partition(ctx: Context, ln: int, compress: bool, deps: list[Task | None]) -> Task:
     n = ctx.nodes
     q = math.ceil(ln / n)
-    x = ctx.intra_reduce(0, 4.0 * ln, deps)
+    x = ctx.intra_reduce(0, 4.0 * ln, deps, nccl=False)
     if not compress:
         for _ in range(2 * (n - 1)):
             x = ctx.transfer(0, 0, 4.0 * q, [x])
-        return ctx.intra_broadcast(0, 4.0 * ln, [x])
+        return ctx.intra_broadcast(0, 4.0 * ln, [x], nccl=False)
     x = ctx.to_codec(0, 4.0 * ln, [x])
     for hop in range(n - 1):
         alg = ctx.alg.widened(hop + 1)
@@ -195,4 +195,4 @@ def _ring_partition(ctx: Context, ln: int, compress: bool, deps: list[Task | Non
     for _ in range(n - 1):
         prev = ctx.transfer(0, 0, agg_alg.payload_bytes(q), [prev])
         decoded.append(ctx.decode(0, q, [prev], agg_alg))
-    return ctx.intra_broadcast(0, 4.0 * ln, [ctx.from_codec(0, 4.0 * ln, decoded)])
+    return ctx.intra_broadcast(0, 4.0 * ln, [ctx.from_codec(0, 4.0 * ln, decoded)], nccl=False)

@@ -12,6 +12,11 @@ times hundreds of steps at 128 GPUs, is what bends the ring's curve down at scal
 is encoded on the GPU (SeCoPa's encode cost times ``oss_codec_work``, fitted: the open-source kernels
 sort where CompLL samples), the payloads all-gathered (``N-1`` steps of one rank's payload), and
 every rank scatter-adds all ``N`` payloads back into a dense gradient.
+
+Where the node's GPUs are not peers, NCCL's kernels take turns with backward on the SMs (see
+:mod:`.base`): on one node for the whole collective; across nodes a ``stall`` on the SMs for the
+bytes of the ring's intra-node hops (what an intra-node all-reduce of the buffer moves), while the
+ring waits on the network.
 """
 
 from __future__ import annotations
@@ -38,13 +43,24 @@ def _allgather_ms(ctx: Context, per_rank_bytes: float) -> float:
     return (n_gpus - 1) * (per_rank_bytes / rate + ctx.params.nccl_step_ms)
 
 
+def _collective(ctx: Context, kind: str, ms: float, intra_bytes: float, deps: list[Task | None]) -> Task:
+    """One NCCL collective on Horovod's stream, taking turns with backward for its ``intra_bytes``
+    (on one node: throughout) where the node's GPUs are not peers."""
+    nccl = ctx.res("nccl", 0)
+    if ctx.nodes == 1:
+        return ctx.sim.task(kind, ms, ctx.nccl_res(0, nccl), deps)
+    if not ctx.cluster.intra_p2p and ctx.gpn > 1 and intra_bytes > 0:
+        ctx.sim.task("stall", intra_bytes / ctx.intra_rate, (ctx.res("sm", 0),), deps)
+    return ctx.sim.task(kind, ms, (nccl,), deps)
+
+
 def build_horovod(ctx: Context, dgc: bool = False) -> list[Task]:
     p = ctx.params
     grads = ctx.workload.gradients
-    ready_at = [m.ready for m in ctx.ready]
+    ready_at = ctx.ready_at
     fusion = p.fusion_mb * (1 << 20)
-    nccl = ctx.res("nccl", 0)
     n_gpus = ctx.layout.gpus
+    share = 2 * (ctx.gpn - 1) / ctx.gpn  # of a buffer's bytes, what its intra-node hops move
     finals: list[Task] = []
     i = 0
     while i < len(grads):
@@ -67,13 +83,13 @@ def build_horovod(ctx: Context, dgc: bool = False) -> list[Task]:
             start = ctx.sim.task("cycle", 0.0, at=tick, deps=marks)
             if not dgc:
                 nbytes = sum(grads[idx].nbytes for idx in buf)
-                finals.append(ctx.sim.task("allreduce", _allreduce_ms(ctx, nbytes), (nccl,), [start]))
+                finals.append(_collective(ctx, "allreduce", _allreduce_ms(ctx, nbytes), share * nbytes, [start]))
                 continue
             sparse = [idx for idx in buf if grads[idx].size >= p.dgc_min_elements]
             dense = [idx for idx in buf if grads[idx].size < p.dgc_min_elements]
             if dense:
                 nbytes = sum(grads[idx].nbytes for idx in dense)
-                finals.append(ctx.sim.task("allreduce", _allreduce_ms(ctx, nbytes), (nccl,), [start]))
+                finals.append(_collective(ctx, "allreduce", _allreduce_ms(ctx, nbytes), share * nbytes, [start]))
             if sparse:
                 encs = [
                     ctx.sim.task(
@@ -85,7 +101,7 @@ def build_horovod(ctx: Context, dgc: bool = False) -> list[Task]:
                     for idx in sparse
                 ]
                 payload = sum(ctx.alg.payload_bytes(grads[idx].size) for idx in sparse)
-                gathered = ctx.sim.task("allgather", _allgather_ms(ctx, payload), (nccl,), encs)
+                gathered = _collective(ctx, "allgather", _allgather_ms(ctx, payload), (ctx.gpn - 1) * payload, encs)
                 for idx in sparse:
                     size = grads[idx].size
                     kept = size * ctx.alg.bytes_per_element / 8.0
