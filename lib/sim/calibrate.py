@@ -12,7 +12,9 @@ VGG19 and ResNet50 on both clusters), in this order, each step on its own system
 squares on the log of predicted/published, bounded):
 
 1. ``compute_overhead`` on the uncompressed baselines' single-node points: how much slower a GPU
-   computes once several share a host (input pipeline, PCIe, CPU), before any network is involved;
+   computes once several share a host (input pipeline, PCIe, CPU), before any network is involved,
+   beyond the node's all-reduce (which the task graph has: on the local cluster's 1080 Ti pairs it
+   takes turns with backward, see ``systems.base``; what is left there is a fraction of a percent);
 2. ``byteps_host_gbytes``, ``cpu_codec_gbytes`` and ``host_jitter`` together on ``byteps`` and
    ``byteps-onebit`` (both systems use all of them; ``cpu_codec_gbytes`` with a weak prior at the
    host's message rate, :data:`PRIORS`; the servers' per-message work is not fitted but
