@@ -38,9 +38,10 @@ REPLACE: tuple[str, ...] = ()
 
 
 #: The library configuration a built-in spec writes, where it is not the library's default: onebit.pse
-#: is HiPress's onebit, one pair of scales per gradient, and tbq.pse's adaptive rule is per tensor;
-#: the library's defaults are per block of elements (``hipress.compress.blocks`` says why).
-LIBRARY_PARAMS: dict[str, dict] = {"onebit": {"block": 0}, "tbq": {"block": 0}}
+#: is HiPress's onebit, one pair of scales per gradient, and tbq.pse's adaptive rule is per tensor
+#: (the library's defaults are per block of elements: ``hipress.compress.blocks`` says why); dgc.pse
+#: keeps its one sampled threshold (the library adapts it: ``algorithms.dgc`` says why).
+LIBRARY_PARAMS: dict[str, dict] = {"onebit": {"block": 0}, "tbq": {"block": 0}, "dgc": {"lower_bound": 0.0}}
 
 
 def library_compressor(name: str, **params):
@@ -105,7 +106,8 @@ def _with_library_merge(cls, name: str):
             return self._lib().body_size(header)
 
         def widened(self, factor: int):
-            return type(self)(**self._lib().widened(factor).params())
+            mine = self.params()  # the library's extra parameters (dgc's lower_bound) are not the spec's
+            return type(self)(**{k: v for k, v in self._lib().widened(factor).params().items() if k in mine})
 
     Hybrid.__name__ = Hybrid.__qualname__ = cls.__name__
     Hybrid.__module__ = cls.__module__  # its body modules are found beside the generated wrapper

@@ -41,6 +41,17 @@ def budget(numel: int, ratio: float) -> int:
     return min(numel, max(1, math.ceil(numel * ratio))) if numel else 0
 
 
+#: DGC's reference implementation (Lin et al., github.com/synxlin/deep-gradient-compression): when the
+#: sampled threshold passes fewer than ``lower_bound`` x the budget, the threshold is multiplied by
+#: ``lower_bound`` and v scanned again, at most this many times.
+ADAPT_STEPS = 10
+
+
+def lowered(thr: float, lower_bound: float) -> np.float32:
+    """The next, lower threshold of DGC's adaptation (float32, so every backend compares the same)."""
+    return np.float32(np.float32(thr) * np.float32(lower_bound))
+
+
 def sample_size(n: int, sample_ratio: float, min_sample: int = 1024) -> int:
     """DGC's sample: ``sample_ratio`` of the elements, at least ``min_sample``, at most all."""
     return min(n, max(min_sample, math.ceil(n * sample_ratio)))
@@ -150,9 +161,12 @@ def select_sampled(
     sample_ratio: float,
     seed: int,
     limit: int | None,
+    lower_bound: float = 0.0,
 ) -> Selection | None:
     """DGC / GradDrop: keep |v| >= the ``density`` quantile of a seeded sample of |v|, at most
-    ``limit`` (the largest, ties to the lower index).
+    ``limit`` (the largest, ties to the lower index). With ``lower_bound`` and a ``limit``, DGC's
+    adaptation: while fewer than ``lower_bound * limit`` pass, the threshold is lowered
+    (``lowered``, at most ``ADAPT_STEPS`` times).
 
     v = x; with ``residual``, v = residual + x; with ``momentum`` too, u = u*m + x and
     v = residual + u, both left in place and zeroed where sent. With state the caller must have
@@ -167,6 +181,15 @@ def select_sampled(
     cand = ks.gather(x, residual, momentum, mode, m, float(thr), False, expect)
     if mode == ks.PLAIN and not cand.finite:
         return None
+    if limit is not None and lower_bound > 0:
+        if mode != ks.PLAIN:  # the residual now holds v: later passes read it as is
+            x, mode = residual, ks.PLAIN
+        for _ in range(ADAPT_STEPS):
+            if cand.idx.size >= lower_bound * limit or thr <= 0:
+                break
+            thr = lowered(thr, lower_bound)
+            expect = min(1.0, expect / lower_bound)
+            cand = ks.gather(x, residual, None, mode, 0.0, float(thr), False, expect)
     return _keep_largest(cand, limit, residual=residual, momentum=momentum)
 
 
@@ -178,12 +201,13 @@ def choose_sampled(
     sample_ratio: float,
     limit: int | None,
     momentum: float = 0.0,
+    lower_bound: float = 0.0,
 ) -> Selection:
     """DGC's and GradDrop's CPU choice, with their state: ``select_sampled`` over the residual (and
     the velocity when ``momentum``), from the step's seed. x is checked for Inf and NaN before any
     state is touched, so a bad gradient leaves the state as it was; raises ``nonfinite(name)``."""
     if state is None:
-        sel = select_sampled(x, None, None, 0.0, density, sample_ratio, 0, limit)
+        sel = select_sampled(x, None, None, 0.0, density, sample_ratio, 0, limit, lower_bound)
         if sel is None:
             raise nonfinite(name)
         return sel
@@ -191,7 +215,7 @@ def choose_sampled(
         raise nonfinite(name)
     u = state.buffer("momentum", x) if momentum else None
     r = state.buffer("residual", x)
-    return select_sampled(x, r, u, momentum, density, sample_ratio, state.step_seed(), limit)
+    return select_sampled(x, r, u, momentum, density, sample_ratio, state.step_seed(), limit, lower_bound)
 
 
 # ---------------------------------------------------------------------------- the compressor
