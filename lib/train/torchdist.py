@@ -16,7 +16,6 @@ one GPU are refused up front (``check_nccl``) with the alternatives named, inste
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -56,15 +55,24 @@ def check_nccl(local_size: int, device_count: int, alternatives: str = SHARED_GP
         )
 
 
-def _rendezvous(comm: Any) -> tuple[str, int]:
-    """The TCP address every rank meets at: rank 0's free port, broadcast over MPI."""
+def _rendezvous(comm: Any, timeout: Any) -> Any:
+    """The store every rank meets at: rank 0's ``TCPStore``, its port broadcast over MPI.
+
+    Rank 0 lets the store bind port 0 itself and sends the port it got. Picking a free port first
+    and binding it later was a race: another socket (a gloo pair of the group just destroyed, any
+    process's outgoing connection) could take the port in between, and the other ranks then waited
+    for a store that never came up, until the timeout (seen once in CI: 300 s at the third
+    process group of a job).
+    """
     addr = os.environ.get(ADDR_ENV, "127.0.0.1")
-    port = 0
-    if comm.Get_rank() == 0:
-        with socket.socket() as s:
-            s.bind((addr, 0))
-            port = s.getsockname()[1]
-    return addr, int(comm.bcast(port, root=0))
+    rank, world = comm.Get_rank(), comm.Get_size()
+    store = None
+    if rank == 0:
+        store = dist.TCPStore(addr, 0, world, True, timeout=timeout, wait_for_workers=False)
+    port = int(comm.bcast(store.port if store is not None else 0, root=0))
+    if store is None:
+        store = dist.TCPStore(addr, port, world, False, timeout=timeout)
+    return store
 
 
 def init_process_group(comm: Any, backend: str, device: torch.device | None = None, timeout_s: float = 300) -> str:
@@ -77,16 +85,17 @@ def init_process_group(comm: Any, backend: str, device: torch.device | None = No
 
     if dist.is_initialized():
         raise DeviceError("torch.distributed is already initialized in this process; destroy it first")
-    addr, port = _rendezvous(comm)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = _rendezvous(comm, timeout)
     kw: dict[str, Any] = {}
     if backend == "nccl" and device is not None:
         kw["device_id"] = device
     dist.init_process_group(
         backend,
-        init_method=f"tcp://{addr}:{port}",
+        store=store,
         rank=comm.Get_rank(),
         world_size=comm.Get_size(),
-        timeout=datetime.timedelta(seconds=timeout_s),
+        timeout=timeout,
         **kw,
     )
     return backend
