@@ -2,7 +2,7 @@
 
 HiPress fixes the ratio at 1/16. hipress takes it from the algorithm the plan is made for, header
 included, because for the small partitions SeCoPa weighs the 20-byte header is not negligible
-(a 64-element bias under onebit is 36 bytes, 14% of its fp32 size, not 3%).
+(a 64-element bias under HiPress's onebit is 36 bytes, 14% of its fp32 size, not 3%).
 
 Every built-in compressor's ``payload_size(n)`` is affine in n up to the rounding of bit packing
 (``header + ceil(n*bits/8)``; sparse ones ``header + 8*ceil(ratio*n)``), so it is taken as
