@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -27,6 +29,8 @@ from .kernels import backend_for, cpu
 from .kernels import select as ks
 from .payload import Header, allocate, header_size, seal
 from .state import GradientState
+
+T = TypeVar("T")
 
 _EXTRA = struct.Struct("<I")
 
@@ -47,9 +51,23 @@ def budget(numel: int, ratio: float) -> int:
 ADAPT_STEPS = 10
 
 
-def lowered(thr: float, lower_bound: float) -> np.float32:
-    """The next, lower threshold of DGC's adaptation (float32, so every backend compares the same)."""
-    return np.float32(np.float32(thr) * np.float32(lower_bound))
+def adapt_threshold(
+    first: T, thr: float, limit: int | None, lower_bound: float, count: Callable[[T], int],
+    rescan: Callable[[float], T],
+) -> T:
+    """DGC's threshold adaptation, one rule for every path: ``first`` is what ``thr`` selected;
+    while it holds fewer than ``lower_bound * limit`` elements, ``rescan`` at the threshold times
+    ``lower_bound`` (float32, so every backend compares the same), at most ``ADAPT_STEPS`` times.
+    Without a ``limit`` or with ``lower_bound`` 0, ``first`` as it is."""
+    if limit is None or lower_bound <= 0:
+        return first
+    got = first
+    for _ in range(ADAPT_STEPS):
+        if count(got) >= lower_bound * limit or thr <= 0:
+            break
+        thr = float(np.float32(np.float32(thr) * np.float32(lower_bound)))
+        got = rescan(thr)
+    return got
 
 
 def sample_size(n: int, sample_ratio: float, min_sample: int = 1024) -> int:
@@ -165,8 +183,7 @@ def select_sampled(
 ) -> Selection | None:
     """DGC / GradDrop: keep |v| >= the ``density`` quantile of a seeded sample of |v|, at most
     ``limit`` (the largest, ties to the lower index). With ``lower_bound`` and a ``limit``, DGC's
-    adaptation: while fewer than ``lower_bound * limit`` pass, the threshold is lowered
-    (``lowered``, at most ``ADAPT_STEPS`` times).
+    adaptation (``adapt_threshold``).
 
     v = x; with ``residual``, v = residual + x; with ``momentum`` too, u = u*m + x and
     v = residual + u, both left in place and zeroed where sent. With state the caller must have
@@ -181,15 +198,12 @@ def select_sampled(
     cand = ks.gather(x, residual, momentum, mode, m, float(thr), False, expect)
     if mode == ks.PLAIN and not cand.finite:
         return None
-    if limit is not None and lower_bound > 0:
-        if mode != ks.PLAIN:  # the residual now holds v: later passes read it as is
-            x, mode = residual, ks.PLAIN
-        for _ in range(ADAPT_STEPS):
-            if cand.idx.size >= lower_bound * limit or thr <= 0:
-                break
-            thr = lowered(thr, lower_bound)
-            expect = min(1.0, expect / lower_bound)
-            cand = ks.gather(x, residual, None, mode, 0.0, float(thr), False, expect)
+    v = x if mode == ks.PLAIN else residual  # the residual now holds v: later passes read it as is
+
+    def rescan(t: float) -> ks.Candidates:  # slots grow as the threshold falls
+        return ks.gather(v, residual, None, ks.PLAIN, 0.0, t, False, min(1.0, expect * float(thr) / t))
+
+    cand = adapt_threshold(cand, float(thr), limit, lower_bound, lambda c: c.idx.size, rescan)
     return _keep_largest(cand, limit, residual=residual, momentum=momentum)
 
 

@@ -27,13 +27,12 @@ from ..base import Capabilities
 from ..kernels import backend_for
 from ..registry import register
 from ..sparse import (
-    ADAPT_STEPS,
     Selection,
     SparseCompressor,
     accumulate,
+    adapt_threshold,
     budget,
     choose_sampled,
-    lowered,
     sampled_threshold,
     top_by_magnitude,
 )
@@ -90,12 +89,8 @@ class DGC(SparseCompressor):
         seed = state.step_seed() if state is not None else 0
         thr = sampled_threshold(v, self.density, self.sample_ratio, seed)
         backend, limit = backend_for(v, name), budget(n, self.density)
-        idx, val = backend.select_abs_ge(v, thr)
-        for _ in range(ADAPT_STEPS if self.lower_bound else 0):
-            if idx.numel() >= self.lower_bound * limit or thr <= 0:
-                break
-            thr = float(lowered(thr, self.lower_bound))
-            idx, val = backend.select_abs_ge(v, thr)
+        idx, val = adapt_threshold(backend.select_abs_ge(v, thr), thr, limit, self.lower_bound,
+                                   lambda sel: sel[0].numel(), lambda t: backend.select_abs_ge(v, t))
         idx, val = top_by_magnitude(idx, val, limit)
         il = idx.long()
         v[il] = 0.0  # residual keeps what was not sent
