@@ -8,6 +8,8 @@ typical magnitude, which under momentum correction cost onebit up to 4.4 and tbq
 
 from __future__ import annotations
 
+import struct
+
 import torch
 
 from .kernels.common import BLOCK
@@ -35,6 +37,20 @@ def block_param(block: int, alg: str) -> int:
     """A compressor's ``block`` parameter, checked: 0 (one scale per gradient) or a valid size."""
     block = int(block)
     if block != 0 and (why := check_block(block, f"{alg}: block")):
+        raise ValueError(why)
+    return block
+
+
+#: The extra header of a payload with blocks: the block size (u32); the scales are in the body.
+BLOCK_HEADER = struct.Struct("<I")
+
+
+def read_block(extra: bytes, alg: str) -> int:
+    """The block size a payload's extra header declares; ValueError saying why if it is not valid."""
+    if len(extra) != BLOCK_HEADER.size:
+        raise ValueError(f"{alg} payload has a malformed extra header (block size)")
+    (block,) = BLOCK_HEADER.unpack(extra)
+    if why := check_block(block, f"{alg} payload's block size"):
         raise ValueError(why)
     return block
 

@@ -42,7 +42,7 @@ import struct
 import torch
 
 from ..base import Capabilities, Compressor, nonfinite_reset
-from ..blocks import ONEBIT_BLOCK, block_param, check_block, float32_scales, nblocks
+from ..blocks import BLOCK_HEADER, ONEBIT_BLOCK, block_param, float32_scales, nblocks, read_block
 from ..errors import CompressionError
 from ..kernels import backend_for
 from ..payload import Header, allocate, header_size
@@ -51,7 +51,6 @@ from ..state import GradientState
 from ..wire import WIRE_IDS
 
 _EXTRA = struct.Struct("<ff")  # block=0: pos mean, neg mean
-_BLOCK = struct.Struct("<I")  # block > 0: the block size; the scales are in the body
 
 
 @register
@@ -69,16 +68,16 @@ class OneBit(Compressor):
     def payload_size(self, numel: int) -> int:
         if self.block == 0:
             return header_size(_EXTRA.size) + (numel + 7) // 8
-        return header_size(_BLOCK.size) + 8 * nblocks(numel, self.block) + (numel + 7) // 8
+        return header_size(BLOCK_HEADER.size) + 8 * nblocks(numel, self.block) + (numel + 7) // 8
 
     def body_size(self, header: Header) -> int | None:
         if len(header.extra) == _EXTRA.size:
             return (header.numel + 7) // 8
-        if len(header.extra) == _BLOCK.size:
-            (block,) = _BLOCK.unpack(header.extra)
-            if check_block(block, "block") is None:
-                return 8 * nblocks(header.numel, block) + (header.numel + 7) // 8
-        return None  # a malformed extra header: refused by ``_decode``
+        try:
+            block = read_block(header.extra, self.name)
+        except ValueError:
+            return None  # a malformed extra header: refused by ``_decode``
+        return 8 * nblocks(header.numel, block) + (header.numel + 7) // 8
 
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
         k = backend_for(x, name)
@@ -88,7 +87,7 @@ class OneBit(Compressor):
             payload = self._encode_whole(k, x, r, dtype, name)
         else:
             nscales = 2 * nblocks(n, self.block)
-            payload, body = allocate(self.wire_id, dtype, n, _BLOCK.pack(self.block), 4 * nscales + (n + 7) // 8,
+            payload, body = allocate(self.wire_id, dtype, n, BLOCK_HEADER.pack(self.block), 4 * nscales + (n + 7) // 8,
                                      device=x.device)
             scales = body[: 4 * nscales].view(torch.float32)
             if not k.onebit_blocks(x, r, self.block, scales, body[4 * nscales :]):
@@ -114,11 +113,10 @@ class OneBit(Compressor):
                 raise CompressionError(name, f"onebit payload has invalid scales ({pos}, {neg})")
             backend_for(out, name).sign_decode(body, pos, neg, out, add)
             return
-        if len(header.extra) != _BLOCK.size:
-            raise CompressionError(name, "onebit payload has a malformed extra header")
-        (block,) = _BLOCK.unpack(header.extra)
-        if why := check_block(block, "onebit payload's block size"):
-            raise CompressionError(name, why)
+        try:
+            block = read_block(header.extra, self.name)
+        except ValueError as e:
+            raise CompressionError(name, str(e)) from None
         nscales = 2 * nblocks(header.numel, block)
         scales = float32_scales(body, nscales)
         pos, neg = scales[0::2], scales[1::2]

@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 from ..base import Capabilities, Compressor, nonfinite_reset
-from ..blocks import TBQ_BLOCK, block_param, check_block, float32_scales, nblocks
+from ..blocks import BLOCK_HEADER, TBQ_BLOCK, block_param, float32_scales, nblocks, read_block
 from ..errors import CompressionError
 from ..kernels import backend_for
 from ..payload import Header, allocate, header_size
@@ -66,7 +66,6 @@ from ..state import GradientState
 from ..wire import WIRE_IDS
 
 _EXTRA = struct.Struct("<f")  # one value for the whole tensor
-_BLOCK = struct.Struct("<I")  # FLAG_BLOCKS: the block size; the values are in the body
 FLAG_BLOCKS = 1
 
 
@@ -114,16 +113,16 @@ class TBQ(Compressor):
     def payload_size(self, numel: int) -> int:
         if self.block == 0:
             return header_size(_EXTRA.size) + (numel + 3) // 4
-        return header_size(_BLOCK.size) + 4 * nblocks(numel, self.block) + (numel + 3) // 4
+        return header_size(BLOCK_HEADER.size) + 4 * nblocks(numel, self.block) + (numel + 3) // 4
 
     def body_size(self, header: Header) -> int | None:
         if not header.flags & FLAG_BLOCKS:
             return (header.numel + 3) // 4
-        if len(header.extra) == _BLOCK.size:
-            (block,) = _BLOCK.unpack(header.extra)
-            if check_block(block, "block") is None:
-                return 4 * nblocks(header.numel, block) + (header.numel + 3) // 4
-        return None  # a malformed extra header: refused by ``_decode``
+        try:
+            block = read_block(header.extra, self.name)
+        except ValueError:
+            return None  # a malformed extra header: refused by ``_decode``
+        return 4 * nblocks(header.numel, block) + (header.numel + 3) // 4
 
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
         k = backend_for(x, name)
@@ -131,7 +130,7 @@ class TBQ(Compressor):
         n = x.numel()
         if self.block:
             nv = nblocks(n, self.block)
-            payload, body = allocate(self.wire_id, dtype, n, _BLOCK.pack(self.block), 4 * nv + (n + 3) // 4,
+            payload, body = allocate(self.wire_id, dtype, n, BLOCK_HEADER.pack(self.block), 4 * nv + (n + 3) // 4,
                                      flags=FLAG_BLOCKS, device=x.device)
             if not k.tbq_blocks(x, r, self.block, self.scale, body[: 4 * nv].view(torch.float32), body[4 * nv :]):
                 raise nonfinite_reset(name, r)
@@ -155,11 +154,10 @@ class TBQ(Compressor):
             raise CompressionError(name, "tbq payload body is corrupted (invalid 2-bit code 3)")
 
     def _decode_blocks(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
-        if len(header.extra) != _BLOCK.size:
-            raise CompressionError(name, "tbq payload has a malformed extra header (block size)")
-        (block,) = _BLOCK.unpack(header.extra)
-        if why := check_block(block, "tbq payload's block size"):
-            raise CompressionError(name, why)
+        try:
+            block = read_block(header.extra, self.name)
+        except ValueError as e:
+            raise CompressionError(name, str(e)) from None
         nv = nblocks(header.numel, block)
         values = float32_scales(body, nv)
         if not bool((torch.isfinite(values) & (values > 0)).all()):
