@@ -302,7 +302,7 @@ def ddp_powersgd() -> None:
     from hipress.train.torchdist import init_process_group
 
     data = Digits.load()
-    kw = {"epochs": 4, "lr": 0.05, "momentum": 0.9, "seed": 11}
+    kw = {"epochs": 4, "lr": 0.05, "momentum": 0.9, "seed": 11, "lr_schedule": "constant"}
     ref = train_digits(comm, "powersgd", "casync-ring", data=data, **kw)
     init_process_group(comm, "gloo")
     try:
