@@ -352,5 +352,18 @@ def leave_one_out(
         per_system = {s: score(ev, [p for p in pts if p.system == s], params)
                       for s in systems if any(p.system == s for p in pts)}
         rows.append({"held_out": held, "cluster": job.cluster, "fitted_on": fitted["fitted_on"]["models"],
-                     "values": fitted["values"], **score(ev, pts, params), "systems": per_system})
+                     "values": fitted["values"], **score(ev, pts, params), "systems": per_system,
+                     "residuals": residuals(ev, pts, params)})
     return rows
+
+
+def residuals(ev: Evaluator, points: list[Point], params: SimParams) -> list[dict]:
+    """Each point's prediction and signed error (percent): the shape of a miss (too slow at small
+    node counts, too fast at large ones, ...) points at the mechanism behind it, which a median
+    and a maximum hide."""
+    out = []
+    for p in points:
+        predicted = ev.predict(p, params)
+        out.append({"system": p.system, "gpus": p.gpus, "published": p.published, "predicted": predicted,
+                    "error_pct": 100.0 * (predicted - p.published) / p.published})
+    return out
