@@ -334,7 +334,16 @@ def leave_one_out(
 ) -> list[dict]:
     """For each calibration model: refit every cluster without its curves, then predict its baseline
     curves on each cluster. One row per (held-out model, cluster), with the refitted values. The
-    (held-out model, cluster) fits are independent: they run in ``workers`` processes."""
+    (held-out model, cluster) fits are independent: they run in ``workers`` processes.
+
+    With two calibration models the two directions are not alike. ResNet50 is compute-bound: its
+    baseline curves hardly depend on the link share NCCL gets or on how fast a host moves bytes, so a
+    fit on it alone leaves those parameters where their priors or a trade-off valley put them (its
+    ring error is flat along ``nccl_efficiency`` when ``nccl_step_ms`` moves with it; its BytePS
+    curve is met as well by a slow host as by a fast host with a wide ``host_jitter``; and it has no
+    on-CPU onebit curve at all, so ``cpu_codec_gbytes`` is its prior). VGG19's errors when held out
+    are therefore mostly the priors' errors, whereas ResNet50's, predicted from VGG19's fit, test
+    whether mechanisms and values carry over to a model of another balance."""
     rows = []
     ev = Evaluator(ref)
     held_models = sorted({m for c in ref.clusters for m in calibration_models(ref, c)})
