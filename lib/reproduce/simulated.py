@@ -108,4 +108,23 @@ def validate_markdown(rows: list[dict[str, Any]]) -> str:
                 continue
             lines.append(f"| {r['held_out']} | {r['cluster']} | {', '.join(r['fitted_on'])} | {system} | "
                          f"{s['points']} | {s['median_abs_error_pct']:.1f}% | {s['max_abs_error_pct']:.1f}% |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + residuals_markdown(rows)
+
+
+def residuals_markdown(rows: list[dict[str, Any]]) -> str:
+    """Signed errors per GPU count (predicted minus published, percent of published), one line per
+    held-out model, cluster and system: where along the curve a prediction goes wrong."""
+    lines = ["", "## Signed error per GPU count (predicted vs published)", ""]
+    for r in rows:
+        res = r.get("residuals", [])
+        if not res:
+            continue
+        gpus = sorted({x["gpus"] for x in res})
+        lines += [f"### {r['held_out']} on {r['cluster']} (fitted on {', '.join(r['fitted_on'])})", "",
+                  "| system | " + " | ".join(f"{g} GPUs" for g in gpus) + " |",
+                  "|---|" + "---:|" * len(gpus)]
+        for system in dict.fromkeys(x["system"] for x in res):
+            by = {x["gpus"]: x["error_pct"] for x in res if x["system"] == system}
+            lines.append(f"| {system} | " + " | ".join(f"{by[g]:+.1f}%" if g in by else "" for g in gpus) + " |")
+        lines.append("")
+    return "\n".join(lines)

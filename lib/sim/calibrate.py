@@ -334,7 +334,16 @@ def leave_one_out(
 ) -> list[dict]:
     """For each calibration model: refit every cluster without its curves, then predict its baseline
     curves on each cluster. One row per (held-out model, cluster), with the refitted values. The
-    (held-out model, cluster) fits are independent: they run in ``workers`` processes."""
+    (held-out model, cluster) fits are independent: they run in ``workers`` processes.
+
+    With two calibration models the two directions are not alike. ResNet50 is compute-bound: its
+    baseline curves hardly depend on the link share NCCL gets or on how fast a host moves bytes, so a
+    fit on it alone leaves those parameters where their priors or a trade-off valley put them (its
+    ring error is flat along ``nccl_efficiency`` when ``nccl_step_ms`` moves with it; its BytePS
+    curve is met as well by a slow host as by a fast host with a wide ``host_jitter``; and it has no
+    on-CPU onebit curve at all, so ``cpu_codec_gbytes`` is its prior). VGG19's errors when held out
+    are therefore mostly the priors' errors, whereas ResNet50's, predicted from VGG19's fit, test
+    whether mechanisms and values carry over to a model of another balance."""
     rows = []
     ev = Evaluator(ref)
     held_models = sorted({m for c in ref.clusters for m in calibration_models(ref, c)})
@@ -352,5 +361,18 @@ def leave_one_out(
         per_system = {s: score(ev, [p for p in pts if p.system == s], params)
                       for s in systems if any(p.system == s for p in pts)}
         rows.append({"held_out": held, "cluster": job.cluster, "fitted_on": fitted["fitted_on"]["models"],
-                     "values": fitted["values"], **score(ev, pts, params), "systems": per_system})
+                     "values": fitted["values"], **score(ev, pts, params), "systems": per_system,
+                     "residuals": residuals(ev, pts, params)})
     return rows
+
+
+def residuals(ev: Evaluator, points: list[Point], params: SimParams) -> list[dict]:
+    """Each point's prediction and signed error (percent): the shape of a miss (too slow at small
+    node counts, too fast at large ones, ...) points at the mechanism behind it, which a median
+    and a maximum hide."""
+    out = []
+    for p in points:
+        predicted = ev.predict(p, params)
+        out.append({"system": p.system, "gpus": p.gpus, "published": p.published, "predicted": predicted,
+                    "error_pct": 100.0 * (predicted - p.published) / p.published})
+    return out

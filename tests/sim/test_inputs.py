@@ -133,6 +133,19 @@ def test_leave_one_out_predicts_a_held_out_model_made_by_the_model():
         assert r["held_out"] not in r["fitted_on"]
         assert r["max_abs_error_pct"] < 2.0, r
         assert r["values"]["nccl_step_ms"] == pytest.approx(planted[r["cluster"]]["nccl_step_ms"], rel=0.25)
+        # one signed residual per held-out point, consistent with the row's statistics
+        res = r["residuals"]
+        assert len(res) == r["points"] and {x["system"] for x in res} == {"ring"}
+        assert max(abs(x["error_pct"]) for x in res) == pytest.approx(r["max_abs_error_pct"])
+        for x in res:
+            assert x["error_pct"] == pytest.approx(100 * (x["predicted"] - x["published"]) / x["published"])
+    from hipress.reproduce.simulated import validate_markdown
+
+    md = validate_markdown(rows)
+    first = rows[0]
+    line = next(ln for ln in md.splitlines() if ln.startswith("| ring |") and "GPUs" not in ln)
+    assert line.count("%") == len(REF.gpu_counts(rows[0]["cluster"]))
+    assert f"{first['held_out']} on {first['cluster']}" in md
 
 
 def test_each_cluster_has_its_own_calibration():
