@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .procs import alive, die_with_parent, stop_group
+from .procs import alive, die_with_parent, stop_group, wait_for_exit
 
 ERRORS = "errors.jsonl"
 
@@ -317,7 +317,9 @@ class LocalJob:
             self._log.close()
         if self._reader is not None:
             self._reader.join(5)  # the output's last lines
-        return rc if rc is not None else self.proc.wait()
+        if rc is None:  # still there after SIGKILL: give the kernel a moment more, never wait unbounded
+            rc = wait_for_exit(self.proc, 10.0)
+        return rc if rc is not None else -signal.SIGKILL
 
     def failure_message(self, run_dir: Path) -> str:
         output = self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""

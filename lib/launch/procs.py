@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 
 _PR_SET_PDEATHSIG = 1
 
@@ -49,16 +50,41 @@ def stop_group(proc: subprocess.Popen, term_s: float = 3.0, kill_s: float = 5.0)
     A process that has already exited may have left members of its group behind (Hydra after a failed
     rank): they get SIGKILL. Returns None only when even SIGKILL did not end it within ``kill_s``.
     """
-    if proc.poll() is not None:
+    if wait_for_exit(proc, 0.0) is not None:
         signal_group(proc.pid, signal.SIGKILL)
         return proc.returncode
     for sig, wait_s in ((signal.SIGTERM, term_s), (signal.SIGKILL, kill_s)):
         signal_group(proc.pid, sig)
+        if (rc := wait_for_exit(proc, wait_s)) is not None:
+            return rc
+    return None
+
+
+def wait_for_exit(proc: subprocess.Popen, timeout_s: float) -> int | None:
+    """``proc``'s exit code once it has exited (within ``timeout_s``), else None; reaps it itself.
+
+    Not ``proc.wait``: a Ctrl-C (KeyboardInterrupt) that lands inside ``Popen.poll`` between the
+    acquire of its internal wait lock and the ``try`` that releases it leaves that lock taken for
+    good, and from then on ``proc.wait(t)`` always times out and ``proc.wait()`` blocks forever.
+    That is what a launcher is doing when Ctrl-C comes (polling its job), and it once hung the Ctrl-C
+    test in CI. ``os.waitpid`` needs no lock; the exit code is stored where Popen keeps it.
+    """
+    deadline = time.monotonic() + timeout_s
+    delay = 0.001
+    while proc.returncode is None:
         try:
-            return proc.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-    return proc.poll()
+            pid, status = os.waitpid(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped meanwhile by Popen itself, which sets returncode
+            return proc.returncode
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            break
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, 0.05)
+    return proc.returncode
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:

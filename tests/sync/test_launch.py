@@ -100,6 +100,30 @@ def test_ctrl_c_stops_every_rank(tmp_path):
     assert not any(alive(p) for p in pids)
 
 
+def test_stop_ends_the_job_when_a_ctrl_c_left_popens_wait_lock_taken(tmp_path):
+    """A KeyboardInterrupt inside ``Popen.poll``, between its lock's acquire and the ``try`` that
+    releases it, leaves the lock taken: ``Popen.wait()`` then blocks forever. The launcher polls its
+    job when Ctrl-C comes, so this happened once in CI (the Ctrl-C test hung 30 s). Taking the lock
+    here is that state; ``stop`` must still end the job and report mpiexec's exit code."""
+    import threading
+
+    from hipress.launch.job import LocalJob
+
+    job = LocalJob(2, sleeper(tmp_path), on_line=lambda s: None)
+    pids = wait_pids(tmp_path, 2)
+    assert job.proc._waitpid_lock.acquire(False)  # CPython's Popen: the lock poll and wait take
+    done: list[int] = []
+    t = threading.Thread(target=lambda: done.append(job.stop()), daemon=True)
+    t.start()
+    t.join(30)
+    assert done, "stop() hung on Popen's wait lock"
+    assert done[0] != 0 and job.proc.returncode == done[0]
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids)
+
+
 @pytest.mark.parametrize("np, argv", [(0, ["true"]), (2, []), (2, "python -c 1"), (2, ["python", 3])])
 def test_bad_arguments_are_refused(np, argv):
     with pytest.raises(LaunchError):
