@@ -281,3 +281,30 @@ def test_nccl_takes_turns_with_backward_where_gpus_are_not_peers():
     assert simulate("casync-ps", spread, local, 4, params, REF, alg="onebit").iteration_ms < turns
     # peers (the p3dn's NVLink): the one-node all-reduce hides behind backward
     assert simulate("byteps", spread, AWS, 8, params, REF).iteration_ms < 1.01 * compute
+
+
+def test_open_source_dgc_codec_takes_turns_with_backward():
+    """ring-dgc's codec (the open-source DGC's ops in TensorFlow's graph, on its one compute stream)
+    holds the SMs: every encode and decode adds its time to the computation, however early its
+    gradient is ready, and more codec work means a longer iteration by as much. CaSync's codec (its
+    own streams) stays off the SMs and hides behind backward."""
+    params = derive_params(REF, "aws").with_values(compute_overhead=0.0)
+    compute = 200.0
+    w = make_workload("resnet50", 1.0, gradients=[(f"g{i}", 1_000_000) for i in range(100)], compute_ms=compute)
+    costs = CodecCosts.from_secopa(REF.secopa)
+    dgc = algorithm("dgc")
+
+    def codec(work: float) -> float:
+        return work * sum(costs.encode_ms(g.size, dgc) + costs.decode_ms(g.size, dgc) for g in w.gradients)
+
+    runs = {}
+    for work in (1.0, 3.0):
+        r = simulate("ring-dgc", w, AWS, 16, params.with_values(oss_codec_work=work), REF)
+        assert codec(work) > 0.1 * compute
+        assert r.busy_ms["sm"] >= w.backward_ms + codec(work) - 1e-6
+        assert r.iteration_ms >= compute + codec(work) - 1e-6
+        runs[work] = r.iteration_ms
+    assert runs[3.0] - runs[1.0] == pytest.approx(codec(3.0) - codec(1.0), rel=0.05)
+    casync = simulate("casync-ring", w, AWS, 16, params, REF, alg="dgc")
+    assert casync.busy_ms["sm"] == pytest.approx(w.backward_ms)
+    assert casync.iteration_ms < compute + codec(1.0)
