@@ -66,8 +66,8 @@ def wait_for_exit(proc: subprocess.Popen, timeout_s: float) -> int | None:
     Not ``proc.wait``: a Ctrl-C (KeyboardInterrupt) that lands inside ``Popen.poll`` between the
     acquire of its internal wait lock and the ``try`` that releases it leaves that lock taken for
     good, and from then on ``proc.wait(t)`` always times out and ``proc.wait()`` blocks forever.
-    That is what a launcher is doing when Ctrl-C comes (polling its job), and it once hung the Ctrl-C
-    test in CI. ``os.waitpid`` needs no lock; the exit code is stored where Popen keeps it.
+    Polling its job is what a launcher is doing when Ctrl-C comes. ``os.waitpid`` needs no lock; the
+    exit code is stored where Popen keeps it.
     """
     deadline = time.monotonic() + timeout_s
     delay = 0.001

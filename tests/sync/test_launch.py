@@ -84,8 +84,11 @@ def test_timeout_kills_every_rank(tmp_path):
 
 
 def test_ctrl_c_stops_every_rank(tmp_path):
+    # The driver is what a user runs in a terminal, where Ctrl-C raises KeyboardInterrupt. A suite run
+    # as a background job of a script (``.ci/run &``) has SIGINT ignored, and children inherit that.
     driver = textwrap.dedent(f"""
-        import sys
+        import signal, sys
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from hipress.launch import launch_local
         launch_local(2, {sleeper(tmp_path)!r}, on_line=lambda s: None)
     """)
@@ -102,9 +105,9 @@ def test_ctrl_c_stops_every_rank(tmp_path):
 
 def test_stop_ends_the_job_when_a_ctrl_c_left_popens_wait_lock_taken(tmp_path):
     """A KeyboardInterrupt inside ``Popen.poll``, between its lock's acquire and the ``try`` that
-    releases it, leaves the lock taken: ``Popen.wait()`` then blocks forever. The launcher polls its
-    job when Ctrl-C comes, so this happened once in CI (the Ctrl-C test hung 30 s). Taking the lock
-    here is that state; ``stop`` must still end the job and report mpiexec's exit code."""
+    releases it, leaves the lock taken: ``Popen.wait()`` then blocks forever, and the launcher is
+    polling its job when Ctrl-C comes. Taking the lock here is that state; ``stop`` must still end
+    the job and report mpiexec's exit code (the old ``stop`` hung here)."""
     import threading
 
     from hipress.launch.job import LocalJob
