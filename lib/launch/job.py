@@ -292,9 +292,12 @@ class LocalJob:
         """The exit code once the job is over (stopping what is left of it), else None."""
         if self.returncode is not None:
             return self.returncode
-        rc = self.proc.poll()
+        rc = wait_for_exit(self.proc, 0.0)  # not proc.poll(): see wait_for_exit
         if rc is None and self.dog.check():
-            rc = self.proc.wait()  # the watchdog killed the ranks: mpiexec ends now
+            # the watchdog killed the ranks: mpiexec ends now; if it does not, stop() below kills it
+            rc = wait_for_exit(self.proc, 10.0)
+            if rc is None:
+                rc = 1
         if rc is not None:
             self.returncode = rc if rc != 0 or not self.dog.fired else 1
             self.stop()

@@ -52,7 +52,7 @@ from . import sftp as sftp_dir
 from .hosts import Host
 from .job import first_error, read_errors
 from .preflight import HostReport, preflight, require_ready
-from .procs import stop_group
+from .procs import stop_group, wait_for_exit
 from .remote_scripts import GUARD, signal_job
 from .ssh import SSHOptions, command
 
@@ -466,7 +466,7 @@ class RemoteJob:
             return self.returncode
         assert self.mpiexec is not None
         self._mirror()
-        rc = self.mpiexec.poll()
+        rc = wait_for_exit(self.mpiexec, 0.0)  # not Popen.poll: see wait_for_exit
         if rc is not None:
             self._finish(rc, "" if rc == 0 else self._diagnose(rc))
             return self.returncode
@@ -601,7 +601,7 @@ class RemoteJob:
         if self._stopped:
             return
         self._stopped = True
-        if self.mpiexec is not None and self.mpiexec.poll() is None:
+        if self.mpiexec is not None and wait_for_exit(self.mpiexec, 0.0) is None:
             stop_group(self.mpiexec)  # Hydra ignores SIGTERM before the proxies connect: SIGKILL then
         with ThreadPoolExecutor(max_workers=max(1, min(32, len(self.procs)))) as pool:
             left = list(pool.map(lambda p: p.stop(), self.procs))

@@ -127,6 +127,19 @@ def test_stop_ends_the_job_when_a_ctrl_c_left_popens_wait_lock_taken(tmp_path):
     assert not any(alive(p) for p in pids)
 
 
+def test_a_job_that_ends_is_seen_to_end_with_popens_wait_lock_taken(tmp_path):
+    """The same leaked lock (see the test above) while the job runs to its end: ``Popen.poll``
+    then answers None for ever (it gives up when it cannot take the lock), so a launcher that polled
+    with it would wait on a job that had ended. ``LocalJob.poll`` reaps without the lock."""
+    import sys
+
+    from hipress.launch.job import LocalJob
+
+    job = LocalJob(2, [sys.executable, "-c", "pass"], on_line=lambda s: None)
+    assert job.proc._waitpid_lock.acquire(False)
+    assert job.wait(timeout=30) == 0, "the ended job was not seen to end"
+
+
 @pytest.mark.parametrize("np, argv", [(0, ["true"]), (2, []), (2, "python -c 1"), (2, ["python", 3])])
 def test_bad_arguments_are_refused(np, argv):
     with pytest.raises(LaunchError):
