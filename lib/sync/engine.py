@@ -29,7 +29,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
@@ -40,7 +40,13 @@ from hipress.compress import Compressor, StateStore
 from . import guard
 from .executor import MPIExecutor
 from .plan import PlanEntry
-from .program import DEFAULT_BULK_BYTES, DEFAULT_PARTITION_BYTES, SyncError, SyncProgram
+from .program import (
+    DEFAULT_BULK_BYTES,
+    DEFAULT_PARTITION_BYTES,
+    DEFAULT_SUMMED_BUCKET_BYTES,
+    SyncError,
+    SyncProgram,
+)
 from .transport import Transport
 
 
@@ -93,7 +99,8 @@ class Engine:
         None compresses everything and partitions by ``partition_bytes``.
       states: the compressor states (residuals...) keyed by gradient name; one is created if None.
         It is ``self.states``: checkpoint it with its ``state_dict()``.
-      partition_bytes, bulk_bytes, merge_sparse: see ``SyncProgram``.
+      partition_bytes, bulk_bytes, merge_sparse, ready_order, summed_bucket_bytes: see
+        ``SyncProgram`` (``ready_order`` lets PowerSGD's buckets overlap backward).
       timeout: seconds without any progress, while ``wait_all`` waits, before giving up with an
         error naming what is pending (a peer that failed *with* an error is reported at once).
       trace: record every task's (kind, label, start, end, cpu seconds) in ``SyncStats.trace``
@@ -121,6 +128,8 @@ class Engine:
         staging: bool | None = None,
         gpu_timing: bool = False,
         merge_sparse: bool = True,
+        ready_order: Sequence[tuple[str, int]] | None = None,
+        summed_bucket_bytes: int = DEFAULT_SUMMED_BUCKET_BYTES,
     ) -> None:
         self.states = states if states is not None else StateStore()
         self.transport = Transport(staging)
@@ -139,6 +148,8 @@ class Engine:
                 bulk_bytes=bulk_bytes,
                 tag_ub=self.executor.tag_ub,
                 merge_sparse=merge_sparse,
+                ready_order=ready_order,
+                summed_bucket_bytes=summed_bucket_bytes,
             )
         except BaseException:
             self.executor.close(handshake=False)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +27,11 @@ from .topologies import summed
 RESERVED_TAGS = 16  # tags below this are the executor's (failure notices)
 DEFAULT_PARTITION_BYTES = 4 << 20
 DEFAULT_BULK_BYTES = 64 << 10  # gradients under 64 KiB are fused (biases, norms): one message, not dozens
+#: A summable compressor's (PowerSGD's) bucket: its gradients are summed in groups of about this many
+#: bytes, formed in the order backward produces them, each group built as soon as its last member is
+#: ready, so the step overlaps the rest of the backward pass. torch DDP's default ``bucket_cap_mb``:
+#: the buckets torch's ``powerSGD_hook`` compresses one by one.
+DEFAULT_SUMMED_BUCKET_BYTES = 25 << 20
 
 
 class SyncError(RuntimeError):
@@ -88,6 +93,22 @@ def assign_owners(plan: Mapping[str, PlanEntry], world: int) -> dict[tuple[str, 
     return out
 
 
+def summed_buckets(order: Sequence[tuple[str, int]], bucket_bytes: int) -> dict[str, int]:
+    """Each gradient's bucket: consecutive runs of ``order`` (``(name, fp32 elements)``) that reach
+    ``bucket_bytes`` close a bucket, as torch DDP cuts its buckets. A name given twice keeps its first
+    bucket. Deterministic, so every rank that has the same order forms the same buckets."""
+    out: dict[str, int] = {}
+    b, filled = 0, 0
+    for name, numel in order:
+        if name in out:
+            continue
+        out[name] = b
+        filled += 4 * int(numel)
+        if filled >= bucket_bytes:
+            b, filled = b + 1, 0
+    return out
+
+
 def name_hash(name: str) -> int:
     return zlib.crc32(name.encode())
 
@@ -105,6 +126,12 @@ class SyncProgram:
       merge_sparse: CaSync's aggregators merge sparse payloads without decoding (each rank's
         contribution compressed once; ``graph.merges_payloads`` says why); False: decode, merge
         and encode the sum again at every aggregation (HiPress's hops).
+      ready_order: ``(name, numel)`` of the gradients in the order backward is expected to produce
+        them (the same list on every rank). A summable compressor's gradients are then summed in
+        buckets of ``summed_bucket_bytes`` cut from this list, each built once all its members are
+        submitted, whatever their order; without it (or for a gradient not in it) they are summed
+        in one group at ``wait_all``. The order only decides overlap, never the result's validity.
+      summed_bucket_bytes: the bucket size (0: one bucket per gradient).
     """
 
     def __init__(
@@ -120,6 +147,8 @@ class SyncProgram:
         bulk_bytes: int = DEFAULT_BULK_BYTES,
         tag_ub: int = (1 << 29) - 1,
         merge_sparse: bool = True,
+        ready_order: Sequence[tuple[str, int]] | None = None,
+        summed_bucket_bytes: int = DEFAULT_SUMMED_BUCKET_BYTES,
     ) -> None:
         if world < 1 or not 0 <= rank < world:
             raise SyncError(f"bad rank {rank} of world size {world}")
@@ -138,8 +167,8 @@ class SyncProgram:
         self.none = raw
         self.plan = dict(plan) if plan is not None else None
         self.states = states if states is not None else StateStore()
-        if partition_bytes < 0 or bulk_bytes < 0:
-            raise SyncError("partition_bytes and bulk_bytes must be >= 0")
+        if partition_bytes < 0 or bulk_bytes < 0 or summed_bucket_bytes < 0:
+            raise SyncError("partition_bytes, bulk_bytes and summed_bucket_bytes must be >= 0")
         self.partition_bytes = partition_bytes
         self.bulk_bytes = bulk_bytes
         self.tag_ub = tag_ub
@@ -164,6 +193,11 @@ class SyncProgram:
         # a summable compressor's gradients, held until flush, and its buffers per group (made once)
         self._summed: list[Submitted] = []
         self._batches: dict[tuple, object] = {}
+        self._bucket_of = summed_buckets(ready_order or (), summed_bucket_bytes)
+        self._bucket_size: dict[int, int] = {}
+        for b in self._bucket_of.values():
+            self._bucket_size[b] = self._bucket_size.get(b, 0) + 1
+        self._filling: dict[int, list[Submitted]] = {}  # a bucket's members submitted so far
 
     # ------------------------------------------------------------------ naming
     def tag(self, name: str) -> int:
@@ -217,13 +251,24 @@ class SyncProgram:
         sub = Submitted(name, tensor, flat, copy_back)
         e = self.entry(name, flat.numel())
         self.submitted[name] = sub
-        if self.comp.caps.summable:  # PowerSGD: the whole step is one group, built at flush (``summed``)
-            self._summed.append(sub)
-            return []
+        if self.comp.caps.summable:  # PowerSGD: summed in buckets (``summed``), see ``ready_order``
+            return self._submit_summed(sub)
         if self.bulk_bytes and 4 * flat.numel() < self.bulk_bytes and e.partitions == 1:
             self._held.append(sub)
             return []
         return self._build(name, flat, e, [sub])
+
+    def _submit_summed(self, sub: Submitted) -> list[Task]:
+        b = self._bucket_of.get(sub.name)
+        if b is None:
+            self._summed.append(sub)
+            return []
+        members = self._filling.setdefault(b, [])
+        members.append(sub)
+        if len(members) < self._bucket_size[b]:
+            return []
+        del self._filling[b]
+        return self._build_summed(sorted(members, key=lambda s: s.name))
 
     def flush(self) -> list[Task]:
         """At ``wait_all``: fuse the held small gradients into bulk jobs and build them."""
@@ -243,15 +288,19 @@ class SyncProgram:
                 size += nb
             if group:
                 tasks += self._build_bulk(group, compress)
-        if self._summed:
-            tasks += self._build_summed(sorted(self._summed, key=lambda s: s.name))
-            self._summed = []
+        # what no complete bucket took (no ready order, or a caller that submitted only some of a
+        # bucket's gradients: the same ones on every rank) is summed in one group
+        leftover = self._summed + [s for members in self._filling.values() for s in members]
+        self._summed, self._filling = [], {}
+        if leftover:
+            tasks += self._build_summed(sorted(leftover, key=lambda s: s.name))
         return tasks
 
     def end_iteration(self) -> None:
         self.submitted.clear()
         self._held.clear()
         self._summed.clear()
+        self._filling.clear()
         self._fused.clear()
 
     # ------------------------------------------------------------------ graph building

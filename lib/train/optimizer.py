@@ -133,12 +133,16 @@ class DistributedOptimizer:
             raise ValueError(f"parameters not handled by the optimizer: {stray[:5]}; pass the same model to both")
         check_same_everywhere(comm, [(n, p.numel()) for n, p in self._params])
         kwargs: dict[str, Any] = {} if bulk_bytes is None else {"bulk_bytes": bulk_bytes}
+        # backward produces gradients roughly in reverse registration order (DDP's assumption too):
+        # PowerSGD's buckets are cut from it and sync while backward goes on
+        ready_order = [(n, p.numel()) for n, p in reversed(self._params)]
         if not merge_sparse:
             kwargs["merge_sparse"] = False
         if gpu_timing:  # CUDA: time the engine's GPU work with events (SyncStats.gpu_s, gpu_events)
             kwargs["gpu_timing"] = True
         self.engine = engine if engine is not None else Engine(
-            comm, self.compressor, topology=topology, plan=plan, states=self.states, **kwargs
+            comm, self.compressor, topology=topology, plan=plan, states=self.states, ready_order=ready_order,
+            **kwargs
         )
         self._warm = None
         if self.compress_after and not self.compressor.caps.lossless:

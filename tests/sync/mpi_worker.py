@@ -117,7 +117,11 @@ def reference(algs: list[str]) -> None:
     sizes = [0, 1, 3, 1000, 20000]
     for topo in COMPRESSED:
         for alg in algs:
-            opts = {"partition_bytes": 1 << 14, "bulk_bytes": 1 << 11}
+            # PowerSGD's buckets, cut from a ready order (ignored by the other compressors): two of them,
+            # each built when its last member arrives, in an order that differs per rank
+            order = [(f"layer{i}.weight", n) for i, n in reversed(list(enumerate(sizes)))]
+            opts = {"partition_bytes": 1 << 14, "bulk_bytes": 1 << 11, "ready_order": order,
+                    "summed_bucket_bytes": 1 << 14}
             from hipress.compress import StateStore
 
             ref_states = [StateStore() for _ in range(WORLD)]

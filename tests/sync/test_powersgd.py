@@ -131,3 +131,39 @@ def test_summed_cost_counts_two_allreduces_of_small_matrices():
     sent.clear()
     cost = summed_cost(1000, 1000, 4, lambda b: sent.append(b) or b * 1e-9, 1e12)  # Q also orthogonalizes
     assert cost["total"] == pytest.approx(cost["step_p"] + cost["step_q"]) and cost["step_q"] > cost["step_p"]
+
+
+def test_buckets_are_cut_from_the_ready_order_as_ddp_cuts_them():
+    from hipress.sync.program import summed_buckets
+
+    order = [("fc.w", 5000), ("fc.b", 10), ("c2.w", 2000), ("c2.b", 4), ("c1.w", 300)]
+    assert summed_buckets(order, 8000) == {"fc.w": 0, "fc.b": 1, "c2.w": 1, "c2.b": 2, "c1.w": 2}
+    assert summed_buckets(order, 0) == {n: i for i, (n, _) in enumerate(order)}
+    assert summed_buckets([], 1 << 20) == {}
+
+
+def test_a_bucket_is_built_when_its_last_gradient_arrives_and_sums_as_one_group_does():
+    """With a ready order, PowerSGD's step starts per bucket during backward (submit returns its
+    tasks), not all at ``wait_all``; whatever the submission order, the result is the one-group one."""
+    from hipress.sync.program import SyncProgram
+
+    g = torch.Generator().manual_seed(7)
+    world = 3
+    shapes = {"fc.w": (40, 30), "fc.b": (40,), "c2.w": (16, 20), "c2.b": (16,), "c1.w": (8, 9)}
+    inputs = [{k: torch.randn(*s, generator=g) for k, s in shapes.items()} for _ in range(world)]
+    order = [(k, inputs[0][k].numel()) for k in shapes]
+    opts = {"ready_order": order, "summed_bucket_bytes": 4 * 1200}
+    prog = SyncProgram(0, world, "powersgd:rank=2", "casync-ring", None, None, **opts)
+    built = {k: len(prog.submit(k, inputs[0][k].clone())) for k in ["fc.b", "fc.w", "c2.b", "c1.w", "c2.w"]}
+    # buckets: {fc.w} (1200 elements) | {fc.b, c2.w, c2.b, c1.w}: each built at its last member
+    assert built["fc.w"] > 0 and built["c2.w"] > 0
+    assert built["fc.b"] == built["c2.b"] == built["c1.w"] == 0
+    assert prog.flush() == []
+    one = simulate(inputs, "powersgd:rank=2", "casync-ring")
+    bucketed = simulate(inputs, "powersgd:rank=2", "casync-ring", **opts)
+    for a, b in zip(one, bucketed, strict=True):
+        for k in shapes:
+            torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
+    partial = SyncProgram(0, world, "powersgd:rank=2", "casync-ring", None, None, **opts)
+    assert partial.submit("fc.b", inputs[0]["fc.b"].clone()) == []
+    assert partial.flush(), "a bucket left incomplete at wait_all is still summed"
