@@ -3,18 +3,20 @@
 A ``summable`` compressor's payloads are linear in the ranks' gradients (PowerSGD's P = M Q and
 Q = M^T P), so the engine sums them instead of decoding each rank's payload and merging it: the
 topology's own graph carries each fp32 body uncompressed (``Raw``, the uncompressed baselines'
-zero-copy codec). ``build_summed`` is what the program builds, at ``wait_all``, for one step's
-gradients under such a compressor (this module registers no topology of its own)::
+zero-copy codec). ``build_summed`` is what the program builds for one bucket of a step's gradients
+under such a compressor, as soon as the bucket's last gradient is ready (buckets are cut from the
+gradients' ready order, ``SyncProgram``'s ``ready_order``; without one, the whole step is one group
+built at ``wait_all``). This module registers no topology of its own::
 
     encode P (every matrix; the uncompressed gradients copied alongside) -> sum P's body
     -> encode Q (orthogonalize each P, Q = M^T P) -> sum Q's body
     -> decode into the gradients (and update the error feedback and the warm-start Q)
 
-Two sums per step whatever the number of gradients, as PyTorch's PowerSGD hook does per bucket:
+Two sums per bucket whatever the number of its gradients, as PyTorch's PowerSGD hook does:
 per-gradient sums cost two latency-bound all-reduces per matrix, plus one for the small
 gradients. The carrying topology keeps its rules (the ring sums hop by hop, the parameter server
 at its aggregator, allgather in rank order; casync-ring and casync-ps still take submissions in
-any order, since the group is formed at ``wait_all`` sorted by name). The buffers
+any order, since a bucket's members are fixed in advance and sorted by name). The buffers
 (``powersgd.SummedBatch``) are made once per group and reused every step. State keys: each
 gradient's name (partitions do not apply: the approximation is of the whole matrix).
 """
