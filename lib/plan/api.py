@@ -17,12 +17,12 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from hipress.sync.plan import Plan, PlanEntry
+from hipress.sync.plan import Plan, PlanEntry, ring_k
 
 from .costmodel import CostModel, load_cost_model
 from .errors import PlanError, PlanMismatchError
 from .formats import read_plan
-from .secopa import default_payload, plan_gradients
+from .secopa import default_payload, normalize_topology, plan_gradients
 
 log = logging.getLogger("hipress.plan")
 
@@ -96,13 +96,17 @@ def load_plan(
     *,
     forward: Sequence[tuple[str, int]] | None = None,
     world_size: int | None = None,
+    topology: str | None = None,
 ) -> Plan:
     """Read a plan and fit it to the model's gradients: by name, or by position (see the module notes).
 
     ``world_size``: the ranks that will run the plan; a K above it is refused (each partition is
-    aggregated by its own rank: a plan made for a larger cluster). None skips that check (callers
-    that do not know the world size yet). A K above the gradient's size (HiPress's planner writes
-    ``bias,1,n,4``) is taken as the size: the empty partitions would carry nothing.
+    aggregated by its own rank: a plan made for a larger cluster). ``topology`` ``"ring"`` (any case):
+    K counts ring chunks (``hipress.sync.plan``), so K up to ``world_size**2`` is taken (at most
+    ``world_size`` rings of ``world_size`` chunks, the most hipress's own planner writes). None skips
+    the check (callers that do not know the world size yet). A K above the gradient's size (HiPress's
+    planner writes ``bias,1,n,4``) is taken as the size: the empty partitions would carry nothing.
+    The plan is returned with K as the file has it: the engine converts a ring's K itself.
 
     ``gradient_names``: the model's gradient names, or ``{name: num_elements}`` (in backward ready
     order) to check sizes too and to allow mapping by position. ``forward``: the same gradients in
@@ -115,7 +119,8 @@ def load_plan(
     """
     plan = read_plan(path)
     if world_size is not None:
-        _check_world(str(path), plan, world_size)
+        ring = topology is not None and normalize_topology(topology) == "ring"
+        _check_world(str(path), plan, world_size, ring)
     plan = _no_empty_partitions(plan)
     sizes = dict(gradient_names) if isinstance(gradient_names, Mapping) else None
     names = list(sizes) if sizes is not None else list(gradient_names)
@@ -144,16 +149,26 @@ def load_plan(
 _REMEDY = "Make a plan for this model with `hipress plan --model ...` or `--plan auto`."
 
 
-def _check_world(source: str, plan: Plan, world_size: int) -> None:
+def _check_world(source: str, plan: Plan, world_size: int, ring: bool = False) -> None:
+    """Refuse a K the run cannot mean: above the ranks (PS: a partition per aggregating rank), or,
+    for a ring (K in chunks), above ``world_size`` rings of ``world_size`` chunks."""
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise PlanError(f"internal: world_size must be a whole number >= 1, got {world_size!r}")
-    over = [e for e in plan.values() if e.partitions > world_size]
-    if over:
-        worst = max(e.partitions for e in over)
+    limit = ring_k(world_size, world_size) if ring else world_size
+    over = [e for e in plan.values() if e.partitions > limit]
+    if not over:
+        return
+    listed = _few([f'{e.name} (K={e.partitions})' for e in over])
+    remedy = f"make one for this cluster with `hipress plan --nnodes {world_size} ...`."
+    if ring:
         raise PlanMismatchError(
-            f"{source}: {len(over)} gradient(s) are cut into more partitions than this run has ranks "
-            f"({world_size}): {_few([f'{e.name} (K={e.partitions})' for e in over])}. The plan was made for "
-            f"{worst} or more nodes; make one for this cluster with `hipress plan --nnodes {world_size} ...`.")
+            f"{source}: {len(over)} gradient(s) are cut into more ring chunks than {world_size} rings of "
+            f"{world_size} chunks ({limit}), the most a ring of {world_size} ranks is planned with: {listed}. "
+            f"A ring's K counts chunks (K = N is one ring, as in HiPress's plans); {remedy}")
+    worst = max(e.partitions for e in over)
+    raise PlanMismatchError(
+        f"{source}: {len(over)} gradient(s) are cut into more partitions than this run has ranks "
+        f"({world_size}): {listed}. The plan was made for {worst} or more nodes; {remedy}")
 
 
 def _checked_forward(forward: Sequence[tuple[str, int]] | None, sizes: Mapping[str, int]) -> list | None:

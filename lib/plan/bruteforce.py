@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hipress.sync.plan import PlanEntry
+from hipress.sync.plan import PlanEntry, ring_k
 
 from .costmodel import CostModel
 from .payload import PayloadModel
@@ -48,6 +48,7 @@ def plan_bruteforce(
                 if best is None or t < best[0]:
                     best = (t, compress, k)
         assert best is not None
-        plan[name] = PlanEntry(name, m, best[1], best[2])
+        # K searched in the engine's partitions, written as the plan's K (a ring's: chunks, ``secopa``)
+        plan[name] = PlanEntry(name, m, best[1], ring_k(best[2], nnodes) if topology == "ring" else best[2])
         best_costs[name] = best[0]
     return plan, best_costs

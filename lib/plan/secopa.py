@@ -54,6 +54,13 @@ taken as memory-bound: each pass over M costs one ``merge`` of its elements (``d
 model's merge is free, as in HiPress's constants), 2 r flops per element read. A gradient that
 is not such a matrix (1-D, or too small for the rank) is never compressed.
 
+The plan's K. These formulas search the engine's partitions (K above, 1..min(N, m)); the result's
+K (``PlanResult.partitions``, ``raw_k``, ``cpr_k``, the plan file) is the plan's K as HiPress's
+``SeCoPaPlan.txt`` means it (``hipress.sync.plan``): for the ring, chunks, so K partitions of N
+chunks are written ``ring_k(K, N)`` = K*N, and one ring is K = N as in HiPress's own plans; the
+engine reads it back with ``ring_partitions``. HiPress's planner (``secopa_sosp21``) already counts
+ring chunks: its K is written as it is.
+
 Ties: the smallest K; and no compression unless strictly cheaper. With one node nothing travels:
 ``n,1``. ``bruteforce.plan_bruteforce`` checks this module against a plain loop over all choices.
 """
@@ -66,7 +73,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hipress.sync.plan import Plan, PlanEntry
+from hipress.sync.plan import Plan, PlanEntry, ring_k
 
 from . import secopa_sosp21
 from .costmodel import HIPRESS_RATIO, CostModel
@@ -123,7 +130,7 @@ class PlanResult:
     names: list[str]
     sizes: np.ndarray
     compress: np.ndarray  # bool
-    partitions: np.ndarray  # int
+    partitions: np.ndarray  # int: the plan's K (for the ring, chunks: K = N is one ring; module notes)
     cost: np.ndarray  # of the decision
     raw_cost: np.ndarray  # best uncompressed
     raw_k: np.ndarray
@@ -214,6 +221,8 @@ def plan_gradients(
     if summable is not None:
         steps = summed_steps(summable, names, shapes, nnodes, topology, model)  # type: ignore[arg-type]
         cpr_best, cpr_k = steps.sum(axis=1), np.ones(g, dtype=np.int64)
+    if not hipress and topology == "ring":  # engine partitions -> the plan's K: ring chunks (module notes)
+        raw_k, cpr_k = raw_k * ring_k(1, nnodes), cpr_k * ring_k(1, nnodes)
     compress = cpr_best < raw_best
     return PlanResult(
         names=names, sizes=sizes, compress=compress,

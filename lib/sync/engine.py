@@ -95,7 +95,8 @@ class Engine:
         "dgc:ratio=0.01"), or None for no compression. Uncompressed topologies ignore it.
       topology: a name from ``hipress.sync.topologies.available()``: "casync-ring", "casync-ps",
         "ring", "ps", "allreduce", "allgather".
-      plan: ``{name: PlanEntry}`` from SeCoPa (compress or not, partition count per gradient);
+      plan: ``{name: PlanEntry}`` from SeCoPa (compress or not, K per gradient, as HiPress's
+        ``SeCoPaPlan.txt`` means K: for a ring, K chunks, so K = N is one ring; see ``hipress.sync.plan``);
         None compresses everything and partitions by ``partition_bytes``.
       states: the compressor states (residuals...) keyed by gradient name; one is created if None.
         It is ``self.states``: checkpoint it with its ``state_dict()``.

@@ -20,7 +20,7 @@ from hipress.compress import Compressor, StateStore, create_from_spec
 
 from . import topologies
 from .graph import GraphBuilder, Job, Task, split_even
-from .plan import PlanEntry
+from .plan import PlanEntry, engine_plan
 from .raw import Raw
 from .topologies import summed
 
@@ -116,6 +116,10 @@ def name_hash(name: str) -> int:
 class SyncProgram:
     """Turns one rank's submissions into task graphs, iteration after iteration.
 
+    ``plan``: ``{name: PlanEntry}`` with K as a plan file means it (HiPress's meaning: a ring's K
+    counts chunks, K = N is one ring); it is converted once here (``plan.engine_plan``), so
+    ``self.plan`` and ``entry`` give the partitions this topology runs.
+
     Options (all keyword, the same on every rank):
       partition_bytes: target bytes per message when the plan gives no partition count (0: one
         partition per gradient).
@@ -165,7 +169,8 @@ class SyncProgram:
         uncompressed = compressor is None or compressor.name == "none" or not self.topology.compressed
         self.comp = raw if uncompressed else compressor
         self.none = raw
-        self.plan = dict(plan) if plan is not None else None
+        # the plan's K in this topology's partitions (a ring's K counts chunks: ``plan.engine_partitions``)
+        self.plan = engine_plan(dict(plan), self.topology.ring, world) if plan is not None else None
         self.states = states if states is not None else StateStore()
         if partition_bytes < 0 or bulk_bytes < 0 or summed_bucket_bytes < 0:
             raise SyncError("partition_bytes, bulk_bytes and summed_bucket_bytes must be >= 0")

@@ -388,6 +388,9 @@ def resolve_plan(
 ) -> list[list[Any]]:
     """``--plan FILE|auto`` -> plan entries ``[name, size, compress, partitions]`` in gradient order.
 
+    ``partitions`` is the plan's K as a ``SeCoPaPlan.txt`` means it (for a ring, chunks: K = N is one
+    ring); the engine converts it to its own partitions (``hipress.sync.plan.engine_partitions``).
+
     ``forward`` gives the model's gradients in definition order: a plan file written with another
     framework's names (HiPress's MXNet files list parameters that way) is then mapped by position.
     ``shapes`` gives the gradients' shapes, which a summable compressor's (PowerSGD's) plan needs.
@@ -407,7 +410,8 @@ def resolve_plan(
             path = Path(plan)
             if not path.is_file():
                 raise ConfigError(f"plan file {plan!r} does not exist; give a SeCoPaPlan.txt path or 'auto'")
-            entries = load_plan(path, dict(sizes), forward=forward() if forward else None, world_size=np)
+            entries = load_plan(path, dict(sizes), forward=forward() if forward else None, world_size=np,
+                                topology=c.plan)
     except PlanError as e:
         raise ConfigError(f"--plan {plan}: {e}") from None
     return [[e.name, e.size, e.compress, e.partitions] for e in entries.values()]

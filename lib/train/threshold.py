@@ -33,7 +33,13 @@ def apply_threshold(
     if entries is not None:
         return [[n, s, bool(c) and s >= threshold, k] for n, s, c, k in entries]
     from hipress.sync import topologies
+    from hipress.sync.plan import ring_k
     from hipress.sync.program import DEFAULT_PARTITION_BYTES
 
-    parts = topologies.get(engine_topology).default_partitions
-    return [[n, s, s >= threshold, parts(s, np, DEFAULT_PARTITION_BYTES)] for n, s in sizes]
+    topo = topologies.get(engine_topology)
+
+    def k(size: int) -> int:  # the engine's default partitions, as a plan's K (a ring's counts chunks)
+        parts = topo.default_partitions(size, np, DEFAULT_PARTITION_BYTES)
+        return ring_k(parts, np) if topo.ring else parts
+
+    return [[n, s, s >= threshold, k(s)] for n, s in sizes]

@@ -83,10 +83,16 @@ def test_a_plan_file_is_checked_against_the_model(tmp_path):
 def test_a_plan_with_more_partitions_than_ranks_is_refused(tmp_path):
     plan = tmp_path / "p.txt"
     plan.write_text("fc2.bias,10,n,1\nfc2.weight,1280,y,2\nfc1.bias,128,n,1\nfc1.weight,8192,y,4\n")
-    # the check is hipress.plan.load_plan's (world_size): a plan made for a larger cluster
+    # the check is hipress.plan.load_plan's (world_size): a PS plan made for a larger cluster
     with pytest.raises(ConfigError, match=r"more partitions than this run has ranks \(2\): fc1.weight \(K=4\)"):
-        make_config("mlp", np=2, plan=str(plan))
-    assert make_config("mlp", np=4, plan=str(plan)).plan_entries()["fc1.weight"].partitions == 4
+        make_config("mlp", "ps", np=2, plan=str(plan))
+    assert make_config("mlp", "ps", np=4, plan=str(plan)).plan_entries()["fc1.weight"].partitions == 4
+    # a ring's K counts chunks (HiPress's meaning): K = 4 at 2 ranks is two rings of two chunks; more than
+    # N rings of N chunks is refused
+    assert make_config("mlp", "ring", np=2, plan=str(plan)).plan_entries()["fc1.weight"].partitions == 4
+    plan.write_text("fc2.bias,10,n,1\nfc2.weight,1280,y,2\nfc1.bias,128,n,1\nfc1.weight,8192,y,5\n")
+    with pytest.raises(ConfigError, match=r"more ring chunks than 2 rings of 2 chunks \(4\).*fc1.weight \(K=5\)"):
+        make_config("mlp", "ring", np=2, plan=str(plan))
 
 
 def test_good_run_ids_are_taken():

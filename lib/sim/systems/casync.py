@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 
 from hipress.sync.graph import split_even
-from hipress.sync.plan import PlanEntry
+from hipress.sync.plan import PlanEntry, engine_plan
 from hipress.sync.program import assign_owners
 from hipress.sync.topologies import default_partitions_ps, default_partitions_ring
 
@@ -65,8 +65,11 @@ def naive_plan(grads: list[tuple[str, int]], nodes: int, topology: str) -> dict[
 
 def _units(ctx: Context, topology: str) -> list[Unit]:
     grads = ctx.workload.gradients
-    plan = ctx.plan if (ctx.options.secopa and ctx.plan is not None) else None
-    if plan is None:
+    if ctx.options.secopa and ctx.plan is not None:
+        # the plan's K as the engine reads it (a ring's K counts chunks: K = N is one ring), converted
+        # by the engine's own function so that the simulator runs what the engine would
+        plan = engine_plan(ctx.plan, topology == "ring", ctx.nodes)
+    else:  # the engine's own partitions, as without a plan
         plan = naive_plan([(g.name, g.size) for g in grads], ctx.nodes, topology)
     units: list[Unit] = []
     bulk = ctx.params.bulk_kb * 1024 if ctx.options.bulk else 0.0
@@ -91,7 +94,8 @@ def _units(ctx: Context, topology: str) -> list[Unit]:
         # a gradient below the bulk threshold is fused whatever K the plan gives it: HiPress's planner
         # gives K = N to every uncompressed one, a 64-element bias included (its costs fall with K),
         # and N collectives of a few elements each would cost each server N fixed costs per bias.
-        # (The engine fuses only gradients planned with one partition.)
+        # (The engine fuses only gradients it runs in one partition: every small ring gradient, K = N
+        # being one ring, but not a PS gradient planned with K > 1.)
         if bulk and g.nbytes < bulk:
             if group and (group_compress != e.compress or group_bytes + g.nbytes > bulk):
                 close()

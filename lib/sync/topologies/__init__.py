@@ -48,6 +48,9 @@ class Topology:
     description: str
     default_partitions: Callable[[int, int, int], int] = one_partition
     uses_owners: bool = False  # partitions have an aggregating rank (parameter-server family)
+    #: each partition is all-reduced in ``world`` chunks (a ring): a plan's K counts chunks, and the
+    #: engine runs ``plan.ring_partitions(K, world)`` partitions (see ``hipress.sync.plan``)
+    ring: bool = False
 
 
 _REGISTRY: dict[str, Topology] = {}

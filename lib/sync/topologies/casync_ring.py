@@ -156,5 +156,6 @@ register(
         compressed=True,
         description="compressed ring all-reduce: decode-merge-encode hops, then forward aggregated payloads",
         default_partitions=default_partitions_ring,
+        ring=True,
     )
 )

@@ -10,5 +10,6 @@ register(
         compressed=False,
         description="uncompressed ring all-reduce (baseline), same engine",
         default_partitions=default_partitions_ring,
+        ring=True,
     )
 )
