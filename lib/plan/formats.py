@@ -6,7 +6,9 @@
                     ready order. SeCoPa decides each gradient on its own, so the order does not change
                     a decision; ``hipress.plan.load_plan`` maps a plan onto a model by name, or by
                     position when the names are another framework's.
-``SeCoPaPlan.txt``  one gradient a line: ``name,size,y|n,K`` (compress or not, K partitions).
+``SeCoPaPlan.txt``  one gradient a line: ``name,size,y|n,K`` (compress or not, K partitions; for a
+                    ring K counts ring chunks, K = N being one ring, as in HiPress: see
+                    ``hipress.sync.plan``, where the engine's conversion lives).
 
 Both readers refuse, with the file name and line number, what HiPress's own scripts would silently
 mis-read or crash on: an empty file, a wrong number of fields, an empty, non-numeric, negative, zero
@@ -18,7 +20,7 @@ fields are matched by regex.
 A plan's K may exceed its gradient's size: HiPress's planner tries every K up to N, so it writes
 ``bias,1,n,4`` for a 1-element gradient at N = 4 (the engine leaves empty partitions out). K is
 checked against the cluster where the plan is used (``api.load_plan``'s ``world_size``): it may not
-exceed the number of ranks, nor ``limits.MAX_NODES`` here.
+exceed the number of ranks (a ring's: N rings of N chunks), nor ``limits.MAX_NODES`` here.
 """
 
 from __future__ import annotations

@@ -162,6 +162,53 @@ def plan() -> None:
         print(f"PASS plan np={WORLD}", flush=True)
 
 
+def ring_plan(tmp: str) -> None:
+    """A ring plan's K counts chunks, as in HiPress: K = N is ONE ring all-reduce, 2(N-1) sends and
+    N encodes per rank for the gradient, not N rings of N chunks; K = 2N is two rings. Then a
+    HiPress-style SeCoPaPlan.txt (MXNet names, K = N everywhere) through ``--plan``'s own loading
+    (``make_config``): one ring per gradient, and with bulk fusion on, its small gradients fused."""
+    from hipress.train.config import make_config
+
+    def run(plan: dict, sizes: dict[str, int], **opts) -> tuple[object, dict[str, torch.Tensor]]:
+        inputs = [{n: torch.randn(s, generator=torch.Generator().manual_seed(17 * r + i))
+                   for i, (n, s) in enumerate(sizes.items())} for r in range(WORLD)]
+        ref = simulate(inputs, "tbq", "casync-ring", plan=plan, **opts)
+        with Engine(comm, "tbq", "casync-ring", plan=plan, timeout=30, **opts) as eng:
+            work = {k: v.clone() for k, v in inputs[RANK].items()}
+            submit_all(eng, work, "casync-ring", seed=1, threaded=False)
+            st = eng.wait_all()
+        for k, v in work.items():
+            assert torch.equal(v, ref[RANK][k]), k
+        return st, work
+
+    sends = 2 * (WORLD - 1)
+    for k, rings in ((WORLD, 1), (2 * WORLD, 2), (1, 1)):
+        st, _ = run({"w": PlanEntry("w", 40_000, True, k)}, {"w": 40_000}, bulk_bytes=0)
+        assert st.messages == rings * sends, (k, st.messages, rings * sends)
+        assert st.tasks.get("encode") == rings * WORLD, (k, st.tasks)
+
+    path = f"{tmp}/SeCoPaPlan.txt"
+    if RANK == 0:
+        with open(path, "w") as f:
+            f.write("".join(f"{n},{s},{c},{WORLD}\n" for n, s, c in (
+                ("dense0_weight", 8192, "y"), ("dense0_bias", 128, "n"), ("dense1_weight", 1280, "y"),
+                ("dense1_bias", 10, "n"))))
+    comm.Barrier()
+    cfg = make_config("mlp", "ring", "tbq", np=WORLD, plan=path)
+    plan = cfg.plan_entries()
+    assert {e.partitions for e in plan.values()} == {WORLD}, plan  # the file's K, as HiPress's
+    sizes = {n: e.size for n, e in plan.items()}
+    st, _ = run(plan, sizes, bulk_bytes=0)
+    assert st.messages == len(plan) * sends, (st.messages, len(plan) * sends)
+    assert st.tasks.get("encode") == len(plan) * WORLD, st.tasks  # one ring each (fp32 ones too: raw payloads)
+    # bulk fusion (the default 64 KiB): every gradient here is small and runs in one ring, so the
+    # compressed two and the uncompressed two are fused into one message stream each
+    st, _ = run(plan, sizes)
+    assert st.messages == 2 * sends, (st.messages, 2 * sends)
+    if RANK == 0:
+        print(f"PASS ringplan np={WORLD}", flush=True)
+
+
 def fail(mode: str) -> None:
     """Rank 1 fails in the middle of a synchronization; the others must not hang."""
     grads = {f"g{i}": torch.randn(200000) for i in range(4)}
@@ -452,6 +499,8 @@ def main(argv: list[str]) -> None:
             reference(algs)
         elif scenario == "plan":
             plan()
+        elif scenario == "ringplan":
+            ring_plan(arg)
         elif scenario == "alone":
             alone()
         elif scenario == "fail":

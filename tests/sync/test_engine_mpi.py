@@ -29,6 +29,15 @@ def test_engine_matches_allreduce_and_the_reference(np, scenarios):
         assert f"PASS plan np={np}" in res.output
 
 
+def test_a_ring_plan_with_k_n_runs_one_ring(tmp_path):
+    """A ring plan's K = N (HiPress's, for every ring gradient) is one ring: 2(N-1) sends and N encodes
+    per rank for the gradient, not N times that; also for a HiPress SeCoPaPlan.txt loaded as ``--plan``
+    loads it, whose small gradients are then fused (see ``mpi_worker.ring_plan``)."""
+    res = run_mpi(3, f"ringplan:{tmp_path}", timeout=180)
+    assert res.ok, res.output
+    assert "PASS ringplan np=3" in res.output
+
+
 def test_a_rank_alone_does_no_work():
     """World size 1 (a one-host run): no task, no message, every gradient untouched in place, for
     every topology (a regression: the PS graph copied 548 MB through its aggregator for VGG19)."""

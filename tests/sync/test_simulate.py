@@ -254,3 +254,16 @@ def test_compressor_specs_and_bad_compressors():
 def test_negative_sizes_are_refused():
     with pytest.raises(SyncError, match=">= 0"):
         program(partition_bytes=-1)
+
+
+def test_a_ring_plans_k_counts_chunks_and_a_ps_plans_partitions():
+    """``SyncProgram`` reads K as HiPress's plan files mean it (``hipress.sync.plan``): for the ring
+    K = N is one ring (2(N-1) sends per rank), K = 2N two; for PS K is the partitions as given."""
+    def sends(topo: str, k: int) -> int:
+        p = SyncProgram(0, 4, "tbq", topo, {"w": PlanEntry("w", 40_000, True, k)}, None, bulk_bytes=0)
+        return sum(t.kind == "send" for t in p.submit("w", torch.zeros(40_000)))
+
+    assert [sends("casync-ring", k) for k in (1, 4, 7, 8)] == [6, 6, 6, 12]
+    assert [sends("ring", k) for k in (4, 8)] == [6, 12]
+    # rank 0 of 4, PS: it pushes every partition it does not own and broadcasts those it owns
+    assert [sends("casync-ps", k) for k in (1, 4)] == [3, 6]

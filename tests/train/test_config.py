@@ -175,3 +175,17 @@ def test_comp_threshold_becomes_the_plans_compress_flags(tmp_path):
     assert [with_plan[n].compress for n in ("fc2.bias", "fc2.weight", "fc1.bias", "fc1.weight")] == [
         False, True, False, True]
     assert make_config("mlp", np=2, plan=str(plan), comp_threshold="default").plan_entries()["fc2.bias"].compress
+
+
+def test_comp_threshold_entries_run_the_engines_own_ring_partitions():
+    """Without a plan, ``--comp-threshold`` writes the engine's default partitions as plan entries; a
+    ring plan's K counts chunks (``hipress.sync.plan``), so the engine reads back exactly its own."""
+    from hipress.sync import topologies
+    from hipress.sync.plan import engine_partitions
+    from hipress.sync.program import DEFAULT_PARTITION_BYTES
+
+    cfg = make_config("vgg19", "ring", np=4, comp_threshold="default")
+    parts = topologies.get("casync-ring").default_partitions
+    got = {n: engine_partitions(k, True, 4) for n, _s, _c, k in cfg.plan}
+    assert got == {n: parts(s, 4, DEFAULT_PARTITION_BYTES) for n, s, _c, _k in cfg.plan}
+    assert max(got.values()) > 1  # VGG19's fc layers are pipelined in several rings
