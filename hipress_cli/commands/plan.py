@@ -16,7 +16,8 @@ InputOpt = Annotated[Path | None, typer.Option("--input", help="HiPress input.tx
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A model of the zoo (e.g. vgg19) instead.")]
 TopologyOpt = Annotated[str, typer.Option(
     "--topology", help="ps (CaSync-PS) or ring (CaSync-Ring), any case (PS, Ring as in HiPress).")]
-NodesOpt = Annotated[int, typer.Option("--nnodes", help="Number of nodes N, 1..4096 (K ranges over 1..N).")]
+NodesOpt = Annotated[int, typer.Option("--nnodes", help="Number of nodes N, 1..4096 (K ranges over 1..N; a ring's K "
+                                        "counts chunks, as in HiPress: K = N is one ring, P pipelined rings K = P*N).")]
 AlgOpt = Annotated[str | None, typer.Option(
     "--alg", help="Compressor spec; with a profile its payload size sets the ratio (default: the profile's). "
     "sosp21 plans as HiPress does, with its fixed 1/16, whatever the algorithm.")]
