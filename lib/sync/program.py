@@ -125,7 +125,8 @@ class SyncProgram:
         partition per gradient).
       bulk_bytes: gradients smaller than this are not sent on their own but fused, at
         ``wait_all``, into groups of up to this many bytes (sorted by name, so every rank forms
-        the same groups whatever its submission order); 0 turns bulk synchronization off.
+        the same groups whatever its submission order), whatever partition count the plan gives them;
+        0 turns bulk synchronization off.
       tag_ub: the largest MPI tag the communicator allows.
       merge_sparse: CaSync's aggregators merge sparse payloads without decoding (each rank's
         contribution compressed once; ``graph.merges_payloads`` says why); False: decode, merge
@@ -258,7 +259,10 @@ class SyncProgram:
         self.submitted[name] = sub
         if self.comp.caps.summable:  # PowerSGD: summed in buckets (``summed``), see ``ready_order``
             return self._submit_summed(sub)
-        if self.bulk_bytes and 4 * flat.numel() < self.bulk_bytes and e.partitions == 1:
+        # fused whatever K the plan gives it (as the simulator does): HiPress's planner gives K = N to
+        # every uncompressed gradient, a 64-element bias included, and N messages of a few elements
+        # each cost N fixed costs where one bulk message costs one
+        if self.bulk_bytes and 4 * flat.numel() < self.bulk_bytes:
             self._held.append(sub)
             return []
         return self._build(name, flat, e, [sub])

@@ -267,3 +267,19 @@ def test_a_ring_plans_k_counts_chunks_and_a_ps_plans_partitions():
     assert [sends("ring", k) for k in (4, 8)] == [6, 12]
     # rank 0 of 4, PS: it pushes every partition it does not own and broadcasts those it owns
     assert [sends("casync-ps", k) for k in (1, 4)] == [3, 6]
+
+
+@pytest.mark.parametrize("topo", ["casync-ps", "casync-ring"])
+def test_small_gradients_are_fused_whatever_k_the_plan_gives_them(topo):
+    """HiPress's planner gives K = N to every uncompressed gradient, a bias included: the engine fuses
+    those under the bulk threshold anyway (as the simulator does), one message instead of N each."""
+    plan = {f"b{i}": PlanEntry(f"b{i}", 64, False, 4) for i in range(5)}
+    p = SyncProgram(0, 4, "tbq", topo, plan, None)
+    assert all(p.submit(n, torch.ones(64)) == [] for n in plan)  # held for bulk, not sent alone
+    tasks = p.flush()
+    assert tasks and sum("bulk[" in t.label for t in tasks) > 0
+    world = 4
+    inputs = [{n: torch.full((64,), float(r + i)) for i, n in enumerate(plan)} for r in range(world)]
+    for out in simulate(inputs, "tbq", topo, plan):
+        for i, n in enumerate(plan):
+            assert torch.equal(out[n], torch.full((64,), i + 1.5))  # exact: the uncompressed average

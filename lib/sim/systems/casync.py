@@ -94,8 +94,7 @@ def _units(ctx: Context, topology: str) -> list[Unit]:
         # a gradient below the bulk threshold is fused whatever K the plan gives it: HiPress's planner
         # gives K = N to every uncompressed one, a 64-element bias included (its costs fall with K),
         # and N collectives of a few elements each would cost each server N fixed costs per bias.
-        # (The engine fuses only gradients it runs in one partition: every small ring gradient, K = N
-        # being one ring, but not a PS gradient planned with K > 1.)
+        # (The engine does the same: ``SyncProgram.submit``.)
         if bulk and g.nbytes < bulk:
             if group and (group_compress != e.compress or group_bytes + g.nbytes > bulk):
                 close()
