@@ -16,6 +16,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from hipress import lr_schedules
+from hipress.lr_schedules import CONSTANT
 from hipress.topology_names import CHOICES, DEFAULT_CHOICE
 from hipress_cli import options as opt
 from hipress_cli.options import (
@@ -45,6 +47,9 @@ _THRESHOLD_HELP = ("Compress only gradients of at least N elements (HiPress's fl
                    "costs. 0 compresses every gradient. With --plan, a gradient is compressed when the plan says so "
                    "and it reaches N.")
 
+_LR_SCHEDULE_HELP = (f"How the learning rate changes over the run's warm-up + --iters iterations (with "
+                     f"--target-accuracy: the most it may take): {lr_schedules.describe()}. Default: {CONSTANT}.")
+
 
 def _what_runs(cfg: Any) -> str:
     """One line that says exactly what is trained, so nobody mistakes it for the paper's setting."""
@@ -73,10 +78,11 @@ def _what_runs(cfg: Any) -> str:
     if cfg.comp_threshold is not None and cfg.plan:
         n = sum(1 for e in cfg.plan if e[2])
         plan += f", {n} of {len(cfg.plan)} gradients compressed (--comp-threshold {cfg.comp_threshold})"
+    lr = "" if cfg.lr_schedule == CONSTANT else f"; learning rate {cfg.lr:g}, {cfg.lr_schedule} schedule"
     return (f"[bold]{cfg.model}[/]: {', '.join(shape)} ({scale}); "
             f"{cfg.parameters / 1e6:.1f} M parameters, {cfg.gradient_bytes / 2**20:.1f} MiB of gradients in "
             f"{cfg.meta['gradients']} tensors\n{cfg.np} rank(s), {sync}{alg}{plan}; {cfg.iters} iteration(s) "
-            f"after {cfg.warmup} warm-up; data: {cfg.data}; device: {cfg.device}")
+            f"after {cfg.warmup} warm-up{lr}; data: {cfg.data}; device: {cfg.device}")
 
 
 def _render_summary(s: dict) -> None:
@@ -140,6 +146,7 @@ def register(app: typer.Typer) -> None:
             None),
         momentum: Annotated[float | None, typer.Option("--momentum", help="SGD momentum (default 0.9; digits: "
                                                        "0).")] = None,
+        lr_schedule: Annotated[str, typer.Option("--lr-schedule", help=_LR_SCHEDULE_HELP)] = CONSTANT,
         seed: Annotated[int, typer.Option("--seed")] = 0,
         threads: Annotated[int, typer.Option("--threads", help="Threads per rank (0: this host's cores / "
                                              "ranks on it).")] = 0,
@@ -198,7 +205,8 @@ def register(app: typer.Typer) -> None:
         try:
             cfg = resumed or make_config(
                 model, topo, alg, np_, iters, batch_size=batch_size, input_size=input_size, seq_len=seq_len,
-                preset="paper" if paper_size else "cpu", warmup=warmup, data=data, lr=lr, momentum=momentum, seed=seed,
+                preset="paper" if paper_size else "cpu", warmup=warmup, data=data, lr=lr, momentum=momentum,
+                lr_schedule=lr_schedule, seed=seed,
                 threads=threads, plan=plan, run_id=run_id, compll_dir=compll_dir,
                 compress_after=compress_after, momentum_correction=not no_momentum_correction,
                 merge_sparse=not reencode_aggregates,
@@ -296,7 +304,12 @@ def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> Any:
         done = checkpoint.check_resumable(run_dir, cfg)
     except ConfigError as e:
         raise fail(f"--resume {run_dir}: {e}") from None
-    if on_command_line("iters"):
+    if on_command_line("iters") and iters != cfg.iters:
+        if lr_schedules.get(cfg.lr_schedule).by_length:
+            raise fail(f"--resume {run_dir}: its learning rate follows --lr-schedule {cfg.lr_schedule} over its "
+                       f"{cfg.length} iterations; --iters {iters} would change the rates it has already trained "
+                       f"with, so the continuation would not be that run. Resume without --iters (or start a new "
+                       f"run of the length you want)")
         cfg.iters = iters
     if done >= cfg.warmup + cfg.iters:
         raise fail(f"--resume {run_dir}: the checkpoint is at iteration {done}, the run has "

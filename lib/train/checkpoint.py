@@ -15,6 +15,11 @@ is restored, so a checkpoint holds:
 - the iteration: the data position follows from it (synthetic batches are fixed; the digits
   shards are a pure function of seed and position, so the stream is replayed up to it).
 
+The learning rate needs nothing of its own: ``--lr-schedule`` makes it a pure function of the
+configuration and the iteration (``RunConfig.lr_at``), which the worker sets before every step (over
+the last rate the optimizer's state carries), so the resumed run steps with the same rates; the
+schedule is part of what a checkpoint must match.
+
 Everything is stored as plain tensors, numbers and strings, so it loads with
 ``torch.load(weights_only=True)``: a checkpoint cannot run code when it is read. A file is written
 to a temporary name in the same directory, fsynced, renamed over the old one and the directory
@@ -35,6 +40,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from hipress.lr_schedules import CONSTANT
 
 from .results import ERRORS, EVENTS, fsync_dir, write_atomic
 from .validate import ConfigError
@@ -98,9 +105,19 @@ def load_sync_state(runner: Any, d: dict[str, Any]) -> None:
 
 
 def _identity(cfg: Any, rank: int) -> dict[str, Any]:
-    """What a checkpoint must match to be resumed by this run and rank."""
+    """What a checkpoint must match to be resumed by this run and rank.
+
+    ``lr_schedule``: the rates are recomputed from the configuration on resume, not stored, so a
+    checkpoint written under another schedule would continue with other rates than it trained with.
+    """
     return {"format": FORMAT, "run_id": cfg.run_id, "rank": rank, "np": cfg.np, "model": cfg.model,
-            "alg": cfg.alg, "engine_topology": cfg.engine_topology, "seed": cfg.seed}
+            "alg": cfg.alg, "engine_topology": cfg.engine_topology, "seed": cfg.seed,
+            "lr_schedule": cfg.lr_schedule}
+
+
+#: Identity fields added after ``FORMAT`` 1 was written, with what a checkpoint without them meant (the
+#: layout is unchanged, so those checkpoints stay resumable).
+_IDENTITY_DEFAULTS = {"lr_schedule": CONSTANT}
 
 
 # ----------------------------------------------------------------------------- files
@@ -128,9 +145,10 @@ def load(run_dir: Path, rank: int, cfg: Any) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); it is "
                               f"damaged or not a hipress checkpoint: resume from an intact copy or start "
                               f"the run again") from None
-    if not isinstance(blob, dict) or not {"identity", "iteration", "model", "sync", "rng"} <= set(blob):
+    if (not isinstance(blob, dict) or not {"identity", "iteration", "model", "sync", "rng"} <= set(blob)
+            or not isinstance(blob["identity"], dict)):
         raise CheckpointError(f"checkpoint {path} is not a hipress run checkpoint (missing fields)")
-    want, got = _identity(cfg, rank), blob["identity"]
+    want, got = _identity(cfg, rank), {**_IDENTITY_DEFAULTS, **blob["identity"]}
     odd = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
     if odd:
         diff = ", ".join(f"{k}: {a!r} in the checkpoint, {b!r} in the run" for k, (a, b) in odd.items())

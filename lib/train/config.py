@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
-from hipress import __version__
+from hipress import __version__, lr_schedules
 from hipress.compress import AlgorithmSpec, UnknownAlgorithm
+from hipress.lr_schedules import CONSTANT
 from hipress.models import BadModelOption, UnknownModel, get, gradient_sizes
 from hipress.topology_names import (
     ALLREDUCE,
@@ -73,6 +74,10 @@ class RunConfig:
     warmup: int = 1
     data: str = "synthetic"
     lr: float = 0.01
+    #: The learning rate's schedule (a name of ``hipress.lr_schedules.SCHEDULES``) over the run's
+    #: ``length``; the worker sets the rate before every iteration. Files written before schedules
+    #: existed have none: their runs trained at a constant rate.
+    lr_schedule: str = CONSTANT
     momentum: float = 0.9
     seed: int = 0
     threads: int = 0
@@ -119,6 +124,18 @@ class RunConfig:
     algorithm: AlgorithmSpec | None = None
 
     @property
+    def length(self) -> int:
+        """The iterations the run trains (warm-up ones step the model too): the horizon of its
+        learning-rate schedule. A ``--target-accuracy`` run may stop earlier; its schedule still
+        spans the most it may take."""
+        return self.warmup + self.iters
+
+    def lr_at(self, iteration: int) -> float:
+        """The learning rate of 0-based ``iteration``: a pure function of the configuration, so a
+        resumed run needs nothing more than this file to step with the same rates."""
+        return lr_schedules.get(self.lr_schedule).rate(self.lr, iteration, self.length)
+
+    @property
     def alg_spec(self) -> AlgorithmSpec:
         """The parsed algorithm (``algorithm``, or ``alg`` parsed for a file written without it)."""
         return self.algorithm if self.algorithm is not None else AlgorithmSpec.parse(self.alg)
@@ -136,6 +153,11 @@ class RunConfig:
         if fields.get("algorithm") is not None:
             try:
                 fields["algorithm"] = AlgorithmSpec.from_json(fields["algorithm"])
+            except ValueError as e:
+                raise ConfigError(f"config.json: {e}") from None
+        if "lr_schedule" in fields:
+            try:
+                lr_schedules.get(fields["lr_schedule"])
             except ValueError as e:
                 raise ConfigError(f"config.json: {e}") from None
         return cls(**fields)
@@ -183,6 +205,7 @@ def make_config(
     data: str = "synthetic",
     lr: float | None = None,
     momentum: float | None = None,
+    lr_schedule: str = CONSTANT,
     seed: int = 0,
     threads: int = 0,
     plan: str | None = None,
@@ -223,6 +246,10 @@ def make_config(
     if not 0 <= checkpoint_every <= 1 << 40:
         raise ConfigError(f"--checkpoint-every must be >= 0 (iterations between checkpoints; 0: none), got "
                           f"{checkpoint_every}")
+    try:
+        lr_schedules.get(lr_schedule)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     if data not in DATASETS:
         raise ConfigError(f"unknown data set {data!r}; use one of: {', '.join(DATASETS)}")
     if data == "digits" and model != "mlp":
@@ -281,6 +308,7 @@ def make_config(
         # digits: the convergence checks' SGD (see hipress.train.convergence for why no momentum)
         lr=lr if lr is not None else (0.5 if data == "digits" else 0.01),
         momentum=momentum if momentum is not None else (0.0 if data == "digits" else 0.9),
+        lr_schedule=lr_schedule,
         seed=seed,
         threads=threads,
         plan_source=plan,

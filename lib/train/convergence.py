@@ -30,12 +30,13 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from hipress import lr_schedules
 from hipress.compress import Compressor, ErrorFeedback, create_from_spec
+from hipress.lr_schedules import SCHEDULES
 from hipress.models import get
 from hipress.topology_names import ALLGATHER, DEFAULT_ENGINE, PS, RING, choice_of_engine
 
@@ -72,15 +73,6 @@ NETWORK_DEFAULTS = {"dgc": "dgc:ratio=0.05", "graddrop": "graddrop:drop_ratio=0.
 #: at 40 it is back (96.4/96.9 % at lr 0.05/0.1 against 96.3/97.0 constant over 20).
 DEFAULT_SCHEDULE = "cosine"
 DEFAULT_EPOCHS = 40
-#: name -> (the scheduler over a run of ``steps`` iterations, or None, and what it does)
-SCHEDULES: dict[str, tuple[Callable[[torch.optim.Optimizer, int], Any], str]] = {
-    "cosine": (lambda opt, steps: torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps),
-               "decays to 0 over the run"),
-    "step": (lambda opt, steps: torch.optim.lr_scheduler.MultiStepLR(opt, [steps // 2, steps * 3 // 4], 0.1),
-             "x0.1 at 50% and 75% of the run"),
-    "constant": (lambda opt, steps: None, "the same rate throughout"),
-}
-
 #: lr * 1/(1 - momentum), the step size of the default learning rate (0.5 without momentum, which
 #: is where this network trains well in 20-40 epochs; momentum m multiplies the step by 1/(1 - m)).
 DEFAULT_STEP = 0.5
@@ -133,11 +125,14 @@ def train_digits(comm: Any, alg: str, topology: str = DEFAULT_ENGINE, epochs: in
 
 
 def lr_scheduler(opt: torch.optim.Optimizer, kind: str, steps: int) -> torch.optim.lr_scheduler.LRScheduler | None:
-    """The learning-rate schedule ``kind`` (a name of ``SCHEDULES``) over ``steps`` iterations; None
-    for a constant rate. Stepped once per iteration, after the optimizer."""
-    if kind not in SCHEDULES:
-        raise ValueError(f"lr schedule must be one of {', '.join(SCHEDULES)}, got {kind!r}")
-    return SCHEDULES[kind][0](opt, steps)
+    """The learning-rate schedule ``kind`` (a name of ``hipress.lr_schedules.SCHEDULES``) over ``steps``
+    iterations, as a torch scheduler (``LambdaLR``: base rate x the table's factor, the rate
+    ``hipress run`` sets too); None for a constant rate. Stepped once per iteration, after the
+    optimizer. An unknown name is a ``ValueError``."""
+    schedule = lr_schedules.get(kind)
+    if not schedule.by_length:
+        return None
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda it: schedule.factor(it, steps))
 
 
 def _floats(text: str, what: str) -> list[float]:
@@ -181,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="sparse algorithms: decode-merge-encode at every ring hop / PS aggregator (HiPress's)")
     p.add_argument("--compress-after", type=int, default=0, help="uncompressed iterations before compressing")
     p.add_argument("--lr-schedule", default=DEFAULT_SCHEDULE, choices=list(SCHEDULES),
-                   help="; ".join(f"{k}: {what}" for k, (_, what) in SCHEDULES.items()).replace("%", "%%")
-                   + f" (default {DEFAULT_SCHEDULE})")
+                   help=lr_schedules.describe().replace("%", "%%") + f" (default {DEFAULT_SCHEDULE})")
     p.add_argument("--json", action="store_true", help="print only the JSON lines, no table")
     args = p.parse_args(argv)
     moms = _floats(args.momentum, "--momentum")

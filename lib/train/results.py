@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from hipress.launch.job import ERRORS, read_errors, read_jsonl
+from hipress.lr_schedules import CONSTANT
 
 __all__ = ["CONFIG", "ERRORS", "EVENTS", "SUMMARY", "EventLog", "append_error", "bytes_estimated", "read_errors",
            "read_events", "summarize", "write_json_atomic"]
@@ -174,6 +175,9 @@ def summarize(run_dir: Path, status: str = "ok", error: str | None = None) -> di
         "engine_topology": config["engine_topology"],
         "alg": config["alg"],
         "np": config["np"],
+        # what the rate followed (config.json's lr and lr_schedule; files without one: constant)
+        "lr": config.get("lr"),
+        "lr_schedule": config.get("lr_schedule", CONSTANT),
         "iterations": len(its),
         "measured_iterations": len(measured),
         "unit": config["unit"],

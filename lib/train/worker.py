@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from hipress.launch.heartbeat import Heartbeat, stall_timeout_s, watch_launcher
+from hipress.lr_schedules import set_rate
 from hipress.models import get
 from hipress.sync.device import bind_rank
 
@@ -238,7 +239,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
     marks = _GpuMarks() if cuda and cfg.gpu_timing and hasattr(runner, "gpu_events") else None
     gpu_row = np.zeros(3, dtype=np.float64)
     gpu_table = np.zeros((world, 3), dtype=np.float64) if rank == 0 else None
-    total = cfg.warmup + cfg.iters
+    total = cfg.length
     evaluator = None
     if cfg.eval_every and digits is not None:  # time to accuracy: evaluate, stop at the target
         from .evaluate import Evaluator
@@ -250,6 +251,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
         for it in range(first, total):
             beat.beat("forward/backward", it)
             _maybe_fault(rank, it)
+            set_rate(opt, cfg.lr_at(it))  # every iteration, from the configuration: the same after a resume
             t0 = time.perf_counter()
             opt.zero_grad()
             if marks:
@@ -279,6 +281,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
             if log and table is not None:
                 log.write({
                     "event": "iteration", "iter": it, "warmup": it < cfg.warmup, "time": time.time(),
+                    "lr": float(opt.param_groups[0]["lr"]),  # what the optimizer stepped with
                     "iter_s": float(table[:, 0].max()), "compute_s": float(table[:, 1].mean()),
                     "sync_s": _finite(float(table[:, 2].mean())), "loss": float(table[:, 3].mean()),
                     "bytes_sent": table[:, 4].tolist(), "iter_s_ranks": table[:, 0].tolist(),
