@@ -14,6 +14,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from hipress.lr_schedules import SCHEDULES
 from hipress.train.threshold import DEFAULT_COMP_THRESHOLD
 from hipress.train.validate import MAX_RANKS
 from hipress_cli.app import build
@@ -38,6 +39,7 @@ HUGE = "9" * 5000
     (["--input-size", str(10**6)], "--input-size must be at most 4096"),
     (["--lr", "inf"], "--lr must be a finite number > 0, got inf"),
     (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
+    (["--lr-schedule", "bogus"], "unknown --lr-schedule 'bogus'; use one of: constant, cosine, step"),
     (["--threads", "-1"], "--threads must be at least 0, got -1"),
     (["--run-id", "../../x"], "--run-id '../../x' is not a single directory name"),
     (["--run-id", "a/b"], "is not a single directory name"),
@@ -117,6 +119,8 @@ def test_help_states_the_bounds_and_default_threshold():
     assert f"1 to {MAX_RANKS}" in text and f"Default without --plan: {DEFAULT_COMP_THRESHOLD}" in text
     for alias in ("--numprocess", "--servers", "--comp-alg", "--comprplan", "--model", "--comp-threshold"):
         assert alias in text
+    for name, schedule in SCHEDULES.items():  # --lr-schedule's choices, from the one table
+        assert f"{name}: {schedule.description}" in text
 
 
 def _run(*args: str, results) -> dict:

@@ -126,6 +126,47 @@ def test_config_round_trips_through_json(tmp_path):
     assert RunConfig.read(tmp_path) == held and not held.overlap and held.bulk_bytes == 0
 
 
+def test_lr_schedule_is_recorded_and_old_files_mean_constant(tmp_path):
+    """The schedule travels in config.json; a file written before schedules existed trained at a
+    constant rate; a file naming no known schedule is refused on reading (a resume reads it)."""
+    import json
+
+    cfg = make_config("mlp", iters=7, warmup=1, lr=0.2, lr_schedule="step")
+    cfg.write(tmp_path)
+    back = RunConfig.read(tmp_path)
+    assert back == cfg and back.lr_schedule == "step" and back.length == 8
+    assert [back.lr_at(t) for t in (0, 3, 4, 5, 6, 7)] == pytest.approx([0.2, 0.2, 0.02, 0.02, 0.002, 0.002])
+    d = json.loads((tmp_path / "config.json").read_text())
+    del d["lr_schedule"]
+    old = RunConfig.from_json(json.dumps(d))
+    assert old.lr_schedule == "constant" and {old.lr_at(t) for t in range(8)} == {0.2}
+    with pytest.raises(ConfigError, match="config.json: unknown --lr-schedule 'linear'; use one of: constant"):
+        RunConfig.from_json(json.dumps({**d, "lr_schedule": "linear"}))
+
+
+def test_a_checkpoint_must_match_the_runs_lr_schedule(tmp_path):
+    """A checkpoint's rates are recomputed from the run's schedule on resume, so the schedule is part of
+    its identity; checkpoints written before it was (no ``lr_schedule``) were written at a constant rate."""
+    import torch
+
+    from hipress.train import checkpoint
+
+    cfg = make_config("mlp", np=1, iters=2, lr_schedule="cosine", run_id="r")
+    blob = {"identity": checkpoint._identity(cfg, 0), "iteration": 1, "model": {}, "sync": {}, "rng": {}}
+    path = checkpoint.path_for(tmp_path, 0)
+    path.parent.mkdir()
+    torch.save(blob, path)
+    assert checkpoint.load(tmp_path, 0, cfg)["iteration"] == 1
+    constant = make_config("mlp", np=1, iters=2, run_id="r")
+    with pytest.raises(ConfigError, match="lr_schedule: 'cosine' in the checkpoint, 'constant' in the run"):
+        checkpoint.load(tmp_path, 0, constant)
+    del blob["identity"]["lr_schedule"]  # as written before the schedule was recorded
+    torch.save(blob, path)
+    assert checkpoint.load(tmp_path, 0, constant)["iteration"] == 1
+    with pytest.raises(ConfigError, match="lr_schedule: 'constant' in the checkpoint, 'cosine' in the run"):
+        checkpoint.load(tmp_path, 0, cfg)
+
+
 @pytest.mark.parametrize("args,match", [
     (["run", "alexnet"], "unknown model 'alexnet'"),
     (["run", "vgg19", "--np", "0"], "--np must be at least 1"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -120,6 +121,25 @@ def test_reencode_aggregates_is_recorded_and_runs(results):
     assert cfg["merge_sparse"] is False and cfg["momentum_correction"] is True
 
 
+@pytest.mark.parametrize("topo,alg,schedule", [("ring", "tbq", "step"), ("ddp", "powersgd", "cosine")])
+def test_lr_schedule_is_the_rate_the_optimizer_steps_with(results, topo, alg, schedule):
+    """Each iteration's rate as read back from the param groups of the optimizer the rank stepped (the
+    DistributedOptimizer's SGD on the ring; torch's SGD under DDP with PowerSGD's hook), over warm-up 1
+    + --iters 7 = 8 iterations: step is x0.1 at 4 (50 %) and 6 (75 %), cosine falls from lr towards 0."""
+    res = hipress("run", "mlp", "--np", "2", "--iters", "7", "--warmup", "1", "--topo", topo, "--alg", alg,
+                  "--lr", "0.2", "--lr-schedule", schedule, "--results", str(results), "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["lr_schedule"] == schedule
+    run_dir = run_dir_of(results)
+    assert json.loads((run_dir / "config.json").read_text())["lr_schedule"] == schedule
+    lrs = [e["lr"] for e in events(run_dir) if e["event"] == "iteration"]
+    if schedule == "step":
+        assert lrs == pytest.approx([0.2] * 4 + [0.02] * 2 + [0.002] * 2, rel=1e-12)
+    else:
+        assert lrs == pytest.approx([0.1 * (1 + math.cos(math.pi * t / 8)) for t in range(8)], rel=1e-12)
+        assert lrs[0] == 0.2 and all(a > b for a, b in zip(lrs, lrs[1:], strict=False)) and lrs[-1] < 0.05 * 0.2
+
+
 def test_compress_after_must_not_be_negative(results):
     res = hipress("run", "mlp", "--np", "2", "--compress-after", "-1", "--results", str(results))
     assert res.returncode != 0 and "--compress-after must be >= 0" in res.stderr and "Traceback" not in res.stderr
@@ -133,26 +153,42 @@ def _params(run_dir, rank):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("topo,alg", [("ring", "tbq"), ("ps", "dgc:ratio=0.05")])
-def test_resume_continues_bit_for_bit(results, topo, alg):
+@pytest.mark.parametrize("topo,alg,schedule", [("ring", "tbq", "constant"), ("ps", "dgc:ratio=0.05", "constant"),
+                                               ("ring", "tbq", "cosine")])
+def test_resume_continues_bit_for_bit(results, topo, alg, schedule):
     """6 iterations in one go == 3, then --resume to 6: the same parameters, bit for bit, on every rank.
 
     Momentum, the compressor's state (every gradient compressed: --comp-threshold 0), the warm-up
-    crossing (--compress-after 4, after the resume) and the data position (digits) all matter.
+    crossing (--compress-after 4, after the resume), the data position (digits) and the learning
+    rate's schedule all matter. At a constant rate the part is a shorter run extended by --resume
+    --iters; a cosine's rates depend on the run's length, so there the part is the same 6-iteration
+    run, stopped by a failing rank after its checkpoint at 3, resumed as it is (and extending it is
+    refused).
     """
     common = ["mlp", "--np", "2", "--warmup", "1", "--checkpoint-every", "3", "--topo", topo, "--alg", alg,
               "--comp-threshold", "0", "--data", "digits", "--momentum", "0.9", "--lr", "0.1",
-              "--compress-after", "4", "--results", str(results)]
+              "--compress-after", "4", "--lr-schedule", schedule, "--results", str(results)]
     whole = hipress("run", *common, "--iters", "5", "--run-id", "whole")
     assert whole.returncode == 0, whole.stderr
-    part = hipress("run", *common, "--iters", "2", "--run-id", "part")
-    assert part.returncode == 0, part.stderr
-    res = hipress("run", "--resume", str(results / "part"), "--iters", "5", "--json")
+    if schedule == "constant":
+        part = hipress("run", *common, "--iters", "2", "--run-id", "part")
+        assert part.returncode == 0, part.stderr
+        res = hipress("run", "--resume", str(results / "part"), "--iters", "5", "--json")
+    else:
+        part = hipress("run", *common, "--iters", "5", "--run-id", "part", env={"HIPRESS_FAULT": "1:4"})
+        assert part.returncode != 0 and "fault injected" in part.stderr + part.stdout, part.stderr
+        longer = hipress("run", "--resume", str(results / "part"), "--iters", "7")
+        assert longer.returncode != 0 and "--lr-schedule cosine over its 6 iterations" in " ".join(
+            longer.stderr.split()) and "Traceback" not in longer.stderr, longer.stderr
+        res = hipress("run", "--resume", str(results / "part"), "--json")
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
     assert summary["status"] == "ok" and summary["iterations"] == 6 and summary["measured_iterations"] == 5
+    assert summary["lr_schedule"] == schedule
     ev = events(results / "part")
     assert [e["iter"] for e in ev if e["event"] == "iteration"] == list(range(6))
+    assert [e["lr"] for e in ev if e["event"] == "iteration"] == [
+        e["lr"] for e in events(results / "whole") if e["event"] == "iteration"]
     assert json.loads((results / "part" / "config.json").read_text())["resumed"] == 1
     import torch
 
