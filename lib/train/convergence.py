@@ -130,7 +130,7 @@ def lr_scheduler(opt: torch.optim.Optimizer, kind: str, steps: int) -> torch.opt
     ``hipress run`` sets too); None for a constant rate. Stepped once per iteration, after the
     optimizer. An unknown name is a ``ValueError``."""
     schedule = lr_schedules.get(kind)
-    if not schedule.by_length:
+    if schedule.name == lr_schedules.CONSTANT:
         return None
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda it: schedule.factor(it, steps))
 
