@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     from hipress.compress.kernels import set_threads
 
     from .data import Digits
-    from .torchdist import init_process_group
+    from .torchdist import destroy_process_group, init_process_group
 
     torch.set_num_threads(1)
     set_threads(1)
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(out), flush=True)
         dist.barrier()  # nobody tears the group down while a peer still uses it
     finally:
-        dist.destroy_process_group()
+        destroy_process_group()
     return 0
 
 

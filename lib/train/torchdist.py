@@ -101,9 +101,26 @@ def init_process_group(comm: Any, backend: str, device: torch.device | None = No
     return backend
 
 
+#: How long teardown leaves gloo's worker threads the GIL after the last collective (see below).
+SETTLE_S = 0.1
+
+
 def destroy_process_group() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """Tear down torch.distributed without deadlocking in gloo's destructor.
+
+    A gloo worker thread destroys each collective after running it, and releasing a tensor that
+    Python created (a hook's all-gather buffers) takes the GIL. If the process group's destructor
+    runs meanwhile (Python freeing a DDP module, GIL held), it waits for the worker's mutex while
+    the worker waits for the GIL: a hang, seen once in 16 two-rank DDP runs under load (stacks:
+    ``~Reducer -> ~ProcessGroupGloo`` against ``~AsyncAllgatherWork`` waiting for the GIL). Every
+    collective a step started has completed when the step returns (DDP waits for its buckets), so
+    a short sleep, which releases the GIL, lets the workers let go of them. No barrier: on an error
+    path a peer may be gone or stuck, and a pending barrier would hold the destructor until then.
+    """
+    if not dist.is_initialized():
+        return
+    time.sleep(SETTLE_S)
+    dist.destroy_process_group()
 
 
 class BucketedAllreduce:

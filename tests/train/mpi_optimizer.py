@@ -152,11 +152,10 @@ def twice() -> None:
 
 def ddp(alg: str) -> None:
     """The DDP hook: 'none' gives DDP's own average; a compressor keeps the ranks in lock-step."""
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     from hipress.train import CompressionHookState, compression_hook
-    from hipress.train.torchdist import init_process_group
+    from hipress.train.torchdist import destroy_process_group, init_process_group
 
     init_process_group(comm, "gloo")  # rank 0's loopback port, agreed over MPI
     try:
@@ -182,7 +181,7 @@ def ddp(alg: str) -> None:
         back = pickle.loads(pickle.dumps(state))
         assert back.compression == alg and back.states.state_dict().keys() == state.states.state_dict().keys()
     finally:
-        dist.destroy_process_group()
+        destroy_process_group()
 
 
 def correction(topology: str, nesterov: bool) -> None:
@@ -245,7 +244,7 @@ def ddp_checkpoint() -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     from hipress.train import CompressionHookState, compression_hook
-    from hipress.train.torchdist import init_process_group
+    from hipress.train.torchdist import destroy_process_group, init_process_group
 
     init_process_group(comm, "gloo")  # rank 0's loopback port, agreed over MPI
     try:
@@ -285,7 +284,7 @@ def ddp_checkpoint() -> None:
         loose.attach(None)
         assert loose.group() is dist.group.WORLD
     finally:
-        dist.destroy_process_group()
+        destroy_process_group()
 
 
 def ddp_powersgd() -> None:
@@ -293,13 +292,12 @@ def ddp_powersgd() -> None:
     each rank sends P + Q sized bytes (with the 1-D gradients as they are), the ranks stay in
     lock-step, and training reaches the optimizer path's accuracy (same network, data, momentum
     correction; only the summation order of the all-reduces differs)."""
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     from hipress.train import CompressionHookState, compression_hook
     from hipress.train.convergence import train_digits
     from hipress.train.data import Digits
-    from hipress.train.torchdist import init_process_group
+    from hipress.train.torchdist import destroy_process_group, init_process_group
 
     data = Digits.load()
     kw = {"epochs": 4, "lr": 0.05, "momentum": 0.9, "seed": 11, "lr_schedule": "constant"}
@@ -334,7 +332,7 @@ def ddp_powersgd() -> None:
         assert mats == ["group0.param0", "group0.param2"], mats  # keyed by position: stable across resumes
         assert [state.states[k].residual.numel() for k in mats] == [128 * 64, 10 * 128], mats
     finally:
-        dist.destroy_process_group()
+        destroy_process_group()
 
 
 def merged(topology: str) -> None:
