@@ -75,6 +75,4 @@ def engine_partitions(k: int, ring: bool, nodes: int) -> int:
 
 def engine_plan(plan: Plan, ring: bool, nodes: int) -> Plan:
     """``plan`` with every K in the engine's partitions (``engine_partitions``); a PS plan unchanged."""
-    if not ring:
-        return dict(plan)
-    return {n: replace(e, partitions=ring_partitions(e.partitions, nodes)) for n, e in plan.items()}
+    return {n: replace(e, partitions=engine_partitions(e.partitions, ring, nodes)) for n, e in plan.items()}

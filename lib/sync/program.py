@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import zlib
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -200,9 +201,7 @@ class SyncProgram:
         self._summed: list[Submitted] = []
         self._batches: dict[tuple, object] = {}
         self._bucket_of = summed_buckets(ready_order or (), summed_bucket_bytes)
-        self._bucket_size: dict[int, int] = {}
-        for b in self._bucket_of.values():
-            self._bucket_size[b] = self._bucket_size.get(b, 0) + 1
+        self._bucket_size = Counter(self._bucket_of.values())  # members per bucket
         self._filling: dict[int, list[Submitted]] = {}  # a bucket's members submitted so far
 
     # ------------------------------------------------------------------ naming

@@ -156,10 +156,7 @@ class RunConfig:
             except ValueError as e:
                 raise ConfigError(f"config.json: {e}") from None
         if "lr_schedule" in fields:
-            try:
-                lr_schedules.get(fields["lr_schedule"])
-            except ValueError as e:
-                raise ConfigError(f"config.json: {e}") from None
+            check_lr_schedule(fields["lr_schedule"], "config.json: ")
         return cls(**fields)
 
     def write(self, run_dir: Path) -> Path:
@@ -188,6 +185,14 @@ def make_run_id(model: str, topology: str, alg: str) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in alg)
     return f"{stamp}-{model}-{topology}-{safe}-{os.getpid()}"
+
+
+def check_lr_schedule(name: str, where: str = "") -> None:
+    """Refuse a name that is not in ``hipress.lr_schedules.SCHEDULES`` (``where`` prefixes the message)."""
+    try:
+        lr_schedules.get(name)
+    except ValueError as e:
+        raise ConfigError(f"{where}{e}") from None
 
 
 def make_config(
@@ -246,10 +251,7 @@ def make_config(
     if not 0 <= checkpoint_every <= 1 << 40:
         raise ConfigError(f"--checkpoint-every must be >= 0 (iterations between checkpoints; 0: none), got "
                           f"{checkpoint_every}")
-    try:
-        lr_schedules.get(lr_schedule)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    check_lr_schedule(lr_schedule)
     if data not in DATASETS:
         raise ConfigError(f"unknown data set {data!r}; use one of: {', '.join(DATASETS)}")
     if data == "digits" and model != "mlp":

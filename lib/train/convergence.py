@@ -36,7 +36,6 @@ import torch
 
 from hipress import lr_schedules
 from hipress.compress import Compressor, ErrorFeedback, create_from_spec
-from hipress.lr_schedules import SCHEDULES
 from hipress.models import get
 from hipress.topology_names import ALLGATHER, DEFAULT_ENGINE, PS, RING, choice_of_engine
 
@@ -175,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reencode-aggregates", action="store_true",
                    help="sparse algorithms: decode-merge-encode at every ring hop / PS aggregator (HiPress's)")
     p.add_argument("--compress-after", type=int, default=0, help="uncompressed iterations before compressing")
-    p.add_argument("--lr-schedule", default=DEFAULT_SCHEDULE, choices=list(SCHEDULES),
+    p.add_argument("--lr-schedule", default=DEFAULT_SCHEDULE, choices=list(lr_schedules.SCHEDULES),
                    help=lr_schedules.describe().replace("%", "%%") + f" (default {DEFAULT_SCHEDULE})")
     p.add_argument("--json", action="store_true", help="print only the JSON lines, no table")
     args = p.parse_args(argv)
