@@ -16,6 +16,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from hipress import lr_schedules
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -25,6 +27,9 @@ DeviceOpt = Annotated[str, typer.Option("--device", help="Where the ranks train:
 PaperSizeOpt = Annotated[bool | None, typer.Option("--paper-size/--no-paper-size", help="Use the paper's input "
                                                    "size, sequence length and batch (default: on a GPU yes, on the "
                                                    "CPU no: slow there).")]
+LrScheduleOpt = Annotated[str, typer.Option("--lr-schedule", help=(
+    "How the learning rate changes over the run's warm-up + --iters iterations (with --target-accuracy: the "
+    f"most it may take): {lr_schedules.describe()}. Default: {lr_schedules.CONSTANT}."))]
 CollectiveOpt = Annotated[str | None, typer.Option("--collective", help="--topo allreduce on CUDA: nccl "
                                                    "(torch.distributed; one GPU per rank) or mpi (the MPI Allreduce; "
                                                    "ranks may share a GPU). Default: nccl unless ranks share a GPU.")]

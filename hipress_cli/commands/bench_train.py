@@ -11,9 +11,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from hipress.lr_schedules import CONSTANT
 from hipress_cli.options import (
     DeviceOpt,
     JsonOpt,
+    LrScheduleOpt,
     PaperSizeOpt,
     check_emulate,
     console,
@@ -56,6 +58,7 @@ def train(
                   "0.5).")] = None,
     momentum: Annotated[float | None, typer.Option("--momentum", help="With --target-accuracy: SGD momentum "
                         "(default 0).")] = None,
+    lr_schedule: LrScheduleOpt = CONSTANT,
     seed: Annotated[int, typer.Option("--seed", help="With --target-accuracy: the seed of the weights and "
                     "the data order.")] = 0,
     device: DeviceOpt = "auto",
@@ -74,9 +77,9 @@ def train(
             raise fail(f"--target-accuracy trains on scikit-learn's digits, which only the mlp model takes (not "
                        f"{model!r}): hipress bench train mlp --target-accuracy {target_accuracy:g} ...")
         tta = {"data": "digits", "target_accuracy": target_accuracy, "eval_every": eval_every, "lr": lr,
-               "momentum": momentum, "seed": seed}
-    elif eval_every is not None or lr is not None or momentum is not None or seed:
-        raise fail("--eval-every, --lr, --momentum and --seed apply with --target-accuracy only")
+               "momentum": momentum, "lr_schedule": lr_schedule, "seed": seed}
+    elif eval_every is not None or lr is not None or momentum is not None or seed or lr_schedule != CONSTANT:
+        raise fail("--eval-every, --lr, --momentum, --lr-schedule and --seed apply with --target-accuracy only")
     iters = iters or (DEFAULT_MAX_ITERS if tta else 5)
     check_emulate(emulate, prefix)
     dev = resolve_device(device)
@@ -133,7 +136,8 @@ def train(
 def _render_tta(r: dict, bench_dir: Path) -> None:
     where = f"emulated {r['emulated']['rate']} links" if r["emulated"] else "this machine"
     t = Table(title=f"time to {100 * r['target_accuracy']:g}% test accuracy: {r['model']} on digits, {r['np']} ranks "
-                    f"x {r['model_options']['batch_size']} images, lr {r['lr']:g}, momentum {r['momentum']:g} "
+                    f"x {r['model_options']['batch_size']} images, lr {r['lr']:g} ({r['lr_schedule']}), "
+                    f"momentum {r['momentum']:g} "
                     f"({where}; medians of {r['rounds']} round(s), at most {r['max_iters']} iterations)")
     for c in ("variant", "reached", "time s", "iterations", "MiB/rank", "final acc", "best acc"):
         t.add_column(c, justify="left" if c == "variant" else "right")

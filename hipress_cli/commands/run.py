@@ -47,9 +47,6 @@ _THRESHOLD_HELP = ("Compress only gradients of at least N elements (HiPress's fl
                    "costs. 0 compresses every gradient. With --plan, a gradient is compressed when the plan says so "
                    "and it reaches N.")
 
-_LR_SCHEDULE_HELP = (f"How the learning rate changes over the run's warm-up + --iters iterations (with "
-                     f"--target-accuracy: the most it may take): {lr_schedules.describe()}. Default: {CONSTANT}.")
-
 
 def _what_runs(cfg: Any) -> str:
     """One line that says exactly what is trained, so nobody mistakes it for the paper's setting."""
@@ -146,7 +143,7 @@ def register(app: typer.Typer) -> None:
             None),
         momentum: Annotated[float | None, typer.Option("--momentum", help="SGD momentum (default 0.9; digits: "
                                                        "0).")] = None,
-        lr_schedule: Annotated[str, typer.Option("--lr-schedule", help=_LR_SCHEDULE_HELP)] = CONSTANT,
+        lr_schedule: opt.LrScheduleOpt = CONSTANT,
         seed: Annotated[int, typer.Option("--seed")] = 0,
         threads: Annotated[int, typer.Option("--threads", help="Threads per rank (0: this host's cores / "
                                              "ranks on it).")] = 0,

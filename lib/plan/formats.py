@@ -20,7 +20,7 @@ fields are matched by regex.
 A plan's K may exceed its gradient's size: HiPress's planner tries every K up to N, so it writes
 ``bias,1,n,4`` for a 1-element gradient at N = 4 (the engine leaves empty partitions out). K is
 checked against the cluster where the plan is used (``api.load_plan``'s ``world_size``): it may not
-exceed the number of ranks (a ring's: N rings of N chunks), nor ``limits.MAX_NODES`` here.
+exceed the number of ranks (a ring's: N rings of N chunks), nor ``limits.MAX_PARTITIONS`` here.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 from hipress.sync.plan import Plan, PlanEntry
 
 from .errors import PlanError, PlanFormatError
-from .limits import MAX_ELEMENTS, MAX_NODES
+from .limits import MAX_ELEMENTS, MAX_PARTITIONS
 
 _INT = re.compile(r"[0-9]+")
 _BAD_NAME = re.compile(r"[\s,\x00-\x1f\x7f]")
@@ -145,8 +145,9 @@ def parse_plan(text: str, source: str = "<string>") -> Plan:
         flag = flag_f.strip()
         if flag not in ("y", "n"):
             raise PlanFormatError(source, no, f"the compress flag is {flag!r}", "write y (compress) or n (do not)")
-        k = _count(source, no, k_f, "partition count K", "K must be a whole number >= 1, at most the number of nodes",
-                   MAX_NODES)
+        k = _count(source, no, k_f, "partition count K",
+                   "K must be a whole number >= 1, at most the number of nodes (a ring's: nodes x nodes)",
+                   MAX_PARTITIONS)
         _no_duplicate(source, no, name, seen)
         plan[name] = PlanEntry(name, size, flag == "y", k)
     if not plan:

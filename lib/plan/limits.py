@@ -9,5 +9,7 @@ from __future__ import annotations
 
 #: Nodes (machines) of a cluster. HiPress was measured on 16; 4096 nodes plan in about a second.
 MAX_NODES = 4096
+#: A plan's K: a ring's K counts ring chunks, up to N rings of N chunks (``hipress.sync.plan``).
+MAX_PARTITIONS = MAX_NODES * MAX_NODES
 #: fp32 elements of one gradient: 2^40 is 4 TiB, beyond any device's memory.
 MAX_ELEMENTS = 1 << 40

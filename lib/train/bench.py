@@ -88,7 +88,8 @@ def bench_train(
     """Run every variant ``rounds`` times; return the comparison (also written to ``bench.json``).
 
     ``tta``: ``make_config``'s options of the time-to-accuracy mode (``data``, ``target_accuracy``,
-    ``eval_every``, ``lr``, ``momentum``, ``seed``); the comparison is then ``hipress.train.bench_tta``'s.
+    ``eval_every``, ``lr``, ``momentum``, ``lr_schedule``, ``seed``); the comparison is then
+    ``hipress.train.bench_tta``'s.
     ``device``: "cuda" or "cpu" (resolved); on CUDA every iteration also records the GPU time of the
     engine's encode and decode and how much of it overlapped backward. ``preset``: the model's sizes.
     """

@@ -56,11 +56,13 @@ def tta_result(root: Path, bench_id: str, configs: dict[str, RunConfig], summari
     plot_time_to_accuracy(
         {label: [root / s["run_id"] for s in summaries[label]] for label in configs}, target, root / PLOT,
         f"{cfg.model} on scikit-learn's digits, {cfg.np} ranks x {cfg.model_options['batch_size']} images, "
-        f"lr {cfg.lr:g}, momentum {cfg.momentum:g}, seed {cfg.seed} ({where}); target {100 * (target or 0):g}%")
+        f"lr {cfg.lr:g} ({cfg.lr_schedule}), momentum {cfg.momentum:g}, seed {cfg.seed} ({where}); "
+        f"target {100 * (target or 0):g}%")
     return {
         "bench_id": bench_id, "mode": "time_to_accuracy", "model": cfg.model, "data": cfg.data,
         "model_options": cfg.model_options, "np": cfg.np, "target_accuracy": target, "eval_every": cfg.eval_every,
-        "lr": cfg.lr, "momentum": cfg.momentum, "seed": cfg.seed, "max_iters": iters, "warmup": warmup,
+        "lr": cfg.lr, "lr_schedule": cfg.lr_schedule, "momentum": cfg.momentum, "seed": cfg.seed,
+        "max_iters": iters, "warmup": warmup,
         "rounds": rounds, "parameters": cfg.parameters,
         "emulated": emulated.as_dict() if emulated is not None else None,
         "threads_per_rank": threads_per_rank(cfg.np, threads), "plot": PLOT, "variants": rows,

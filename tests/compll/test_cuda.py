@@ -48,6 +48,7 @@ def test_generated_cuda_compiles_with_nvcc(tmp_path):
         assert "fma.rn.f32" not in ptx, f"{s.name}: a multiply-add was contracted despite -fmad=false"
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not _cuda_available(), reason="no CUDA GPU (CuPy) on this machine")
 @pytest.mark.parametrize("name", BUILTINS)
 def test_gpu_matches_cpu(name, generated):

@@ -101,7 +101,7 @@ PLAN_BAD = [
     ("a,4,Y,2\n", 1, "compress flag"),
     ("a,4,y,0\n", 1, "partition count K is 0"),
     ("a,4,y,-1\n", 1, "negative"),
-    ("a,4,y,4097\n", 1, "partition count K 4097 is too large: at most 4096"),
+    ("a,4,y,16777217\n", 1, "partition count K 16777217 is too large: at most 16777216"),
     ("a,1099511627777,n,1\n", 1, "size 1099511627777 is too large"),
     ("a," + "9" * 5000 + ",n,1\n", 1, "(5000 digits) is too large"),
     ("a,-4,y,1\n", 1, "negative"),
@@ -219,3 +219,16 @@ def test_k_beyond_size_is_hipress_and_k_beyond_world_is_refused(tmp_path):
     with pytest.raises(PlanMismatchError, match=r"more partitions than this run has ranks \(2\): bias \(K=4\), w "
                                                 r"\(K=4\).*hipress plan --nnodes 2"):
         load_plan(path, {"bias": 1, "w": 100}, world_size=2)
+
+
+def test_a_ring_plan_for_a_large_cluster_reads_back(tmp_path):
+    """A ring's K counts ring chunks, up to N rings of N chunks: at N = 80 our planner writes K = 80·80."""
+    n = 80
+    path = tmp_path / "plan.txt"
+    write_plan(path, [PlanEntry("w", 10**8, True, n * n), PlanEntry("b", 10, False, n)])
+    assert read_plan(path)["w"].partitions == n * n
+    assert load_plan(path, {"w": 10**8, "b": 10}, world_size=n, topology="ring")["w"].partitions == n * n
+    with pytest.raises(PlanMismatchError, match="more partitions than this run has ranks"):
+        load_plan(path, {"w": 10**8, "b": 10}, world_size=n, topology="ps")
+    with pytest.raises(PlanFormatError, match=r"partition count K 16777217 is too large: at most 16777216"):
+        parse_plan("w,10,y,16777217\n")

@@ -95,6 +95,8 @@ def test_run_records_an_unreached_target(results):
 def test_bench_tta_inputs_are_checked(tmp_path):
     for args, match in ((["vgg19", "--target-accuracy", "0.9"], "only the mlp model takes"),
                         (["mlp", "--eval-every", "3"], "apply with --target-accuracy only"),
+                        (["mlp", "--lr-schedule", "cosine"], "apply with --target-accuracy only"),
+                        (["mlp", "--target-accuracy", "0.9", "--lr-schedule", "linear"], "--lr-schedule"),
                         (["mlp", "--target-accuracy", "1.5"], "fraction in (0, 1]")):
         r = CliRunner().invoke(build(), ["bench", "train", *args, "--results", str(tmp_path / "r")],
                                env={"COLUMNS": "200"})
@@ -106,12 +108,14 @@ def test_bench_tta_inputs_are_checked(tmp_path):
 @pytest.mark.slow
 def test_bench_time_to_accuracy_writes_the_table_and_the_plot(tmp_path):
     res = hipress("bench", "train", "mlp", "--np", "2", "--target-accuracy", "0.5", "--eval-every", "5",
-                  "--iters", "200", "--variants", "ring+none;ring+tbq", "--results", str(tmp_path), "--json")
+                  "--iters", "200", "--lr-schedule", "cosine", "--variants", "ring+none;ring+tbq",
+                  "--results", str(tmp_path), "--json")
     assert res.returncode == 0, res.stderr
     r = json.loads(res.stdout)
     (bench_dir,) = tmp_path.iterdir()
     assert json.loads((bench_dir / "bench.json").read_text()) == r
     assert r["mode"] == "time_to_accuracy" and r["target_accuracy"] == 0.5 and r["data"] == "digits"
+    assert r["lr_schedule"] == "cosine"
     assert (bench_dir / r["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = {v["variant"]: v for v in r["variants"]}
     assert set(rows) == {"ring+none", "ring+tbq"}
@@ -122,6 +126,9 @@ def test_bench_time_to_accuracy_writes_the_table_and_the_plot(tmp_path):
         assert (row["wall_s"], row["iterations"]) == (t["wall_s"], t["iterations"])
         assert row["bytes_sent_per_rank"] == max(t["bytes_sent_per_rank"])
         assert row["final_accuracy"] >= 0.5
+        # the runs stepped with the cosine rates: below --lr once past the first iteration
+        rates = [e["lr"] for e in events(bench_dir / run_id) if e.get("event") == "iteration"]
+        assert rates[0] == r["lr"] and rates[-1] < r["lr"], (label, rates[:3], rates[-3:])
     # tbq sends 2 bits per element: far fewer bytes per iteration than fp32
     per_it = {k: v["bytes_sent_per_rank"] / v["iterations"] for k, v in rows.items()}
     assert per_it["ring+tbq"] < per_it["ring+none"] / 4
