@@ -76,7 +76,12 @@ class Compressor(ABC):
         """Decompress into ``out`` (overwrite, or accumulate with ``add=True``) or a new flat tensor.
 
         A new tensor is allocated only for a payload of at most ``max_elements`` elements: the count
-        comes from the (possibly crafted) header, and sparse bodies do not prove it."""
+        comes from the (possibly crafted) header, and sparse bodies do not prove it.
+
+        A payload on another device than ``out`` (one received into host memory, decoded into a
+        CUDA gradient) is copied to ``out``'s device first: the kernels read one device's memory."""
+        if isinstance(out, torch.Tensor) and isinstance(payload, torch.Tensor) and payload.device != out.device:
+            payload = payload.to(out.device)
         header, body = self.parse(payload, name)
         if out is None:
             if add:

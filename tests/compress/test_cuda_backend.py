@@ -79,6 +79,40 @@ def test_shipped_cuda_compiles_with_nvcc(arch, tmp_path):
     assert "fma.rn.f32" not in ptx, "a float32 multiply-add was contracted despite -fmad=false"
 
 
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: the CUDA sources cannot be compiled here")
+def test_gpu_compile_options_keep_ieee_float32(tmp_path):
+    """The options the GPU compiles with (``nvrtc.OPTIONS``, for the backend's file and the generated
+    modules) give IEEE float32: no flush-to-zero of subnormals (``.ftz``, which CuPy's RawModule
+    would force) and no contracted multiply-add, as the CPU backend computes."""
+    from hipress.compll.runtime import cuda_rt
+    from hipress.compress.kernels.cuda.nvrtc import OPTIONS
+
+    assert "-ftz=false" in OPTIONS and "-fmad=false" in OPTIONS and cuda_rt.OPTIONS == OPTIONS
+    files = []
+    for name, src in shipped_cuda_sources().items():
+        f = tmp_path / f"{name}.cu"
+        f.write_text(src)
+        files.append(f)
+    r = subprocess.run([NVCC, "-ptx", "-arch=sm_90", *OPTIONS, "--output-directory", str(tmp_path)]
+                       + [str(f) for f in files], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    for f in files:
+        ptx = f.with_suffix(".ptx").read_text()
+        assert ".f32" in ptx and ".ftz" not in ptx, f"{f.name}: float32 code flushes subnormals"
+        assert "fma.rn.f32" not in ptx, f"{f.name}: a float32 multiply-add was contracted"
+
+
+def test_launch_grid_is_never_empty_and_covers_the_partial_sums():
+    """An empty grid is a CUDA launch error and the partial-sum kernels write one slot per thread of
+    exactly ``REDUCE_THREADS``; the grid-stride kernels take any grid, capped for huge tensors."""
+    from hipress.compress.kernels.cuda.backend import BLOCK, MAX_BLOCKS, REDUCE_THREADS, grid_blocks
+
+    assert grid_blocks(0) == grid_blocks(1) == grid_blocks(BLOCK) == 1
+    assert grid_blocks(BLOCK + 1) == 2
+    assert grid_blocks(REDUCE_THREADS) * BLOCK == REDUCE_THREADS
+    assert grid_blocks(1 << 40) == MAX_BLOCKS < 1 << 31  # > 2^31 elements: grid-stride, int64 indices
+
+
 def test_cuda_tensor_without_gpu_is_a_clear_error(monkeypatch):
     try:
         import cupy

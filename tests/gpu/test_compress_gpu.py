@@ -38,9 +38,13 @@ def _scales_close(a: torch.Tensor, b: torch.Tensor, nbytes: int) -> bool:
 
 
 def check_same_bytes(spec: str, n: int, dtype: torch.dtype, seed: int) -> None:
-    comp = hc.create_from_spec(spec)
     g = torch.Generator().manual_seed(seed)
-    xs = [(torch.randn(n, generator=g) * (0.5 + k)).to(dtype) for k in range(3)]
+    check_same_bytes_of(spec, [(torch.randn(n, generator=g) * (0.5 + k)).to(dtype) for k in range(3)])
+
+
+def check_same_bytes_of(spec: str, xs: list[torch.Tensor]) -> None:
+    comp = hc.create_from_spec(spec)
+    n, dtype = xs[0].numel(), xs[0].dtype
     want = _steps(comp, xs, "cpu")
     got = _steps(comp, xs, "cuda")
     name = spec.partition(":")[0]
@@ -66,6 +70,31 @@ def test_cuda_bytes_equal_cpu(spec, n, dtype):
 @given(spec=st.sampled_from(SPECS), n=st.integers(0, 300_000), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 99))
 def test_cuda_bytes_equal_cpu_fuzzed(spec, n, dtype, seed):
     check_same_bytes(spec, n, dtype, seed)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_subnormal_values_give_the_cpu_bytes(spec):
+    """Gradients and residuals with subnormal float32 values (below 1.2e-38): the kernels compile
+    without flush-to-zero (``nvrtc.OPTIONS``), so signs, codes and residuals are the CPU's."""
+    g = torch.Generator().manual_seed(4)
+    tiny = torch.randn(4099, generator=g) * 1e-39  # every value subnormal
+    mixed = torch.randn(4099, generator=g)
+    mixed[::3] *= 1e-40  # a third subnormal, beside normal values
+    check_same_bytes_of(spec, [tiny, mixed, tiny * 3])
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_decode_into_out_on_the_other_device(spec):
+    """decode(payload, out=t) with the payload on another device than t (received into host memory,
+    decoded into a CUDA gradient): the payload is moved, never read across devices."""
+    comp = hc.create_from_spec(spec)
+    x = torch.randn(10_007, generator=torch.Generator().manual_seed(6))
+    p = comp.encode(x, hc.GradientState(seed=2))
+    want = comp.decode(p)
+    for payload, dst in ((p, "cuda"), (p.cuda(), "cpu")):
+        out = torch.full((x.numel(),), 2.0, device=dst)
+        comp.decode(payload, out=out, add=True)
+        assert torch.equal(out.cpu(), want + 2), f"{spec}: {payload.device} payload into {dst}"
 
 
 @pytest.mark.parametrize("spec", SPECS)
