@@ -154,3 +154,14 @@ def test_cuda_backend_is_registered():
     from hipress.compress.kernels.cuda import Backend
 
     assert isinstance(backend_for(torch.empty(1, device="cuda")), Backend)
+
+
+def test_powersgd_encodes_cuda_gradients_on_the_gpu():
+    """PowerSGD's plain codec (``hipress bench compress --alg all`` runs it): payload on the
+    gradient's device, Q drawn on the CPU generator, so the CPU's result up to matmul rounding."""
+    comp = hc.create("powersgd")
+    x = torch.randn(256, 300, generator=torch.Generator().manual_seed(2))
+    pc = comp.encode(x, hc.GradientState(seed=1))
+    pg = comp.encode(x.cuda(), hc.GradientState(seed=1))
+    assert pg.device.type == "cuda" and pg.numel() == pc.numel()
+    assert torch.allclose(comp.decode(pg).cpu(), comp.decode(pc), rtol=1e-3, atol=1e-4)
