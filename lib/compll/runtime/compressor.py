@@ -124,6 +124,8 @@ def _to_array(t: torch.Tensor, cuda: bool):
     if cuda:
         import cupy
 
+        if t.numel() == 0:  # torch may give an empty CUDA tensor a null data pointer: nothing to share
+            return cupy.empty(tuple(t.shape), dtype=torch.empty(0, dtype=t.dtype).numpy().dtype)
         return cupy.from_dlpack(t.detach())
     return t.detach().numpy()
 
