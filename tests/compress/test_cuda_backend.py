@@ -102,6 +102,34 @@ def test_gpu_compile_options_keep_ieee_float32(tmp_path):
         assert "fma.rn.f32" not in ptx, f"{f.name}: a float32 multiply-add was contracted"
 
 
+def _nvrtc_reason() -> str | None:
+    try:
+        from cupy.cuda import compiler
+
+        compiler._get_nvrtc_version()
+    except Exception as e:  # noqa: BLE001 - no CuPy, or no NVRTC library beside it
+        return f"CuPy's NVRTC is not usable here ({type(e).__name__})"
+    return None
+
+
+@pytest.mark.skipif(_nvrtc_reason() is not None, reason=str(_nvrtc_reason()))
+def test_nvrtc_compiles_what_the_gpu_loads_without_flush_to_zero(monkeypatch):
+    """The very compile the GPU runs (``CudaModule.compile``: CuPy's NVRTC, our options, the device's
+    architecture), for every shipped source; only the architecture query, which needs a GPU, is
+    replaced by compute_90 PTX. Where CuPy and NVRTC are installed (``pip install cupy-cuda13x
+    nvidia-cuda-nvrtc``) this runs without a GPU."""
+    from cupy.cuda import compiler
+
+    from hipress.compress.kernels.cuda.nvrtc import CudaModule
+
+    monkeypatch.setattr(compiler, "_get_arch_for_options_for_nvrtc", lambda arch=None: (f"-arch=compute_{arch}", "ptx"))
+    for name, src in shipped_cuda_sources().items():
+        ptx = CudaModule(src).compile("90").decode()
+        assert ".entry" in ptx and ".f32" in ptx, name
+        assert ".ftz" not in ptx, f"{name}: NVRTC flushed subnormals"
+        assert "fma.rn.f32" not in ptx, f"{name}: a float32 multiply-add was contracted"
+
+
 def test_launch_grid_is_never_empty_and_covers_the_partial_sums():
     """An empty grid is a CUDA launch error and the partial-sum kernels write one slot per thread of
     exactly ``REDUCE_THREADS``; the grid-stride kernels take any grid, capped for huge tensors."""

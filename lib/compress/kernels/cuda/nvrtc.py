@@ -54,17 +54,24 @@ class CudaModule:
                 fn = self._functions[key] = mod.get_function(name)
         return fn
 
-    def _load(self, dev: Any) -> Any:
-        from cupy.cuda import compiler, function
+    def compile(self, arch: str) -> bytes:
+        """The source compiled by NVRTC for compute capability ``arch`` ("90"): a cubin, or PTX where
+        this NVRTC does not know the GPU. Only the architecture is added to ``options``."""
+        from cupy.cuda import compiler
 
-        arch = str(dev.compute_capability)
         binary = self._binary.get(arch)
         if binary is None:
-            with dev:
-                binary = self._binary[arch] = compiler.compile_using_nvrtc(self.source, self.options, arch=arch)
-        mod = function.Module()
-        with dev:  # a module belongs to the context it is loaded in
-            mod.load(binary if isinstance(binary, bytes) else binary.encode())
+            out, _mapping = compiler.compile_using_nvrtc(self.source, self.options, arch=arch)
+            binary = self._binary[arch] = out if isinstance(out, bytes) else out.encode()
+        return binary
+
+    def _load(self, dev: Any) -> Any:
+        from cupy.cuda import function
+
+        with dev:  # compiled for this device's architecture; a module belongs to the context it is loaded in
+            binary = self.compile(str(dev.compute_capability))
+            mod = function.Module()
+            mod.load(binary)
         return mod
 
 
