@@ -165,3 +165,25 @@ def test_powersgd_encodes_cuda_gradients_on_the_gpu():
     pg = comp.encode(x.cuda(), hc.GradientState(seed=1))
     assert pg.device.type == "cuda" and pg.numel() == pc.numel()
     assert torch.allclose(comp.decode(pg).cpu(), comp.decode(pc), rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("spec", ["tbq", "onebit", "dgc:ratio=0.05,momentum=0.9", "efsignsgd"])
+def test_states_loaded_on_the_cpu_continue_on_the_gpu(spec):
+    """A checkpoint's compressor states are loaded on the CPU (``map_location="cpu"``); a GPU run that
+    resumes continues from them (residual, momentum), not from zeros: the CPU's next payload."""
+    comp = hc.create_from_spec(spec)
+    g = torch.Generator().manual_seed(9)
+    x0, x1 = torch.randn(20_011, generator=g), torch.randn(20_011, generator=g)
+    st = hc.GradientState(seed=1)
+    comp.encode(x0, st)
+    saved = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in st.state_dict().items()}
+    on_cpu, on_gpu = hc.GradientState.from_state_dict(saved), hc.GradientState.from_state_dict(dict(saved))
+    want = comp.encode(x1, on_cpu)
+    got = comp.encode(x1.cuda(), on_gpu).cpu()
+    if spec == "efsignsgd":  # its scale is a float64 sum (added in another order on the GPU)
+        assert torch.allclose(comp.decode(got), comp.decode(want), rtol=1e-6, atol=0)
+    else:
+        assert torch.equal(got, want), f"{spec}: the GPU did not continue from the loaded state"
+    for k, v in on_gpu.state_dict().items():
+        if isinstance(v, torch.Tensor) and v.numel() == x1.numel():
+            assert v.device.type == "cuda", f"{spec}: state {k} left on the CPU"

@@ -238,6 +238,8 @@ class SummedBatch:
 
     def _q_warm(self, a: _Matrix, st: GradientState) -> torch.Tensor:
         q = st.extra.get("psgd_q")
+        if q is not None and q.numel() == a.n * a.r and q.device != self.body_q.device:
+            q = st.extra["psgd_q"] = q.to(self.body_q.device)  # a checkpoint's Q (loaded on the CPU)
         if q is None or q.numel() != a.n * a.r:
             gen = torch.Generator().manual_seed(st.seed)  # the same on every rank: same name, same seed
             q = st.extra["psgd_q"] = torch.randn(a.n * a.r, generator=gen).to(self.body_q.device)
