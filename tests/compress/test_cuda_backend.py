@@ -130,6 +130,18 @@ def test_nvrtc_compiles_what_the_gpu_loads_without_flush_to_zero(monkeypatch):
         assert "fma.rn.f32" not in ptx, f"{name}: a float32 multiply-add was contracted"
 
 
+def test_kernels_go_to_torchs_stream_as_a_cupy_stream():
+    """torch's current stream (a raw handle) becomes the CuPy stream the launches are made on: the
+    same handle, through the CUDA stream protocol (CuPy 14 deprecates ExternalStream); torch's
+    default stream (handle 0) is CuPy's null stream. Needs CuPy, not a GPU."""
+    cupy = pytest.importorskip("cupy")
+    from hipress.compress.kernels.cuda.nvrtc import cupy_stream
+
+    s = cupy_stream(0x5EED, 0)
+    assert isinstance(s, cupy.cuda.Stream) and s.ptr == 0x5EED and cupy_stream(0x5EED, 0) is s
+    assert cupy_stream(0, 0) is cupy.cuda.Stream.null
+
+
 def test_launch_grid_is_never_empty_and_covers_the_partial_sums():
     """An empty grid is a CUDA launch error and the partial-sum kernels write one slot per thread of
     exactly ``REDUCE_THREADS``; the grid-stride kernels take any grid, capped for huge tensors."""

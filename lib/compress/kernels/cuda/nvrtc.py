@@ -98,12 +98,13 @@ def cupy_stream(ptr: int, device_index: int) -> Any:
     if s is None:
         import cupy
 
-        with cupy.cuda.Device(device_index):
-            from_external = getattr(cupy.cuda.Stream, "from_external", None)
-            if from_external is not None:  # CuPy >= 14
-                s = from_external(_TorchStreamHandle(int(ptr)))
-            else:  # pragma: no cover - CuPy 13
-                s = cupy.cuda.ExternalStream(int(ptr), device_index)
+        if int(ptr) == 0:  # torch's default stream is CUDA's legacy default stream: CuPy's null stream
+            return cupy.cuda.Stream.null
+        from_external = getattr(cupy.cuda.Stream, "from_external", None)
+        if from_external is not None:  # CuPy >= 14 (its device stays unknown: launches set the device)
+            s = from_external(_TorchStreamHandle(int(ptr)))
+        else:  # pragma: no cover - CuPy 13
+            s = cupy.cuda.ExternalStream(int(ptr), device_index)
         _STREAMS[key] = s
     return s
 
