@@ -1,8 +1,22 @@
-"""Suite-wide settings: a hypothesis profile that fits a 2-core CI machine."""
+"""Suite-wide settings: a hypothesis profile that fits a 2-core CI machine, and the CPU for every
+process a test starts unless the test is marked ``gpu``."""
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True)
+def _processes_see_no_gpu_unless_marked_gpu(request, monkeypatch):
+    """``--device auto`` (every command's default) means CUDA wherever torch sees a GPU, and the
+    ordinary suite's commands assume the CPU: two ranks on one GPU cannot run DDP on NCCL, and the
+    exact figures they check are the CPU's. So the processes a test starts (``hipress ...``,
+    ``mpiexec``) see no GPU, except in the tests marked ``gpu``, which are about the GPU. The test
+    process itself keeps its view (torch fixed it at collection; in-process tests say which device
+    they use)."""
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

@@ -537,7 +537,7 @@ def generate_cuda_source(checked: CheckedSpec) -> str:
 
 @deep_generation
 def generate_cuda(checked: CheckedSpec) -> str:
-    """The CuPy body module of a spec: the CUDA source, its lazy RawModule, and the drivers."""
+    """The CuPy body module of a spec: the CUDA source, its lazily compiled ``cuda_rt.Module``, the drivers."""
     from .generate import VERSION, digest, header_bytes, render
     from .names import spec_name
 

@@ -76,7 +76,12 @@ class Compressor(ABC):
         """Decompress into ``out`` (overwrite, or accumulate with ``add=True``) or a new flat tensor.
 
         A new tensor is allocated only for a payload of at most ``max_elements`` elements: the count
-        comes from the (possibly crafted) header, and sparse bodies do not prove it."""
+        comes from the (possibly crafted) header, and sparse bodies do not prove it.
+
+        A payload on another device than ``out`` (one received into host memory, decoded into a
+        CUDA gradient) is copied to ``out``'s device first: the kernels read one device's memory."""
+        if isinstance(out, torch.Tensor) and isinstance(payload, torch.Tensor) and payload.device != out.device:
+            payload = payload.to(out.device)
         header, body = self.parse(payload, name)
         if out is None:
             if add:
@@ -102,7 +107,13 @@ class Compressor(ABC):
         return out
 
     def parse(self, payload: torch.Tensor, name: str = "<unnamed>") -> tuple[Header, torch.Tensor]:
-        """Validate the header and that it belongs to this algorithm; return it and the body."""
+        """Validate the header and that it belongs to this algorithm; return it and the body.
+
+        A payload inside a received buffer (an all-gather's concatenation) may start at any byte,
+        and torch views only 4-aligned bytes as float32/int32 (nor may a GPU kernel read them
+        unaligned): such a payload is copied to an aligned one first."""
+        if isinstance(payload, torch.Tensor) and payload.dim() == 1 and payload.storage_offset() % 4:
+            payload = payload.clone()
         header, body = parse(payload, name)
         if header.alg_id != self.wire_id:
             other = name_of_wire_id(header.alg_id) or f"unknown algorithm (wire id {header.alg_id})"

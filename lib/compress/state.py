@@ -39,12 +39,17 @@ class GradientState:
 
         ``residual`` and ``momentum`` are attributes; any other name (a wrapper's memory, a generated
         algorithm's state vector) lives in ``extra``. A buffer whose size no longer matches (a
-        re-partitioned gradient) is reset, not reused.
+        re-partitioned gradient) is reset, not reused; one on another device (a checkpoint is loaded
+        on the CPU, the gradients are on a GPU) is moved there, keeping its values.
         """
         own = name in ("residual", "momentum")
         cur = getattr(self, name) if own else self.extra.get(name)
-        if cur is None or cur.numel() != like.numel() or cur.device != like.device:
-            cur = torch.zeros(like.numel(), dtype=torch.float32, device=like.device)
+        moved = cur is not None and cur.numel() == like.numel() and cur.device != like.device
+        if cur is None or cur.numel() != like.numel() or moved:
+            if moved:
+                cur = cur.to(like.device, torch.float32).reshape(-1)
+            else:
+                cur = torch.zeros(like.numel(), dtype=torch.float32, device=like.device)
             if own:
                 setattr(self, name, cur)
             else:

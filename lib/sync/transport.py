@@ -189,8 +189,10 @@ class Transport:
             try:  # CuPy kernels that take CuPy's current stream instead of torch's get the same one
                 import cupy
 
+                from hipress.compress.kernels.cuda.nvrtc import cupy_stream
+
                 cupy.cuda.Device(self.device.index).use()
-                cupy.cuda.ExternalStream(self.stream.cuda_stream).use()
+                cupy_stream(self.stream.cuda_stream, self.device.index).use()
             except ImportError:
                 pass
             self._entered.add(threading.get_ident())

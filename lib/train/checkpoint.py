@@ -11,7 +11,8 @@ is restored, so a checkpoint holds:
   per-gradient step counters that seed stochastic rounding) and the iteration, which also decides
   whether ``--compress-after``'s warm-up is over (``DistributedOptimizer.state_dict``; for
   ``--topo ddp``, the SGD state and the hook's state);
-- the random generators of the process (torch's, numpy's legacy one, Python's ``random``);
+- the random generators of the process (torch's, on CUDA also the rank's GPU's, numpy's legacy one,
+  Python's ``random``);
 - the iteration: the data position follows from it (synthetic batches are fixed; the digits
   shards are a pure function of seed and position, so the stream is replayed up to it).
 
@@ -69,7 +70,9 @@ def rng_state() -> dict[str, Any]:
     """The process's generators as tensors and numbers (no pickled tuples)."""
     name, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     version, py_state, py_gauss = random.getstate()
+    cuda = {"torch_cuda": torch.cuda.get_rng_state()} if torch.cuda.is_initialized() else {}
     return {
+        **cuda,  # this rank's GPU's generator (dropout on the GPU draws from it), where CUDA is in use
         "torch": torch.get_rng_state(),
         "numpy": {"name": str(name), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)), "pos": int(pos),
                   "has_gauss": int(has_gauss), "gauss": float(gauss)},
@@ -80,6 +83,8 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(d: dict[str, Any]) -> None:
     torch.set_rng_state(d["torch"])
+    if "torch_cuda" in d and torch.cuda.is_available():  # on the rank's GPU, bound before the restore
+        torch.cuda.set_rng_state(d["torch_cuda"])
     n = d["numpy"]
     np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     p = d["python"]

@@ -22,7 +22,7 @@ def _cuda_available() -> bool:
     try:
         import cupy
 
-        return bool(cupy.cuda.is_available())
+        return bool(cupy.cuda.is_available()) and torch.cuda.is_available()
     except Exception:  # noqa: BLE001 - no CuPy or no driver: no GPU here
         return False
 
@@ -48,18 +48,48 @@ def test_generated_cuda_compiles_with_nvcc(tmp_path):
         assert "fma.rn.f32" not in ptx, f"{s.name}: a multiply-add was contracted despite -fmad=false"
 
 
+needs_gpu = pytest.mark.skipif(not _cuda_available(), reason="no CUDA GPU (CuPy and torch) on this machine")
+
+
 @pytest.mark.gpu
-@pytest.mark.skipif(not _cuda_available(), reason="no CUDA GPU (CuPy) on this machine")
+@needs_gpu
+@pytest.mark.parametrize("kind", ["normal", "tiny", "signed_zeros"])
 @pytest.mark.parametrize("name", BUILTINS)
-def test_gpu_matches_cpu(name, generated):
+def test_gpu_matches_cpu(name, kind, generated):
+    """Same bytes as the generated CPU code, subnormal values (``tiny``: no flush-to-zero) included."""
     comp = generated[name]()
     from hipress.compress import GradientState
 
     for n in (0, 1, 7, 1000, 200_003):
-        x = gradient(n, "normal", n)
+        x = gradient(n, kind, n)
         sc, sg = GradientState(seed=3), GradientState(seed=3)
         for _ in range(2):
             pc = comp.encode(x, sc)
             pg = comp.encode(x.cuda(), sg)
             assert torch.equal(pc, pg.cpu()), f"{name} n={n}: GPU payload differs from CPU"
             assert torch.equal(comp.decode(pc), comp.decode(pg).cpu())
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("name", BUILTINS)
+def test_gpu_runs_on_torchs_current_stream(name, generated):
+    """Under ``torch.cuda.stream(s)`` the generated CuPy kernels run on ``s`` (not CuPy's default
+    stream): a gradient still being written on ``s`` when encode is called is read complete."""
+    from hipress.compress import GradientState
+
+    comp = generated[name]()
+    x = gradient(1 << 20, "normal", 1)
+    want = comp.encode(x, GradientState(seed=3))
+    xd = x.cuda()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        g = torch.zeros(x.numel(), device="cuda")
+        torch.cuda._sleep(50_000_000)  # keeps s busy: a kernel on another stream would read zeros
+        g.copy_(xd)
+        got = comp.encode(g, GradientState(seed=3))
+        back = comp.decode(got)
+    s.synchronize()
+    assert torch.equal(got.cpu(), want)
+    assert torch.equal(back.cpu(), comp.decode(want))

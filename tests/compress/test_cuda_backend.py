@@ -79,6 +79,80 @@ def test_shipped_cuda_compiles_with_nvcc(arch, tmp_path):
     assert "fma.rn.f32" not in ptx, "a float32 multiply-add was contracted despite -fmad=false"
 
 
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: the CUDA sources cannot be compiled here")
+def test_gpu_compile_options_keep_ieee_float32(tmp_path):
+    """The options the GPU compiles with (``nvrtc.OPTIONS``, for the backend's file and the generated
+    modules) give IEEE float32: no flush-to-zero of subnormals (``.ftz``, which CuPy's RawModule
+    would force) and no contracted multiply-add, as the CPU backend computes."""
+    from hipress.compll.runtime import cuda_rt
+    from hipress.compress.kernels.cuda.nvrtc import OPTIONS
+
+    assert "-ftz=false" in OPTIONS and "-fmad=false" in OPTIONS and cuda_rt.OPTIONS == OPTIONS
+    files = []
+    for name, src in shipped_cuda_sources().items():
+        f = tmp_path / f"{name}.cu"
+        f.write_text(src)
+        files.append(f)
+    r = subprocess.run([NVCC, "-ptx", "-arch=sm_90", *OPTIONS, "--output-directory", str(tmp_path)]
+                       + [str(f) for f in files], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    for f in files:
+        ptx = f.with_suffix(".ptx").read_text()
+        assert ".f32" in ptx and ".ftz" not in ptx, f"{f.name}: float32 code flushes subnormals"
+        assert "fma.rn.f32" not in ptx, f"{f.name}: a float32 multiply-add was contracted"
+
+
+def _nvrtc_reason() -> str | None:
+    try:
+        from cupy.cuda import compiler
+
+        compiler._get_nvrtc_version()
+    except Exception as e:  # noqa: BLE001 - no CuPy, or no NVRTC library beside it
+        return f"CuPy's NVRTC is not usable here ({type(e).__name__})"
+    return None
+
+
+@pytest.mark.skipif(_nvrtc_reason() is not None, reason=str(_nvrtc_reason()))
+def test_nvrtc_compiles_what_the_gpu_loads_without_flush_to_zero(monkeypatch):
+    """The very compile the GPU runs (``CudaModule.compile``: CuPy's NVRTC, our options, the device's
+    architecture), for every shipped source; only the architecture query, which needs a GPU, is
+    replaced by compute_90 PTX. Where CuPy and NVRTC are installed (``pip install cupy-cuda13x
+    nvidia-cuda-nvrtc``) this runs without a GPU."""
+    from cupy.cuda import compiler
+
+    from hipress.compress.kernels.cuda.nvrtc import CudaModule
+
+    monkeypatch.setattr(compiler, "_get_arch_for_options_for_nvrtc", lambda arch=None: (f"-arch=compute_{arch}", "ptx"))
+    for name, src in shipped_cuda_sources().items():
+        ptx = CudaModule(src).compile("90").decode()
+        assert ".entry" in ptx and ".f32" in ptx, name
+        assert ".ftz" not in ptx, f"{name}: NVRTC flushed subnormals"
+        assert "fma.rn.f32" not in ptx, f"{name}: a float32 multiply-add was contracted"
+
+
+def test_kernels_go_to_torchs_stream_as_a_cupy_stream():
+    """torch's current stream (a raw handle) becomes the CuPy stream the launches are made on: the
+    same handle, through the CUDA stream protocol (CuPy 14 deprecates ExternalStream); torch's
+    default stream (handle 0) is CuPy's null stream. Needs CuPy, not a GPU."""
+    cupy = pytest.importorskip("cupy")
+    from hipress.compress.kernels.cuda.nvrtc import cupy_stream
+
+    s = cupy_stream(0x5EED, 0)
+    assert isinstance(s, cupy.cuda.Stream) and s.ptr == 0x5EED and cupy_stream(0x5EED, 0) is s
+    assert cupy_stream(0, 0) is cupy.cuda.Stream.null
+
+
+def test_launch_grid_is_never_empty_and_covers_the_partial_sums():
+    """An empty grid is a CUDA launch error and the partial-sum kernels write one slot per thread of
+    exactly ``REDUCE_THREADS``; the grid-stride kernels take any grid, capped for huge tensors."""
+    from hipress.compress.kernels.cuda.backend import BLOCK, MAX_BLOCKS, REDUCE_THREADS, grid_blocks
+
+    assert grid_blocks(0) == grid_blocks(1) == grid_blocks(BLOCK) == 1
+    assert grid_blocks(BLOCK + 1) == 2
+    assert grid_blocks(REDUCE_THREADS) * BLOCK == REDUCE_THREADS
+    assert grid_blocks(1 << 40) == MAX_BLOCKS < 1 << 31  # > 2^31 elements: grid-stride, int64 indices
+
+
 def test_cuda_tensor_without_gpu_is_a_clear_error(monkeypatch):
     try:
         import cupy

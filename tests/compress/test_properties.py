@@ -215,6 +215,21 @@ def test_onebit_blocks_decode_from_any_offset(offset):
     assert torch.equal(c.decode(buf[offset:]), c.decode(p))
 
 
+@pytest.mark.parametrize("offset", [1, 2, 3])
+@pytest.mark.parametrize("alg", hc.available())
+def test_every_algorithm_decodes_and_merges_from_any_offset(alg, offset):
+    """Every payload may sit at any byte of a received buffer (the all-gather topology's views of
+    the gathered bytes): decode and merge read it as they read an aligned copy."""
+    c = hc.create(alg)
+    x = randn(1001, seed=offset)  # odd sizes: odd payload lengths, as in a real gather
+    p = c.encode(x, hc.GradientState(seed=1))
+    buf = torch.zeros(p.numel() + offset, dtype=torch.uint8)
+    buf[offset:].copy_(p)
+    assert torch.equal(c.decode(buf[offset:]), c.decode(p)), alg
+    if c.caps.compressed_merge:
+        assert torch.equal(c.merge(buf[offset:], buf[offset:]), c.merge(p, p)), alg
+
+
 @given(n=sizes, seed=seeds, block=st.sampled_from([8, 16, 128, 4096]))
 def test_tbq_blocks_match_reference(n, seed, block):
     x, r0 = randn(n, seed=seed), randn(n, seed=seed + 1) * 0.1

@@ -38,9 +38,13 @@ def _scales_close(a: torch.Tensor, b: torch.Tensor, nbytes: int) -> bool:
 
 
 def check_same_bytes(spec: str, n: int, dtype: torch.dtype, seed: int) -> None:
-    comp = hc.create_from_spec(spec)
     g = torch.Generator().manual_seed(seed)
-    xs = [(torch.randn(n, generator=g) * (0.5 + k)).to(dtype) for k in range(3)]
+    check_same_bytes_of(spec, [(torch.randn(n, generator=g) * (0.5 + k)).to(dtype) for k in range(3)])
+
+
+def check_same_bytes_of(spec: str, xs: list[torch.Tensor]) -> None:
+    comp = hc.create_from_spec(spec)
+    n, dtype = xs[0].numel(), xs[0].dtype
     want = _steps(comp, xs, "cpu")
     got = _steps(comp, xs, "cuda")
     name = spec.partition(":")[0]
@@ -66,6 +70,31 @@ def test_cuda_bytes_equal_cpu(spec, n, dtype):
 @given(spec=st.sampled_from(SPECS), n=st.integers(0, 300_000), dtype=st.sampled_from(DTYPES), seed=st.integers(0, 99))
 def test_cuda_bytes_equal_cpu_fuzzed(spec, n, dtype, seed):
     check_same_bytes(spec, n, dtype, seed)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_subnormal_values_give_the_cpu_bytes(spec):
+    """Gradients and residuals with subnormal float32 values (below 1.2e-38): the kernels compile
+    without flush-to-zero (``nvrtc.OPTIONS``), so signs, codes and residuals are the CPU's."""
+    g = torch.Generator().manual_seed(4)
+    tiny = torch.randn(4099, generator=g) * 1e-39  # every value subnormal
+    mixed = torch.randn(4099, generator=g)
+    mixed[::3] *= 1e-40  # a third subnormal, beside normal values
+    check_same_bytes_of(spec, [tiny, mixed, tiny * 3])
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_decode_into_out_on_the_other_device(spec):
+    """decode(payload, out=t) with the payload on another device than t (received into host memory,
+    decoded into a CUDA gradient): the payload is moved, never read across devices."""
+    comp = hc.create_from_spec(spec)
+    x = torch.randn(10_007, generator=torch.Generator().manual_seed(6))
+    p = comp.encode(x, hc.GradientState(seed=2))
+    want = comp.decode(p)
+    for payload, dst in ((p, "cuda"), (p.cuda(), "cpu")):
+        out = torch.full((x.numel(),), 2.0, device=dst)
+        comp.decode(payload, out=out, add=True)
+        assert torch.equal(out.cpu(), want + 2), f"{spec}: {payload.device} payload into {dst}"
 
 
 @pytest.mark.parametrize("spec", SPECS)
@@ -125,3 +154,36 @@ def test_cuda_backend_is_registered():
     from hipress.compress.kernels.cuda import Backend
 
     assert isinstance(backend_for(torch.empty(1, device="cuda")), Backend)
+
+
+def test_powersgd_encodes_cuda_gradients_on_the_gpu():
+    """PowerSGD's plain codec (``hipress bench compress --alg all`` runs it): payload on the
+    gradient's device, Q drawn on the CPU generator, so the CPU's result up to matmul rounding."""
+    comp = hc.create("powersgd")
+    x = torch.randn(256, 300, generator=torch.Generator().manual_seed(2))
+    pc = comp.encode(x, hc.GradientState(seed=1))
+    pg = comp.encode(x.cuda(), hc.GradientState(seed=1))
+    assert pg.device.type == "cuda" and pg.numel() == pc.numel()
+    assert torch.allclose(comp.decode(pg).cpu(), comp.decode(pc), rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("spec", ["tbq", "onebit", "dgc:ratio=0.05,momentum=0.9", "efsignsgd"])
+def test_states_loaded_on_the_cpu_continue_on_the_gpu(spec):
+    """A checkpoint's compressor states are loaded on the CPU (``map_location="cpu"``); a GPU run that
+    resumes continues from them (residual, momentum), not from zeros: the CPU's next payload."""
+    comp = hc.create_from_spec(spec)
+    g = torch.Generator().manual_seed(9)
+    x0, x1 = torch.randn(20_011, generator=g), torch.randn(20_011, generator=g)
+    st = hc.GradientState(seed=1)
+    comp.encode(x0, st)
+    saved = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in st.state_dict().items()}
+    on_cpu, on_gpu = hc.GradientState.from_state_dict(saved), hc.GradientState.from_state_dict(dict(saved))
+    want = comp.encode(x1, on_cpu)
+    got = comp.encode(x1.cuda(), on_gpu).cpu()
+    if spec == "efsignsgd":  # its scale is a float64 sum (added in another order on the GPU)
+        assert torch.allclose(comp.decode(got), comp.decode(want), rtol=1e-6, atol=0)
+    else:
+        assert torch.equal(got, want), f"{spec}: the GPU did not continue from the loaded state"
+    for k, v in on_gpu.state_dict().items():
+        if isinstance(v, torch.Tensor) and v.numel() == x1.numel():
+            assert v.device.type == "cuda", f"{spec}: state {k} left on the CPU"

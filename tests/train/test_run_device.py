@@ -169,3 +169,19 @@ def test_profile_compute_on_the_cpu_records_the_device():
 
     m = profile("onebit", sizes=[1024, 4096], repeat=1, warmup=0, transport=False, device="cpu")
     assert m.meta["device"] == "cpu" and m.encode.B >= 0
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_checkpointed_generators_include_the_gpus():
+    """A resumed run on a GPU draws the same random numbers there (dropout on the GPU) as the run it
+    continues: the rank's CUDA generator is part of the checkpoint's generators."""
+    from hipress.train.checkpoint import rng_state, set_rng_state
+
+    torch.cuda.manual_seed(3)
+    torch.rand(5, device="cuda")
+    saved = rng_state()
+    want = torch.rand(1000, device="cuda")
+    torch.rand(77, device="cuda")
+    set_rng_state(saved)
+    assert torch.equal(torch.rand(1000, device="cuda"), want)

@@ -13,6 +13,7 @@ library's ``encode``/``decode`` protocol into calls of the generated drivers:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -108,10 +109,23 @@ class _PayloadContext:
         raise GeneratedError(message)
 
 
+def _device_stream(device: torch.device) -> contextlib.AbstractContextManager:
+    """Where a generated body's CuPy work runs: on a GPU, CuPy's current device and stream are set to
+    torch's current ones (the gradient's producer, or the sync engine's stream), so that the kernels,
+    ``from_dlpack`` and the host reads of scalars are ordered with torch's work; else nothing."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from hipress.compress.kernels.cuda.nvrtc import on_torch_stream
+
+    return on_torch_stream(device)
+
+
 def _to_array(t: torch.Tensor, cuda: bool):
     if cuda:
         import cupy
 
+        if t.numel() == 0:  # torch may give an empty CUDA tensor a null data pointer: nothing to share
+            return cupy.empty(tuple(t.shape), dtype=torch.empty(0, dtype=t.dtype).numpy().dtype)
         return cupy.from_dlpack(t.detach())
     return t.detach().numpy()
 
@@ -205,7 +219,8 @@ class GeneratedCompressor(Compressor):
         ctx = _PayloadContext(self, dtype, x.numel(), x.device, cuda)
         seed = state.step_seed() if state is not None else 0
         try:
-            mod.encode(ctx, _to_array(x, cuda), _LazyStates(self.STATES, state, x, cuda), self._p, seed)
+            with _device_stream(x.device):
+                mod.encode(ctx, _to_array(x, cuda), _LazyStates(self.STATES, state, x, cuda), self._p, seed)
         except GeneratedError as e:
             raise CompressionError(name, str(e)) from None
         if ctx.payload is None:  # pragma: no cover - the checker requires a concat
@@ -219,7 +234,8 @@ class GeneratedCompressor(Compressor):
         mod = self.body(out.device)
         ctx = _PayloadContext(self, header.dtype, header.numel, out.device, cuda)
         try:
-            mod.decode(ctx, header.extra, _to_array(body, cuda), _to_array(out, cuda), add, self._p)
+            with _device_stream(out.device):
+                mod.decode(ctx, header.extra, _to_array(body, cuda), _to_array(out, cuda), add, self._p)
         except GeneratedError as e:
             raise CompressionError(name, str(e)) from None
 

@@ -3,12 +3,16 @@
 The prelude spells the CompLL semantics in CUDA C exactly as ``numba_rt`` does in numba: saturating
 conversions, C division that never traps, ``min``/``max`` that keep the first operand on ties, and
 the library's counter-based random numbers (lowbias32 of ``i * 0x9E3779B9 + seed``, 24 bits).
-Kernels are compiled with ``-fmad=false`` so that no multiply-add is contracted.
+Kernels are compiled with ``-fmad=false`` (no multiply-add is contracted) and ``-ftz=false``
+(subnormal float32 values are kept, as on the CPU).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from hipress.compress.kernels.cuda.nvrtc import OPTIONS as NVRTC_OPTIONS
+from hipress.compress.kernels.cuda.nvrtc import CudaModule
 
 PRELUDE = r"""
 // ---- hipress compll prelude: CompLL semantics in CUDA C (see hipress/compll/runtime/cuda_rt.py)
@@ -70,7 +74,7 @@ __device__ __forceinline__ i64 cl_rng(i64 j, i64 n, int* oob) {
 }
 """
 
-OPTIONS = ("--std=c++14", "-fmad=false")
+OPTIONS = NVRTC_OPTIONS  # --std=c++14 -fmad=false -ftz=false: the CPU backend's IEEE float32 bits
 BLOCK = 256
 
 
@@ -79,18 +83,19 @@ def grid(n: int) -> tuple[int]:
 
 
 class Module:
-    """A lazily compiled ``cupy.RawModule`` (compiled on first launch, then cached by CuPy)."""
+    """The generated source, compiled by NVRTC on first launch with ``OPTIONS`` only and loaded per
+    device (``hipress.compress.kernels.cuda.nvrtc``: ``cupy.RawModule`` would add ``-ftz=true``).
+    Kernels launch on CuPy's current device and stream, which ``GeneratedCompressor`` sets to torch's
+    current ones around every generated encode and decode."""
 
     def __init__(self, source: str) -> None:
         self.source = source
-        self._mod = None
+        self._mod: CudaModule | None = None
 
     def __call__(self, name: str):
         if self._mod is None:
-            import cupy
-
-            self._mod = cupy.RawModule(code=self.source, options=OPTIONS)
-        return self._mod.get_function(name)
+            self._mod = CudaModule(self.source, OPTIONS)
+        return self._mod.function(name)
 
 
 def _aligned(arr, off: int, itemsize: int) -> bool:

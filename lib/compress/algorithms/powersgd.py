@@ -133,8 +133,9 @@ class PowerSGD(Compressor):
                 mat.zero_()
             raise nonfinite(name, state_reset=state is not None)
         gen = torch.Generator().manual_seed(state.step_seed() if state is not None else 0)
-        q = torch.randn(n, r, generator=gen)
-        payload, body = allocate(self.wire_id, dtype, n_el, _EXTRA.pack(m, n, r, PHASE_BOTH), 4 * r * (m + n))
+        q = torch.randn(n, r, generator=gen).to(x.device)  # drawn on the CPU: the same Q on every device
+        payload, body = allocate(self.wire_id, dtype, n_el, _EXTRA.pack(m, n, r, PHASE_BOTH), 4 * r * (m + n),
+                                 device=x.device)
         f = body.view(torch.float32)
         p = f[: m * r].view(m, r)
         torch.matmul(mat, q, out=p)
@@ -237,6 +238,8 @@ class SummedBatch:
 
     def _q_warm(self, a: _Matrix, st: GradientState) -> torch.Tensor:
         q = st.extra.get("psgd_q")
+        if q is not None and q.numel() == a.n * a.r and q.device != self.body_q.device:
+            q = st.extra["psgd_q"] = q.to(self.body_q.device)  # a checkpoint's Q (loaded on the CPU)
         if q is None or q.numel() != a.n * a.r:
             gen = torch.Generator().manual_seed(st.seed)  # the same on every rank: same name, same seed
             q = st.extra["psgd_q"] = torch.randn(a.n * a.r, generator=gen).to(self.body_q.device)

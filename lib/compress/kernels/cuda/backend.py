@@ -5,6 +5,7 @@ See the package docstring for what is bit-identical to the CPU backend and why.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -14,9 +15,10 @@ import numpy as np
 import torch
 
 from ..common import CHUNK, PARALLEL_MIN, WHOLE, hash32, uniform01, uniform_numpy
+from .nvrtc import OPTIONS, CudaModule, cupy_stream, device_index
 
 SOURCE_PATH = Path(__file__).with_name("kernels.cu")  # the CUDA C source (tests compile it too)
-NVRTC_OPTIONS = ("--std=c++14", "-fmad=false")
+NVRTC_OPTIONS = OPTIONS  # see ``nvrtc``: -fmad=false, -ftz=false
 BLOCK = 256
 MAX_BLOCKS = 1 << 16  # grid-stride beyond this: enough to fill any current GPU
 REDUCE_THREADS = 1024 * BLOCK  # fixed thread count of the partial-sum kernels: same sums every run
@@ -29,9 +31,10 @@ def ptr(t: torch.Tensor) -> np.uint64:
     return np.uint64(t.data_ptr())
 
 
+@functools.cache
 def _crc_tables() -> tuple[list[int], list[int]]:
     """zlib's four slicing tables of the reflected polynomial (4 x 256, the first the byte table),
-    and x^(2^k) modulo it for k < 32."""
+    and x^(2^k) modulo it for k < 32. Built once (0.4 ms in Python: every payload's CRC needs them)."""
     table = []
     for b in range(256):
         c = b
@@ -72,7 +75,10 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
 
 
 class CupyLauncher:
-    """Runs the kernels of ``kernels.cu`` on the GPU of their arguments, on torch's current stream."""
+    """Runs the kernels of ``kernels.cu`` on the GPU of their arguments, on torch's current stream.
+
+    The source is compiled by ``nvrtc.CudaModule`` (IEEE float32: no flush-to-zero, no contraction)
+    and loaded per device; each launch goes to torch's current stream of the tensors' device."""
 
     reduce_threads = REDUCE_THREADS
 
@@ -80,22 +86,20 @@ class CupyLauncher:
         import cupy
 
         self._cupy = cupy
-        self._module = cupy.RawModule(code=SOURCE_PATH.read_text(), options=NVRTC_OPTIONS)
-        self._fns: dict[str, Any] = {}
-        self._streams: dict[int, Any] = {}
+        self._module = CudaModule(SOURCE_PATH.read_text(), NVRTC_OPTIONS)
 
     def __call__(self, kernel: str, work: int, device: torch.device, args: tuple[Arg, ...]) -> None:
-        fn = self._fns.get(kernel)
-        if fn is None:
-            fn = self._fns[kernel] = self._module.get_function(kernel)
-        blocks = max(1, min(MAX_BLOCKS, -(-work // BLOCK)))
-        sp = torch.cuda.current_stream(device).cuda_stream
-        stream = self._streams.get(sp)
-        if stream is None:
-            stream = self._streams[sp] = self._cupy.cuda.ExternalStream(sp)
-        with self._cupy.cuda.Device(device.index if device.index is not None else torch.cuda.current_device()):
-            with stream:
-                fn((blocks,), (BLOCK,), args)
+        idx = device_index(device)
+        fn = self._module.function(kernel, idx)
+        stream = cupy_stream(torch.cuda.current_stream(idx).cuda_stream, idx)
+        with self._cupy.cuda.Device(idx), stream:  # the function's context; CuPy launches on its current stream
+            fn((grid_blocks(work),), (BLOCK,), args)
+
+
+def grid_blocks(work: int) -> int:
+    """Blocks of ``BLOCK`` threads for ``work`` items: every kernel loops grid-stride, so the grid is
+    capped (``MAX_BLOCKS``) and never 0 (an empty grid is a launch error in CUDA)."""
+    return max(1, min(MAX_BLOCKS, -(-int(work) // BLOCK)))
 
 
 Launcher = Callable[[str, int, torch.device, tuple], None]
