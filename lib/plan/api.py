@@ -34,6 +34,7 @@ def auto_plan(
     topology: str,
     profile: CostModel | str | Path | None = None,
     shapes: Mapping[str, Sequence[int]] | None = None,
+    device: str = "cpu",
 ) -> Plan:
     """A SeCoPa plan for ``gradient_sizes`` (``[(name, fp32 elements)]``, backward order).
 
@@ -42,11 +43,13 @@ def auto_plan(
     a short MPI transport run; a few seconds -- call it before launching workers, not inside them).
     The compression ratio is always ``alg``'s, header included. ``shapes`` (``{name: shape}``): a
     summable compressor (PowerSGD) is costed by its two summed steps, which need the matrices.
+    ``device`` ("cpu" or "cuda"): where the quick profile times encode/decode, i.e. where the run's
+    codecs will run.
     """
     if profile is None:
         from .profile import quick_profile
 
-        model = quick_profile(alg)
+        model = quick_profile(alg, device=device)
     else:
         model = load_cost_model(profile)
     result = plan_gradients(gradient_sizes, nnodes, topology, model, default_payload(model, alg), alg=alg,

@@ -252,9 +252,10 @@ def profile(
                      meta=meta)
 
 
-def quick_profile(alg: str, nprocs: int = 2) -> CostModel:
-    """A few-second profile for ``run --plan auto`` when no saved one is given."""
-    return profile(alg, nprocs=nprocs, sizes=QUICK_SIZES, repeat=3, warmup=1)
+def quick_profile(alg: str, nprocs: int = 2, device: str = "cpu") -> CostModel:
+    """A few-second profile for ``run --plan auto`` when no saved one is given; ``device``: where the
+    run's codecs will run (its encode/decode/merge are timed there)."""
+    return profile(alg, nprocs=nprocs, sizes=QUICK_SIZES, repeat=3, warmup=1, device=device)
 
 
 def save_profile(model: CostModel, path: str | os.PathLike) -> None:

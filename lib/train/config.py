@@ -287,7 +287,7 @@ def make_config(
 
         return parameter_shapes(model, **{k: opts[k] for k in spec.build_opts})
 
-    plan_entries = resolve_plan(plan, sizes, np, alg, eng, forward, shapes) if plan else None
+    plan_entries = resolve_plan(plan, sizes, np, alg, eng, forward, shapes, device) if plan else None
     if comp_threshold == "default":
         comp_threshold = DEFAULT_COMP_THRESHOLD if eng in CASYNC_ENGINES and not plan else None
     if comp_threshold is not None:
@@ -415,6 +415,7 @@ def resolve_plan(
     plan: str, sizes: list[tuple[str, int]], np: int, alg: str, eng: str,
     forward: Callable[[], list[tuple[str, int]]] | None = None,
     shapes: Callable[[], dict[str, tuple[int, ...]]] | None = None,
+    device: str = "cpu",
 ) -> list[list[Any]]:
     """``--plan FILE|auto`` -> plan entries ``[name, size, compress, partitions]`` in gradient order.
 
@@ -424,6 +425,8 @@ def resolve_plan(
     ``forward`` gives the model's gradients in definition order: a plan file written with another
     framework's names (HiPress's MXNet files list parameters that way) is then mapped by position.
     ``shapes`` gives the gradients' shapes, which a summable compressor's (PowerSGD's) plan needs.
+    ``device``: where the ranks' codecs will run; ``auto`` measures encode/decode there (a GPU's
+    codec costs are not the CPU's, and SeCoPa's decisions follow them).
     """
     c = choice_of_engine(eng)[0]
     if c.plan is None or eng != c.engine:
@@ -435,7 +438,8 @@ def resolve_plan(
         raise ConfigError(f"planning is not available in this installation ({e}); run without --plan") from None
     try:
         if plan == "auto":
-            entries = auto_plan(sizes, nnodes=np, alg=alg, topology=c.plan, shapes=shapes() if shapes else None)
+            entries = auto_plan(sizes, nnodes=np, alg=alg, topology=c.plan, shapes=shapes() if shapes else None,
+                                device=device)
         else:
             path = Path(plan)
             if not path.is_file():

@@ -230,3 +230,24 @@ def test_comp_threshold_entries_run_the_engines_own_ring_partitions():
     got = {n: engine_partitions(k, True, 4) for n, _s, _c, k in cfg.plan}
     assert got == {n: parts(s, 4, DEFAULT_PARTITION_BYTES) for n, s, _c, _k in cfg.plan}
     assert max(got.values()) > 1  # VGG19's fc layers are pipelined in several rings
+
+
+def test_plan_auto_profiles_the_codecs_where_the_run_trains(monkeypatch):
+    """``--plan auto`` on a GPU run must time encode/decode on the GPU: SeCoPa's decisions follow the
+    codec costs, and a GPU's are not the CPU's. The measuring is replaced here (no GPU); what is
+    checked is that the run's device reaches it."""
+    from hipress.plan import load_cost_model, profile
+    from hipress.train.config import resolve_plan
+
+    seen = []
+
+    def fake_profile(alg, **kw):
+        seen.append(kw.get("device"))
+        return load_cost_model("sosp21")
+
+    monkeypatch.setattr(profile, "profile", fake_profile)
+    sizes = [("b", 10), ("w", 1 << 20)]
+    for device in ("cuda", "cpu"):
+        entries = resolve_plan("auto", sizes, 2, "tbq", "casync-ring", device=device)
+        assert [e[0] for e in entries] == ["b", "w"]
+    assert seen == ["cuda", "cpu"]
