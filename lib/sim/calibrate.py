@@ -16,9 +16,10 @@ squares on the log of predicted/published, bounded):
    beyond the node's all-reduce (which the task graph has: on the local cluster's 1080 Ti pairs it
    takes turns with backward, see ``systems.base``; what is left there is a fraction of a percent);
 2. ``byteps_host_gbytes``, ``cpu_codec_gbytes`` and ``host_jitter`` together on ``byteps`` and
-   ``byteps-onebit`` (both systems use all of them; ``cpu_codec_gbytes`` with a weak prior at the
-   host's message rate, :data:`PRIORS`; the servers' per-message work is not fitted but
-   derived from HiPress's measured ps-lite gather/broadcast constants);
+   ``byteps-onebit`` (both systems use all of them; ``byteps_host_gbytes`` with a weak prior at
+   the host's PCIe copy rate and ``cpu_codec_gbytes`` at the host's message rate, :data:`PRIORS`;
+   the servers' per-message work is not fitted but derived from HiPress's measured ps-lite
+   gather/broadcast constants);
 3. ``nccl_step_ms`` and ``nccl_efficiency`` on ``ring`` (the latter with a weak prior, :data:`PRIORS`);
 4. ``oss_codec_work`` on ``ring-dgc``.
 
@@ -152,28 +153,45 @@ class Evaluator:
         return r.throughput
 
 
-#: Weak priors, ``name: (parameter it is centred on, sigma in log)``. NCCL's share of the link is
-#: centred on the share CaSync's transport reaches (``net_efficiency``, from SeCoPa's constants). The
-#: host's streaming pass over fp32 data (BytePS's sum, on-CPU onebit's encode and decode) is centred
-#: on the rate the same host's message path moves bytes (``byteps_host_gbytes``, fitted in the same
-#: step): both are one pass of one process over host memory. A curve that cannot tell a parameter (a
-#: compute-bound model's; only VGG19 has an on-CPU onebit curve) then leaves it near its physical
-#: neighbour instead of at its starting guess or anywhere in its bounds; a curve that can (VGG19's,
-#: bandwidth-bound) outweighs the prior many times.
+#: Weak priors, ``name: (what it is centred on, sigma in log)``; the centre is another parameter
+#: (a :class:`SimParams` field) or, written ``cluster.<field>``, a hardware figure of the cluster
+#: being fitted (a :class:`Cluster` field). NCCL's share of the link is centred on the share
+#: CaSync's transport reaches (``net_efficiency``, from SeCoPa's constants). The host's message path
+#: (``byteps_host_gbytes``: ZMQ and the kernel's TCP stack, or ps-lite's RDMA van with its copies
+#: into registered buffers) is centred on the same host's PCIe copy rate (``pcie_gbytes``, a data
+#: sheet figure): both are one stream of copies through that host's memory. The host's streaming
+#: pass over fp32 data (BytePS's sum, on-CPU onebit's encode and decode) is centred on the rate the
+#: message path moves bytes (fitted in the same step): both are one pass of one process over host
+#: memory. A curve that cannot tell a parameter (a compute-bound model's; only VGG19 has an on-CPU
+#: onebit curve) then leaves it near its physical neighbour instead of at its starting guess or
+#: anywhere in its bounds; a curve that can (VGG19's, bandwidth-bound) outweighs the prior many
+#: times. Without the message path's prior, ResNet50's BytePS curves alone are met as well by a slow
+#: host with even nodes (5.1 GB/s, ``host_jitter`` 0.03 on the local cluster) as by a fast one with
+#: uneven nodes (12.3 GB/s, 0.51: what VGG19's say), and VGG19 predicted from them missed by 37%.
 PRIORS: dict[str, tuple[str, float]] = {"nccl_efficiency": ("net_efficiency", 0.25),
-                                        "cpu_codec_gbytes": ("byteps_host_gbytes", 0.25)}
+                                        "cpu_codec_gbytes": ("byteps_host_gbytes", 0.25),
+                                        "byteps_host_gbytes": ("cluster.pcie_gbytes", 0.25)}
 #: The published points' own scatter (log), which weighs a prior against them: a point counts
 #: ``(sigma / POINT_SIGMA)**2`` = 25 times a prior's unit deviation.
 POINT_SIGMA = 0.05
 
 
+def prior_centre(ev: Evaluator, cluster: str, params: SimParams, centre: str) -> float:
+    """The value a prior named ``centre`` (see :data:`PRIORS`) is centred on."""
+    if centre.startswith("cluster."):
+        return float(getattr(ev.cluster(cluster), centre.removeprefix("cluster.")))
+    return float(getattr(params, centre))
+
+
 def _loss(ev: Evaluator, points: list[Point], params: SimParams, fitted: Sequence[str] = ()) -> float:
-    """Mean squared log error over ``points``, plus the priors' penalty of the ``fitted`` parameters."""
+    """Mean squared log error over ``points`` (all of one cluster), plus the priors' penalty of the
+    ``fitted`` parameters."""
     err = sum(math.log(ev.predict(p, params) / p.published) ** 2 for p in points)
     for name, (centre, sigma) in PRIORS.items():
-        if name not in fitted:
+        if name not in fitted or not points:
             continue
-        err += (POINT_SIGMA / sigma) ** 2 * math.log(getattr(params, name) / getattr(params, centre)) ** 2
+        at = prior_centre(ev, points[0].cluster, params, centre)
+        err += (POINT_SIGMA / sigma) ** 2 * math.log(getattr(params, name) / at) ** 2
     return err / max(1, len(points))
 
 

@@ -22,7 +22,8 @@ from .reference import Reference
 FITTABLE: dict[str, tuple[float, float, str]] = {
     "compute_overhead": (0.001, 0.3, "all (compute slowdown once several GPUs share a host)"),
     "nccl_step_ms": (0.001, 0.5, "ring, ring-dgc (NCCL per-step latency over TCP sockets)"),
-    "byteps_host_gbytes": (0.3, 20.0, "byteps, byteps-onebit (host memory path: copies, sums, ZMQ)"),
+    "byteps_host_gbytes": (0.3, 20.0, "byteps, byteps-onebit (host memory path: copies, sums, ZMQ; "
+                                      "weak prior: the host's PCIe copy rate)"),
     "host_jitter": (0.001, 1.0, "byteps, byteps-onebit (spread of CPU speed across nodes, log-normal sigma)"),
     "cpu_codec_gbytes": (0.2, 50.0, "byteps, byteps-onebit (CPU sum and onebit codec, per fp32 byte; "
                                     "weak prior: byteps_host_gbytes)"),
