@@ -303,4 +303,12 @@ def _render_validate(report: dict[str, Any], out_dir: Path) -> None:
                 t.add_row(r["held_out"], r["cluster"], ", ".join(r["fitted_on"]), system, str(s["points"]),
                           f"{s['median_abs_error_pct']:.1f}%", f"{s['max_abs_error_pct']:.1f}%")
     console.print(t)
+    spread = Table(title="the models without calibration curves: each refit's prediction vs the packaged one's")
+    for col in ("refit without", "cluster", "points", "median |diff|", "max |diff|", "largest at"):
+        spread.add_column(col, justify="right" if col in ("points", "median |diff|", "max |diff|") else "left")
+    for r in report.get("transfer", []):
+        w = r["worst"]
+        spread.add_row(r["held_out"], r["cluster"], str(r["points"]), f"{r['median_abs_error_pct']:.1f}%",
+                       f"{r['max_abs_error_pct']:.1f}%", f"{w['model']} {w['system']} {w['gpus']} GPUs")
+    console.print(spread)
     console.print(f"table: {out_dir / 'validate.md'}; everything: {out_dir / 'validate.json'}")

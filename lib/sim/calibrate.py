@@ -43,7 +43,7 @@ from typing import Any
 from .cluster import Cluster, cluster_from_reference
 from .costs import CodecCosts
 from .model import Planner, simulate
-from .params import FITTABLE, SimParams
+from .params import FITTABLE, SimParams, fitted_values
 from .reference import Reference
 from .workload import Workload, make_workload, reference_workload
 
@@ -379,6 +379,43 @@ def leave_one_out(
                      "values": fitted["values"], **error_stats([x["error_pct"] for x in res]),
                      "systems": per_system, "residuals": res})
     return rows
+
+
+def transfer_spread(ref: Reference, start: dict[str, SimParams], rows: Sequence[dict], calibration: dict,
+                    evaluator: Evaluator | None = None) -> list[dict]:
+    """How far the baseline predictions of the models *without* calibration curves (BERT, the
+    Transformer, LSTM, UGATIT: the ones a user asks about) move when the calibration loses a model.
+
+    For each leave-one-out row (:func:`leave_one_out`), every baseline point of those models on the
+    row's cluster (``byteps``, ``ring`` and the model's compression baseline, at every GPU count) is
+    predicted with the row's refitted values and with ``calibration``'s (the packaged fit, on all
+    curves); the statistics are of the difference in percent of the latter. Small differences say
+    those predictions hang on mechanisms and hardware figures both calibration models agree on, not
+    on which model happened to calibrate them; it is no measure of their error against the paper."""
+    ev = evaluator or Evaluator(ref)
+    out = []
+    for row in rows:
+        cluster = row["cluster"]
+        calibrated = set(calibration_models(ref, cluster))
+        full = start[cluster].with_values(**fitted_values(calibration, cluster))
+        refitted = start[cluster].with_values(**row["values"])
+        diffs: list[dict] = []
+        for model in ref.raw["throughput"].get(cluster, {}):
+            if model in calibrated:
+                continue
+            exp = ref.experiments.get(model, {})
+            systems = ["byteps", "ring"] + ([exp["compression_baseline"]] if exp.get("compression_baseline") else [])
+            for system in systems:
+                for g in ref.gpu_counts(cluster):
+                    p = Point(cluster, model, system, g, 0.0)
+                    a, b = ev.predict(p, refitted), ev.predict(p, full)
+                    diffs.append({"model": model, "system": system, "gpus": g, "diff_pct": 100.0 * (a - b) / b})
+        if not diffs:
+            continue
+        worst = max(diffs, key=lambda d: abs(d["diff_pct"]))
+        out.append({"held_out": row["held_out"], "cluster": cluster, "fitted_on": row["fitted_on"],
+                    **error_stats([d["diff_pct"] for d in diffs]), "worst": worst, "differences": diffs})
+    return out
 
 
 def residuals(ev: Evaluator, points: list[Point], params: SimParams) -> list[dict]:

@@ -227,3 +227,30 @@ def test_the_host_message_path_prior_is_centred_on_the_clusters_pcie_rate(cluste
     assert _loss(ev, pts, at_centre, fitted) == pytest.approx(_loss(ev, pts, at_centre))
     penalty = (POINT_SIGMA / sigma) ** 2 * math.log(2) ** 2
     assert _loss(ev, pts, off, fitted) == pytest.approx(_loss(ev, pts, off) + penalty)
+
+
+def test_transfer_spread_compares_a_refit_on_the_models_without_curves_only():
+    """A refit equal to the packaged calibration moves nothing; one with a slower BytePS host moves
+    BytePS's predictions of the uncalibrated models down and leaves their ring's alone (the ring
+    does not use the host's message path). No calibration model is among the points."""
+    from hipress.sim.calibrate import calibration_models, transfer_spread
+    from hipress.sim.params import fitted_values, load_calibration, params_by_cluster
+
+    cal = load_calibration()
+    start = params_by_cluster(REF, calibration={})
+    values = fitted_values(cal, "aws")
+    slow = {**values, "byteps_host_gbytes": values["byteps_host_gbytes"] / 2}
+    rows = [{"held_out": "same", "cluster": "aws", "fitted_on": ["vgg19", "resnet50"], "values": values},
+            {"held_out": "slow", "cluster": "aws", "fitted_on": ["vgg19", "resnet50"], "values": slow}]
+    same, slower = transfer_spread(REF, start, rows, cal)
+    calibrated = set(calibration_models(REF, "aws"))
+    models = {d["model"] for d in same["differences"]}
+    assert models and not models & calibrated
+    assert {"bert", "lstm"} <= models
+    assert same["max_abs_error_pct"] == 0.0
+    by_system: dict[str, list[float]] = {}
+    for d in slower["differences"]:
+        by_system.setdefault(d["system"], []).append(d["diff_pct"])
+    assert all(x == 0.0 for x in by_system["ring"])
+    assert max(by_system["byteps"]) <= 0.0 and min(by_system["byteps"]) < -1.0
+    assert slower["worst"]["system"] in ("byteps", "byteps-onebit")
