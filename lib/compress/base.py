@@ -130,6 +130,21 @@ class Compressor(ABC):
         """Sum two payloads into one (sealed) without decoding; only where ``caps.compressed_merge``."""
         raise NotImplementedError(f"{self.name} payloads cannot be merged without decoding")
 
+    def parse_pair(
+        self, a: torch.Tensor, b: torch.Tensor, name: str = "<unnamed>"
+    ) -> tuple[Header, torch.Tensor, Header, torch.Tensor]:
+        """The two operands of :meth:`merge`, parsed and checked to be mergeable: one device (a
+        kernel reads one device's memory; the engine copies a received payload to the gradient's
+        device before it merges) and one element count."""
+        if a.device != b.device:
+            raise CompressionError(name, f"cannot merge a payload on {a.device} with one on {b.device}",
+                                   "copy one to the other's device first, e.g. b.to(a.device)")
+        ha, ba = self.parse(a, name)
+        hb, bb = self.parse(b, name)
+        if ha.numel != hb.numel:
+            raise CompressionError(name, f"cannot merge payloads of {ha.numel} and {hb.numel} elements")
+        return ha, ba, hb, bb
+
     @abstractmethod
     def payload_size(self, numel: int) -> int:
         """Exact payload bytes for ``numel`` elements (an upper bound for sparse algorithms)."""

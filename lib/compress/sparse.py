@@ -284,10 +284,7 @@ class SparseCompressor(Compressor):
             raise CompressionError(name, f"{self.name} payload body is corrupted (indices out of range or unsorted)")
 
     def merge(self, a: torch.Tensor, b: torch.Tensor, *, name: str = "<unnamed>") -> torch.Tensor:
-        ha, ba = self.parse(a, name)
-        hb, bb = self.parse(b, name)
-        if ha.numel != hb.numel:
-            raise CompressionError(name, f"cannot merge payloads of {ha.numel} and {hb.numel} elements")
+        ha, ba, hb, bb = self.parse_pair(a, b, name)
         ia, va = self.split(ha, ba, name)
         ib, vb = self.split(hb, bb, name)
         io, vo = backend_for(a, name).merge_sparse(ia, va, ib, vb)

@@ -118,6 +118,17 @@ def test_merge_of_mismatched_payloads():
         hc.create("tbq").merge(_payload("tbq"), _payload("tbq"))
 
 
+@pytest.mark.parametrize("alg", ["none", "topk", "dgc", "graddrop", "randomk"])
+def test_merge_of_payloads_on_two_devices_says_so(alg):
+    """Every compressed merge refuses operands on two devices with a CompressionError that names
+    both (the meta device stands in for a GPU here), instead of a kernel's RuntimeError."""
+    c = hc.create(alg)
+    assert c.caps.compressed_merge
+    a = c.encode(randn(300), hc.GradientState(), name="g")
+    with pytest.raises(hc.CompressionError, match="cannot merge a payload on cpu with one on meta"):
+        c.merge(a, a.to("meta"), name="g")
+
+
 def test_bad_parameters_are_clear():
     for spec, msg in [
         ("tbq:tau=-1", "tau must be >= 0"),

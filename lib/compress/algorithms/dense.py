@@ -74,10 +74,7 @@ class NoCompression(_Cast):
     caps = Capabilities(compressed_merge=True, lossless=True)
 
     def merge(self, a: torch.Tensor, b: torch.Tensor, *, name: str = "<unnamed>") -> torch.Tensor:
-        ha, ba = self.parse(a, name)
-        hb, bb = self.parse(b, name)
-        if ha.numel != hb.numel:
-            raise CompressionError(name, f"cannot merge payloads of {ha.numel} and {hb.numel} elements")
+        _, ba, _, bb = self.parse_pair(a, b, name)
         return merge_values(a, ba, bb)
 
 

@@ -103,8 +103,7 @@ class RandomK(Compressor):
             out.index_add_(0, torch.from_numpy(idx).to(out.device), vals)
 
     def merge(self, a: torch.Tensor, b: torch.Tensor, *, name: str = "<unnamed>") -> torch.Tensor:
-        ha, ba = self.parse(a, name)
-        hb, bb = self.parse(b, name)
-        if self._unpack(ha, name) != self._unpack(hb, name) or ha.numel != hb.numel:
-            raise CompressionError(name, "randomk payloads with different seeds or sizes cannot be merged")
+        ha, ba, hb, bb = self.parse_pair(a, b, name)
+        if self._unpack(ha, name) != self._unpack(hb, name):
+            raise CompressionError(name, "randomk payloads with different seeds cannot be merged")
         return merge_values(a, ba, bb)
