@@ -25,7 +25,7 @@ from .systems import Options
 from .workload import Workload, reference_workload
 
 #: Bump when a change to the model changes results, so that caches made before it are ignored.
-SIM_VERSION = 12
+SIM_VERSION = 13
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:

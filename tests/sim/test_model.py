@@ -308,3 +308,19 @@ def test_open_source_dgc_codec_takes_turns_with_backward():
     casync = simulate("casync-ring", w, AWS, 16, params, REF, alg="dgc")
     assert casync.busy_ms["sm"] == pytest.approx(w.backward_ms)
     assert casync.iteration_ms < compute + codec(1.0)
+
+
+@pytest.mark.parametrize("cluster", ["aws", "local"])
+def test_compression_baselines_compress_only_what_crosses_the_network(cluster):
+    """On one node ring-dgc is ring and byteps-onebit is byteps (nothing crosses the network, so
+    nothing is compressed: sosp21.json's single-node points are equal on both clusters); from two
+    nodes on, the codec runs and the results differ."""
+    c = cluster_from_reference(REF, cluster)
+    params = derive_params(REF, cluster)
+    w = make_workload("resnet50", REF.per_gpu_rate(cluster, "resnet50"))
+    one, two = c.gpus_per_node, 2 * c.gpus_per_node
+    for plain, compressed in (("ring", "ring-dgc"), ("byteps", "byteps-onebit")):
+        a, b = (simulate(s, w, c, one, params, REF) for s in (plain, compressed))
+        assert b.iteration_ms == pytest.approx(a.iteration_ms, rel=1e-9) and b.tasks == a.tasks
+        a, b = (simulate(s, w, c, two, params, REF) for s in (plain, compressed))
+        assert b.tasks > a.tasks  # the codec's encode and decode tasks
