@@ -42,6 +42,7 @@ from typing import Any
 
 from .cluster import Cluster, cluster_from_reference
 from .costs import CodecCosts
+from .experiments import paper_systems
 from .model import Planner, simulate
 from .params import FITTABLE, SimParams, fitted_values
 from .reference import Reference
@@ -393,23 +394,21 @@ def transfer_spread(ref: Reference, start: dict[str, SimParams], rows: Sequence[
     those predictions hang on mechanisms and hardware figures both calibration models agree on, not
     on which model happened to calibrate them; it is no measure of their error against the paper."""
     ev = evaluator or Evaluator(ref)
+    packaged: dict[str, dict[Point, float]] = {}  # per cluster: every row of that cluster compares with these
+    for cluster in dict.fromkeys(row["cluster"] for row in rows):
+        calibrated = set(calibration_models(ref, cluster))
+        full = start[cluster].with_values(**fitted_values(calibration, cluster))
+        pts = [Point(cluster, model, system, g, 0.0)
+               for model in ref.raw["throughput"].get(cluster, {}) if model not in calibrated
+               for system in paper_systems(ref, model) if system in BASELINES
+               for g in ref.gpu_counts(cluster)]
+        packaged[cluster] = {p: ev.predict(p, full) for p in pts}
     out = []
     for row in rows:
         cluster = row["cluster"]
-        calibrated = set(calibration_models(ref, cluster))
-        full = start[cluster].with_values(**fitted_values(calibration, cluster))
         refitted = start[cluster].with_values(**row["values"])
-        diffs: list[dict] = []
-        for model in ref.raw["throughput"].get(cluster, {}):
-            if model in calibrated:
-                continue
-            exp = ref.experiments.get(model, {})
-            systems = ["byteps", "ring"] + ([exp["compression_baseline"]] if exp.get("compression_baseline") else [])
-            for system in systems:
-                for g in ref.gpu_counts(cluster):
-                    p = Point(cluster, model, system, g, 0.0)
-                    a, b = ev.predict(p, refitted), ev.predict(p, full)
-                    diffs.append({"model": model, "system": system, "gpus": g, "diff_pct": 100.0 * (a - b) / b})
+        diffs = [{"model": p.model, "system": p.system, "gpus": p.gpus,
+                  "diff_pct": 100.0 * (ev.predict(p, refitted) - b) / b} for p, b in packaged[cluster].items()]
         if not diffs:
             continue
         worst = max(diffs, key=lambda d: abs(d["diff_pct"]))
