@@ -15,11 +15,15 @@ from typing import Annotated, Any, get_type_hints
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from hipress import lr_schedules
 
-console = Console()
-err_console = Console(stderr=True)
+#: Plain text by default: what the commands print is mostly paths, gradient names and messages that
+#: hold user input, and rich would take a ``[v2]`` or ``[/x]`` in them for markup (drop it, or fail
+#: with a traceback). Styled lines say so: ``console.print(styled("[dim]{}[/]", path))``.
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="Where the ranks train: auto (CUDA when torch sees a "
@@ -104,13 +108,22 @@ def check_emulate(rate: str | None, prefix: str | None, hosts: object = None, *,
         raise fail(f"{option}: {e}") from None
 
 
+def styled(template: str, *values: object) -> Text:
+    """Rich text from a markup ``template`` whose ``{}`` fields are ``values`` shown as they are.
+
+    ``styled("[yellow]note:[/] {}", message)``: the template's tags style the line, while a path or
+    name in ``values`` with ``[brackets]`` in it is printed, not taken for markup.
+    """
+    return Text.from_markup(template.format(*(escape(str(v)) for v in values)))
+
+
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print a clear error and return the Exit to raise: ``raise fail("...")``.
 
-    The message is plain text, escaped for rich: a ``[models.vgg19]`` or ``[y/n]`` in it is shown,
-    not taken for markup and swallowed.
+    The message is plain text: a ``[models.vgg19]`` or ``[y/n]`` in it is shown, not taken for
+    markup and swallowed.
     """
-    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
+    err_console.print(styled("[bold red]error:[/] {}", message), soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -263,7 +276,7 @@ class SshOpts:
         from hipress.launch.remote import Cluster, RemoteLaunchError
 
         opts = self.ssh_options()
-        err_console.print(f"[dim]pre-flight on {len(host_list)} host(s) over SSH...[/]")
+        err_console.print(styled("[dim]pre-flight on {} host(s) over SSH...[/]", len(host_list)))
         try:
             return Cluster.connect(host_list, opts, interface=self.interface)
         except (PreflightError, RemoteLaunchError) as e:

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from hipress.topology_names import PLAN_TOPOLOGIES, plan_topology
-from hipress_cli.options import JsonOpt, console, fail, print_json
+from hipress_cli.options import JsonOpt, console, fail, print_json, styled
 
 
 def register(parent: typer.Typer) -> None:
@@ -78,5 +78,5 @@ def plan(
                   f"{r['plan_s'] / gradients * 1e6:.2f}", f"{r['compressed']:,}")
     console.print(t)
     if load is not None and load > (os.cpu_count() or 1):
-        console.print(f"[yellow]note:[/] load average {load:.1f} on {os.cpu_count()} CPUs: wall times include waiting "
-                      "for a CPU; CPU s is the planner's own time")
+        console.print(styled("[yellow]note:[/] load average {} on {} CPUs: wall times include waiting for a CPU; "
+                             "CPU s is the planner's own time", f"{load:.1f}", os.cpu_count()))

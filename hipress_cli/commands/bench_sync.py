@@ -27,6 +27,7 @@ from hipress_cli.options import (
     parse_size,
     print_json,
     resolve_device,
+    styled,
 )
 
 
@@ -105,7 +106,7 @@ def sync(
             try:
                 restore()
             except emu.EmulationError as e:
-                err_console.print(f"[yellow]warning:[/] could not restore the emulated cluster: {e}")
+                err_console.print(styled("[yellow]warning:[/] could not restore the emulated cluster: {}", e))
     result["emulated"] = cluster.as_dict() if cluster is not None else None
     if json_:
         print_json(result)

@@ -23,6 +23,7 @@ from hipress_cli.options import (
     fail,
     print_json,
     resolve_device,
+    styled,
 )
 
 
@@ -101,9 +102,9 @@ def train(
 
     def show(kind: str, e: dict) -> None:
         if kind == "note":
-            out.print(f"[yellow]note:[/] {e['message']}", highlight=False)
+            out.print(styled("[yellow]note:[/] {}", e["message"]))
         elif kind == "start":
-            out.print(f"[bold]{e['variant']}[/] (round {e['round'] + 1}/{rounds}) ...")
+            out.print(styled("[bold]{}[/] (round {}/{}) ...", e["variant"], e["round"] + 1, rounds))
         elif kind == "iteration" and tta:
             pass  # hundreds of short iterations: the evaluations say how the run goes
         elif kind == "evaluation":
@@ -123,7 +124,7 @@ def train(
             try:
                 restore()
             except Exception as e:  # noqa: BLE001 - report it; the measurement matters more
-                err_console.print(f"[yellow]warning:[/] could not restore the emulated cluster: {e}")
+                err_console.print(styled("[yellow]warning:[/] could not restore the emulated cluster: {}", e))
     if json_:
         print_json(result)
         return
@@ -149,8 +150,8 @@ def _render_tta(r: dict, bench_dir: Path) -> None:
                   f(mib, ".3f") + ("*" if v["bytes_sent_estimated"] and mib is not None else ""),
                   f"{100 * v['final_accuracy']:.1f}%", f"{100 * v['best_accuracy']:.1f}%")
     console.print(t)
-    console.print(f"[dim]time: training only (evaluations and the warm-up iteration excluded); MiB: sent by the "
-                  f"busiest rank until the target; * estimated. Plot: {bench_dir / r['plot']}[/]")
+    console.print(styled("[dim]time: training only (evaluations and the warm-up iteration excluded); MiB: sent by "
+                         "the busiest rank until the target; * estimated. Plot: {}[/]", bench_dir / r["plot"]))
 
 
 def _render(r: dict) -> None:
@@ -180,5 +181,5 @@ def _render(r: dict) -> None:
                 "-" if v["gpu_overlap_share"] is None else f"{100 * v['gpu_overlap_share']:.0f}%"]),
         )
     console.print(t)
-    console.print("[dim]compute s: iteration minus the wait for synchronization (for ddp, synchronization happens "
-                  "inside backward and counts as compute); * estimated (gloo ring all-reduce)[/]")
+    console.print(styled("[dim]compute s: iteration minus the wait for synchronization (for ddp, synchronization "
+                         "happens inside backward and counts as compute); * estimated (gloo ring all-reduce)[/]"))

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from hipress_cli import options as opt
-from hipress_cli.options import JsonOpt, console, fail, hosts_from_cli, print_json
+from hipress_cli.options import JsonOpt, console, fail, hosts_from_cli, print_json, styled
 
 
 def register(parent: typer.Typer) -> None:
@@ -67,30 +67,30 @@ def check(
 
 
 def _render(reports: list, pairs: list, local: dict) -> None:
-    yes, no = "[green]yes[/]", "[red]no[/]"
+    yes, no = styled("[green]yes[/]"), styled("[red]no[/]")
     t = Table(title=f"hosts (here: Python {local['python']}, hipress {local['hipress']})")
     for col in ("host", "slots", "reachable", "auth", "hostname", "python", "hipress", "cores", "status"):
         t.add_column(col, justify="right" if col in ("slots", "cores") else "left", no_wrap=True)
     for r in reports:
         f = r.facts
         if r.ok:
-            status = "[green]ready[/]"
+            status = styled("[green]ready[/]")
         elif r.error:
-            status = f"[red]{(r.error_kind or 'error').replace('-', ' ')}[/]"
+            status = styled("[red]{}[/]", (r.error_kind or "error").replace("-", " "))
         else:
-            status = f"[red]{len(r.problems)} problem(s)[/]"
+            status = styled("[red]{} problem(s)[/]", len(r.problems))
         t.add_row(r.host.name, str(r.host.slots), yes if r.reachable else no, yes if r.authenticated else no,
                   str(f.get("hostname", "-")), str(f.get("python", "-")), str(f.get("hipress", "-")),
                   str(f.get("cpus", "-")), status)
     console.print(t)
     for r in reports:
         for msg in ([r.error] if r.error else [f"{r.host.name}: {p}" for p in r.problems]):
-            console.print(f"[red]x[/] {msg}", highlight=False)
+            console.print(styled("[red]x[/] {}", msg))
     if pairs:
         b = Table(title="bandwidth between hosts (TCP, 1 stream)")
         for col in ("from", "to", "Gbit/s", "note"):
             b.add_column(col, justify="right" if col == "Gbit/s" else "left", no_wrap=col != "note")
         for p in pairs:
             b.add_row(p.src, p.dst, "-" if p.gbps is None else f"{p.gbps:.2f}",
-                      f"[red]{p.error}[/]" if p.error else f"{p.bytes / 2**20:.0f} MiB in {p.seconds:.2f} s")
+                      styled("[red]{}[/]", p.error) if p.error else f"{p.bytes / 2**20:.0f} MiB in {p.seconds:.2f} s")
         console.print(b)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.options import JsonOpt, console, err_console, fail, parse_size, print_json
+from hipress_cli.options import JsonOpt, console, err_console, fail, parse_size, print_json, styled
 
 app = typer.Typer(
     help="CompLL: compression algorithms written in a DSL, compiled to CPU and GPU code.", no_args_is_help=True
@@ -110,7 +110,7 @@ def check(
         try:
             _, checked = read_spec(s)
         except CompLLError as e:
-            err_console.print(f"[bold red]error:[/] {e}")
+            err_console.print(styled("[bold red]error:[/] {}", e), soft_wrap=True)
             bad += 1
             continue
         roles = checked.roles

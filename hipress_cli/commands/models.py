@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.options import JsonOpt, console, print_json
+from hipress_cli.options import JsonOpt, console, print_json, styled
 
 _UNIT = {"images/s": "img/s", "sequences/s": "seq/s", "tokens/s": "tok/s"}
 
@@ -74,8 +74,8 @@ def register(app: typer.Typer) -> None:
                 _UNIT[r["unit"]], _fmt_opts(r["paper_options"]), cpu,
             )
         console.print(t)
-        console.print("[dim]run default: what `hipress run MODEL` trains on a CPU (px: input size, len: "
-                      "sequence length, b: batch per rank); --paper-size runs the paper's[/]")
+        console.print(styled("[dim]run default: what `hipress run MODEL` trains on a CPU (px: input size, len: "
+                             "sequence length, b: batch per rank); --paper-size runs the paper's[/]"))
         for r in rows:
             if r["notes"]:
-                console.print(f"[dim]{r['model']}: {r['notes']}[/]")
+                console.print(styled("[dim]{}: {}[/]", r["model"], r["notes"]))

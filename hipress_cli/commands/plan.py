@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from hipress.topology_names import PS
-from hipress_cli.options import JsonOpt, console, fail, print_json
+from hipress_cli.options import JsonOpt, console, fail, print_json, styled
 
 InputOpt = Annotated[Path | None, typer.Option("--input", help="HiPress input.txt: 'name,num_floats' a line.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A model of the zoo (e.g. vgg19) instead.")]
@@ -193,8 +193,8 @@ def plan(
     console.print(f"decided by: {decided_by}")
     if derived:
         how = "; ".join(f"{k} {v}" for k, v in origins.items())
-        console.print(f"[yellow]note:[/] no measured {' and '.join(derived)} constants for N={nnodes} in {cm.name} "
-                      f"(measured for N in {cm.fitted_nodes('gather')}): {how}")
+        console.print(styled("[yellow]note:[/] no measured {} constants for N={} in {} (measured for N in {}): {}",
+                             " and ".join(derived), nnodes, cm.name, cm.fitted_nodes("gather"), how))
     if explain:
         best = min(strategies, key=lambda k: strategies[k])
         if compute_ms is None:

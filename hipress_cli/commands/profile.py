@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from hipress_cli import options
-from hipress_cli.options import JsonOpt, console, fail, parse_size, print_json
+from hipress_cli.options import JsonOpt, console, fail, parse_size, print_json, styled
 
 
 def register(root: typer.Typer) -> None:
@@ -100,6 +100,6 @@ def profile(
     console.print(t)
     poor = [name for name, v in rows if v.get("fit", {}).get("r2", 1.0) < 0.9]
     if poor:
-        console.print(f"[yellow]poor fit (R² < 0.9):[/] {', '.join(poor)}: the times did not grow linearly with "
-                      "size (a busy machine? too few repetitions?); consider --repeat 20 or --stat min")
+        console.print(styled("[yellow]poor fit (R² < 0.9):[/] {}: the times did not grow linearly with size (a busy "
+                             "machine? too few repetitions?); consider --repeat 20 or --stat min", ", ".join(poor)))
     console.print(f"wrote {output}; use it with `hipress plan --profile {output}`")

@@ -24,7 +24,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hipress_cli.options import JsonOpt, check_emulate, console, err_console, fail, print_json
+from hipress_cli.options import JsonOpt, check_emulate, console, err_console, fail, print_json, styled
 
 app = typer.Typer(no_args_is_help=True, help="Reproduce a paper's figures (simulated or measured).")
 
@@ -101,7 +101,7 @@ def sosp21(
         say.print(f"calibration saved to {path}")
     if validate:
         out_dir = _out_dir(out, mode)
-        report = validate_sim(ref, out_dir, progress=lambda m: say.print(f"[dim]{m}[/]"))
+        report = validate_sim(ref, out_dir, progress=lambda m: say.print(styled("[dim]{}[/]", m)))
         if json_:
             print_json(report)
         else:
@@ -160,8 +160,8 @@ def _real(ref: Any, exp_dir: Path, figs: list, figure: int | None, out: Path | N
             settings = dataclasses.replace(settings, iters=iters)
         if figure is None and {7, 8} <= {f.figure for f in figs}:
             figs = [f for f in figs if f.figure != 8]
-            say.print("[dim]real mode: figure 8 differs from 7 only in the paper's cluster; on the emulated cluster "
-                      "it is the same measurement, so it is left out (--figure 8 runs it)[/]")
+            say.print(styled("[dim]real mode: figure 8 differs from 7 only in the paper's cluster; on the emulated "
+                             "cluster it is the same measurement, so it is left out (--figure 8 runs it)[/]"))
         figs = select(figs, models or list(settings.default_models), systems)
         for m in sorted({p.model for f in figs for p in f.points}):
             settings.model_options(m)
@@ -175,8 +175,9 @@ def _real(ref: Any, exp_dir: Path, figs: list, figure: int | None, out: Path | N
         raise fail(str(e)) from None
     figs = [for_emulated(f, settings.counts_up_to(hosts), hosts, runner.cluster_name, list(settings.fig12_rates))
             for f in figs]
-    say.print(f"[dim]emulated cluster: {hosts} host(s) at {runner.rate}, one rank each; {settings.iters} measured "
-              f"iteration(s) after {settings.warmup} warm-up per point; runs in {out_dir / 'runs'}[/]")
+    say.print(styled("[dim]emulated cluster: {} host(s) at {}, one rank each; {} measured iteration(s) after {} "
+                     "warm-up per point; runs in {}[/]", hosts, runner.rate, settings.iters, settings.warmup,
+                     out_dir / "runs"))
     from hipress.reproduce.points import PointError
 
     try:
@@ -233,7 +234,7 @@ def _render_real(report: dict[str, Any], out_dir: Path) -> None:
                       f(oc.get(f"paper_{small}")), f(oc.get(f"paper_{large}")))
         console.print(t)
     for n in report.get("notes", []):
-        console.print(f"[dim]note: {n}[/]")
+        console.print(styled("[dim]note: {}[/]", n))
     console.print(f"figures: {', '.join(report['figures'])}; wall time {report['wall_s']:.0f} s")
     console.print(f"ratios: {out_dir / 'errors.md'}; everything: {out_dir / 'summary.json'}")
 
@@ -243,8 +244,9 @@ def _run_points(figs: list, runner: Any, cache: Any, out: Any, mode: str) -> dic
     from hipress.reproduce.points import run_points
 
     progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[what]}"),
-        TextColumn("[dim]{task.fields[detail]}"), TimeElapsedColumn(), console=out, transient=False,
+        TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[what]}", markup=False), TextColumn("{task.fields[detail]}", style="dim", markup=False),
+        TimeElapsedColumn(), console=out, transient=False,
     )
     unit = "hosts" if mode == "real" else "GPUs"
     with progress:
@@ -258,8 +260,8 @@ def _run_points(figs: list, runner: Any, cache: Any, out: Any, mode: str) -> dic
                 + (f" rate {p.rate:g}" if p.rate is not None else "")),
             on_done=lambda f, p: progress.advance(task))
     if cached:
-        out.print(f"[dim]{cached} of {sum(len(f.points) for f in figs)} points were already done "
-                  f"(cached in {cache.directory})[/]")
+        out.print(styled("[dim]{} of {} points were already done (cached in {})[/]", cached,
+                         sum(len(f.points) for f in figs), cache.directory))
     return results
 
 
@@ -281,7 +283,7 @@ def _render(report: dict[str, Any], out_dir: Path, explain: bool) -> None:
             err = f"{r['error_pct']:+.1f}%"
             t.add_row(str(r["figure"]), r["cluster"], r["model"], r["system"], str(r["gpus"]),
                       f"{r['predicted']:.1f}", f"{r['published']:.1f}",
-                      err if r["within_goal"] else f"[bold red]{err}[/]")
+                      err if r["within_goal"] else styled("[bold red]{}[/]", err))
         console.print(t)
         ok = sum(r["within_goal"] for r in rows)
         console.print(f"{ok}/{len(rows)} published points within 15%")

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from hipress import lr_schedules
 from hipress.lr_schedules import CONSTANT
@@ -31,6 +32,7 @@ from hipress_cli.options import (
     pick_topology,
     print_json,
     refuse_extra_args,
+    styled,
 )
 
 
@@ -48,7 +50,7 @@ _THRESHOLD_HELP = ("Compress only gradients of at least N elements (HiPress's fl
                    "and it reaches N.")
 
 
-def _what_runs(cfg: Any) -> str:
+def _what_runs(cfg: Any) -> Text:
     """One line that says exactly what is trained, so nobody mistakes it for the paper's setting."""
     from hipress.models import get
 
@@ -76,10 +78,11 @@ def _what_runs(cfg: Any) -> str:
         n = sum(1 for e in cfg.plan if e[2])
         plan += f", {n} of {len(cfg.plan)} gradients compressed (--comp-threshold {cfg.comp_threshold})"
     lr = "" if cfg.lr_schedule == CONSTANT else f"; learning rate {cfg.lr:g}, {cfg.lr_schedule} schedule"
-    return (f"[bold]{cfg.model}[/]: {', '.join(shape)} ({scale}); "
-            f"{cfg.parameters / 1e6:.1f} M parameters, {cfg.gradient_bytes / 2**20:.1f} MiB of gradients in "
-            f"{cfg.meta['gradients']} tensors\n{cfg.np} rank(s), {sync}{alg}{plan}; {cfg.iters} iteration(s) "
-            f"after {cfg.warmup} warm-up{lr}; data: {cfg.data}; device: {cfg.device}")
+    return styled("[bold]{}[/]: {}", cfg.model,
+                  f"{', '.join(shape)} ({scale}); {cfg.parameters / 1e6:.1f} M parameters, "
+                  f"{cfg.gradient_bytes / 2**20:.1f} MiB of gradients in {cfg.meta['gradients']} tensors\n"
+                  f"{cfg.np} rank(s), {sync}{alg}{plan}; {cfg.iters} iteration(s) after {cfg.warmup} warm-up{lr}; "
+                  f"data: {cfg.data}; device: {cfg.device}")
 
 
 def _render_summary(s: dict) -> None:
@@ -105,8 +108,8 @@ def _render_summary(s: dict) -> None:
                           "sent per rank")
         else:
             best = "-" if tta["best_accuracy"] is None else f"{100 * tta['best_accuracy']:.1f}%"
-            console.print(f"[yellow]did not reach {100 * tta['target_accuracy']:g}% test accuracy[/] "
-                          f"(best {best} in {tta['evaluations']} evaluation(s))")
+            console.print(styled("[yellow]did not reach {}% test accuracy[/] (best {} in {} evaluation(s))",
+                                 f"{100 * tta['target_accuracy']:g}", best, tta["evaluations"]))
 
 
 def register(app: typer.Typer) -> None:
@@ -221,7 +224,7 @@ def register(app: typer.Typer) -> None:
 
             gpu_note = share_gpus(cfg, cuda_device_count())
             if gpu_note:
-                (err_console if json_ else console).print(f"[yellow]note:[/] {gpu_note}", highlight=False)
+                (err_console if json_ else console).print(styled("[yellow]note:[/] {}", gpu_note))
         run_dir = resume if resume is not None else results / cfg.run_id
         try:
             run_dir.mkdir(parents=True, exist_ok=resume is not None)
@@ -236,7 +239,7 @@ def register(app: typer.Typer) -> None:
             write_plan(run_dir / "plan.txt", cfg.plan_entries())
         out = err_console if json_ else console
         out.print(_what_runs(cfg))
-        out.print(f"[dim]results: {run_dir}/[/]")
+        out.print(styled("[dim]results: {}/[/]", run_dir))
 
         emulated, restore = None, None
         if emulate is not None:
@@ -248,7 +251,8 @@ def register(app: typer.Typer) -> None:
                 emulated, restore = borrow(cfg.np, emulate, prefix)
             except EmulationError as e:
                 raise fail(str(e)) from None
-            out.print(f"[dim]emulated cluster {emulated.prefix!r}: rank i on host i, links {emulated.rate}[/]")
+            out.print(styled("[dim]emulated cluster {}: rank i on host i, links {}[/]", repr(emulated.prefix),
+                             emulated.rate))
         try:
             outcome = _launch_and_watch(cfg, run_dir, out, cluster, ssh.interface, emulated, stall_timeout)
         finally:
@@ -256,7 +260,7 @@ def register(app: typer.Typer) -> None:
                 try:
                     restore()
                 except Exception as e:  # noqa: BLE001 - report it; the run's own result matters more
-                    err_console.print(f"[yellow]warning:[/] could not restore the emulated cluster: {e}")
+                    err_console.print(styled("[yellow]warning:[/] could not restore the emulated cluster: {}", e))
         if not outcome.ok:
             n = outcome.summary["iterations"]
             raise fail(f"{outcome.failure}\nthe run stopped after {n} iteration(s); its events are in "
@@ -326,8 +330,9 @@ def _launch_and_watch(cfg: Any, run_dir: Path, out: Any, cluster: Any = None, in
     job = start(cfg, run_dir, Where(emulated=emulated, cluster=cluster, interface=interface),
                 stall_timeout_s=stall_timeout)
     progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("iter {task.completed:.0f}/{task.total:.0f}"),
-        TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[sync]}"), TimeElapsedColumn(),
+        TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
+        TextColumn("iter {task.completed:.0f}/{task.total:.0f}"), TextColumn("{task.fields[rate]}", markup=False),
+        TextColumn("{task.fields[sync]}", markup=False), TimeElapsedColumn(),
         console=out, transient=False,
     )
     task = progress.add_task("starting", total=cfg.warmup + cfg.iters, rate="", sync="")
@@ -344,7 +349,7 @@ def _launch_and_watch(cfg: Any, run_dir: Path, out: Any, cluster: Any = None, in
             progress.console.print(f"  test accuracy {100 * e['accuracy']:.1f}% after {e['iter']} iteration(s)",
                                    highlight=False)
         elif e.get("event") == "stall_warning":
-            progress.console.print(f"[yellow]warning:[/] {e['message']}", highlight=False)
+            progress.console.print(styled("[yellow]warning:[/] {}", e["message"]))
 
     with progress:
         return follow(job, run_dir, show, stall_timeout_s=stall_timeout)

@@ -44,3 +44,34 @@ def test_with_ssh_options_hands_the_command_one_value():
     assert seen == [(3, options.SshOpts(ssh_user="bob", ssh_port=2222, accept_new_host_keys=True), "y")]
     r = CliRunner().invoke(app, ["--ssh-port", "0"])
     assert r.exit_code == 2 and "ssh-port" in r.output  # the field's own bounds apply
+
+
+def test_styled_keeps_the_template_tags_and_shows_the_values_as_they_are():
+    t = options.styled("[yellow]note:[/] {} in {}", "w[red]", "d[/x].txt")
+    assert t.plain == "note: w[red] in d[/x].txt"
+    assert [str(s.style) for s in t.spans] == ["yellow"]
+
+
+def test_paths_and_names_with_brackets_are_printed_as_given(tmp_path):
+    """Brackets in a path or a gradient name are text, not rich markup: ``[/x]`` used to end the
+    command with a MarkupError traceback, ``[v2]`` and ``[red]`` used to vanish from the output."""
+    from typer.testing import CliRunner
+
+    from hipress_cli.app import build
+
+    app, run = build(), CliRunner()
+    d = tmp_path / "d["
+    d.mkdir()
+    given = d / "x].txt"  # the path holds "[/x]"
+    given.write_text("w[red],100\nb[/x],200\n")
+    r = run.invoke(app, ["plan", "--input", str(given), "--nnodes", "2", "--explain"], catch_exceptions=False)
+    out = " ".join(r.stdout.split())
+    assert r.exit_code == 0, r.stderr
+    assert "w[red]" in out and "b[/x]" in out and "d[/x].txt" in out
+    spec_dir = tmp_path / "exp[v2]"
+    spec_dir.mkdir()
+    spec = spec_dir / "u.pse"
+    spec.write_text("void XEncode(float* gradient, uint8* compressed) {\n"
+                    "    float s = scal * 2;\n    compressed = concat(s, gradient);\n}\n")
+    r = run.invoke(app, ["compll", "check", str(spec)], catch_exceptions=False)
+    assert r.exit_code != 0 and f"{spec}:2:15: undefined name 'scal'" in " ".join(r.stderr.split())
