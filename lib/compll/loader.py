@@ -16,6 +16,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from hipress.files import write_atomic
+
 from . import ast
 from .checker import check
 from .errors import CompLLError
@@ -167,9 +169,7 @@ def write_modules(
         paths.append(path)
         if path.exists() and path.read_text() == text:
             continue  # unchanged: keep its mtime, and numba's cache of it valid
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_atomic(path, text)
     return paths
 
 

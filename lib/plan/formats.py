@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from hipress.files import write_atomic
 from hipress.sync.plan import Plan, PlanEntry
 
 from .errors import PlanError, PlanFormatError
@@ -193,22 +193,9 @@ def format_plan(plan: Mapping[str, PlanEntry] | Iterable[PlanEntry]) -> str:
     return "".join(lines)
 
 
-def _atomic_write(path: str | os.PathLike, text: str) -> None:
-    """Write via a temporary file and rename, so a crash never leaves half a plan behind."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent if str(p.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_input(path: str | os.PathLike, gradients: Iterable[tuple[str, int]]) -> None:
-    _atomic_write(path, format_input(gradients))
+    write_atomic(path, format_input(gradients))
 
 
 def write_plan(path: str | os.PathLike, plan: Mapping[str, PlanEntry] | Iterable[PlanEntry]) -> None:
-    _atomic_write(path, format_plan(plan))
+    write_atomic(path, format_plan(plan))

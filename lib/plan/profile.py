@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hipress.files import write_atomic
+
 from .costmodel import CostModel, Linear
 from .errors import PlanError
 
@@ -259,7 +261,4 @@ def quick_profile(alg: str, nprocs: int = 2, device: str = "cpu") -> CostModel:
 
 
 def save_profile(model: CostModel, path: str | os.PathLike) -> None:
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(json.dumps(model.to_json(), indent=1) + "\n")
-    os.replace(tmp, p)
+    write_atomic(path, json.dumps(model.to_json(), indent=1) + "\n")

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 import numpy as np
+
+from hipress.files import write_atomic
 
 
 def _ops(comm, size: int, rank: int):
@@ -87,10 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     sizes = [int(s) for s in a.sizes.split(",") if s]
     out = run(sizes, a.repeat, a.warmup)
     if out is not None:
-        tmp = a.output + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(out, f)
-        os.replace(tmp, a.output)
+        write_atomic(a.output, json.dumps(out))
 
 
 if __name__ == "__main__":

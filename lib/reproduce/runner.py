@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hipress.files import write_atomic
 from hipress.sim.experiments import Point
-from hipress.sim.runner import write_atomic
 
 from .mapping import RunSpec, run_spec
 from .settings import RealSettings
@@ -69,7 +69,7 @@ class RealCache:
 
     def put(self, p: Point, result: dict[str, Any]) -> None:
         write_atomic(self.path(p), json.dumps({**result, "identity": self._identity(p), "point": p.to_dict()},
-                                              indent=1))
+                                              indent=1), make_parents=True)
 
 
 class RealRunner:

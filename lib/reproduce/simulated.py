@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hipress.files import write_atomic
 from hipress.sim import SimParams, load_calibration
 from hipress.sim import explain as explain_params
 from hipress.sim.calibrate import fit_all, leave_one_out, transfer_spread
@@ -22,7 +23,7 @@ from hipress.sim.findings import findings, findings_markdown
 from hipress.sim.params import calibration_path, params_by_cluster
 from hipress.sim.reference import Reference
 from hipress.sim.report import collect, error_rows, plot_figure, table_markdown
-from hipress.sim.runner import PointCache, SimRunner, write_atomic
+from hipress.sim.runner import PointCache, SimRunner
 
 from .planner import sosp21_planner
 
@@ -40,7 +41,7 @@ def refit(ref: Reference, progress: Callable[[str], None] | None = None) -> Path
     start = params_by_cluster(ref, calibration={})
     result = fit_all(ref, start, progress)
     path = calibration_path()
-    write_atomic(path, json.dumps(result, indent=1))
+    write_atomic(path, json.dumps(result, indent=1), make_parents=True)
     return path
 
 
@@ -64,10 +65,10 @@ def write_sim_outputs(
         png = out_dir / f"fig{f.figure}.png"
         plot_figure(f, rs, ref, png, "sim")
         pngs.append(str(png))
-    write_atomic(out_dir / "errors.md", table_markdown(errors))
+    write_atomic(out_dir / "errors.md", table_markdown(errors), make_parents=True)
     # the paper's story (who beats whom, by how much), derived from sosp21.json, checked on the results
     claims = findings(throughput, ref, breakdown or None)
-    write_atomic(out_dir / "findings.md", findings_markdown(claims))
+    write_atomic(out_dir / "findings.md", findings_markdown(claims), make_parents=True)
     calibration = load_calibration()
     report = {
         "mode": "sim",
@@ -81,7 +82,7 @@ def write_sim_outputs(
         "calibration": {c: {k: v for k, v in rec.items() if k != "values"}
                         for c, rec in calibration.get("clusters", {}).items()},
     }
-    write_atomic(out_dir / "summary.json", json.dumps(report, indent=1, default=str))
+    write_atomic(out_dir / "summary.json", json.dumps(report, indent=1, default=str), make_parents=True)
     return report
 
 
@@ -98,8 +99,8 @@ def validate(ref: Reference, out_dir: Path, progress: Callable[[str], None] | No
                        "cluster. transfer: the same refits' predictions of the baselines of the models with no "
                        "calibration curve, against the packaged calibration's (difference, not error: the paper's "
                        "points for those models are not in sosp21.json)"}
-    write_atomic(out_dir / "validate.json", json.dumps(report, indent=1))
-    write_atomic(out_dir / "validate.md", validate_markdown(rows) + transfer_markdown(spread))
+    write_atomic(out_dir / "validate.json", json.dumps(report, indent=1), make_parents=True)
+    write_atomic(out_dir / "validate.md", validate_markdown(rows) + transfer_markdown(spread), make_parents=True)
     return report
 
 

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hipress.files import write_atomic
+
 from .experiments import Figure
 from .reference import Reference
-from .runner import write_atomic
 from .systems import display_name
 
 GOAL_PCT = 15.0
@@ -123,7 +124,7 @@ def plot_figure(fig: Figure, results: list[dict[str, Any]], ref: Reference, path
     buf = io.BytesIO()
     f.savefig(buf, format="png", dpi=110)
     plt.close(f)
-    write_atomic(path, buf.getvalue())
+    write_atomic(path, buf.getvalue(), make_parents=True)
 
 
 _COLORS = {

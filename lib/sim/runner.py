@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from hipress.files import write_atomic
 
 from .cluster import Cluster, cluster_from_reference
 from .costs import CodecCosts
@@ -26,22 +26,6 @@ from .workload import Workload, reference_workload
 
 #: Bump when a change to the model changes results, so that caches made before it are ignored.
 SIM_VERSION = 13
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write to a temporary file beside ``path``, then rename it over: readers never see half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def base_compute_ms(measured: float | None, gpus: int, params: SimParams) -> float | None:
@@ -69,7 +53,7 @@ class PointCache:
         return data if data.get("point") == point.to_dict() else None
 
     def put(self, point: Point, result: dict[str, Any]) -> None:
-        write_atomic(self.path(point), json.dumps({"point": point.to_dict(), **result}, indent=1))
+        write_atomic(self.path(point), json.dumps({"point": point.to_dict(), **result}, indent=1), make_parents=True)
 
 
 class SimRunner:

@@ -21,7 +21,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -30,6 +29,7 @@ from mpi4py import MPI
 
 from hipress.compress import create_from_spec
 from hipress.compress.kernels import set_threads
+from hipress.files import write_atomic
 from hipress.stats import median_ci
 
 from .device import DEVICES, bind_rank
@@ -173,10 +173,7 @@ def main(argv: list[str] | None = None) -> None:
         "load_avg": os.getloadavg(),
         "topologies": rows,
     }
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(a.out)), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(tmp, a.out)
+    write_atomic(a.out, json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

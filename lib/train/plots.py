@@ -7,25 +7,12 @@ Why from the files: a plot must show what the runs recorded, so that anyone can 
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from hipress.files import write_atomic
+
 from .results import EVENTS, read_events
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Readers see the old file or the whole new one, never half a PNG."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def accuracy_curve(run_dir: Path) -> tuple[list[float], list[float], list[float]]:
@@ -70,4 +57,4 @@ def plot_time_to_accuracy(curves: dict[str, Sequence[Path]], target: float | Non
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    _write_atomic(Path(path), buf.getvalue())
+    write_atomic(path, buf.getvalue())

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, TextIO
+from typing import Any, TextIO
 
+from hipress.files import fsync_dir, write_atomic
 from hipress.launch.job import ERRORS, read_errors, read_jsonl
 from hipress.lr_schedules import CONSTANT
 
@@ -29,60 +29,9 @@ EVENTS = "events.jsonl"
 SUMMARY = "summary.json"
 
 
-def _umask() -> int:
-    """The process umask, read without changing it (``os.umask`` would, for a moment, for all threads)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new file in directory ``path`` durable (POSIX: fsync the directory itself)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return  # e.g. a platform that cannot open directories; the data itself was fsynced
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems refuse fsync on a directory; nothing more can be done there
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write a file with ``write(f)`` so that readers never see a partial one (temp file, fsync, rename).
-
-    The file gets the same mode as ``events.jsonl`` (0666 less the umask, 0644 usually; ``mkstemp``
-    alone would make it 0600), and the directory is fsynced after the rename, so that after a crash
-    the file is there, not only its data.
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write ``obj`` as JSON to ``path`` atomically (``write_atomic``)."""
-    text = json.dumps(obj, indent=2, default=str) + "\n"
-    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+    write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
 class EventLog:

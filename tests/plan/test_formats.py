@@ -178,6 +178,18 @@ def test_fuzz_one_bad_line_is_the_one_reported(grads, data):
     assert ei.value.line == i + 1
 
 
+def test_a_written_plan_is_readable_by_others_as_the_umask_allows(tmp_path):
+    """A SeCoPaPlan.txt is shared (HiPress's nodes read it): it gets 0666 less the umask, not 0600."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        write_plan(tmp_path / "SeCoPaPlan.txt", [PlanEntry("w", 10, True, 2)])
+    finally:
+        os.umask(old)
+    assert (tmp_path / "SeCoPaPlan.txt").stat().st_mode & 0o777 == 0o644
+
+
 # ---------------------------------------------------------------------------- load_plan
 def test_load_plan_checks_names_and_sizes(tmp_path):
     path = tmp_path / "p.txt"

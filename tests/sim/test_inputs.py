@@ -9,7 +9,6 @@ from hipress.sim.calibrate import Evaluator, Step, fit, published_points
 from hipress.sim.experiments import ExperimentError, load_figure, load_figures, paper_systems
 from hipress.sim.params import SimParams, explain
 from hipress.sim.reference import Reference, ReferenceError
-from hipress.sim.runner import write_atomic
 
 REF = load_reference()
 
@@ -83,14 +82,6 @@ def test_explain_names_every_source():
     assert "fitted on the local cluster's" in per["host_jitter[local]"]
     assert per["intra_gbytes[1080Ti]"].startswith("hardware")
     assert all(src for src in per.values())
-
-
-def test_write_atomic_leaves_no_temporary(tmp_path):
-    target = tmp_path / "sub" / "x.json"
-    write_atomic(target, "{}")
-    write_atomic(target, b"[1]")
-    assert target.read_text() == "[1]"
-    assert [p.name for p in target.parent.iterdir()] == ["x.json"]
 
 
 def test_a_rate_beyond_the_gpus_peak_is_read_per_token():

@@ -101,11 +101,11 @@ def test_run_files_share_one_mode_that_follows_the_umask(tmp_path):
 def test_the_directory_is_fsynced_after_the_rename(tmp_path, monkeypatch):
     import os
 
-    from hipress.train import results
+    from hipress import files
 
     calls: list[str] = []
-    real_replace, real_fsync_dir = os.replace, results.fsync_dir
-    monkeypatch.setattr(results.os, "replace", lambda a, b: (calls.append("replace"), real_replace(a, b))[1])
-    monkeypatch.setattr(results, "fsync_dir", lambda p: (calls.append(f"fsync_dir {p}"), real_fsync_dir(p))[1])
+    real_replace, real_fsync_dir = os.replace, files.fsync_dir
+    monkeypatch.setattr(files.os, "replace", lambda a, b: (calls.append("replace"), real_replace(a, b))[1])
+    monkeypatch.setattr(files, "fsync_dir", lambda p: (calls.append(f"fsync_dir {p}"), real_fsync_dir(p))[1])
     write_json_atomic(tmp_path / "summary.json", {"a": 1})
     assert calls == ["replace", f"fsync_dir {tmp_path}"]

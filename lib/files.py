@@ -1,0 +1,78 @@
+"""Writing a file so that no reader and no crash ever sees half of it: the one recipe every layer uses.
+
+Results, plans, profiles, generated modules, plots and caches are all written here: to a temporary
+file beside the target, fsynced, then renamed over it (readers see the old file or the whole new one),
+with the directory fsynced after the rename (after a crash the file is there, not only its data). The
+file gets the mode any other new file would (0666 less the umask: 0644 usually), not ``mkstemp``'s
+0600, so a plan or a summary written for a team can be read by it.
+
+At the bottom of the layers (the standard library only), like ``stats``: ``compress`` to the CLI may
+import it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+__all__ = ["fsync_dir", "umask", "write_atomic"]
+
+
+def umask() -> int:
+    """The process umask, read without changing it (``os.umask`` would, for a moment, for all threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a rename or a new file in directory ``path`` durable (POSIX: fsync the directory itself)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # e.g. a platform that cannot open directories; the data itself was fsynced
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a directory; nothing more can be done there
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str | os.PathLike[str], data: str | bytes | Callable[[IO[bytes]], None], *,
+                 mode: int | None = None, make_parents: bool = False) -> None:
+    """Write ``data`` to ``path`` atomically: text (UTF-8, ``\\n`` kept as is), bytes, or a function
+    that writes into the binary file it is given (``lambda f: torch.save(blob, f)``).
+
+    ``mode``: the file's permission bits (default: 0666 less the umask); ``make_parents``: create the
+    missing directories first (otherwise a missing one is the caller's ``FileNotFoundError``).
+    """
+    path = Path(path)
+    parent = path.parent
+    if make_parents:
+        parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    try:
+        os.fchmod(fd, (0o666 & ~umask()) if mode is None else mode)
+        with os.fdopen(fd, "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(parent)

@@ -1,0 +1,52 @@
+"""``hipress.files.write_atomic``: the one way results, plans, profiles and generated files are written."""
+
+import os
+
+import pytest
+
+from hipress.files import write_atomic
+
+
+def test_text_bytes_or_a_writer_and_no_temporary_left(tmp_path):
+    target = tmp_path / "sub" / "x.json"
+    write_atomic(target, "{}\n", make_parents=True)
+    assert target.read_text() == "{}\n"
+    write_atomic(target, b"[1]")
+    assert target.read_bytes() == b"[1]"
+    write_atomic(target, lambda f: f.write("é\r\n".encode()))
+    assert target.read_bytes() == "é\r\n".encode()  # bytes as given: no newline translation
+    assert [p.name for p in target.parent.iterdir()] == ["x.json"]
+
+
+def test_a_missing_directory_is_the_callers_error_unless_asked_to_make_it(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        write_atomic(tmp_path / "nodir" / "x.txt", "a")
+    assert not (tmp_path / "nodir").exists()
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "plan.txt"
+    write_atomic(target, "old\n")
+
+    def boom(f):
+        f.write(b"half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        write_atomic(target, boom)
+    assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["plan.txt"]
+
+
+@pytest.mark.parametrize(("umask", "want"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_the_mode_follows_the_umask_as_for_any_new_file(tmp_path, umask, want):
+    """mkstemp alone makes 0600: a plan written for a team could not be read by it."""
+    old = os.umask(umask)
+    try:
+        write_atomic(tmp_path / "a", "x")
+        with open(tmp_path / "b", "w") as f:
+            f.write("x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a").stat().st_mode & 0o777 == want == (tmp_path / "b").stat().st_mode & 0o777
+    write_atomic(tmp_path / "c", "x", mode=0o640)
+    assert (tmp_path / "c").stat().st_mode & 0o777 == 0o640
