@@ -189,9 +189,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Train MODEL data-parallel: local MPI ranks by default (--emulate, --hosts for clusters); writes
         results/<run-id>/ (config, events, summary)."""
+        from hipress.launch.heartbeat import check_stall_timeout
         from hipress.train.config import ConfigError, make_config
 
         refuse_extra_args(ctx.args, [o for p in ctx.command.params for o in p.opts if o.startswith("--")])
+        try:
+            check_stall_timeout(stall_timeout)
+        except ValueError as e:
+            raise fail(str(e)) from None
         resumed = _resume_config(ctx, resume, iters) if resume is not None else None
         model = resumed.model if resumed else pick_model(model, model_opt)
         np_ = resumed.np if resumed else np_
@@ -317,7 +322,11 @@ def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> Any:
                    f"{cfg.warmup + cfg.iters} ({cfg.warmup} warm-up + --iters {cfg.iters}): nothing left to do; "
                    f"give a larger --iters to extend it")
     cfg.resumed += 1
-    checkpoint.rewind_events(run_dir, done)
+    try:
+        checkpoint.rewind_events(run_dir, done)
+    except OSError as e:
+        raise fail(f"--resume {run_dir}: cannot rewrite its events.jsonl ({e.strerror or e}); the run directory "
+                   f"must be writable to continue the run in it") from None
     return cfg
 
 

@@ -20,6 +20,7 @@ launcher (``HIPRESS_LAUNCHER_PID``) is gone, so a launcher killed with SIGKILL l
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -36,13 +37,31 @@ DEFAULT_STALL_S = 120.0
 STARTUP_S = 120.0
 
 
+#: The longest ``--stall-timeout`` taken (a week): beyond it, 0 (never) says what is meant.
+MAX_STALL_S = 7 * 24 * 3600.0
+#: What ``--stall-timeout 0`` (never) gives the ranks' own collective timeouts: finite, as torch's
+#: process groups take a ``timedelta``, and longer than any run.
+NEVER_S = 365 * 24 * 3600.0
+
+
+def check_stall_timeout(value: float) -> float:
+    """``value`` if it is a stall timeout in seconds (0: never, up to ``MAX_STALL_S``); ValueError says why not."""
+    if not math.isfinite(value) or not 0 <= value <= MAX_STALL_S:
+        raise ValueError(f"--stall-timeout must be a number of seconds from 0 (never stop a run that makes no "
+                         f"progress) to {MAX_STALL_S:.0f} (a week), got {value}")
+    return value
+
+
 def stall_timeout_s() -> float:
-    """The stall timeout the launcher gave the ranks (``HIPRESS_STALL_TIMEOUT``), else the default."""
+    """The stall timeout the launcher gave the ranks (``HIPRESS_STALL_TIMEOUT``), else the default; 0
+    (the launcher stops no stalled run) is ``NEVER_S``, so that the ranks do not time out either."""
     try:
         value = float(os.environ.get(STALL_TIMEOUT, DEFAULT_STALL_S))
     except ValueError:
         return DEFAULT_STALL_S
-    return value if value > 0 else DEFAULT_STALL_S
+    if value == 0:
+        return NEVER_S
+    return value if math.isfinite(value) and value > 0 else DEFAULT_STALL_S
 
 
 class Heartbeat:

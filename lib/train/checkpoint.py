@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import tempfile
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
@@ -42,9 +41,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from hipress.files import fsync_dir, write_atomic
 from hipress.lr_schedules import CONSTANT
 
-from .results import ERRORS, EVENTS, fsync_dir, write_atomic
+from .results import ERRORS, EVENTS
 from .validate import ConfigError
 
 CHECKPOINT_DIR = "checkpoint"
@@ -126,14 +126,20 @@ _IDENTITY_DEFAULTS = {"lr_schedule": CONSTANT}
 
 
 # ----------------------------------------------------------------------------- files
-def save(run_dir: Path | None, rank: int, cfg: Any, iteration: int, model: torch.nn.Module, runner: Any) -> Path:
-    """Write this rank's checkpoint after ``iteration`` iterations, atomically (temp, fsync, rename)."""
+def save(run_dir: Path | None, rank: int, cfg: Any, iteration: int, model: torch.nn.Module, runner: Any,
+         evaluation: dict[str, Any] | None = None) -> Path:
+    """Write this rank's checkpoint after ``iteration`` iterations, atomically (temp, fsync, rename).
+
+    ``evaluation``: the time-to-accuracy counters (``Evaluator.state``), so that a resumed run counts
+    its time and bytes from where the run was, not from zero."""
     if run_dir is None:
         raise CheckpointError(f"rank {rank} cannot write its checkpoint: its host has no run directory")
     path = path_for(run_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     blob = {"identity": _identity(cfg, rank), "iteration": int(iteration), "model": model.state_dict(),
             "sync": sync_state(runner), "rng": rng_state()}
+    if evaluation is not None:
+        blob["evaluation"] = evaluation
     write_atomic(path, lambda f: torch.save(blob, f))
     return path
 
@@ -171,8 +177,10 @@ def check_resumable(run_dir: Path, cfg: Any, ranks: range | None = None) -> int:
     return next(iter(its.values()))
 
 
-def restore(comm: Any, run_dir: Path | None, cfg: Any, model: torch.nn.Module, runner: Any) -> int:
-    """Load this rank's checkpoint into ``model``, ``runner`` and the generators; return its iteration.
+def restore(comm: Any, run_dir: Path | None, cfg: Any, model: torch.nn.Module, runner: Any
+            ) -> tuple[int, dict[str, Any] | None]:
+    """Load this rank's checkpoint into ``model``, ``runner`` and the generators; return its iteration
+    and the time-to-accuracy counters it holds (None: written without evaluations).
 
     Collective: the ranks check that they resume from the same iteration.
     """
@@ -188,7 +196,18 @@ def restore(comm: Any, run_dir: Path | None, cfg: Any, model: torch.nn.Module, r
     model.load_state_dict(blob["model"])
     load_sync_state(runner, blob["sync"])
     set_rng_state(blob["rng"])
-    return it
+    return it, _evaluation_state(blob.get("evaluation"))
+
+
+def _evaluation_state(d: Any) -> dict[str, Any] | None:
+    """The checkpoint's time-to-accuracy counters if they are whole (numbers and a list of them)."""
+    if not isinstance(d, dict):
+        return None
+    numbers = (int, float)
+    if (isinstance(d.get("wall_s"), numbers) and isinstance(d.get("step_s"), numbers)
+            and isinstance(d.get("bytes"), list) and all(isinstance(b, numbers) for b in d["bytes"])):
+        return d
+    return None
 
 
 def skip(batches: Iterator[Any], n: int) -> Iterator[Any]:
@@ -215,15 +234,11 @@ def rewind_events(run_dir: Path, iteration: int) -> None:
                 continue
             if e.get("event") == "iteration" and int(e.get("iter", 0)) >= iteration:
                 continue
+            if e.get("event") == "evaluation" and int(e.get("iter", 0)) > iteration:
+                continue  # after a redone iteration (an evaluation's iter counts the iterations before it)
             keep.append(line)
-    fd, tmp = tempfile.mkstemp(prefix=f".{EVENTS}.", suffix=".tmp", dir=run_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("".join(f"{line}\n" for line in keep))
-        f.write(json.dumps({"event": "resume", "iter": iteration}) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-    os.replace(tmp, path)
+    text = "".join(f"{line}\n" for line in keep) + json.dumps({"event": "resume", "iter": iteration}) + "\n"
+    write_atomic(path, text, mode=path.stat().st_mode & 0o777 if path.exists() else None)
     errors = run_dir / ERRORS
     if errors.exists():
         n = sum(1 for _ in run_dir.glob("errors-before-resume-*.jsonl"))

@@ -442,6 +442,9 @@ def resolve_plan(
                                 device=device)
         else:
             path = Path(plan)
+            if path.is_dir():
+                raise ConfigError(f"--plan {plan!r} is a directory; give a SeCoPaPlan.txt file (e.g. {plan}/"
+                                  f"SeCoPaPlan.txt, written by `hipress plan --output`) or 'auto'")
             if not path.is_file():
                 raise ConfigError(f"plan file {plan!r} does not exist; give a SeCoPaPlan.txt path or 'auto'")
             entries = load_plan(path, dict(sizes), forward=forward() if forward else None, world_size=np,

@@ -21,6 +21,11 @@ also pays one-off start-up costs (loading numba's compiled kernels took 1.9 s of
 here, 24 s when the cache was cold), which would otherwise decide the comparison; ``--warmup 0``
 times everything. ``summarize`` turns them into the summary's
 ``time_to_accuracy`` record, from the events file (never from memory).
+
+A resumed run (``hipress run --resume``) goes on counting: the checkpoint holds the clock, the step
+time and the bytes as they were after its iteration (``state``), and the new processes pay their
+start-up costs again in their own first ``--warmup`` iterations, which the clock leaves out as at the
+start. So time and bytes to the target are those of the whole run, as without the interruption.
 """
 
 from __future__ import annotations
@@ -84,6 +89,8 @@ class Evaluator:
         self._step_s = 0.0
         self._eval_s = 0.0
         self._t0: float | None = None
+        self._base_s = 0.0  # training seconds before these processes (a resumed run's, from its checkpoint)
+        self._warm_end = warmup
         self._flag = np.zeros(1, dtype=np.int8)
 
     @torch.no_grad()
@@ -96,11 +103,20 @@ class Evaluator:
         self.model.train(was)
         return float((pred == self.y_test).float().mean())
 
-    def start(self, first: int = 0) -> None:
-        """Before iteration ``first`` (0, or where a resumed run continues): start the clock and evaluate
-        the model as it is (rank 0 only). A resumed run's time and bytes count from the resume."""
-        self._t0 = time.perf_counter()
-        if self.rank == 0:
+    def start(self, first: int = 0, resumed: dict[str, Any] | None = None) -> None:
+        """Before iteration ``first``: start the clock. A fresh run (``first`` 0) evaluates the model as it
+        is (rank 0 only), the curve's start; a resumed one continues from ``resumed`` (``state()`` as the
+        checkpoint saved it, None for a checkpoint written without evaluations: counting starts anew)
+        and evaluates nothing here, its curve has its points up to the checkpoint already."""
+        self._warm_end = first + self.warmup
+        self._t0 = time.perf_counter() if self.warmup == 0 else None  # paused while warming up
+        if resumed is not None:
+            self._base_s = float(resumed["wall_s"])
+            self._step_s = float(resumed["step_s"])
+            got = np.asarray(resumed["bytes"], dtype=np.float64)
+            if got.shape == self._bytes.shape:
+                self._bytes[:] = got
+        if self.rank == 0 and first == 0:
             self._evaluate(first)
 
     def count(self, it: int, table: np.ndarray | None) -> None:
@@ -110,10 +126,24 @@ class Evaluator:
         if table is None:
             return
         self._bytes += table[:, 4]
-        if it >= self.warmup:
+        if not self.warming_up(it):
             self._step_s += float(table[:, 0].max())
-        elif it == self.warmup - 1:
+        elif it == self._warm_end - 1:
             self._t0, self._eval_s = time.perf_counter(), 0.0
+
+    def warming_up(self, it: int) -> bool:
+        """Whether iteration ``it`` is one of the warm-up iterations of these processes: the run's first
+        ``--warmup``, or a resumed run's first ``--warmup`` after the checkpoint (start-up again)."""
+        return it < self._warm_end
+
+    def state(self) -> dict[str, Any]:
+        """The counters as they are now (rank 0's are the run's), for the checkpoint: plain numbers."""
+        return {"wall_s": self._wall_s(time.perf_counter()), "step_s": self._step_s, "bytes": self._bytes.tolist()}
+
+    def _wall_s(self, now: float) -> float:
+        """Seconds of training on the clock: before these processes, then since their warm-up ended,
+        evaluations taken out (nothing more while the clock is paused in a warm-up)."""
+        return self._base_s + (0.0 if self._t0 is None else now - self._t0 - self._eval_s)
 
     def due(self, it: int) -> bool:
         """Whether an evaluation follows iteration ``it`` (0-based); the same answer on every rank."""
@@ -133,11 +163,11 @@ class Evaluator:
         t = time.perf_counter()
         acc = self.accuracy()
         if self.log is not None:
-            t0 = t if self._t0 is None else self._t0
             self.log.write({"event": "evaluation", "iter": iters_done, "time": time.time(), "accuracy": acc,
-                            "wall_s": t - t0 - self._eval_s, "step_s": self._step_s,
+                            "wall_s": self._wall_s(t), "step_s": self._step_s,
                             "bytes_sent": self._bytes.tolist()})
-        self._eval_s += time.perf_counter() - t
+        if self._t0 is not None:
+            self._eval_s += time.perf_counter() - t
         return acc
 
 

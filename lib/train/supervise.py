@@ -73,6 +73,7 @@ def start(cfg: Any, run_dir: Path, where: Where | None = None, *,
     their host's cores, and ``HIPRESS_DDP_ADDR`` = the first host (rank 0's), for ``--topo ddp``; rank
     0's ``events.jsonl`` is mirrored here while the run goes, for the progress bar.
     """
+    heartbeat.check_stall_timeout(stall_timeout_s)
     where = where or Where()
     cluster = where.cluster
     if cluster is not None:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hipress.launch.heartbeat import Heartbeat, stall_timeout_s, watch_launcher
+from hipress.launch.heartbeat import STARTUP_S, Heartbeat, stall_timeout_s, watch_launcher
 from hipress.lr_schedules import set_rate
 from hipress.models import get
 from hipress.sync.device import bind_rank
@@ -94,8 +94,10 @@ def _finite(x: float) -> float | None:
 def _collective_timeout_s() -> float:
     """How long a collective outside the engine may take: longer than the launcher's stall timeout, so
     that the launcher, which sees every rank's heartbeat, names the stalled rank first; without a
-    launcher (``mpiexec`` by hand), this ends the run instead of hanging it."""
-    return 1.5 * stall_timeout_s()
+    launcher (``mpiexec`` by hand), this ends the run instead of hanging it. Never under the start-up
+    allowance: the first collectives wait for the slowest rank's start-up (a gloo group given 1 ms
+    by ``--stall-timeout 0.001`` failed its first all-reduce)."""
+    return max(STARTUP_S, 1.5 * stall_timeout_s())
 
 
 def _wait(req: Any, what: str, timeout_s: float) -> None:
@@ -222,10 +224,14 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
     runner = make_runner(comm, cfg, model, _collective_timeout_s(), device_choice=choice)
     net, opt = runner.net, runner.opt
     first = 0  # resumed: model, optimizer, compressor state, RNGs and data position from the checkpoint
+    counted = None  # a resumed run's time-to-accuracy counters, as the checkpoint has them
     if cfg.resumed:
         beat.beat("loading the checkpoint")
-        first = checkpoint.restore(comm, run_dir, cfg, model, runner)
+        first, counted = checkpoint.restore(comm, run_dir, cfg, model, runner)
         batches = checkpoint.skip(batches, first)
+    # these processes' warm-up: the run's first --warmup iterations, or a resumed run's first --warmup
+    # after its checkpoint, which pay the start-up costs again; they train, and are left out of timing
+    warm_end = first + cfg.warmup
 
     log = EventLog(run_dir / EVENTS) if rank == 0 and run_dir is not None else None
     pids = np.empty(world, dtype=np.int64)
@@ -246,7 +252,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
 
         evaluator = Evaluator(comm, model, (digits.x_test, digits.y_test), cfg.eval_every, cfg.target_accuracy,
                               cfg.warmup, total - 1, log, lambda req, what: _wait(req, what, _collective_timeout_s()))
-        evaluator.start(first)
+        evaluator.start(first, counted)
     try:
         for it in range(first, total):
             beat.beat("forward/backward", it)
@@ -280,7 +286,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
                                    map(float, gpu_table.mean(axis=0)), strict=True))
             if log and table is not None:
                 log.write({
-                    "event": "iteration", "iter": it, "warmup": it < cfg.warmup, "time": time.time(),
+                    "event": "iteration", "iter": it, "warmup": it < warm_end, "time": time.time(),
                     "lr": float(opt.param_groups[0]["lr"]),  # what the optimizer stepped with
                     "iter_s": float(table[:, 0].max()), "compute_s": float(table[:, 1].mean()),
                     "sync_s": _finite(float(table[:, 2].mean())), "loss": float(table[:, 3].mean()),
@@ -291,11 +297,13 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
                     "sync_span_s": _finite(float(table[:, 6].mean())),
                     **gpu,
                 })
-            if checkpoint.due(it + 1, cfg.checkpoint_every, total):
-                beat.beat("writing the checkpoint", it)
-                checkpoint.save(run_dir, rank, cfg, it + 1, model, runner)
             if evaluator is not None:
                 evaluator.count(it, table)
+            if checkpoint.due(it + 1, cfg.checkpoint_every, total):
+                beat.beat("writing the checkpoint", it)
+                checkpoint.save(run_dir, rank, cfg, it + 1, model, runner,
+                                None if evaluator is None else evaluator.state())
+            if evaluator is not None:
                 if evaluator.due(it):
                     beat.beat("evaluation on rank 0, then the Bcast of its stop decision", it)
                     if evaluator.decide(it):

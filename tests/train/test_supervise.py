@@ -196,3 +196,22 @@ def test_stall_watch_gives_start_up_its_allowance(tmp_path):
     assert w.check(now)[1] is None  # start-up and iteration 0 (kernel compilation) get >= 120 s
     assert "rank 0 made no progress" in w.check(now + 70)[1]
     assert StallWatch(tmp_path, timeout_s=0, ranks=2).check(now + 1000) == (None, None)  # 0: off
+
+
+def test_the_ranks_own_timeouts_follow_the_stall_timeout_with_a_start_up_floor(monkeypatch):
+    """``--stall-timeout 0`` (never) must not leave the ranks timing out their waits after 180 s, and a
+    tiny one must not give DDP's gloo group 1 ms for its first all-reduce."""
+    from hipress.launch import heartbeat
+    from hipress.train.worker import _collective_timeout_s
+
+    for given, want in (("0", heartbeat.NEVER_S * 1.5), ("0.001", heartbeat.STARTUP_S), ("200", 300.0),
+                        ("nan", 180.0), ("bogus", 180.0)):
+        monkeypatch.setenv(heartbeat.STALL_TIMEOUT, given)
+        assert _collective_timeout_s() == want, given
+    import datetime
+
+    monkeypatch.setenv(heartbeat.STALL_TIMEOUT, "0")
+    datetime.timedelta(seconds=_collective_timeout_s())  # what torch's process groups take: no overflow
+    for bad in (-1.0, float("nan"), float("inf"), heartbeat.MAX_STALL_S + 1):
+        with pytest.raises(ValueError, match="--stall-timeout must be"):
+            heartbeat.check_stall_timeout(bad)

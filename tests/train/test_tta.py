@@ -132,3 +132,31 @@ def test_bench_time_to_accuracy_writes_the_table_and_the_plot(tmp_path):
     # tbq sends 2 bits per element: far fewer bytes per iteration than fp32
     per_it = {k: v["bytes_sent_per_rank"] / v["iterations"] for k, v in rows.items()}
     assert per_it["ring+tbq"] < per_it["ring+none"] / 4
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_a_resumed_run_counts_time_and_bytes_from_where_it_was(results):
+    """A run stopped after its checkpoint and resumed keeps one evaluation curve: the dead part's later
+    evaluations are dropped, none is repeated, and time and bytes go on from the checkpoint (they
+    restarted at zero, so the time and bytes to the target were those of the resumed part only). The
+    resumed processes' first iteration pays start-up costs again: it is a warm-up one, left out."""
+    common = [*TTA_RUN, "--warmup", "1", "--eval-every", "2", "--checkpoint-every", "3",
+              "--target-accuracy", "0.999", "--results", str(results)]
+    part = hipress(*common, "--iters", "5", "--run-id", "part", env={"HIPRESS_FAULT": "1:4"})
+    assert part.returncode != 0 and "fault injected" in part.stderr + part.stdout, part.stderr
+    assert [e["iter"] for e in _evaluations(results / "part")] == [0, 2, 4]  # 4: after the checkpoint at 3
+    res = hipress("run", "--resume", str(results / "part"), "--json")
+    assert res.returncode == 0, res.stderr
+    ev = events(results / "part")
+    its = [e for e in ev if e["event"] == "iteration"]
+    evs = _evaluations(results / "part")
+    assert [e["iter"] for e in its] == list(range(6))
+    assert [e["iter"] for e in its if e["warmup"]] == [0, 3]  # the run's warm-up, and the resumed one's
+    assert [e["iter"] for e in evs] == [0, 2, 4, 6]
+    for e in evs:  # cumulative bytes per rank over every iteration before the evaluation
+        assert e["bytes_sent"] == [sum(i["bytes_sent"][r] for i in its if i["iter"] < e["iter"]) for r in range(2)]
+    assert evs[-1]["step_s"] == pytest.approx(sum(i["iter_s"] for i in its if not i["warmup"]))
+    walls = [e["wall_s"] for e in evs]
+    assert walls == sorted(walls) and walls[-1] >= evs[-1]["step_s"] > evs[2]["step_s"] > 0
+    assert json.loads(res.stdout)["measured_iterations"] == 4
