@@ -46,7 +46,8 @@ def _cosine(it: int, length: int) -> float:
 
 
 def _step(it: int, length: int) -> float:
-    return 0.1 ** bisect_right([length // 2, length * 3 // 4], it)
+    # the first iteration always trains at the base rate (a 1-iteration run's milestones were both 0)
+    return 0.1 ** bisect_right([max(1, length // 2), max(1, length * 3 // 4)], it)
 
 
 #: name -> schedule; the order is the order of the help.

@@ -93,7 +93,9 @@ def bench_train(
     ``device``: "cuda" or "cpu" (resolved); on CUDA every iteration also records the GPU time of the
     engine's encode and decode and how much of it overlapped backward. ``preset``: the model's sizes.
     """
-    opts = {**(model_opts or {}), **(tta or {})}
+    # what `hipress run --topo T --alg A` would run: the same default --comp-threshold (None would
+    # compress every gradient, biases too, and the variant would not be the run it stands for)
+    opts = {"comp_threshold": "default", **(model_opts or {}), **(tta or {})}
     configs = {v.label: make_config(model, v.topo, v.alg, np_, iters, warmup=warmup, threads=threads, preset=preset,
                                     device=device, **opts)
                for v in variants}  # validates everything before anything starts

@@ -46,3 +46,8 @@ def test_two_variants_side_by_side(tmp_path):
     (bench_dir,) = tmp_path.iterdir()
     assert json.loads((bench_dir / "bench.json").read_text()) == r
     assert {p.name for p in bench_dir.iterdir()} == {"bench.json", "ring+tbq-r0", "ring+none-r0"}
+    # a variant is the run it stands for: `hipress run mlp --alg tbq` leaves biases uncompressed
+    from hipress.train.threshold import DEFAULT_COMP_THRESHOLD
+
+    cfg = json.loads((bench_dir / "ring+tbq-r0" / "config.json").read_text())
+    assert cfg["comp_threshold"] == DEFAULT_COMP_THRESHOLD

@@ -144,6 +144,16 @@ def test_lr_schedule_is_recorded_and_old_files_mean_constant(tmp_path):
         RunConfig.from_json(json.dumps({**d, "lr_schedule": "linear"}))
 
 
+@pytest.mark.parametrize("length", [1, 2, 3, 4])
+def test_every_schedule_starts_at_the_base_rate_however_short_the_run(length):
+    """A 1-iteration step schedule had its milestones at 0 and 0: it trained at 0.01x from the start."""
+    from hipress.lr_schedules import SCHEDULES
+
+    for s in SCHEDULES.values():
+        assert s.rate(0.2, 0, length) == 0.2, (s.name, length)
+    assert [SCHEDULES["step"].rate(1.0, t, 4) for t in range(4)] == pytest.approx([1, 1, 0.1, 0.01])
+
+
 def test_a_checkpoint_must_match_the_runs_lr_schedule(tmp_path):
     """A checkpoint's rates are recomputed from the run's schedule on resume, so the schedule is part of
     its identity; checkpoints written before it was (no ``lr_schedule``) were written at a constant rate."""
