@@ -55,22 +55,24 @@ _MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 MAX_SIZE = 16 << 30
 
 
-def parse_size(text: str, *, what: str = "size", maximum: int = MAX_SIZE) -> int:
-    """``"64M"`` -> 67108864 bytes (binary multiples, as gradient sizes are quoted).
+def parse_size(text: str, *, what: str = "size", maximum: int = MAX_SIZE, unit: str = "bytes") -> int:
+    """``"64M"`` -> 67108864 (binary multiples, as gradient sizes are quoted).
 
     Exact (no float rounding, no overflow on 5,000 digits): bad or out-of-range input raises
-    ``typer.BadParameter`` naming ``what`` and the bound.
+    ``typer.BadParameter`` naming ``what`` and the bound. ``unit``: what the number counts (``bytes``,
+    or ``elements`` for an option that takes element counts), named with the bound so that the
+    message does not speak of bytes where the option means elements.
     """
+    bound = f"{_human(maximum)} ({maximum} {unit})"
     if len(text) > 80:
         raise typer.BadParameter(f"{what} {text[:20]!r}... is {len(text)} characters long; at most "
-                                 f"{_human(maximum)} is taken")
+                                 + (f"{_human(maximum)} is taken" if unit == "bytes" else f"{bound} is taken"))
     m = _SIZE.match(text)
     if not m:
         raise typer.BadParameter(f"{what} {text[:40]!r} is not a size; use e.g. 4096, 512K, 64M or 1G")
     value = int(Fraction(m.group(1)) * _MULT[m.group(2).lower()])
     if value > maximum:
-        raise typer.BadParameter(f"{what} {text.strip()!r} is too large: at most {_human(maximum)} "
-                                 f"({maximum} bytes)")
+        raise typer.BadParameter(f"{what} {text.strip()!r} is too large: at most {bound}")
     return value
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Annotated
@@ -10,7 +11,15 @@ import typer
 from rich.table import Table
 
 from hipress.topology_names import PS
-from hipress_cli.options import JsonOpt, console, fail, print_json, styled
+from hipress_cli.options import JsonOpt, console, fail, styled
+
+#: ``--compute-ms``: one iteration's compute, at most 10^9 ms (11.6 days). Beyond it the number is a
+#: typo, and ``lambda * compute`` stays far inside float64's range (no inf, no NaN printed). Here, not
+#: in ``hipress.plan.limits``: importing the planner at start-up would load torch for every command.
+MAX_COMPUTE_MS = 1e9
+#: ``--lambda``: how much communication slows compute down; measured factors are 1-2, so 1000 is
+#: generous. With ``MAX_COMPUTE_MS``, the predicted iteration is at most 10^12 ms.
+MAX_LAMBDA = 1e3
 
 InputOpt = Annotated[Path | None, typer.Option("--input", help="HiPress input.txt: 'name,num_floats' a line.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A model of the zoo (e.g. vgg19) instead.")]
@@ -29,9 +38,10 @@ CostModelOpt = Annotated[str | None, typer.Option(
 OutputOpt = Annotated[Path | None, typer.Option("--output", help="Write the plan here (HiPress SeCoPaPlan.txt).")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-gradient costs and a whole-iteration prediction.")]
 ComputeOpt = Annotated[float | None, typer.Option(
-    "--compute-ms", min=0, help="Per-iteration compute time (ms) for the iteration prediction.")]
+    "--compute-ms", min=0,
+    help=f"Per-iteration compute time (ms) for the iteration prediction, 0..{MAX_COMPUTE_MS:g}.")]
 LambdaOpt = Annotated[float, typer.Option(
-    "--lambda", min=0, help="Compute slow-down factor in max(lambda*compute, sync).")]
+    "--lambda", min=0, help=f"Compute slow-down factor in max(lambda*compute, sync), 0..{MAX_LAMBDA:g}.")]
 
 
 def load_gradients(input_: Path | None, model: str | None) -> tuple[list[tuple[str, int]], str]:
@@ -66,6 +76,26 @@ def load_model(profile: Path | None, cost_model: str | None):
         return load_cost_model(profile if profile is not None else (cost_model or "sosp21"))
     except PlanError as e:
         raise fail(str(e)) from None
+
+
+def check_bounded(option: str, value: float | None, maximum: float, what: str) -> None:
+    """Refuse a non-finite or absurd ``value``: ``inf`` made the iteration prediction inf and the
+    speed-up inf/inf = NaN (printed as ``nanx``, or ``Infinity`` in JSON, which is not JSON)."""
+    if value is None:
+        return
+    if not math.isfinite(value) or not 0 <= value <= maximum:
+        raise fail(f"{option} {value:g} is out of range: give {what} between 0 and {maximum:g}")
+
+
+def print_plan_json(obj: object) -> None:
+    """The plan as strict JSON: a NaN or infinity would print as ``NaN``/``Infinity``, which JSON parsers
+    refuse, so one is an error here rather than output a consumer chokes on later."""
+    try:
+        text = json.dumps(obj, indent=2, allow_nan=False, default=str)
+    except ValueError:
+        raise fail("the plan has a cost that is not a finite number (an infinite or NaN cost constant?); "
+                   "check the cost model's constants", code=1) from None
+    typer.echo(text)
 
 
 def iteration(sync_ms: float, compute_ms: float | None, lam: float) -> float | None:
@@ -109,6 +139,8 @@ def plan(
         raise fail(str(e)) from None
     if not 1 <= nnodes <= MAX_NODES:
         raise fail(f"--nnodes {nnodes} is out of range: give 1..{MAX_NODES} nodes (machines; K ranges over 1..N)")
+    check_bounded("--compute-ms", compute_ms, MAX_COMPUTE_MS, "one iteration's compute time in milliseconds")
+    check_bounded("--lambda", lam, MAX_LAMBDA, "a compute slow-down factor (typically 1 to 2)")
     gradients, source = load_gradients(input_, model)
     cm = load_model(profile, cost_model)
     try:
@@ -142,7 +174,7 @@ def plan(
                   "compress everything": tot["compress_everything_ms"]}
     iters = {k: iteration(v, compute_ms, lam) for k, v in strategies.items()}
     if json_:
-        print_json({
+        print_plan_json({
             "source": source, "topology": topology, "nnodes": nnodes, "cost_model": cm.name,
             "payload": result.payload.source, "planner": result.planner, "decided_by": decided_by,
             "derived_collectives": derived, "collective_origin": origins, "output": str(output) if output else None,
@@ -200,7 +232,8 @@ def plan(
         if compute_ms is None:
             console.print(f"sync alone: {best} is fastest; pass --compute-ms to ask whether it shows in the iteration")
         else:
-            gain = iters["compress nothing"] / iters["secopa"]
+            # both 0 with one node and --compute-ms 0: nothing to gain, not a division by zero
+            gain = iters["compress nothing"] / iters["secopa"] if iters["secopa"] > 0 else 1.0
             if gain > 1.005:
                 verdict = "yes"
             elif tot["compress_nothing_ms"] <= lam * compute_ms:

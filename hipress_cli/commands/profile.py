@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -9,7 +11,11 @@ import typer
 from rich.table import Table
 
 from hipress_cli import options
-from hipress_cli.options import JsonOpt, console, fail, parse_size, print_json, styled
+from hipress_cli.options import MAX_SIZE, JsonOpt, console, fail, parse_size, print_json, styled
+
+#: The most elements ``--sizes`` takes: 16 GiB of fp32 (4 G elements), what ``MAX_SIZE`` bounds in bytes;
+#: the encode/decode timing holds three such tensors at once.
+MAX_PROFILE_ELEMENTS = MAX_SIZE // 4
 
 
 def register(root: typer.Typer) -> None:
@@ -17,14 +23,40 @@ def register(root: typer.Typer) -> None:
 
 
 def _sizes(text: str) -> list[int]:
-    """``"1K,64K,4M"`` -> element counts (binary multiples)."""
+    """``"1K,64K,4M"`` -> element counts (binary multiples); the bound is said in elements, not bytes."""
     try:
-        sizes = sorted({parse_size(s) for s in text.split(",") if s.strip()})
+        sizes = sorted({parse_size(s, what="element count", maximum=MAX_PROFILE_ELEMENTS, unit="elements")
+                        for s in text.split(",") if s.strip()})
     except typer.BadParameter as e:
         raise fail(f"--sizes: {e}") from None
     if len(sizes) < 2 or sizes[0] < 1:
         raise fail(f"--sizes needs two or more positive element counts, got {text!r}")
     return sizes
+
+
+def check_output(output: Path) -> None:
+    """Refuse an ``--output`` the profile could not be saved to, before minutes of measuring are spent.
+
+    The save at the end stays atomic (a temporary file beside the target, renamed over it), so what is
+    checked here is what it needs: the target is not a directory, and its directory exists and takes a
+    new file -- tried with a real temporary file, which also catches a read-only mount or ACLs that
+    permission bits do not show.
+    """
+    parent = output.parent
+    if output.is_dir():
+        raise fail(f"--output {output}: is a directory; give a file path, e.g. {output / 'profile.json'}")
+    if not parent.exists():
+        raise fail(f"--output {output}: directory {parent} does not exist; create it (mkdir -p {parent}) "
+                   "or give another path")
+    if not parent.is_dir():
+        raise fail(f"--output {output}: {parent} is not a directory; give a path inside a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".probe", dir=parent)
+    except OSError as e:
+        raise fail(f"--output {output}: cannot create a file in {parent}: {e.strerror or e}; "
+                   "give a path in a writable directory") from None
+    os.close(fd)
+    Path(probe).unlink(missing_ok=True)
 
 
 def profile(
@@ -72,8 +104,10 @@ def profile(
         if cluster is None:
             raise fail("no emulated cluster is up; start one with `hipress cluster emulate up --hosts N`")
     nprocs = np_ if np_ is not None else (cluster.hosts if cluster else 2)
+    size_list = _sizes(sizes)
+    check_output(output)
     try:
-        model = run_profile(alg, nprocs=nprocs, sizes=_sizes(sizes), repeat=repeat, warmup=warmup, hosts=host_list,
+        model = run_profile(alg, nprocs=nprocs, sizes=size_list, repeat=repeat, warmup=warmup, hosts=host_list,
                             ssh_options=ssh_options, emulated=cluster, stat=stat, interface=ssh.interface,
                             device=dev)
         save_profile(model, output)

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from .errors import PlanError
+from .limits import MAX_A_MS, MAX_B_MS
 
 COMPUTE = ("encode", "decode", "merge")
 ALIASES = {"aggregate": "merge", "ring_send_one_step": "send"}
@@ -99,6 +100,7 @@ class Linear:
         for k, v in vals.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise PlanError(f"{where}.{k}: expected a number, got {v!r}")
+            _check_bound(v, k, where)
         try:
             return cls(float(vals["B"]), float(vals["A"]), float(vals["overhead"]), d.get("fit"))
         except PlanError as e:
@@ -106,6 +108,28 @@ class Linear:
 
 
 ZERO = Linear(0.0, 0.0, 0.0)
+
+#: The largest magnitude a loaded constant may have, and its unit (see ``limits``).
+_BOUNDS = {"B": (MAX_B_MS, "ms per element (1 s)"), "A": (MAX_A_MS, "ms (an hour)"),
+           "overhead": (MAX_A_MS, "ms (an hour)")}
+
+
+def _check_bound(v: float, k: str, where: str) -> None:
+    """Refuse a loaded constant that is not finite or beyond what any machine measures.
+
+    Checked where a file is read rather than in ``Linear`` itself: the planner builds curves too (a
+    gather at N derived from ``send`` scales B by N-1), and those may exceed a per-call bound
+    legitimately. ``v`` may be a JSON integer too large for a float, so it is compared, not converted.
+    """
+    bound, unit = _BOUNDS[k]
+    if isinstance(v, float) and not math.isfinite(v):
+        raise PlanError(f"{where}.{k}: {v!r} is not a finite number; fix the file or measure the cluster again "
+                        "with `hipress profile`")
+    if abs(v) > bound:
+        shown = f"{v:g}" if isinstance(v, float) else (str(v) if len(str(v)) <= 30 else f"{str(v)[:20]}...")
+        raise PlanError(f"{where}.{k}: {shown} is beyond the largest cost constant taken, {bound:g} {unit}; "
+                        "is it in the wrong unit (ms, per fp32 element)? Fix the file or measure the cluster "
+                        "again with `hipress profile`")
 
 
 @dataclass(frozen=True)

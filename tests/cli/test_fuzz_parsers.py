@@ -99,3 +99,21 @@ def test_known_values():
     assert parse_size(" 4096 ") == 4096 and parse_size("512KiB") == 512 << 10
     assert parse_rate("1gbit") == 10**9 and parse_rate("1000gbit") == MAX_RATE_BITS and parse_rate("none") is None
     assert parse_rate("0.1mbit") == MIN_RATE_BITS
+
+
+def test_parse_size_names_its_unit():
+    """QA: ``profile --sizes 99999T`` spoke of bytes though it takes element counts; bytes stay the default."""
+    try:
+        parse_size("99999T")
+    except typer.BadParameter as e:
+        assert str(e) == "size '99999T' is too large: at most 16G (17179869184 bytes)"
+    else:
+        raise AssertionError("99999T was taken")
+    for text, want in [("99999T", "too large: at most 4G (4294967296 elements)"),
+                       ("9" * 100, "characters long; at most 4G (4294967296 elements) is taken")]:
+        try:
+            parse_size(text, what="element count", maximum=MAX_SIZE // 4, unit="elements")
+        except typer.BadParameter as e:
+            assert want in str(e) and "bytes" not in str(e), str(e)
+        else:
+            raise AssertionError(f"{text} was taken")

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from hipress.plan import load_cost_model, plan_gradients, read_input, read_plan, sosp21
+from hipress.plan import PlanError, load_cost_model, plan_gradients, read_input, read_plan, sosp21
 from hipress_cli.app import build
 
 REF = Path("/work/shared/reference/vgg19_input.txt")
@@ -215,3 +215,127 @@ def test_plan_explains_powersgd_summed_steps(vgg_input):
     assert [p["compress"] for p in onebit["plan"]] != [p["compress"] for p in out["plan"]]
     r = hipress("plan", "--input", vgg_input, "--alg", "powersgd", "--nnodes", 4)
     assert r.returncode != 0 and "needs the gradients' shapes" in r.stderr and "--model" in r.stderr
+
+
+def _strict_json(text: str):
+    """``json.loads`` that refuses ``NaN``/``Infinity``, as strict JSON parsers (jq, JavaScript) do."""
+    def refuse(name: str):
+        raise ValueError(f"not JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(("args", "msg"), [
+    (["--compute-ms", "inf"], "--compute-ms inf is out of range"),
+    (["--compute-ms", "1e308", "--lambda", "1e308"], "--compute-ms 1e+308 is out of range"),
+    (["--compute-ms", "1e9", "--lambda", "1e308"], "--lambda 1e+308 is out of range"),
+    (["--lambda", "inf"], "--lambda inf is out of range"),
+    (["--compute-ms", "1e10"], "between 0 and 1e+09"),
+])
+@pytest.mark.parametrize("mode", ["--explain", "--json"])
+def test_plan_refuses_non_finite_compute_and_lambda(vgg_input, args, msg, mode):
+    """QA: --compute-ms inf printed 'nanx' with rc 0, and --json printed Infinity (not JSON)."""
+    r = hipress("plan", "--input", vgg_input, *args, mode)
+    assert r.returncode == 2 and msg in r.stderr, r.stderr
+    assert not r.stdout and "Traceback" not in r.stderr
+
+
+def test_plan_json_is_strict_at_the_bounds_and_one_node_explains(vgg_input):
+    r = hipress("plan", "--input", vgg_input, "--compute-ms", "1e9", "--lambda", "1000", "--json")
+    assert r.returncode == 0, r.stderr
+    assert _strict_json(r.raw)["iteration_ms"]["secopa"] == 1e12
+    # one node syncs nothing and --compute-ms 0 computes nothing: 0/0 used to be a ZeroDivisionError
+    r = hipress("plan", "--input", vgg_input, "--nnodes", 1, "--compute-ms", 0, "--explain")
+    assert r.returncode == 0, r.stderr
+    assert "against 0.0 ms uncompressed, 1.00x" in r.stdout
+
+
+def _profile_json(path: Path, **encode) -> Path:
+    prim = {"B": 1e-6, "A": 0.1}
+    path.write_text(json.dumps({"alg": "tbq", "encode": {**prim, **encode}, "decode": prim, "merge": prim,
+                                "send": prim}))
+    return path
+
+
+@pytest.mark.parametrize(("encode", "msg"), [
+    ({"B": 1e308, "A": 1e308}, "encode.B: 1e+308 is beyond the largest cost constant taken, 1000 ms per element"),
+    ({"A": 1e308}, "encode.A: 1e+308 is beyond the largest cost constant taken, 3.6e+06 ms"),
+    ({"A": -1e7}, "encode.A: -1e+07 is beyond"),
+    ({"overhead": 1e300}, "encode.overhead: 1e+300 is beyond"),
+    ({"A": 10**400}, "encode.A: 10000000000000000000... is beyond"),  # an int too large for a float
+])
+def test_plan_refuses_huge_profile_constants(vgg_input, tmp_path, encode, msg):
+    """QA: encode {"B": 1e308, "A": 1e308} leaked numpy RuntimeWarnings and tied every strategy."""
+    path = _profile_json(tmp_path / "huge.json", **encode)
+    r = hipress("plan", "--input", vgg_input, "--profile", path)
+    assert r.returncode == 2 and f"{path}: {msg}" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "RuntimeWarning" not in r.stderr
+    with pytest.raises(PlanError, match="encode"):
+        load_cost_model(path)
+
+
+def test_plan_profile_constants_at_the_bounds_plan_without_warnings(vgg_input, tmp_path):
+    import warnings
+
+    path = _profile_json(tmp_path / "slow.json", B=1000.0, A=3.6e6, overhead=3.6e6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a numpy overflow would be a RuntimeWarning, raised here
+        r = hipress("plan", "--input", vgg_input, "--profile", path, "--nnodes", 16, "--json")
+    assert r.returncode == 0, r.stderr
+    t = _strict_json(r.raw)["totals"]
+    assert t["compress_everything_ms"] > t["compress_nothing_ms"] >= t["secopa_ms"]  # encoding is slow: no tie
+    nan = tmp_path / "nan.json"
+    nan.write_text(path.read_text().replace("1000.0", "NaN"))
+    r = hipress("plan", "--input", vgg_input, "--profile", nan)
+    assert r.returncode == 2 and f"{nan}: encode.B: nan is not a finite number" in r.stderr, r.stderr
+
+
+@pytest.fixture
+def no_measuring(monkeypatch):
+    """The profiler's measuring replaced by a failure: a test that reaches it measured before checking."""
+    import hipress.plan.profile as prof
+
+    calls = []
+
+    def measured(*args, **kwargs):
+        calls.append(args)
+        raise PlanError("measured")
+    monkeypatch.setattr(prof, "profile", measured)
+    return calls
+
+
+def test_profile_output_checked_before_measuring(tmp_path, no_measuring, monkeypatch):
+    """QA: --output nodir2/x.json measured for minutes, then failed to save."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    cases = [
+        (tmp_path / "nodir2" / "x.json", f"--output {tmp_path / 'nodir2' / 'x.json'}: directory "
+                                         f"{tmp_path / 'nodir2'} does not exist; create it"),
+        (tmp_path, f"--output {tmp_path}: is a directory; give a file path"),
+        (afile / "x.json", f"{afile} is not a directory"),
+    ]
+    for out, msg in cases:
+        r = hipress("profile", "--output", out, "--sizes", "1K,2K")
+        assert r.returncode == 2 and msg in r.stderr, (out, r.stderr)
+    assert not no_measuring
+    import hipress_cli.commands.profile as cmd
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")  # what a read-only directory does (root is exempt)
+    monkeypatch.setattr(cmd.tempfile, "mkstemp", read_only)
+    r = hipress("profile", "--output", tmp_path / "x.json", "--sizes", "1K,2K")
+    assert r.returncode == 2 and f"cannot create a file in {tmp_path}: Permission denied" in r.stderr, r.stderr
+    assert not no_measuring
+
+
+def test_profile_writable_output_goes_on_to_measure(tmp_path, no_measuring):
+    r = hipress("profile", "--output", tmp_path / "p.json", "--sizes", "1K,2K")
+    assert r.returncode == 2 and "measured" in r.stderr and len(no_measuring) == 1
+    assert list(tmp_path.iterdir()) == []  # the probe file is gone
+
+
+def test_profile_sizes_bound_speaks_of_elements(no_measuring):
+    """QA: --sizes 99999T said 'at most 16G (17179869184 bytes)', but --sizes counts elements."""
+    r = hipress("profile", "--sizes", "1K,99999T")
+    assert r.returncode == 2, r.stderr
+    assert "--sizes: element count '99999T' is too large: at most 4G (4294967296 elements)" in r.stderr
+    assert "bytes" not in r.stderr and not no_measuring
