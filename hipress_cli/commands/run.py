@@ -117,8 +117,9 @@ def register(app: typer.Typer) -> None:
     @opt.with_ssh_options
     def run(
         ctx: typer.Context,
-        model: Annotated[str | None, typer.Argument(help="A model of the zoo: vgg19, resnet50, bert, transformer, "
-                                                         "lstm, ugatit (`hipress models`).")] = None,
+        model: Annotated[str | None, typer.Argument(help="A model of the zoo: the paper's vgg19, resnet50, bert, "
+                                                         "transformer, lstm, ugatit, and mlp, a small one for quick "
+                                                         "runs and --data digits (`hipress models`).")] = None,
         model_opt: Annotated[str | None, typer.Option("--model", help="The model as an option (HiPress's "
                                                       "spelling), instead of the argument.")] = None,
         topo: Annotated[str | None, typer.Option("--topo", help=_topo_help() + f" Default: {DEFAULT_CHOICE.name}.",
@@ -267,6 +268,8 @@ def register(app: typer.Typer) -> None:
                 except Exception as e:  # noqa: BLE001 - report it; the run's own result matters more
                     err_console.print(styled("[yellow]warning:[/] could not restore the emulated cluster: {}", e))
         if not outcome.ok:
+            if json_:  # the failed run's summary (status, error, what ran) is what a script reads
+                print_json(outcome.summary)
             n = outcome.summary["iterations"]
             raise fail(f"{outcome.failure}\nthe run stopped after {n} iteration(s); its events are in "
                        f"{run_dir / 'events.jsonl'}, worker output in {run_dir / 'output.log'}",

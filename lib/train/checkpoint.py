@@ -148,6 +148,11 @@ def load(run_dir: Path, rank: int, cfg: Any) -> dict[str, Any]:
     """This rank's checkpoint, read with ``weights_only=True``; ``CheckpointError`` says what is wrong."""
     path = path_for(run_dir, rank)
     if not path.is_file():
+        others = sorted(p.name for p in path.parent.glob("rank-*.pt")) if path.parent.is_dir() else []
+        if others:
+            raise CheckpointError(f"no checkpoint for rank {rank} at {path}, though {', '.join(others[:4])} "
+                                  f"{'is' if len(others) == 1 else 'are'} there: the checkpoint directory is "
+                                  f"incomplete (a file lost or removed); restore it from a copy or start the run again")
         raise CheckpointError(f"no checkpoint for rank {rank} at {path}: the run was not started with "
                               f"--checkpoint-every N, or stopped before its first checkpoint; start it again")
     try:

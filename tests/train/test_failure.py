@@ -12,7 +12,7 @@ import pytest
 
 from hipress.train.supervise import alive
 
-from .conftest import CLI, events
+from .conftest import CLI, events, hipress
 
 pytestmark = pytest.mark.mpi
 
@@ -81,3 +81,13 @@ def test_a_failing_rank_ends_the_run(results, kind, message):
     if kind == "exit":
         assert "exited with code 3" in out
     _check_aftermath(run_dir, pids, 3)
+
+
+def test_a_failed_run_still_prints_its_summary_as_json(results):
+    """A script that asked for --json gets the failed run's summary on stdout (and the exit code)."""
+    res = hipress("run", "mlp", "--np", "2", "--iters", "5", "--results", str(results), "--run-id", "f", "--json",
+                  env={"HIPRESS_FAULT": "1:2"})
+    assert res.returncode == 1, res.stderr
+    s = json.loads(res.stdout)
+    assert s["status"] == "failed" and "rank 1" in s["error"] and "fault injected" in s["error"]
+    assert s == json.loads((results / "f" / "summary.json").read_text())

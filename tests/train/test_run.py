@@ -217,6 +217,7 @@ def test_resume_of_a_missing_or_damaged_checkpoint_fails_clearly(results):
     assert "Traceback" not in res.stderr
     ckpt.unlink()
     res = hipress("run", "--resume", str(run_dir), "--iters", "2")
-    assert res.returncode != 0 and "no checkpoint for rank 1" in res.stderr.replace("\n", "")
+    said = " ".join(res.stderr.split())
+    assert res.returncode != 0 and "no checkpoint for rank 1" in said and "rank-0.pt is there" in said, said
     res = hipress("run", "--resume", str(results / "nowhere"))
     assert res.returncode != 0 and "no config.json" in res.stderr and "Traceback" not in res.stderr
