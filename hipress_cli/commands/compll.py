@@ -100,24 +100,41 @@ def _nvcc_ptx(sources: list[Path]) -> list[Path]:
 @app.command("check")
 def check(
     specs: Annotated[list[Path], typer.Argument(help="Spec files to parse and type-check.", show_default=False)],
+    json_: JsonOpt = False,
 ) -> None:
-    """Parse and check specs; report each problem as file:line:col."""
+    """Parse and check specs; report each problem as file:line:col (exit 1 if any spec has one)."""
+    rows = [_check_one(s) for s in specs]
+    if json_:
+        print_json({"ok": all(r["ok"] for r in rows), "specs": rows})
+    else:
+        for r in rows:
+            if r["ok"]:
+                params = ", ".join(p["name"] for p in r["parameters"]) or "none"
+                console.print(f"{r['spec']}: ok ({r['roles']}; parameters: {params})")
+            else:
+                err_console.print(styled("[bold red]error:[/] {}", r["error"]["text"]), soft_wrap=True)
+    if not all(r["ok"] for r in rows):
+        raise typer.Exit(1)
+
+
+def _check_one(spec: Path) -> dict:
+    """One spec's verdict as JSON-ready data: what ``check`` prints, or ``--json`` gives as is.
+
+    An error keeps its parts (file, line, col, message, hint) so that an editor or CI step can point
+    at the place without parsing the text.
+    """
     from hipress.compll import CompLLError
     from hipress.compll.loader import read_spec
 
-    bad = 0
-    for s in specs:
-        try:
-            _, checked = read_spec(s)
-        except CompLLError as e:
-            err_console.print(styled("[bold red]error:[/] {}", e), soft_wrap=True)
-            bad += 1
-            continue
-        roles = checked.roles
-        params = ", ".join(p.name for p in checked.params) or "none"
-        console.print(f"{s}: ok ({roles}; parameters: {params})")
-    if bad:
-        raise typer.Exit(1)
+    try:
+        _, checked = read_spec(spec)
+    except CompLLError as e:
+        error = {"file": e.file, "line": e.line, "col": e.col, "message": e.message, "hint": e.hint, "text": str(e)}
+        return {"spec": str(spec), "ok": False, "error": error}
+    params = [
+        {"name": p.name, "type": str(p.ty), "required": p.required, "default": p.default} for p in checked.params
+    ]
+    return {"spec": str(spec), "ok": True, "roles": checked.roles, "parameters": params}
 
 
 @app.command("stats")
@@ -166,15 +183,23 @@ def bench(
     from hipress.compll.builtins import BUILTINS
 
     names = list(BUILTINS) if alg == "all" else [a.strip() for a in alg.split(",") if a.strip()]
+    if not names:
+        raise fail(f"--alg names no built-in; give some of {', '.join(BUILTINS)} (comma-separated) or 'all'")
     unknown = [n for n in names if n not in BUILTINS]
     if unknown:
         raise fail(f"unknown built-in(s) {', '.join(unknown)}; choose from {', '.join(BUILTINS)}")
-    result = bench_builtins(names, parse_size(size, what="--size"), repeat=repeat, warmup=warmup, threads=threads)
+    nbytes = parse_size(size, what="--size")
+    if nbytes < 4 or nbytes % 4:
+        raise fail(
+            f"--size {size.strip()!r} is {nbytes} bytes: a gradient of fp32 takes a positive multiple of 4 bytes "
+            "(e.g. 4K, 64M)"
+        )
+    result = bench_builtins(names, nbytes, repeat=repeat, warmup=warmup, threads=threads)
     if json_:
         print_json(result)
         return
     t = Table(
-        title=f"generated vs hand-written on {result['size_bytes'] / 2**20:.0f} MiB fp32, "
+        title=f"generated vs hand-written on {_human_bytes(result['size_bytes'])} fp32, "
         f"{result['threads']} threads (median of {repeat}, interleaved)"
     )
     for col in (
@@ -201,3 +226,11 @@ def bench(
         )
     console.print(t)
     console.print("gen/lib > 1: the generated code is faster; [lo, hi]: bootstrap 95% CI of the ratio of medians.")
+
+
+def _human_bytes(n: int) -> str:
+    """A size as the title shows it: ``64 MiB``, ``1 KiB``, ``1.5 KiB``, ``12 B`` (never "0 MiB")."""
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.4g} {unit}"
+    return f"{n} B"

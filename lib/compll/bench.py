@@ -32,14 +32,23 @@ def _ratio_ci(lib: list[float], gen: list[float], n_boot: int = 2000, seed: int 
 def bench_builtins(
     names: list[str], nbytes: int, repeat: int = 10, warmup: int = 2, threads: int = 0, seed: int = 0
 ) -> dict:
+    """Time ``names`` on a gradient of ``nbytes`` bytes of fp32 (a positive multiple of 4, or ValueError).
+
+    The size is checked rather than rounded: a result labelled 0 bytes but measured on 4 would
+    report a throughput for a size nobody asked for.
+    """
     import numba
 
     from hipress.compress.kernels import set_threads
 
+    if nbytes < 4 or nbytes % 4:
+        raise ValueError(f"a gradient of fp32 takes a positive multiple of 4 bytes, not {nbytes}")
+    if not names:
+        raise ValueError("no algorithm to measure")
     if threads:
         set_threads(threads)
         torch.set_num_threads(threads)
-    n = max(1, nbytes // 4)
+    n = nbytes // 4
     x = torch.randn(n, generator=torch.Generator().manual_seed(seed))
     rows = []
     for name in names:

@@ -1,10 +1,27 @@
-"""How deep a spec's expressions may nest, and the recursion room the generator gets for them.
+"""How deep a spec may nest, so that its generated code compiles, and the front end's recursion room.
 
-The front end and the generator walk expressions recursively, and generated Python may not nest
-parentheses past 200. A long left-associative chain (``a + b + ... + z``, ``a * b * ...``) is
-written flat by the emitter, so it counts as one level; anything else nesting deeper than
-``MAX_NESTING`` is refused by the checker with a clear error instead of a crash at generation or
-import time.
+The limits are those of the code generated from a spec, which Python must compile when a
+compressor is imported (a spec that ``check`` accepts must never fail there):
+
+- Parentheses: Python's parser takes at most 200 nested ones. A long left-associative chain
+  (``a + b + ... + z``, ``a * b * ...``) is written flat by the emitter, so it counts as one level;
+  any other nesting costs the generated code a few parentheses per level: ``MAX_NESTING``.
+- Operations: even written flat, ``a + b + c`` is ``(a + b) + c`` to Python's compiler, which walks
+  it recursively, one level per operation. CPython 3.10 and 3.11 allow 3 x (recursion limit - frames
+  in use) levels (2,980 at the default limit at top level, 1,180 when imported 600 frames deep),
+  3.12 about 3,000, 3.13 about 10,000. ``MAX_DEPTH`` operations along any path of one expression
+  (every operation of a chain counting one), with the levels the generated code adds around it
+  (``if`` blocks, conversions), come to about 1,070 at worst (tests/compll/test_security.py builds
+  that spec): the module compiles when imported up to ~600 frames deep.
+- Blocks: Python's tokenizer takes at most 99 levels of indentation. The generated host code starts
+  2 levels in (``def``, ``with``) and a lambda's 1, each ``if`` indents one level (an ``else if`` is an
+  ``if`` inside the ``else``: one level more), and a step's own lines add 1 (an ``if ...:`` before a
+  ``ctx.fail``): ``MAX_BLOCKS`` nested ``if`` keeps it at 67. (Statements nesting in C is bounded
+  by compilers at 127 levels or more: CUDA takes the same.)
+
+Anything deeper is refused by the checker at the expression or ``if`` that is too deep, with a hint,
+instead of a crash at generation or import time. The parser refuses first what would exhaust the
+front end's own recursion (``PARSE_DEPTH`` levels of syntax tree), at the place it happens.
 """
 
 from __future__ import annotations
@@ -19,19 +36,34 @@ from . import ast
 from .errors import CompLLError
 
 MAX_NESTING = 48  # levels of non-flat nesting: each may cost the generated code a few parentheses
+MAX_DEPTH = 1000  # operations along one path of an expression, each of a flat chain counting one
+MAX_BLOCKS = 64  # nested ``if`` statements (an ``else if`` one more), each one indentation level
+PARSE_DEPTH = 2 * MAX_DEPTH  # syntax-tree levels the parser transforms (beyond any accepted spec)
 RECURSION_ROOM = 8000  # Python frames the front end and generator may use (long flat chains)
 CHAIN_GROUPS = {"+": "add", "-": "add", "*": "mul"}  # operators the emitter writes flat
 
 
+def too_deep_hint() -> str:
+    """What may nest how deep: the hint of every "nested too deeply" error."""
+    return (
+        f"an expression may nest {MAX_DEPTH} operations ({MAX_NESTING} levels apart from long sums and "
+        f"products) and if statements {MAX_BLOCKS} levels; split it with local variables"
+    )
+
+
 @contextlib.contextmanager
 def deep(file: str) -> Iterator[None]:
-    """Room for long chains; a RecursionError still left becomes the project's error."""
+    """Room for long chains; a RecursionError still left becomes the project's error.
+
+    The parser and checker refuse, at their place, specs nesting deeper than the generator takes, so
+    this is a last resort with no position to give (a RecursionError does not say where it was).
+    """
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, RECURSION_ROOM))
     try:
         yield
     except RecursionError:
-        raise CompLLError("expression nested too deeply", file, 1, 1, "split it with local variables") from None
+        raise CompLLError("nested too deeply", file, hint=too_deep_hint()) from None
     finally:
         sys.setrecursionlimit(old)
 
@@ -48,45 +80,95 @@ def deep_generation(fn: Callable[..., str]) -> Callable[..., str]:
 
 
 def _children(e: ast.Expr) -> Iterator[ast.Expr]:
+    """Sub-expressions of ``e``, a ``uint<width>`` in a cast or ``random<T>`` included."""
     for f in dataclasses.fields(e):
         v = getattr(e, f.name)
         if isinstance(v, ast.Expr):
             yield v
+        elif isinstance(v, ast.TypeName) and v.width is not None:
+            yield v.width
         elif isinstance(v, list):
             yield from (x for x in v if isinstance(x, ast.Expr))
 
 
-def nesting(e: ast.Expr) -> int:
-    """Nesting depth of an expression, a flat chain of one operator group counting as one level."""
-    if isinstance(e, ast.Binary) and e.op in CHAIN_GROUPS:
-        group = CHAIN_GROUPS[e.op]
-        parts: list[ast.Expr] = []
-        node: ast.Expr = e
-        while isinstance(node, ast.Binary) and CHAIN_GROUPS.get(node.op) == group:
-            parts.append(node.right)
-            node = node.left
-        parts.append(node)
-        return 1 + max(nesting(p) for p in parts)
-    return 1 + max((nesting(c) for c in _children(e)), default=0)
+def _is_chain(e: ast.Expr) -> bool:
+    """An operation the emitter writes flat when its left operand is one of the same group."""
+    return isinstance(e, ast.Binary) and e.op in CHAIN_GROUPS
+
+
+def measure(e: ast.Expr) -> tuple[int, int]:
+    """``(nesting, depth)`` of an expression, without recursion (a spec may nest thousands deep).
+
+    ``nesting`` counts a flat chain of one operator group as one level (the parentheses the
+    generated code gets); ``depth`` counts every node (the levels Python's compiler recurses).
+    """
+    nest: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    stack: list[tuple[ast.Expr, bool]] = [(e, False)]
+    while stack:
+        node, done = stack.pop()
+        kids = list(_children(node))
+        if not done:
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids)
+            continue
+        depth[id(node)] = 1 + max((depth[id(k)] for k in kids), default=0)
+        if _is_chain(node):
+            assert isinstance(node, ast.Binary)
+            left = node.left
+            same = _is_chain(left) and CHAIN_GROUPS[left.op] == CHAIN_GROUPS[node.op]  # type: ignore[attr-defined]
+            # a chain's left spine shares one level: a + b + c is (a, b, c) in one parenthesis
+            nest[id(node)] = max(1 + nest[id(node.right)], nest[id(left)] if same else 1 + nest[id(left)])
+        else:
+            nest[id(node)] = 1 + max((nest[id(k)] for k in kids), default=0)
+    return nest[id(e)], depth[id(e)]
 
 
 def check_nesting(spec: ast.Spec) -> None:
-    """A CompLLError at the first expression nesting deeper than ``MAX_NESTING``."""
-    stack: list[object] = [spec]
+    """A CompLLError at the first expression or ``if`` nesting deeper than the generated code takes."""
+    stack: list[tuple[object, int]] = [(spec, 0)]  # (node, if statements around it)
     while stack:
-        node = stack.pop()
+        node, ifs = stack.pop()
         if isinstance(node, ast.Expr):
-            depth = nesting(node)
-            if depth > MAX_NESTING:
+            _check_expr(spec.file, node)
+            continue
+        if isinstance(node, ast.If):
+            ifs += 1
+            if ifs > MAX_BLOCKS:
                 raise CompLLError(
-                    f"expression nested {depth} levels deep; at most {MAX_NESTING}",
+                    f"if statement nested {ifs} levels deep; at most {MAX_BLOCKS}",
                     spec.file,
                     node.pos.line,
                     node.pos.col,
-                    "split it with local variables (long sums and products are fine: they stay flat)",
+                    "join conditions with && or compute them into a local variable first; "
+                    "each 'else if' counts one level, being an if inside the else",
                 )
-            continue
+        elif isinstance(node, ast.LambdaDef):
+            ifs = 0  # a lambda is generated as a function of its own, one level in
         if isinstance(node, list):
-            stack.extend(node)
+            stack.extend((x, ifs) for x in reversed(node))
         elif dataclasses.is_dataclass(node) and not isinstance(node, ast.Pos):
-            stack.extend(getattr(node, f.name) for f in dataclasses.fields(node))
+            fields = dataclasses.fields(node)
+            stack.extend((getattr(node, f.name), ifs) for f in reversed(fields))
+
+
+def _check_expr(file: str, e: ast.Expr) -> None:
+    """Both expression limits, at the expression's start (where the user splits it)."""
+    nest, depth = measure(e)
+    if nest > MAX_NESTING:
+        raise CompLLError(
+            f"expression nested {nest} levels deep; at most {MAX_NESTING}",
+            file,
+            e.pos.line,
+            e.pos.col,
+            "split it with local variables (long sums and products are fine: they stay flat)",
+        )
+    if depth > MAX_DEPTH:
+        raise CompLLError(
+            f"expression is {depth} operations deep; at most {MAX_DEPTH}",
+            file,
+            e.pos.line,
+            e.pos.col,
+            "each term of a long sum or product counts one; split it with local variables: "
+            "float s1 = a + ...; float s = s1 + ...",
+        )

@@ -18,6 +18,7 @@ from lark.exceptions import (
 from . import ast
 from .errors import CompLLError
 from .grammar import GRAMMAR
+from .limits import MAX_BLOCKS, MAX_DEPTH, PARSE_DEPTH, too_deep_hint
 
 MAX_SOURCE = 1 << 20  # a spec is a few dozen lines; a megabyte is a mistake, not a spec
 
@@ -63,6 +64,13 @@ def _expected(names) -> str:
 
 
 def _lark_error(e: UnexpectedInput, file: str, source: str) -> CompLLError:
+    comment = _unterminated_comment(source)
+    at = getattr(e, "pos_in_stream", None)
+    at = len(source) if at is None or at < 0 else at  # the end of file has no position of its own
+    if comment is not None and at >= comment[0]:
+        # the lexer read "/*" as '/' and '*' (or as nothing at all): say what the user left open
+        _, line, col = comment
+        return CompLLError("unterminated comment", file, line, col, "a '/*' comment ends with '*/'")
     if isinstance(e, UnexpectedCharacters):
         ch = source[e.pos_in_stream] if 0 <= e.pos_in_stream < len(source) else "?"
         hint = "strings are only allowed in require(...)" if ch in "\"'" else ""
@@ -79,9 +87,90 @@ def _lark_error(e: UnexpectedInput, file: str, source: str) -> CompLLError:
     if isinstance(e, UnexpectedToken):
         tok = e.token
         return CompLLError(
-            f"unexpected {str(tok)!r}, expected {_expected(e.expected)}", file, tok.line or 0, tok.column or 0
+            f"unexpected {str(tok)!r}, expected {_expected(e.expected)}",
+            file,
+            tok.line or 0,
+            tok.column or 0,
+            _missing_semicolon(e),
         )
     return CompLLError(f"syntax error: {e}", file, getattr(e, "line", 0) or 0, getattr(e, "column", 0) or 0)
+
+
+def _missing_semicolon(e: UnexpectedToken) -> str:
+    """The hint for the most common slip: a statement's ';' left out at the end of a line.
+
+    The parser only notices at the next line's first token, so the message points there; the hint
+    names the line where the ';' belongs.
+    """
+    history = getattr(e, "token_history", None) or []
+    if "SEMICOLON" not in e.expected or not history:
+        return ""
+    prev = history[-1]
+    end_line = getattr(prev, "end_line", None) or getattr(prev, "line", None)
+    if end_line and e.token.line and end_line < e.token.line:
+        return f"a ';' may be missing at the end of line {end_line}"
+    return ""
+
+
+def _unterminated_comment(source: str) -> tuple[int, int, int] | None:
+    """Offset, line and column of a ``/*`` never closed, or None.
+
+    A scan that knows strings and ``//`` comments, so that a ``"/*"`` in a require message or a
+    ``// see /*`` is not taken for a comment's start.
+    """
+    i, n = 0, len(source)
+    while i < n:
+        c = source[i]
+        if c == '"':
+            i += 1
+            while i < n and source[i] not in '"\n':
+                i += 2 if source[i] == "\\" else 1
+            i += 1
+        elif source.startswith("//", i):
+            end = source.find("\n", i)
+            i = n if end < 0 else end
+        elif source.startswith("/*", i):
+            end = source.find("*/", i + 2)
+            if end < 0:
+                line = source.count("\n", 0, i) + 1
+                return i, line, i - (source.rfind("\n", 0, i) + 1) + 1
+            i = end + 2
+        else:
+            i += 1
+    return None
+
+
+# Rules of expressions in the lark tree: a depth error points at the start of the outermost one.
+_EXPR_RULES = frozenset(
+    "logic_or logic_and bit_or bit_xor bit_and equality relational shift additive mult cond_expr neg cast "
+    "index member call random_call int_lit float_lit true_lit false_lit name width_expr".split()
+)
+
+
+def _check_depth(tree: Tree, file: str) -> None:
+    """A CompLLError where the syntax tree nests deeper than ``PARSE_DEPTH`` (walked without recursion).
+
+    Turning the tree into ``ast`` nodes recurses once per level, so a 5000-term sum would otherwise
+    end in a RecursionError that knows no position. The bound is above anything the checker accepts,
+    so this only speaks first for specs refused anyway. The position is the start of the outermost
+    expression on the too deep path (where the checker's nesting errors point too), or the statement
+    where the limit is passed when statements nest that deep.
+    """
+    stack: list[tuple[Tree, int, ast.Pos | None, ast.Pos]] = [(tree, 1, None, ast.Pos(0, 0))]
+    while stack:
+        node, depth, expr_start, where = stack.pop()
+        if not node.meta.empty:
+            where = _pos(node.meta)
+        if expr_start is None and node.data in _EXPR_RULES:
+            expr_start = where
+        if depth > PARSE_DEPTH:
+            if expr_start is not None:  # the checker's words, for what it would count past MAX_DEPTH too
+                message = f"expression is more than {PARSE_DEPTH} operations deep; at most {MAX_DEPTH}"
+            else:
+                message = f"statements nested more than {PARSE_DEPTH} levels deep; if statements at most {MAX_BLOCKS}"
+            pos = expr_start or where
+            raise CompLLError(message, file, pos.line, pos.col, too_deep_hint())
+        stack.extend((c, depth + 1, expr_start, where) for c in node.children if isinstance(c, Tree))
 
 
 def parse(source: str, file: str = "<spec>") -> ast.Spec:
@@ -99,6 +188,7 @@ def parse(source: str, file: str = "<spec>") -> ast.Spec:
         raise _lark_error(e, file, source) from None
     except LarkError as e:  # pragma: no cover - lark's other errors are grammar bugs
         raise CompLLError(f"syntax error: {e}", file) from None
+    _check_depth(tree, file)
     try:
         top = _ToAst(file).transform(tree)
     except VisitError as e:
@@ -126,7 +216,8 @@ def _flat(items) -> list:
 
 
 def _too_deep(file: str) -> CompLLError:
-    return CompLLError("expression nested too deeply", file, 1, 1, "split it with local variables")
+    """A last resort (``_check_depth`` refuses deep trees first): a RecursionError has no position."""
+    return CompLLError("nested too deeply", file, hint=too_deep_hint())
 
 
 def _num(tok: Token, file: str) -> ast.Num:

@@ -9,7 +9,7 @@ usual conversions but without C's surprises:
   contraction, no fast-math), so that every backend produces the same bits;
 - a conversion to a narrower unsigned type (the codes ``uint<b>``, ``uint8``, ``uint``) saturates to
   its range and sends NaN to 0 (what CUDA's float-to-unsigned conversion does); float to ``int``
-  truncates toward zero, saturating likewise.
+  truncates toward zero, saturating to the 64-bit range it computes in (NaN gives 0).
 
 Number literals take the type of the other operand (``x * 0.5`` with a float ``x`` is a float32
 product), as in NumPy 2 and Go; alone, an integer literal is ``int`` and a real one ``float``.

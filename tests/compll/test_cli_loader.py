@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from hipress.compll import CompLLError, load_dir
-from hipress.compll.builtins import BUILTINS, LIBRARY_PARAMS, stale
+from hipress.compll.builtins import BUILTINS, LIBRARY_PARAMS, spec_path, stale
 from hipress.compress import GradientState, available, create
 from hipress.compress.registry import unregister
 
@@ -92,6 +93,58 @@ def test_bench_side_by_side():
     assert all(row["same_payload"] and row["encode_ratio"] > 0 and row["gen_decode_gbps"] > 0 for row in rows)
     r = hipress("compll", "bench", "--alg", "topk")
     assert r.returncode == 2 and "unknown built-in" in r.stderr
+
+
+def test_check_json(tmp_path):
+    """``check --json``, as every command has: each spec's verdict, an error with its parts."""
+    bad = tmp_path / "bad.pse"
+    bad.write_text("void BadEncode(float* g, uint8* out) {\n    float x = 1.0;\n    out = concat(y);\n}\n")
+    good = spec_path("dgc")
+    r = hipress("compll", "check", "--json", str(bad), str(good))
+    assert r.returncode == 1 and r.stderr == "", r.stderr
+    out = json.loads(r.stdout)
+    assert out["ok"] is False and [s["ok"] for s in out["specs"]] == [False, True]
+    err = out["specs"][0]["error"]
+    assert (err["file"], err["line"], err["col"]) == (str(bad), 3, 18) and err["message"] == "undefined name 'y'"
+    assert err["text"].startswith(f"{bad}:3:18: undefined name 'y'")
+    ok = out["specs"][1]
+    assert ok["spec"] == str(good) and ok["roles"] == "encoder and decoder"
+    assert {"name": "ratio", "type": "double", "required": False, "default": 0.001} in ok["parameters"]
+    r = hipress("compll", "check", "--json", str(good))
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"] is True, r.stderr
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--size", "0"], "--size '0' is 0 bytes: a gradient of fp32 takes a positive multiple of 4 bytes"),
+        (["--size", "6"], "--size '6' is 6 bytes"),
+        (["--size", "2"], "--size '2' is 2 bytes"),
+        (["--alg", ""], "--alg names no built-in"),
+        (["--alg", " , "], "--alg names no built-in"),
+    ],
+)
+def test_bench_refuses_what_it_would_not_measure(args, words):
+    """``--size 0`` was measured as 4 bytes, and ``--alg ""`` printed an empty table with exit 0."""
+    r = hipress("compll", "bench", *args, "--repeat", "1", "--warmup", "0")
+    assert r.returncode == 2 and words in " ".join(r.stderr.split()), r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bench_table_names_the_size_and_the_interval():
+    """The title said "0 MiB fp32" for 1K; the footer's "[lo, hi]" was eaten as markup."""
+    env = {**os.environ, "COLUMNS": "200"}
+    r = subprocess.run(
+        [sys.executable, "-m", "hipress_cli.app", "compll", "bench", "--alg", "tbq", "--size", "1K"]
+        + ["--repeat", "2", "--warmup", "0"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "generated vs hand-written on 1 KiB fp32" in text and "[lo, hi]: bootstrap 95% CI" in text
 
 
 @pytest.fixture

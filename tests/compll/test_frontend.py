@@ -92,6 +92,35 @@ def test_syntax_error_position_and_hint():
     assert "end of file" in e.message and e.hint
 
 
+def test_missing_semicolon_names_the_line_it_belongs_to():
+    """The parser sees the slip at the next line's first token; the hint names the line to fix."""
+    e = _error("void Encode(float* g, uint8* out) {\n    float s = 1.0\n    out = concat(s, g);\n}\n")
+    assert (e.line, e.col) == (3, 5) and "unexpected 'out'" in e.message, str(e)
+    assert e.hint == "a ';' may be missing at the end of line 2"
+    e = _error("void Encode(float* g, uint8* out) {\n    out = concat(g)\n\n    // done\n}\n")
+    assert e.line == 5 and e.hint == "a ';' may be missing at the end of line 2", str(e)
+    e = _error("void Encode(float* g, uint8* out) {\n    float s = 1.0 out = concat(s, g);\n}\n")
+    assert "';'" not in e.hint, str(e)  # on one line, a missing ';' is not the likely slip
+
+
+@pytest.mark.parametrize(
+    "body, line, col",
+    [
+        ("    float s = 1.0; /* never closed\n    out = concat(s, g);", 2, 20),
+        ("    float s = 1.0 /* never closed\n    out = concat(s, g);", 2, 19),  # lexed as '/' then '*'
+        ('    require(1 > 0, "a /* in a string");\n    // and /* in a comment\n    /* open', 4, 5),
+    ],
+)
+def test_unterminated_comment_is_reported_at_its_start(body, line, col):
+    e = _error("void Encode(float* g, uint8* out) {\n" + body + "\n}\n")
+    assert (e.line, e.col) == (line, col) and e.message == "unterminated comment", str(e)
+    assert "*/" in e.hint
+    e = _error("/* header, never closed\nvoid Encode(float* g, uint8* out) { out = concat(g); }\n")
+    assert (e.line, e.col, e.message) == (1, 1, "unterminated comment")
+    e = _error("void Encode(float* g, uint8* out) {\n    float s = ;\n    /* open\n}\n")
+    assert (e.line, e.message) == (2, "unexpected ';', expected '!', '(', '+', '-', '~', a name, a number, an integer")
+
+
 def test_roles_are_checked():
     assert "exactly one uint8*" in _error("void Encode(float* g) { }").message
     assert "neither an encoder nor a decoder" in _error("void F(float* g, uint8* o) { o = concat(g); }").message

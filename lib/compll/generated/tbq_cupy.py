@@ -28,8 +28,8 @@ typedef unsigned char u8;
 
 __device__ __forceinline__ i64 cl_f2i(double x) {
     if (x != x) return 0;
-    if (x >= 2147483647.0) return 2147483647LL;
-    if (x <= -2147483648.0) return -2147483648LL;
+    if (x >= 9223372036854775808.0) return 9223372036854775807LL;
+    if (x <= -9223372036854775808.0) return -9223372036854775807LL - 1;
     return (i64) x;
 }
 __device__ __forceinline__ i64 cl_f2u(double x, i64 hi) {

@@ -14,6 +14,7 @@ import struct
 import numpy as np
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 WIDTHS = (1, 2, 4, 8)
 
 
@@ -23,14 +24,19 @@ class GeneratedError(ValueError):
 
 # ---------------------------------------------------------------------------- C semantics
 def f2i(x) -> int:
-    """float -> int: truncate toward zero, saturate to the int32 range, NaN -> 0."""
+    """float -> int: truncate toward zero, saturate to the int64 range, NaN -> 0.
+
+    ``int`` computes in 64 bits (LANGUAGE.md), so ``(int) 1e10`` is 10000000000, not the int32
+    bound; 2**63 is the first float past INT64_MAX (which no float holds exactly). ``numba_rt.k_f2i``
+    and the CUDA prelude's ``cl_f2i`` give the same values.
+    """
     x = float(x)
     if x != x:
         return 0
-    if x >= INT32_MAX:
-        return INT32_MAX
-    if x <= INT32_MIN:
-        return INT32_MIN
+    if x >= 9223372036854775808.0:
+        return INT64_MAX
+    if x <= -9223372036854775808.0:
+        return INT64_MIN
     return int(x)
 
 

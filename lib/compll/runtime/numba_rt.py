@@ -22,11 +22,17 @@ _h = nb.njit(cache=True, nogil=True, inline="always", error_model="numpy")
 # Conversions are written as selects, not branches, so that loops calling them vectorize.
 @_h
 def k_f2i(x):
+    """``host.f2i``: truncate, saturate to the int64 range, NaN -> 0.
+
+    2**63 does not convert (LLVM's fptosi is undefined there), so values from it up are replaced
+    by 0 before the conversion and by INT64_MAX after it: still selects, still vectorized.
+    """
     y = np.float64(x)
     y = y if y == y else 0.0
-    y = y if y < 2147483647.0 else 2147483647.0
-    y = y if y > -2147483648.0 else -2147483648.0
-    return np.int64(y)
+    y = y if y > -9223372036854775808.0 else -9223372036854775808.0
+    big = y >= 9223372036854775808.0
+    r = np.int64(0.0 if big else y)
+    return np.int64(9223372036854775807) if big else r
 
 
 @_h
