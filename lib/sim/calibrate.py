@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Any
@@ -302,26 +302,49 @@ class _Job:
     models: tuple[str, ...]
 
 
-def _fit_job(ref: Reference, start: SimParams, job: _Job, steps: Sequence[Step]) -> dict:
-    return fit(ref, start, job.models, job.cluster, None, steps)
+def _fit_job(args: tuple[int, Reference, SimParams, _Job, tuple[Step, ...]]) -> tuple[int, dict]:
+    i, ref, start, job, steps = args
+    return i, fit(ref, start, job.models, job.cluster, None, steps)
+
+
+def _worker_init() -> None:
+    """A fit worker leaves Ctrl-C to its parent (which stops the pool: workers that took it too left
+    the pool waiting for them) and dies with it (Linux ``PR_SET_PDEATHSIG``): a parent killed by
+    SIGTERM left its workers fitting on, orphaned."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's terminate() on its way out still stops them
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _run_fits(ref: Reference, start: dict[str, SimParams], jobs: list[_Job], steps: Sequence[Step],
               progress: Callable[[str], None] | None, workers: int | None) -> list[dict]:
     """Independent fits (one per cluster and held-out model), each single-threaded pure Python: in
     parallel processes when there are several CPUs, in order otherwise. Spawned, not forked: the
-    parent may hold torch's thread pools (the workloads' FLOP counts)."""
+    parent may hold torch's thread pools (the workloads' FLOP counts). An interrupt or error stops the
+    workers at once (``terminate``) instead of waiting for the fits still queued."""
     n = min(len(jobs), workers if workers is not None else (os.cpu_count() or 1))
     if n <= 1:
         return [fit(ref, start[j.cluster], j.models, j.cluster, progress, steps) for j in jobs]
     out: dict[int, dict] = {}
-    with ProcessPoolExecutor(n, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(_fit_job, ref, start[j.cluster], j, tuple(steps)): i for i, j in enumerate(jobs)}
-        for fut in as_completed(futures):
-            i = futures[fut]
-            out[i] = fut.result()
+    pool = get_context("spawn").Pool(n, initializer=_worker_init)
+    try:
+        tasks = [(i, ref, start[j.cluster], j, tuple(steps)) for i, j in enumerate(jobs)]
+        for i, result in pool.imap_unordered(_fit_job, tasks):
+            out[i] = result
             if progress:
                 progress(f"{jobs[i].cluster}: fitted on {', '.join(jobs[i].models) or 'nothing'}")
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
     return [out[i] for i in range(len(jobs))]
 
 
