@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import os
 import re
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from fractions import Fraction
@@ -117,6 +119,20 @@ def styled(template: str, *values: object) -> Text:
     name in ``values`` with ``[brackets]`` in it is printed, not taken for markup.
     """
     return Text.from_markup(template.format(*(escape(str(v)) for v in values)))
+
+
+def check_writable_dir(directory: Path, what: str) -> None:
+    """Exit 2 unless a new file can be made in ``directory``, tried with a real temporary file (which
+    also catches a read-only mount, or ACLs that permission bits do not show): before minutes of
+    measuring or simulating are spent, not at their first write. ``what``: the option, for the message.
+    """
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".hipress-", suffix=".probe", dir=directory)
+    except OSError as e:
+        raise fail(f"{what}: cannot create a file in {directory}: {e.strerror or e}; "
+                   "give a path in a writable directory") from None
+    os.close(fd)
+    Path(probe).unlink(missing_ok=True)
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

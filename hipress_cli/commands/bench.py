@@ -27,12 +27,16 @@ def compress(
 ) -> None:
     """Encode/decode throughput, ratio and error per algorithm, beside memory copy and plain torch."""
     from hipress.compress import CompressionError, UnknownAlgorithm, available
-    from hipress.compress.bench import bench_compress
+    from hipress.compress.bench import bench_compress, fp32_elements, human_bytes
     from hipress.compress.registry import split_specs
 
     names = available() if alg == "all" else split_specs(alg)
+    if not names:  # an empty table with exit 0 reads as "measured, nothing to report"
+        raise fail(f"--alg {alg!r} names no algorithm: give one or more of {', '.join(available())} "
+                   "(comma-separated), or all")
     nbytes = parse_size(size, what="--size")
     try:
+        fp32_elements(nbytes, what=f"--size {size!r}")
         result = bench_compress(
             names, nbytes, repeat=repeat, warmup=warmup, threads=threads, reference=reference, device=device
         )
@@ -43,7 +47,7 @@ def compress(
         return
     mc = result["memcpy_gbps"]
     where = result["device_name"] if result["device"] != "cpu" else f"{result['threads']} threads"
-    t = Table(title=f"compressors on {nbytes / 2**20:.0f} MiB fp32, {where}; "
+    t = Table(title=f"compressors on {human_bytes(result['size_bytes'])} fp32, {where}; "
               f"{'device copy' if result['device'] != 'cpu' else 'memcpy'} {mc:.2f} GB/s (median of {repeat})")
     for col in ("alg", "encode GB/s", "x memcpy", "decode GB/s", "x memcpy", "decode+add GB/s", "ratio",
                 "rel L2 err", "ref enc GB/s", "ref dec GB/s", "speedup enc"):

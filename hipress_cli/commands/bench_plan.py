@@ -19,7 +19,7 @@ def register(parent: typer.Typer) -> None:
 
 def plan(
     gradients: Annotated[int, typer.Option("--gradients", min=1, help="Number of gradients to plan.")] = 100_000,
-    nnodes: Annotated[int, typer.Option("--nnodes", min=1, help="Nodes N (K ranges over 1..N).")] = 16,
+    nnodes: Annotated[int, typer.Option("--nnodes", min=1, help="Nodes N, 1..4096 (K ranges over 1..N).")] = 16,
     topology: Annotated[str, typer.Option("--topology", help="ps, ring or both; any case.")] = "both",
     alg: Annotated[str, typer.Option("--alg", help="Compressor whose payload size sets the ratio.")] = "onebit",
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions.")] = 7,
@@ -30,9 +30,14 @@ def plan(
     """Plan N random gradients (sizes log-uniform in 1..1e8) with the sosp21 cost model; median and 95% CI."""
     import numpy as np
 
-    from hipress.plan import PayloadModel, PlanError, plan_gradients, sosp21
+    from hipress.plan import MAX_NODES, PayloadModel, PlanError, plan_gradients, sosp21
     from hipress.stats import median_ci
 
+    # The planner's own bound (hipress.plan.limits), checked here, not as the option's max=: importing
+    # hipress.plan at start-up would load torch for every command. Without it the planner's PlanError
+    # came out as a traceback.
+    if not 1 <= nnodes <= MAX_NODES:
+        raise fail(f"--nnodes {nnodes} is out of range: give 1..{MAX_NODES} nodes (machines; K ranges over 1..N)")
     try:
         tops = list(PLAN_TOPOLOGIES) if topology.strip().lower() == "both" else [plan_topology(topology)]
     except ValueError as e:
@@ -50,9 +55,12 @@ def plan(
         decide, full, cpu = [], [], []
         for i in range(warmup + repeat):
             c0, t0 = time.process_time(), time.perf_counter()
-            result = plan_gradients(grads, nnodes, top, model, payload)
-            t1 = time.perf_counter()
-            result.to_plan()
+            try:
+                result = plan_gradients(grads, nnodes, top, model, payload)
+                t1 = time.perf_counter()
+                result.to_plan()
+            except PlanError as e:  # whatever else the planner refuses: a message, never a traceback
+                raise fail(str(e)) from None
             t2, c2 = time.perf_counter(), time.process_time()
             if i >= warmup:
                 decide.append(t1 - t0)

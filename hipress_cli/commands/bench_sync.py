@@ -8,6 +8,7 @@ same gradient, so the ratios compare like with like.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import tempfile
 from pathlib import Path
@@ -58,11 +59,15 @@ def sync(
 ) -> None:
     """Median sync time, bytes sent per rank and the wire limit (busiest link bytes / rate) per topology."""
     from hipress.compress import UnknownAlgorithm, create_from_spec
+    from hipress.compress.bench import fp32_elements
     from hipress.sync import topologies
 
     check_emulate(emulate, prefix)
     dev = resolve_device(device)  # the ranks bind GPU local rank % GPUs (hipress.sync.device)
     names = topologies.available() if topo == "all" else [t.strip() for t in topo.split(",") if t.strip()]
+    if not names:  # the ranks would start, measure nothing and print an empty table with exit 0
+        raise fail(f"--topo {topo!r} names no topology: give one or more of {', '.join(topologies.available())} "
+                   "(comma-separated), or all")
     try:
         for t in names:
             topologies.get(t)
@@ -70,8 +75,10 @@ def sync(
     except (UnknownAlgorithm, ValueError) as e:
         raise fail(str(e)) from None
     nbytes = parse_size(size, what="--size")
-    if nbytes < 4:
-        raise fail(f"--size {size!r} is smaller than one fp32 element")
+    try:
+        fp32_elements(nbytes, what=f"--size {size!r}")
+    except ValueError as e:
+        raise fail(str(e)) from None
     pbytes = parse_size(partition_bytes, what="--partition-bytes")
 
     from hipress.launch import emulate as emu
@@ -114,10 +121,21 @@ def sync(
     _render(result)
 
 
+def _mb(nbytes: float) -> str:
+    """Bytes as MB with at least three significant digits: a 64 KiB gradient's compressed
+    traffic (a few kB) printed with two decimals read 0.00, as if nothing were sent."""
+    mb = nbytes / 1e6
+    if mb >= 1 or mb <= 0:
+        return f"{mb:.2f}"
+    return f"{mb:.{2 - math.floor(math.log10(mb))}f}"
+
+
 def _render(r: dict) -> None:
+    from hipress.compress.bench import human_bytes
+
     em = r.get("emulated")
     where = f"emulated {em['rate']} links" if em else "shared memory (no --emulate)"
-    t = Table(title=f"sync of {r['size_bytes'] / 2**20:.0f} MiB fp32 on {r['np']} ranks, {where}; "
+    t = Table(title=f"sync of {human_bytes(r['size_bytes'])} fp32 on {r['np']} ranks, {where}; "
                     f"median of {r['repeat']}")
     for col in ("topology", "alg", "median ms", "95% CI ms", "MB/rank", "link MB", "wire ms", "vs AR", "vs AG"):
         t.add_column(col, justify="left" if col in ("topology", "alg") else "right")
@@ -129,8 +147,8 @@ def _render(r: dict) -> None:
             row["compressor"],
             f"{row['median_s'] * 1e3:.1f}",
             f"{lo * 1e3:.1f}-{hi * 1e3:.1f}",
-            f"{max(row['bytes_sent_per_rank']) / 1e6:.2f}",
-            f"{row['busiest_link_bytes'] / 1e6:.2f}",
+            _mb(max(row["bytes_sent_per_rank"])),
+            _mb(row["busiest_link_bytes"]),
             f"{wl * 1e3:.1f}" if wl is not None else "-",
             f"{row['speedup_vs_allreduce']:.2f}" if "speedup_vs_allreduce" in row else "-",
             f"{row['speedup_vs_allgather']:.2f}" if "speedup_vs_allgather" in row else "-",

@@ -181,6 +181,7 @@ def bench(
     """Generated against hand-written compressors, side by side in one run (interleaved repetitions)."""
     from hipress.compll.bench import bench_builtins
     from hipress.compll.builtins import BUILTINS
+    from hipress.compress.bench import fp32_elements, human_bytes
 
     names = list(BUILTINS) if alg == "all" else [a.strip() for a in alg.split(",") if a.strip()]
     if not names:
@@ -189,17 +190,16 @@ def bench(
     if unknown:
         raise fail(f"unknown built-in(s) {', '.join(unknown)}; choose from {', '.join(BUILTINS)}")
     nbytes = parse_size(size, what="--size")
-    if nbytes < 4 or nbytes % 4:
-        raise fail(
-            f"--size {size.strip()!r} is {nbytes} bytes: a gradient of fp32 takes a positive multiple of 4 bytes "
-            "(e.g. 4K, 64M)"
-        )
+    try:
+        fp32_elements(nbytes, what=f"--size {size.strip()!r}")  # the same sizes as bench compress and sync
+    except ValueError as e:
+        raise fail(str(e)) from None
     result = bench_builtins(names, nbytes, repeat=repeat, warmup=warmup, threads=threads)
     if json_:
         print_json(result)
         return
     t = Table(
-        title=f"generated vs hand-written on {_human_bytes(result['size_bytes'])} fp32, "
+        title=f"generated vs hand-written on {human_bytes(result['size_bytes'])} fp32, "
         f"{result['threads']} threads (median of {repeat}, interleaved)"
     )
     for col in (
@@ -227,10 +227,3 @@ def bench(
     console.print(t)
     console.print("gen/lib > 1: the generated code is faster; [lo, hi]: bootstrap 95% CI of the ratio of medians.")
 
-
-def _human_bytes(n: int) -> str:
-    """A size as the title shows it: ``64 MiB``, ``1 KiB``, ``1.5 KiB``, ``12 B`` (never "0 MiB")."""
-    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.4g} {unit}"
-    return f"{n} B"

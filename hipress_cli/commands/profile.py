@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +9,16 @@ import typer
 from rich.table import Table
 
 from hipress_cli import options
-from hipress_cli.options import MAX_SIZE, JsonOpt, console, fail, parse_size, print_json, styled
+from hipress_cli.options import (
+    MAX_SIZE,
+    JsonOpt,
+    check_writable_dir,
+    console,
+    fail,
+    parse_size,
+    print_json,
+    styled,
+)
 
 #: The most elements ``--sizes`` takes: 16 GiB of fp32 (4 G elements), what ``MAX_SIZE`` bounds in bytes;
 #: the encode/decode timing holds three such tensors at once.
@@ -50,13 +57,7 @@ def check_output(output: Path) -> None:
                    "or give another path")
     if not parent.is_dir():
         raise fail(f"--output {output}: {parent} is not a directory; give a path inside a directory")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".probe", dir=parent)
-    except OSError as e:
-        raise fail(f"--output {output}: cannot create a file in {parent}: {e.strerror or e}; "
-                   "give a path in a writable directory") from None
-    os.close(fd)
-    Path(probe).unlink(missing_ok=True)
+    check_writable_dir(parent, f"--output {output}")
 
 
 def profile(

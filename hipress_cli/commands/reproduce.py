@@ -24,13 +24,22 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hipress_cli.options import JsonOpt, check_emulate, console, err_console, fail, print_json, styled
+from hipress_cli.options import (
+    JsonOpt,
+    check_emulate,
+    check_writable_dir,
+    console,
+    err_console,
+    fail,
+    print_json,
+    styled,
+)
 
 app = typer.Typer(no_args_is_help=True, help="Reproduce a paper's figures (simulated or measured).")
 
 FigureOpt = Annotated[int | None, typer.Option("--figure", help="Only this figure (7, 8, 11 or 12).")]
 ModeOpt = Annotated[str, typer.Option("--mode", help="sim (calibrated simulator) or real (emulated cluster).")]
-OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory [default: results/sosp21-MODE].")]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory (default: results/sosp21-MODE).")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print every simulator parameter and its source.")]
 RefitOpt = Annotated[bool, typer.Option(
     "--refit", help="Fit each cluster's parameters again on its baseline curves in sosp21.json (many minutes) and "
@@ -39,7 +48,7 @@ ValidateOpt = Annotated[bool, typer.Option(
     "--validate", help="sim: leave-one-out check instead of the figures: refit without each model's curves and "
                        "predict them (many minutes); writes validate.md/.json in the output directory.")]
 ExperimentsOpt = Annotated[Path | None, typer.Option(
-    "--experiments", help="Directory of fig*.toml [default: the checkout's experiments/sosp21].")]
+    "--experiments", help="Directory of fig*.toml (default: the checkout's experiments/sosp21).")]
 HostsOpt = Annotated[int, typer.Option("--hosts", min=1, max=4, help="real: largest emulated cluster (1-4 hosts).")]
 RateOpt = Annotated[str, typer.Option("--rate", help="real: link rate of the emulated cluster, e.g. 1gbit.")]
 ItersOpt = Annotated[int | None, typer.Option(
@@ -92,6 +101,15 @@ def sosp21(
         raise fail(f"--mode must be sim or real, not {mode!r}")
     if validate and mode != "sim":
         raise fail("--validate checks the simulator: use it with --mode sim")
+    if validate and (figure is not None or models is not None or systems is not None or experiments is not None):
+        raise fail("--validate refits on the baseline curves of sosp21.json, leaving out each calibration model in "
+                   "turn; --figure, --models, --systems and --experiments do not apply to it: leave them out")
+    if mode == "sim":
+        real_only = [o for o, given in (("--hosts", hosts != 4), ("--rate", rate != "1gbit"),
+                                        ("--iters", iters is not None)) if given]
+        if real_only:
+            raise fail(f"{', '.join(real_only)}: for --mode real (the emulated cluster); the simulator's cluster "
+                       f"sizes are the paper's: leave {'it' if len(real_only) == 1 else 'them'} out or add --mode real")
     if mode == "real":
         check_emulate(rate, None, option="--rate")  # before the reference, the settings or the output directory
     say = err_console if json_ else console
@@ -136,6 +154,7 @@ def _out_dir(out: Path | None, mode: str) -> Path:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise fail(f"cannot create the output directory {out_dir}: {e.strerror}") from None
+    check_writable_dir(out_dir, f"--out {out_dir}")  # an existing read-only one failed at its first point
     return out_dir
 
 

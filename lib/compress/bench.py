@@ -82,6 +82,33 @@ def timeit_paired(
     return ts, tb
 
 
+def fp32_elements(nbytes: int, what: str = "size") -> int:
+    """``nbytes`` as a count of fp32 elements; ValueError unless it is a whole number of them, at least one.
+
+    The benchmarks time a tensor of ``nbytes // 4`` elements: a size under 4 bytes or not a multiple
+    of 4 would silently be measured (and reported) as another size than the one asked for. Shared by
+    ``hipress bench compress`` and ``hipress bench sync`` so that both refuse the same sizes with the
+    same words. ``what`` names the input in the message (``"--size '3'"``).
+    """
+    if nbytes < 4:
+        raise ValueError(f"{what} is smaller than one fp32 element: give at least 4 bytes (e.g. 4, 1K or 64M)")
+    if nbytes % 4:
+        raise ValueError(f"{what} ({nbytes} bytes) is not a whole number of fp32 elements: give a multiple of "
+                         f"4 bytes (e.g. {nbytes - nbytes % 4} or {nbytes - nbytes % 4 + 4})")
+    return nbytes // 4
+
+
+def human_bytes(n: int) -> str:
+    """A size as a table title shows it: ``64 MiB``, ``1 KiB``, ``1.5 MiB``, ``12 B``.
+
+    Titles used to print ``n / 2**20`` with no decimals, so every size under 512 KiB read "0 MiB".
+    """
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.4g} {unit}"
+    return f"{n} B"
+
+
 def _gbps(nbytes: int, times: list[float]) -> dict:
     med, lo, hi = median_ci(times)
     return {"gbps": nbytes / med / 1e9, "ci95_gbps": [nbytes / hi / 1e9, nbytes / lo / 1e9], "median_s": med}
@@ -156,8 +183,10 @@ def bench_compress(
         set_threads(threads)
         torch.set_num_threads(threads)
     dev = resolve_device(device)
+    if not specs:
+        raise ValueError("no algorithm to measure")
     comps = [(s, create_from_spec(s)) for s in specs]  # fail before measuring anything
-    n = max(1, nbytes // 4)
+    n = fp32_elements(nbytes)
     x = torch.randn(n, generator=torch.Generator().manual_seed(seed)).to(dev)
     dst = torch.empty_like(x)
     copy = lambda: dst.copy_(x)  # noqa: E731

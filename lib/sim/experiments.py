@@ -191,7 +191,9 @@ def _check_model(model: str, ref: Reference, cluster: str, where: str) -> None:
 def load_figures(directory: Path, ref: Reference, only: int | None = None) -> list[Figure]:
     """Every ``fig*.toml`` in ``directory`` (sorted by figure number), or just figure ``only``."""
     if not directory.is_dir():
-        raise ExperimentError(f"experiment directory {directory} does not exist; pass --experiments DIR")
+        what = "is not a directory" if directory.exists() else "does not exist"
+        raise ExperimentError(f"experiment directory {directory} {what}; pass --experiments DIR, a directory "
+                              f"of fig*.toml files")
     figs = [load_figure(p, ref) for p in sorted(directory.glob("fig*.toml"))]
     if not figs:
         raise ExperimentError(f"no fig*.toml in {directory}")

@@ -75,3 +75,24 @@ def test_paths_and_names_with_brackets_are_printed_as_given(tmp_path):
                     "    float s = scal * 2;\n    compressed = concat(s, gradient);\n}\n")
     r = run.invoke(app, ["compll", "check", str(spec)], catch_exceptions=False)
     assert r.exit_code != 0 and f"{spec}:2:15: undefined name 'scal'" in " ".join(r.stderr.split())
+
+
+def test_no_help_text_holds_what_rich_would_take_for_markup():
+    """Typer renders help with rich markup: ``[default: results/sosp21-MODE]`` vanished from --out's help
+    ("Output directory ."). Brackets a help may show: ``[2001:db8::2]``, ``host[:slots]``, ``[-b]``."""
+    import typer.main
+    from rich.markup import RE_TAGS
+
+    from hipress_cli.app import build
+
+    def walk(cmd, path):
+        yield path, cmd
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, f"{path} {name}")
+
+    texts = [(f"{path} {name}", text) for path, cmd in walk(typer.main.get_command(build()), "hipress")
+             for name, text in [("(command)", cmd.help or ""),
+                                *((p.name, getattr(p, "help", "") or "") for p in cmd.params)]]
+    bad = [f"{where}: {m.group(0)}" for where, text in texts
+           for m in RE_TAGS.finditer(text) if not m.group(2)]  # group 2: backslashes escaping the tag
+    assert not bad, bad

@@ -117,9 +117,9 @@ def test_check_json(tmp_path):
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["--size", "0"], "--size '0' is 0 bytes: a gradient of fp32 takes a positive multiple of 4 bytes"),
-        (["--size", "6"], "--size '6' is 6 bytes"),
-        (["--size", "2"], "--size '2' is 2 bytes"),
+        (["--size", "0"], "--size '0' is smaller than one fp32 element: give at least 4 bytes"),
+        (["--size", "6"], "--size '6' (6 bytes) is not a whole number of fp32 elements"),
+        (["--size", "2"], "--size '2' is smaller than one fp32 element"),
         (["--alg", ""], "--alg names no built-in"),
         (["--alg", " , "], "--alg names no built-in"),
     ],

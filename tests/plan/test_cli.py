@@ -198,6 +198,24 @@ def test_bench_plan_json():
     assert all(x["plan_s"] > 0 and x["decide_s"] <= x["plan_s"] for x in out["results"])
 
 
+@pytest.mark.parametrize("nnodes", [4097, 5000, 10**30])
+def test_bench_plan_bounds_nnodes(nnodes):
+    """The planner's own bound, as ``hipress plan --nnodes`` has it: a message and exit 2, not a PlanError traceback."""
+    r = hipress("bench", "plan", "--gradients", 10, "--nnodes", nnodes, "--repeat", 1, "--warmup", 0)
+    assert r.returncode == 2 and not r.stdout
+    assert f"--nnodes {nnodes} is out of range: give 1..4096 nodes" in r.stderr
+
+
+def test_bench_plan_turns_a_planner_error_into_a_message(monkeypatch):
+    """Anything else the planner refuses is reported as a message with exit 2, never a traceback."""
+    def refuse(*args, **kwargs):
+        raise PlanError("the planner refuses this")
+
+    monkeypatch.setattr("hipress.plan.plan_gradients", refuse)  # bench plan imports it when it runs
+    r = hipress("bench", "plan", "--gradients", 10, "--nnodes", 4, "--repeat", 1, "--warmup", 0)
+    assert r.returncode == 2 and "error: the planner refuses this" in r.stderr and not r.stdout
+
+
 def test_plan_explains_powersgd_summed_steps(vgg_input):
     r = hipress("plan", "--model", "vgg19", "--alg", "powersgd", "--topology", "ring", "--nnodes", 16, "--explain")
     assert r.returncode == 0, r.stderr
@@ -317,11 +335,11 @@ def test_profile_output_checked_before_measuring(tmp_path, no_measuring, monkeyp
         r = hipress("profile", "--output", out, "--sizes", "1K,2K")
         assert r.returncode == 2 and msg in r.stderr, (out, r.stderr)
     assert not no_measuring
-    import hipress_cli.commands.profile as cmd
+    import tempfile
 
     def read_only(*args, **kwargs):
         raise PermissionError(13, "Permission denied")  # what a read-only directory does (root is exempt)
-    monkeypatch.setattr(cmd.tempfile, "mkstemp", read_only)
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
     r = hipress("profile", "--output", tmp_path / "x.json", "--sizes", "1K,2K")
     assert r.returncode == 2 and f"cannot create a file in {tmp_path}: Permission denied" in r.stderr, r.stderr
     assert not no_measuring

@@ -45,6 +45,36 @@ def test_bad_options(tmp_path):
     assert r.exit_code == 2 and "no figure 9" in r.output
     r = invoke("reproduce", "sosp21", "--experiments", str(tmp_path / "none"), "--out", str(tmp_path))
     assert r.exit_code == 2 and "does not exist" in r.output
+    (tmp_path / "afile").write_text("")
+    r = invoke("reproduce", "sosp21", "--experiments", str(tmp_path / "afile"), "--out", str(tmp_path))
+    assert r.exit_code == 2 and "afile is not a directory" in " ".join(r.output.split())
+    # options that mean nothing where they were given are refused, not ignored
+    r = invoke("reproduce", "sosp21", "--validate", "--figure", "99", "--models", "nope", "--out", str(tmp_path))
+    assert r.exit_code == 2 and "do not apply to it" in " ".join(r.output.split())
+    for extra in (("--rate", "10gbit"), ("--iters", "3"), ("--hosts", "2")):
+        r = invoke("reproduce", "sosp21", "--figure", "11", *extra, "--out", str(tmp_path))
+        assert r.exit_code == 2 and f"{extra[0]}: for --mode real" in " ".join(r.output.split()), r.output
+
+
+def test_an_output_directory_that_takes_no_file_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    """An existing --out on a read-only mount passed ``mkdir(exist_ok=True)`` and failed with a traceback at
+    its first point; root ignores permission bits, so the refusal is made as the file system makes it."""
+    import errno
+    import tempfile
+
+    real = tempfile.mkstemp
+
+    def read_only(*args, dir=None, **kwargs):
+        if dir is not None and str(dir).startswith(str(tmp_path / "ro")):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(*args, dir=dir, **kwargs)
+
+    (tmp_path / "ro").mkdir()
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    r = invoke("reproduce", "sosp21", "--figure", "11", "--out", str(tmp_path / "ro"))
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "cannot create a file in" in said and "Read-only file system" in said, said
+    assert not (tmp_path / "ro" / "points").exists()
 
 
 def test_models_and_systems_filters(tmp_path):

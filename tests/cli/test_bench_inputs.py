@@ -1,0 +1,105 @@
+"""``hipress bench compress`` and ``hipress bench sync`` on bad or small input, as a user runs them.
+
+In-process (the Typer app, as ``tests/plan/test_cli.py`` does): every refusal happens before any
+rank starts or anything is measured, so each case takes milliseconds, not an interpreter start.
+Output is compared with whitespace collapsed, as rich wraps lines at the terminal's width.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from hipress.compress import available
+from hipress.compress.bench import fp32_elements, human_bytes
+from hipress.sync import topologies
+from hipress_cli.app import build
+from hipress_cli.commands import bench_sync
+
+APP = build()
+
+
+def hipress(*args: object) -> SimpleNamespace:
+    """Run the CLI in-process (a traceback fails the test): returncode, stdout and stderr, whitespace collapsed."""
+    r = CliRunner().invoke(APP, [str(a) for a in args], catch_exceptions=False)
+    return SimpleNamespace(returncode=r.exit_code, stdout=" ".join(r.stdout.split()), stderr=" ".join(r.stderr.split()))
+
+
+@pytest.mark.parametrize(
+    "size, match",
+    [
+        ("0", "--size '0' is smaller than one fp32 element: give at least 4 bytes"),
+        ("3", "--size '3' is smaller than one fp32 element: give at least 4 bytes"),
+        ("6", "--size '6' (6 bytes) is not a whole number of fp32 elements: give a multiple of 4 bytes (e.g. 4 or 8)"),
+    ],
+)
+@pytest.mark.parametrize("command", ["compress", "sync"])
+def test_bench_refuses_sizes_that_are_not_whole_fp32_elements(command, size, match):
+    r = hipress("bench", command, "--size", size, *(["--alg", "tbq"] if command == "compress" else ["--np", 1]))
+    assert r.returncode == 2, r.stdout
+    assert match in r.stderr
+    assert not r.stdout  # nothing measured, no table
+
+
+def test_bench_compress_refuses_an_empty_alg_list():
+    for alg in ("", " , "):
+        r = hipress("bench", "compress", "--alg", alg, "--size", "1K")
+        assert r.returncode == 2 and not r.stdout
+        assert f"--alg {alg!r} names no algorithm: give one or more of" in r.stderr
+        assert ", ".join(available()) in r.stderr and "or all" in r.stderr
+
+
+def test_bench_sync_refuses_an_empty_topo_list():
+    for topo in ("", ","):
+        r = hipress("bench", "sync", "--np", 1, "--topo", topo, "--size", "1K")
+        assert r.returncode == 2 and not r.stdout
+        assert f"--topo {topo!r} names no topology: give one or more of" in r.stderr
+        assert ", ".join(topologies.available()) in r.stderr and "or all" in r.stderr
+
+
+def test_fp32_elements_counts_whole_elements():
+    assert fp32_elements(4) == 1 and fp32_elements(64 << 20) == 16 << 20
+    for bad in (-4, 0, 1, 3, 5, 1026):
+        with pytest.raises(ValueError, match="fp32 element"):
+            fp32_elements(bad)
+
+
+@pytest.mark.parametrize(
+    "n, text",
+    [(12, "12 B"), (1 << 10, "1 KiB"), (64 << 10, "64 KiB"), (3 << 19, "1.5 MiB"), (64 << 20, "64 MiB"),
+     (1 << 30, "1 GiB")],
+)
+def test_human_bytes_never_reads_zero(n, text):
+    assert human_bytes(n) == text
+
+
+def test_bench_compress_title_shows_small_sizes():
+    r = hipress("bench", "compress", "--alg", "tbq", "--size", "1K", "--repeat", 1, "--warmup", 0, "--no-reference",
+                "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert "compressors on 1 KiB fp32" in r.stdout and "0 MiB" not in r.stdout
+
+
+def test_bench_sync_table_shows_small_sizes(capsys):
+    """A 64 KiB gradient: the title says 64 KiB, and a few kB of compressed traffic is not 0.00 MB."""
+    row = {"compressor": "-", "median_s": 1e-3, "ci95_s": [9e-4, 1.1e-3], "wire_limit_s": None}
+    result = {
+        "size_bytes": 64 << 10, "np": 2, "repeat": 3, "emulated": None, "load_avg": [0.1, 0.2, 0.3],
+        "topologies": [
+            {**row, "topology": "allreduce", "bytes_sent_per_rank": [65536, 65536], "busiest_link_bytes": 65536},
+            {**row, "topology": "casync-ring", "compressor": "tbq", "bytes_sent_per_rank": [4136, 4100],
+             "busiest_link_bytes": 4136},
+        ],
+    }
+    bench_sync._render(result)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "sync of 64 KiB fp32 on 2 ranks" in out and "0 MiB" not in out
+    assert "0.0655" in out and "0.00414" in out and "0.00 " not in out
+
+
+@pytest.mark.parametrize("nbytes, text", [(0, "0.00"), (4136, "0.00414"), (65536, "0.0655"), (999_999, "1.000"),
+                                          (1_000_000, "1.00"), (67_108_864, "67.11")])
+def test_bench_sync_mb_keeps_three_significant_digits(nbytes, text):
+    assert bench_sync._mb(nbytes) == text
