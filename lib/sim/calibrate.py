@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import os
+import queue
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -302,49 +303,70 @@ class _Job:
     models: tuple[str, ...]
 
 
-def _fit_job(args: tuple[int, Reference, SimParams, _Job, tuple[Step, ...]]) -> tuple[int, dict]:
-    i, ref, start, job, steps = args
-    return i, fit(ref, start, job.models, job.cluster, None, steps)
+def _fit_worker(tasks: list[tuple[int, Reference, SimParams, _Job, tuple[Step, ...]]], out: Any) -> None:
+    """One worker process: its share of the fits, each result (or error) put on ``out`` as it is done.
 
-
-def _worker_init() -> None:
-    """A fit worker leaves Ctrl-C to its parent (which stops the pool: workers that took it too left
-    the pool waiting for them) and dies with it (Linux ``PR_SET_PDEATHSIG``): a parent killed by
-    SIGTERM left its workers fitting on, orphaned."""
+    It leaves Ctrl-C to its parent, which stops every worker, and dies with the parent (Linux
+    ``PR_SET_PDEATHSIG``): a parent killed by SIGTERM had left its workers fitting on, orphaned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        pass  # not Linux: the parent's terminate() on its way out still stops them
+        pass  # not Linux: the parent kills its workers on its way out all the same
     if os.getppid() == 1:  # the parent died before prctl took effect
         os._exit(1)
+    for i, ref, start, job, steps in tasks:
+        try:
+            out.put((i, None, fit(ref, start, job.models, job.cluster, None, steps)))
+        except Exception as e:  # noqa: BLE001 - reported by the parent, which raises it
+            out.put((i, f"{type(e).__name__}: {e}", None))
 
 
 def _run_fits(ref: Reference, start: dict[str, SimParams], jobs: list[_Job], steps: Sequence[Step],
               progress: Callable[[str], None] | None, workers: int | None) -> list[dict]:
     """Independent fits (one per cluster and held-out model), each single-threaded pure Python: in
     parallel processes when there are several CPUs, in order otherwise. Spawned, not forked: the
-    parent may hold torch's thread pools (the workloads' FLOP counts). An interrupt or error stops the
-    workers at once (``terminate``) instead of waiting for the fits still queued."""
+    parent may hold torch's thread pools (the workloads' FLOP counts).
+
+    Plain processes and one result queue, not a ``multiprocessing.Pool``: on an interrupt or an error
+    the parent kills its workers and is done, where a pool's ``terminate`` could wait for ever on a
+    lock an idle worker held (a SIGINT to the command hung it)."""
     n = min(len(jobs), workers if workers is not None else (os.cpu_count() or 1))
     if n <= 1:
         return [fit(ref, start[j.cluster], j.models, j.cluster, progress, steps) for j in jobs]
+    ctx = get_context("spawn")
+    results = ctx.Queue()
+    tasks = [(i, ref, start[j.cluster], j, tuple(steps)) for i, j in enumerate(jobs)]
+    procs = [ctx.Process(target=_fit_worker, args=(tasks[w::n], results), daemon=True) for w in range(n)]
     out: dict[int, dict] = {}
-    pool = get_context("spawn").Pool(n, initializer=_worker_init)
     try:
-        tasks = [(i, ref, start[j.cluster], j, tuple(steps)) for i, j in enumerate(jobs)]
-        for i, result in pool.imap_unordered(_fit_job, tasks):
+        for p in procs:
+            p.start()
+        while len(out) < len(jobs):
+            try:
+                i, error, result = results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"a fit worker died (exit code {dead[0]}) before its fits were done") from None
+                continue
+            if error is not None:
+                raise RuntimeError(f"the fit of {jobs[i].cluster} on {', '.join(jobs[i].models) or 'nothing'} "
+                                   f"failed: {error}")
             out[i] = result
             if progress:
                 progress(f"{jobs[i].cluster}: fitted on {', '.join(jobs[i].models) or 'nothing'}")
-        pool.close()
-    except BaseException:
-        pool.terminate()
-        raise
     finally:
-        pool.join()
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        for p in procs:
+            if p.pid is not None:
+                p.join()
+        results.close()
+        results.cancel_join_thread()
     return [out[i] for i in range(len(jobs))]
 
 
