@@ -20,3 +20,19 @@ def _processes_see_no_gpu_unless_marked_gpu(request, monkeypatch):
     they use)."""
     if request.node.get_closest_marker("gpu") is None:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+@pytest.fixture(autouse=True)
+def _signal_dispositions_do_not_leak_between_tests():
+    """A test that runs ``hipress run`` in-process and signals it leaves Ctrl-C ignored in this process
+    (``launch.runner.signals_noted``: a CLI on its way out must not die half way through its summary),
+    and every process a later test starts would inherit SIGINT ignored. Each test starts with what the
+    session had."""
+    import signal
+
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {s: signal.getsignal(s) for s in sigs}
+    yield
+    for s, h in before.items():
+        if h is not None and signal.getsignal(s) is not h:
+            signal.signal(s, h)

@@ -41,8 +41,11 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stopping_validate_stops_its_workers(tmp_path, sig):
     workers: set[int] = set()
+    # SIGINT as a terminal's Ctrl-C finds it: a job started in the background by a non-interactive shell
+    # (as CI may start the suite) inherits SIGINT ignored, and the command would rightly not see it
     proc = subprocess.Popen([sys.executable, "-m", "hipress_cli.app", "reproduce", "sosp21", "--validate",
-                             "--out", str(tmp_path / "v")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             "--out", str(tmp_path / "v")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and len(workers) < 2:
