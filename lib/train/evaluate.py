@@ -79,9 +79,12 @@ class Evaluator:
     """
 
     def __init__(self, comm: Any, model: torch.nn.Module, test: tuple[torch.Tensor, torch.Tensor],
-                 every: int, target: float | None, warmup: int, last_iter: int, log: Any,
+                 every: int, target: float | None, warm_end: int, last_iter: int, log: Any,
                  wait: Callable[[Any, str], None]) -> None:
-        self.comm, self.model, self.every, self.target, self.warmup = comm, model, every, target, warmup
+        self.comm, self.model, self.every, self.target = comm, model, every, target
+        #: the first iteration after these processes' warm-up (the worker's ``warm_end``: the run's
+        #: ``--warmup``, or a resumed run's checkpoint iteration plus ``--warmup``)
+        self.warm_end = warm_end
         self.last_iter, self.log, self.wait = last_iter, log, wait
         self.rank = comm.Get_rank()
         self.x_test, self.y_test = test
@@ -90,7 +93,6 @@ class Evaluator:
         self._eval_s = 0.0
         self._t0: float | None = None
         self._base_s = 0.0  # training seconds before these processes (a resumed run's, from its checkpoint)
-        self._warm_end = warmup
         self._flag = np.zeros(1, dtype=np.int8)
 
     @torch.no_grad()
@@ -108,8 +110,7 @@ class Evaluator:
         is (rank 0 only), the curve's start; a resumed one continues from ``resumed`` (``state()`` as the
         checkpoint saved it, None for a checkpoint written without evaluations: counting starts anew)
         and evaluates nothing here, its curve has its points up to the checkpoint already."""
-        self._warm_end = first + self.warmup
-        self._t0 = time.perf_counter() if self.warmup == 0 else None  # paused while warming up
+        self._t0 = time.perf_counter() if first >= self.warm_end else None  # paused while warming up
         if resumed is not None:
             self._base_s = float(resumed["wall_s"])
             self._step_s = float(resumed["step_s"])
@@ -126,15 +127,10 @@ class Evaluator:
         if table is None:
             return
         self._bytes += table[:, 4]
-        if not self.warming_up(it):
+        if it >= self.warm_end:
             self._step_s += float(table[:, 0].max())
-        elif it == self._warm_end - 1:
+        elif it == self.warm_end - 1:
             self._t0, self._eval_s = time.perf_counter(), 0.0
-
-    def warming_up(self, it: int) -> bool:
-        """Whether iteration ``it`` is one of the warm-up iterations of these processes: the run's first
-        ``--warmup``, or a resumed run's first ``--warmup`` after the checkpoint (start-up again)."""
-        return it < self._warm_end
 
     def state(self) -> dict[str, Any]:
         """The counters as they are now (rank 0's are the run's), for the checkpoint: plain numbers."""

@@ -251,7 +251,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
         from .evaluate import Evaluator
 
         evaluator = Evaluator(comm, model, (digits.x_test, digits.y_test), cfg.eval_every, cfg.target_accuracy,
-                              cfg.warmup, total - 1, log, lambda req, what: _wait(req, what, _collective_timeout_s()))
+                              warm_end, total - 1, log, lambda req, what: _wait(req, what, _collective_timeout_s()))
         evaluator.start(first, counted)
     try:
         for it in range(first, total):
