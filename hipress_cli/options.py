@@ -78,6 +78,20 @@ def parse_size(text: str, *, what: str = "size", maximum: int = MAX_SIZE, unit: 
     return value
 
 
+def parse_fp32_size(text: str, *, what: str = "--size") -> int:
+    """A benchmark's ``--size``: :func:`parse_size`, then refused (exit 2) unless it is a whole number
+    of fp32 elements, at least one, since the benchmarks time ``nbytes // 4`` elements and would
+    otherwise report another size than the one asked for (``hipress.compress.bench.fp32_elements``)."""
+    from hipress.compress.bench import fp32_elements
+
+    nbytes = parse_size(text, what=what)
+    try:
+        fp32_elements(nbytes, what=f"{what} {text.strip()!r}")
+    except ValueError as e:
+        raise fail(str(e)) from None
+    return nbytes
+
+
 def _human(n: int) -> str:
     for shift, unit in ((40, "T"), (30, "G"), (20, "M"), (10, "K")):
         if n >= 1 << shift and n % (1 << shift) == 0:
@@ -133,6 +147,12 @@ def check_writable_dir(directory: Path, what: str) -> None:
                    "give a path in a writable directory") from None
     os.close(fd)
     Path(probe).unlink(missing_ok=True)
+
+
+def on_command_line(ctx: typer.Context, name: str) -> bool:
+    """Whether parameter ``name`` was given on the command line (not left at its default, whatever
+    value was typed). By name: typer's ParameterSource is not click's class."""
+    return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

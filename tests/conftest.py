@@ -1,8 +1,16 @@
-"""Suite-wide settings: a hypothesis profile that fits a 2-core CI machine, and the CPU for every
-process a test starts unless the test is marked ``gpu``."""
+"""Suite-wide settings: a hypothesis profile that fits a 2-core CI machine, the CPU for every
+process a test starts unless the test is marked ``gpu``, and a terminal width tests can set."""
+
+import os
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24 in their environment, which rich's consoles
+# read once, on import, and keep: a test's own ``env={"COLUMNS": ...}`` would then change nothing.
+# Without them rich asks at each print, as it does under a plain pytest.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 settings.register_profile(
     "ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]

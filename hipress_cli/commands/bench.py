@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.options import JsonOpt, console, fail, parse_size, print_json
+from hipress_cli.options import JsonOpt, console, fail, parse_fp32_size, print_json
 
 app = typer.Typer(help="Benchmarks: compressors (and, as they land, sync and planning).", no_args_is_help=True)
 
@@ -27,16 +27,15 @@ def compress(
 ) -> None:
     """Encode/decode throughput, ratio and error per algorithm, beside memory copy and plain torch."""
     from hipress.compress import CompressionError, UnknownAlgorithm, available
-    from hipress.compress.bench import bench_compress, fp32_elements, human_bytes
+    from hipress.compress.bench import bench_compress, human_bytes
     from hipress.compress.registry import split_specs
 
     names = available() if alg == "all" else split_specs(alg)
     if not names:  # an empty table with exit 0 reads as "measured, nothing to report"
         raise fail(f"--alg {alg!r} names no algorithm: give one or more of {', '.join(available())} "
                    "(comma-separated), or all")
-    nbytes = parse_size(size, what="--size")
+    nbytes = parse_fp32_size(size)
     try:
-        fp32_elements(nbytes, what=f"--size {size!r}")
         result = bench_compress(
             names, nbytes, repeat=repeat, warmup=warmup, threads=threads, reference=reference, device=device
         )

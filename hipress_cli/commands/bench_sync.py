@@ -25,6 +25,7 @@ from hipress_cli.options import (
     console,
     err_console,
     fail,
+    parse_fp32_size,
     parse_size,
     print_json,
     resolve_device,
@@ -59,7 +60,6 @@ def sync(
 ) -> None:
     """Median sync time, bytes sent per rank and the wire limit (busiest link bytes / rate) per topology."""
     from hipress.compress import UnknownAlgorithm, create_from_spec
-    from hipress.compress.bench import fp32_elements
     from hipress.sync import topologies
 
     check_emulate(emulate, prefix)
@@ -74,11 +74,7 @@ def sync(
         create_from_spec(alg)
     except (UnknownAlgorithm, ValueError) as e:
         raise fail(str(e)) from None
-    nbytes = parse_size(size, what="--size")
-    try:
-        fp32_elements(nbytes, what=f"--size {size!r}")
-    except ValueError as e:
-        raise fail(str(e)) from None
+    nbytes = parse_fp32_size(size)
     pbytes = parse_size(partition_bytes, what="--partition-bytes")
 
     from hipress.launch import emulate as emu

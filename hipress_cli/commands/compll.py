@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.options import JsonOpt, console, err_console, fail, parse_size, print_json, styled
+from hipress_cli.options import JsonOpt, console, err_console, fail, parse_fp32_size, print_json, styled
 
 app = typer.Typer(
     help="CompLL: compression algorithms written in a DSL, compiled to CPU and GPU code.", no_args_is_help=True
@@ -181,7 +181,7 @@ def bench(
     """Generated against hand-written compressors, side by side in one run (interleaved repetitions)."""
     from hipress.compll.bench import bench_builtins
     from hipress.compll.builtins import BUILTINS
-    from hipress.compress.bench import fp32_elements, human_bytes
+    from hipress.compress.bench import human_bytes
 
     names = list(BUILTINS) if alg == "all" else [a.strip() for a in alg.split(",") if a.strip()]
     if not names:
@@ -189,11 +189,7 @@ def bench(
     unknown = [n for n in names if n not in BUILTINS]
     if unknown:
         raise fail(f"unknown built-in(s) {', '.join(unknown)}; choose from {', '.join(BUILTINS)}")
-    nbytes = parse_size(size, what="--size")
-    try:
-        fp32_elements(nbytes, what=f"--size {size.strip()!r}")  # the same sizes as bench compress and sync
-    except ValueError as e:
-        raise fail(str(e)) from None
+    nbytes = parse_fp32_size(size)  # the same sizes as bench compress and sync
     result = bench_builtins(names, nbytes, repeat=repeat, warmup=warmup, threads=threads)
     if json_:
         print_json(result)

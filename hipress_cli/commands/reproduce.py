@@ -31,6 +31,7 @@ from hipress_cli.options import (
     console,
     err_console,
     fail,
+    on_command_line,
     print_json,
     styled,
 )
@@ -75,6 +76,7 @@ def _names(text: str | None) -> list[str] | None:
 
 @app.command("sosp21")
 def sosp21(
+    ctx: typer.Context,
     figure: FigureOpt = None,
     mode: ModeOpt = "sim",
     out: OutOpt = None,
@@ -105,8 +107,7 @@ def sosp21(
         raise fail("--validate refits on the baseline curves of sosp21.json, leaving out each calibration model in "
                    "turn; --figure, --models, --systems and --experiments do not apply to it: leave them out")
     if mode == "sim":
-        real_only = [o for o, given in (("--hosts", hosts != 4), ("--rate", rate != "1gbit"),
-                                        ("--iters", iters is not None)) if given]
+        real_only = [f"--{o}" for o in ("hosts", "rate", "iters") if on_command_line(ctx, o)]
         if real_only:
             raise fail(f"{', '.join(real_only)}: for --mode real (the emulated cluster); the simulator's cluster "
                        f"sizes are the paper's: leave {'it' if len(real_only) == 1 else 'them'} out or add --mode real")
@@ -308,8 +309,11 @@ def _render(report: dict[str, Any], out_dir: Path, explain: bool) -> None:
         console.print(f"{ok}/{len(rows)} published points within 15%")
     claims = report.get("findings") or []
     if claims:
-        held = sum(bool(c.get("order_holds")) for c in claims)
-        console.print(f"{held}/{len(claims)} of the paper's orderings hold (details: {out_dir / 'findings.md'})")
+        from hipress.sim.findings import tallies
+
+        for line in tallies(claims):
+            console.print(line)
+        console.print(f"the paper's orderings, size by size: {out_dir / 'findings.md'}")
     console.print(f"figures: {', '.join(report['figures'])}")
     console.print(f"table: {out_dir / 'errors.md'}; everything: {out_dir / 'summary.json'}")
 

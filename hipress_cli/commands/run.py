@@ -28,6 +28,7 @@ from hipress_cli.options import (
     err_console,
     fail,
     hosts_for_run,
+    on_command_line,
     pick_model,
     pick_topology,
     print_json,
@@ -294,11 +295,8 @@ def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> Any:
     from hipress.train import checkpoint
     from hipress.train.config import ConfigError, RunConfig
 
-    def on_command_line(name: str) -> bool:  # by name: typer's ParameterSource is not click's class
-        return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
-
     given = [p.opts[0] for p in ctx.command.params if p.name not in _RESUME_OPTIONS
-             and on_command_line(p.name)]
+             and on_command_line(ctx, p.name)]
     if given:
         raise fail(f"--resume continues a run with the configuration in its config.json; leave out {', '.join(given)} "
                    f"(only --iters, to extend it, and launch options may be given)")
@@ -313,7 +311,7 @@ def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> Any:
         done = checkpoint.check_resumable(run_dir, cfg)
     except ConfigError as e:
         raise fail(f"--resume {run_dir}: {e}") from None
-    if on_command_line("iters") and iters != cfg.iters:
+    if on_command_line(ctx, "iters") and iters != cfg.iters:
         if lr_schedules.get(cfg.lr_schedule).by_length:
             raise fail(f"--resume {run_dir}: its learning rate follows --lr-schedule {cfg.lr_schedule} over its "
                        f"{cfg.length} iterations; --iters {iters} would change the rates it has already trained "

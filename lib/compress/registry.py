@@ -232,6 +232,9 @@ class AlgorithmSpec:
         if not name:
             raise AlgorithmSpecError(f"algorithm spec {spec!r}: no algorithm name before ':'; e.g. 'dgc:ratio=0.01'")
         declared = parameters(name)  # raises UnknownAlgorithm first: the name is the likelier typo
+        if _ and not rest.strip():  # "tbq:" reads as parameters that went missing (an empty $VAR), not none
+            raise AlgorithmSpecError(f"algorithm spec {spec!r}: nothing after ':'; write {name!r} alone for its "
+                                     f"defaults, or parameters after the colon ({_describe(declared)})")
         params: dict[str, Any] = {}
         for item in filter(None, (p.strip() for p in rest.split(","))):
             key, eq, val = item.partition("=")

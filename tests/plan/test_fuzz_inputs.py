@@ -132,6 +132,8 @@ def test_fuzz_create_with_python_values():
     ("tbq:tau=inf", ["'tau'", "finite"]),
     ("dgc:nope=1", ["no parameter 'nope'", "ratio (float, default 0.001)"]),
     ("qsgd:bits=" + "9" * 5000, ["'bits'", "5000 digits"]),
+    ("tbq:", ["nothing after ':'", "write 'tbq' alone", "tau (float, default 0.0)"]),  # an empty $VAR
+    ("none: ", ["nothing after ':'", "it takes no parameters"]),
 ])
 def test_bad_specs_are_named(spec, words):
     with pytest.raises(AlgorithmSpecError) as e:

@@ -55,7 +55,7 @@ def netns_reason() -> str | None:
         return "needs root (network namespaces and tc)"
     if not shutil.which("ip") or not shutil.which("tc"):
         return "needs iproute2 (ip, tc)"
-    probe = "hipress-probe"
+    probe = f"hipress-probe{os.getpid()}"  # pytest-xdist workers probe at the same time
     r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if r.returncode != 0:
         return f"ip netns does not work here: {r.stderr.strip()}"

@@ -36,6 +36,11 @@ def test_figure11_json_resumes_from_cache(tmp_path):
     assert "already done" in r2.stderr
     assert [p.stat().st_mtime_ns for p in sorted((out / "points").iterdir())] == mtimes
     assert json.loads(r2.stdout)["breakdown_ms"] == report["breakdown_ms"]
+    # the terminal's tally is findings.md's, in the same words (it once counted rows where the file counts pairs)
+    r3 = invoke("reproduce", "sosp21", "--figure", "11", "--out", str(out))
+    assert r3.exit_code == 0
+    tally = next(line for line in (out / "findings.md").read_text().splitlines() if "directions kept" in line)
+    assert tally in r3.stdout
 
 
 def test_bad_options(tmp_path):
@@ -51,7 +56,8 @@ def test_bad_options(tmp_path):
     # options that mean nothing where they were given are refused, not ignored
     r = invoke("reproduce", "sosp21", "--validate", "--figure", "99", "--models", "nope", "--out", str(tmp_path))
     assert r.exit_code == 2 and "do not apply to it" in " ".join(r.output.split())
-    for extra in (("--rate", "10gbit"), ("--iters", "3"), ("--hosts", "2")):
+    # given is given, the default's own value included
+    for extra in (("--rate", "10gbit"), ("--iters", "3"), ("--hosts", "2"), ("--hosts", "4"), ("--rate", "1gbit")):
         r = invoke("reproduce", "sosp21", "--figure", "11", *extra, "--out", str(tmp_path))
         assert r.exit_code == 2 and f"{extra[0]}: for --mode real" in " ".join(r.output.split()), r.output
 

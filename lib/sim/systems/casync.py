@@ -1,5 +1,11 @@
 """CaSync-PS and CaSync-Ring, the same task graphs as ``hipress.sync.topologies`` at cluster scale.
 
+On one node nothing crosses the network and nothing is compressed: the node's GPUs all-reduce with
+NCCL, as the baselines do (on the local cluster's 1080 Ti pairs, taking turns with backward, see
+:mod:`.base`). sosp21.json's single-node points on aws say CaSync then *is* the NCCL ring: VGG19's
+CaSync-PS at 1562 images/s and CaSync-Ring at 1567 against ring's 1562 (BytePS, with its own node
+path, 1525), ResNet50's CaSync-Ring at 2490 against ring's 2490.
+
 The real engine's graphs (``casync_ps.py``, ``casync_ring.py``) run on tensors over MPI; here the
 same steps are tasks with costs. Reused from the engine as they are: the partition split
 (``split_even``) and the PS aggregator placement (``assign_owners``: largest partition onto the
@@ -110,9 +116,9 @@ def _units(ctx: Context, topology: str) -> list[Unit]:
 
 def build_casync(ctx: Context, topology: str) -> list[Task]:
     finals: list[Task] = []
-    if ctx.nodes == 1:
+    if ctx.nodes == 1:  # nothing crosses the network: the node's NCCL all-reduce (module docstring)
         for g, r in zip(ctx.workload.gradients, ctx.ready, strict=True):
-            finals.append(ctx.intra_allreduce(0, g.nbytes, [r], nccl=False))
+            finals.append(ctx.intra_allreduce(0, g.nbytes, [r]))
         return finals
     units = _units(ctx, topology)
     owners = None
