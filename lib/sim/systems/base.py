@@ -27,8 +27,7 @@ fitted beside it comes out at a few tenths of a percent). The p3dn's V100s (NVLi
 no such thing: VGG19's and ResNet50's rings both run at 0.95 of linear on one node, although VGG19
 has 3.6 times the bytes per unit of computation.
 
-CaSync's own node reduce and broadcast across nodes (``nccl=False``) do not hold the SMs (on one
-node CaSync is the node's NCCL all-reduce, see :mod:`.casync`): figure 11's CaSync-PS
+CaSync's own node reduce and broadcast (``nccl=False``) do not hold the SMs: figure 11's CaSync-PS
 synchronizes VGG19 on the local cluster at 32 GPUs in 189 ms from the first gradient ready to the
 last synchronized, about backward's length, with a computation of 274-282 ms (linear's is 273),
 which a backward that took turns with the node's 57 ms of PCIe reduce and broadcast could not give.

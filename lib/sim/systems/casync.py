@@ -1,10 +1,12 @@
 """CaSync-PS and CaSync-Ring, the same task graphs as ``hipress.sync.topologies`` at cluster scale.
 
-On one node nothing crosses the network and nothing is compressed: the node's GPUs all-reduce with
-NCCL, as the baselines do (on the local cluster's 1080 Ti pairs, taking turns with backward, see
-:mod:`.base`). sosp21.json's single-node points on aws say CaSync then *is* the NCCL ring: VGG19's
-CaSync-PS at 1562 images/s and CaSync-Ring at 1567 against ring's 1562 (BytePS, with its own node
-path, 1525), ResNet50's CaSync-Ring at 2490 against ring's 2490.
+On one node nothing crosses the network: the node's GPUs all-reduce with CaSync's own node
+reduce and broadcast, which do not hold the SMs, as across nodes (figure 11, see :mod:`.base`).
+The other reading, that HiPress hands a single node to the framework's NCCL all-reduce (which on the
+local cluster's 1080 Ti pairs takes turns with backward: 0.82 of linear for VGG19 instead of 1.0),
+was tried and set aside: aws's single-node points cannot tell the two apart (CaSync-PS 1562 images/s
+and ring 1562 on NVLink, where neither holds the SMs), the local CaSync curves are not published, and
+it would need HiPress to switch paths at one node, which nothing says it does.
 
 The real engine's graphs (``casync_ps.py``, ``casync_ring.py``) run on tensors over MPI; here the
 same steps are tasks with costs. Reused from the engine as they are: the partition split
@@ -116,9 +118,9 @@ def _units(ctx: Context, topology: str) -> list[Unit]:
 
 def build_casync(ctx: Context, topology: str) -> list[Task]:
     finals: list[Task] = []
-    if ctx.nodes == 1:  # nothing crosses the network: the node's NCCL all-reduce (module docstring)
+    if ctx.nodes == 1:
         for g, r in zip(ctx.workload.gradients, ctx.ready, strict=True):
-            finals.append(ctx.intra_allreduce(0, g.nbytes, [r]))
+            finals.append(ctx.intra_allreduce(0, g.nbytes, [r], nccl=False))
         return finals
     units = _units(ctx, topology)
     owners = None
