@@ -222,4 +222,3 @@ def bench(
         )
     console.print(t)
     console.print("gen/lib > 1: the generated code is faster; [lo, hi]: bootstrap 95% CI of the ratio of medians.")
-
