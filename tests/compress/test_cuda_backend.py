@@ -112,6 +112,7 @@ def _nvrtc_reason() -> str | None:
     return None
 
 
+@pytest.mark.cupy
 @pytest.mark.skipif(_nvrtc_reason() is not None, reason=str(_nvrtc_reason()))
 def test_nvrtc_compiles_what_the_gpu_loads_without_flush_to_zero(monkeypatch):
     """The very compile the GPU runs (``CudaModule.compile``: CuPy's NVRTC, our options, the device's
@@ -130,6 +131,7 @@ def test_nvrtc_compiles_what_the_gpu_loads_without_flush_to_zero(monkeypatch):
         assert "fma.rn.f32" not in ptx, f"{name}: a float32 multiply-add was contracted"
 
 
+@pytest.mark.cupy
 def test_kernels_go_to_torchs_stream_as_a_cupy_stream():
     """torch's current stream (a raw handle) becomes the CuPy stream the launches are made on: the
     same handle, through the CUDA stream protocol (CuPy 14 deprecates ExternalStream); torch's
