@@ -70,6 +70,14 @@ HOROVODRUN_CHOICE = RING
 #: The engine topologies of CaSync itself (compressing ring and PS): the plan and ``--comp-threshold`` apply.
 CASYNC_ENGINES: frozenset[str] = frozenset(c.engine for c in (RING, PS) if c.engine is not None)
 
+#: Engine topologies that only move fp32 (``ring``, ``ps``, ``allreduce``), each with the engine topology
+#: that compresses in its place (None: none does): what ``bench sync``, which takes engine names, says
+#: when ``--alg`` is given for one of them.
+FP32_ONLY_ENGINES: dict[str, str | None] = {
+    c.fp32: c.engine for c in CHOICES
+    if c.fp32 is not None and c.fp32 not in {d.engine for d in CHOICES}
+}
+
 #: SeCoPa's topologies (``hipress plan --topology``), in the order ``bench plan --topology both`` runs them.
 PLAN_TOPOLOGIES: tuple[str, ...] = tuple(c.plan for c in (PS, RING) if c.plan is not None)
 

@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress.topology_names import DEFAULT_CHOICE
+from hipress.topology_names import DEFAULT_CHOICE, FP32_ONLY_ENGINES
 from hipress_cli.options import (
     DeviceOpt,
     JsonOpt,
@@ -25,6 +25,7 @@ from hipress_cli.options import (
     console,
     err_console,
     fail,
+    on_command_line,
     parse_fp32_size,
     parse_size,
     print_json,
@@ -38,11 +39,14 @@ def register(parent: typer.Typer) -> None:
 
 
 def sync(
+    ctx: typer.Context,
     np_: Annotated[int, typer.Option("--np", min=1, max=64, help="Number of ranks.")] = 4,
-    topo: Annotated[str, typer.Option("--topo", help="Topology, comma-separated list, or 'all'.")] = (
-        DEFAULT_CHOICE.engine or ""),
+    topo: Annotated[str, typer.Option("--topo", help=(
+        "Engine topologies, comma-separated, or 'all'. casync-ring, casync-ps and allgather compress with "
+        "--alg; ring, ps and allreduce move fp32 (hipress run's --topo ring --alg none is this 'ring', "
+        "its --topo ring --alg tbq is 'casync-ring')."))] = (DEFAULT_CHOICE.engine or ""),
     alg: Annotated[str, typer.Option(
-        "--alg", help="Compressor spec for compressed topologies (tbq, dgc:ratio=0.01).")] = "tbq",
+        "--alg", help="Compressor spec for the compressing topologies (tbq, dgc:ratio=0.01).")] = "tbq",
     size: Annotated[str, typer.Option("--size", help="Gradient size in bytes of fp32 (e.g. 64M).")] = "64M",
     emulate: Annotated[str | None, typer.Option(
         "--emulate", help="Run on an emulated cluster with this link rate (1gbit, 10gbit, unshaped); needs root. "
@@ -64,7 +68,8 @@ def sync(
 
     check_emulate(emulate, prefix)
     dev = resolve_device(device)  # the ranks bind GPU local rank % GPUs (hipress.sync.device)
-    names = topologies.available() if topo == "all" else [t.strip() for t in topo.split(",") if t.strip()]
+    names = (topologies.available() if topo.strip().lower() == "all"
+             else [t.strip().lower() for t in topo.split(",") if t.strip()])
     if not names:  # the ranks would start, measure nothing and print an empty table with exit 0
         raise fail(f"--topo {topo!r} names no topology: give one or more of {', '.join(topologies.available())} "
                    "(comma-separated), or all")
@@ -74,6 +79,13 @@ def sync(
         create_from_spec(alg)
     except (UnknownAlgorithm, ValueError) as e:
         raise fail(str(e)) from None
+    fp32_only = [t for t in names if t in FP32_ONLY_ENGINES]
+    if fp32_only and on_command_line(ctx, "alg"):  # `run --topo ring --alg X` compresses; this 'ring' does not
+        instead = [f"{FP32_ONLY_ENGINES[t]} (for {t})" for t in fp32_only if FP32_ONLY_ENGINES[t]]
+        err_console.print(
+            f"note: --alg {alg} does not apply to {', '.join(fp32_only)}: bench sync takes engine topology "
+            "names, and these move fp32" + (f"; the ones that compress: {', '.join(instead)}" if instead else ""),
+            markup=False, highlight=False, soft_wrap=True)
     nbytes = parse_fp32_size(size)
     pbytes = parse_size(partition_bytes, what="--partition-bytes")
 

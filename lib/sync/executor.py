@@ -389,9 +389,12 @@ class MPIExecutor:
                     sleep = min(self.poll_max_s, sleep * 2 if sleep else 2e-5)
                     time.sleep(sleep)
         except Exception as e:  # noqa: BLE001 - MPI errors (truncation, dead peer) end up here
-            label = ", ".join(t.label for t in inflight[:4])
-            err = SyncError(f"rank {self.rank}: MPI error with {len(reqs)} operations in flight ({label}): {e}")
-            err.__cause__ = e
+            if isinstance(e, SyncError):  # ``_poll`` already said which operation failed and why
+                err = e
+            else:
+                label = ", ".join(t.label for t in inflight[:4])
+                err = SyncError(f"rank {self.rank}: MPI error with {len(reqs)} operations in flight ({label}): {e}")
+                err.__cause__ = e
             self._fail(err, tell_peers=True)
             if self._notify is not None:
                 self._send_notices(self._notify)
@@ -447,7 +450,12 @@ class MPIExecutor:
         """One ``Testsome`` over everything in flight; finish what completed."""
         if len(statuses) < len(reqs):
             statuses += [MPI.Status() for _ in range(len(reqs) - len(statuses))]
-        idx = MPI.Request.Testsome(reqs, statuses)
+        try:
+            idx = MPI.Request.Testsome(reqs, statuses)
+        except MPI.Exception as e:
+            if e.Get_error_class() != MPI.ERR_IN_STATUS:
+                raise
+            raise SyncError(failed_operations(self.rank, reqs, [t.label for t in inflight], statuses)) from e
         if not idx:
             return False
         # MPI fills statuses in completion order: statuses[k] belongs to idx[k]
@@ -659,3 +667,20 @@ def _close_at_exit(ref: weakref.ref) -> None:
         ex.close(handshake=getattr(sys, "last_value", None) is None)
     except SyncError as e:  # nothing to raise to at exit: say it
         print(f"hipress.sync: closing the engine at exit: {e}", file=sys.stderr, flush=True)
+
+
+def failed_operations(rank: int, reqs: list[MPI.Request], labels: list[str], statuses: list[MPI.Status]) -> str:
+    """What ``Testsome``'s ``MPI_ERR_IN_STATUS`` hides ("see the MPI_ERROR field"): each failed
+    operation (``labels[i]`` for ``reqs[i]``) and MPI's own reason, e.g. a receive truncated because
+    the ranks disagree on a payload's size. The completed requests are the ones MPI set to null, in
+    index order, and their statuses come in that order."""
+    done = [i for i, r in enumerate(reqs) if r == MPI.REQUEST_NULL]
+    failed = []
+    for k, i in enumerate(done[: len(statuses)]):
+        code = statuses[k].Get_error()
+        if code not in (MPI.SUCCESS, MPI.ERR_PENDING):
+            why = " ".join(x.strip() for x in MPI.Get_error_string(code).splitlines() if x.strip())
+            failed.append(f"{labels[i]}: {why}")
+    what = "; ".join(failed) if failed else "MPI reported an error in a status but named none"
+    return (f"rank {rank}: {what}. The ranks disagree on what they synchronize: every rank must submit "
+            f"the same gradients (names, sizes, order) with the same plan and algorithm")

@@ -44,6 +44,21 @@ def test_bench_sync_json_side_by_side():
     assert rows["casync-ring"]["speedup_vs_allreduce"] > 0
 
 
+@pytest.mark.mpi
+def test_bench_sync_says_when_alg_does_not_apply_and_takes_names_in_any_case():
+    """``hipress run --topo ring --alg dgc`` compresses; bench sync's engine topology 'ring' is the fp32
+    ring. An --alg given with it is said not to apply, naming the topology that compresses instead."""
+    r = hipress("bench", "sync", "--np", "2", "--topo", "RING,Casync-Ring", "--alg", "dgc", "--size", "64K",
+                "--repeat", "1", "--warmup", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = {row["topology"]: row for row in json.loads(r.stdout)["topologies"]}
+    assert set(rows) == {"ring", "casync-ring"}
+    err = " ".join(r.stderr.split())
+    assert "note: --alg dgc does not apply to ring" in err and "casync-ring (for ring)" in err, err
+    quiet = hipress("bench", "sync", "--np", "2", "--topo", "ring", "--size", "64K", "--repeat", "1", "--warmup", "0")
+    assert quiet.returncode == 0 and "does not apply" not in quiet.stderr, quiet.stderr
+
+
 @pytest.mark.parametrize(
     "args, match",
     [

@@ -57,6 +57,33 @@ def test_failing_rank_makes_the_others_fail_clearly():
         assert f"[rank {r}] error: rank 1 failed during gradient sync" in out, out
 
 
+def test_a_truncated_receive_says_what_mpi_said():
+    """A rank whose payload is larger than its peer's receive (the ranks disagree on a size or an
+    algorithm): MPI's Testsome only says "see the MPI_ERROR field in MPI_Status". The executor's
+    error must carry that field's reason and the failed operation, and say what to check. Real MPI
+    requests, on this process's own communicator (a send to itself)."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from hipress.sync.executor import failed_operations
+
+    comm = MPI.COMM_SELF
+    sent = comm.Isend([np.zeros(10, np.uint8), MPI.BYTE], dest=0, tag=7)
+    small, idle = np.zeros(5, np.uint8), np.zeros(4, np.uint8)
+    reqs = [comm.Irecv([idle, MPI.BYTE], source=0, tag=8), comm.Irecv([small, MPI.BYTE], source=0, tag=7)]
+    statuses = [MPI.Status() for _ in reqs]
+    with pytest.raises(MPI.Exception) as e:
+        for _ in range(1000):
+            MPI.Request.Testsome(reqs, statuses)
+    assert e.value.Get_error_class() == MPI.ERR_IN_STATUS
+    msg = failed_operations(3, reqs, ["g recv c0", "g rs0 recv c1"], statuses)
+    assert msg.startswith("rank 3: g rs0 recv c1: ") and "truncated" in msg.lower(), msg
+    assert "g recv c0" not in msg and "disagree on what they synchronize" in msg, msg
+    reqs[0].Cancel()
+    reqs[0].Wait()
+    sent.Wait()
+
+
 def test_killed_rank_ends_the_job():
     res = run_mpi(3, "fail:kill", timeout=60)
     assert res.returncode != 0 and not res.timed_out
