@@ -206,10 +206,20 @@ def _as_flat_float32(x: torch.Tensor, name: str, keep_half: bool = False) -> tor
             f"dtype {x.dtype} is not supported",
             "gradients must be float32, float16, bfloat16 or float64",
         )
-    flat = x.reshape(-1)
+    flat = x.detach().reshape(-1)  # a gradient is data: one that requires grad is read as is
     if keep_half and flat.dtype in (torch.float16, torch.bfloat16):
         return flat.contiguous()
-    if flat.dtype != torch.float32:
+    if flat.dtype == torch.float64:
+        wide, flat = flat, flat.to(torch.float32)
+        # finite float64 values beyond float32's range became Inf: say so, not "contains NaN or Inf"
+        if not bool(torch.isfinite(flat).all()) and bool(torch.isfinite(wide).all()):
+            big = float(wide.abs().max())
+            raise CompressionError(
+                name,
+                f"values overflow float32 (largest magnitude {big:.3g}, float32 holds at most 3.4e+38)",
+                "scale the gradient down first",
+            )
+    elif flat.dtype != torch.float32:
         flat = flat.to(torch.float32)
     return flat.contiguous()
 

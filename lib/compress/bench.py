@@ -20,7 +20,7 @@ from hipress.stats import median_ci
 
 from . import reference as ref
 from .blocks import ONEBIT_BLOCK, TBQ_BLOCK
-from .registry import create_from_spec
+from .registry import AlgorithmSpec, create_from_spec
 from .state import GradientState
 
 _CPU = torch.device("cpu")
@@ -214,7 +214,7 @@ def bench_compress(
             row[f"{key}_ci95_gbps"] = g["ci95_gbps"]
             row[f"{key}_x_memcpy"] = float(np.median(np.asarray(tb) / np.asarray(ts)))
         row.update(payload_bytes=int(payload.numel()), ratio=payload.numel() / (4 * n), rel_l2_error=err)
-        refs = _references(spec.partition(":")[0], x, comp.params()) if reference else None
+        refs = _references(AlgorithmSpec.parse(spec).name, x, comp.params()) if reference else None
         if refs is not None:
             renc, rdec = refs
             row["reference_encode_gbps"] = _gbps(4 * n, timeit(renc, max(3, repeat // 3), 1, dev))["gbps"]

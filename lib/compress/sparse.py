@@ -23,7 +23,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from .base import Capabilities, Compressor, nonfinite
+from .base import Capabilities, Compressor, nonfinite, nonfinite_reset
 from .errors import CompressionError
 from .kernels import backend_for, cpu
 from .kernels import select as ks
@@ -41,8 +41,24 @@ TOPK_MARGIN = 4.0  # standard deviations the top-k threshold estimate is set low
 
 
 def budget(numel: int, ratio: float) -> int:
-    """Elements kept out of ``numel`` at density ``ratio``: at least one of a non-empty gradient."""
-    return min(numel, max(1, math.ceil(numel * ratio))) if numel else 0
+    """Elements kept out of ``numel`` at density ``ratio``: ceil(ratio * numel), at least one of a
+    non-empty gradient.
+
+    ceil of the float product alone is one too many where the product rounds up past a whole
+    number (0.07 * 100 = 7.000000000000001). So c = ceil(numel * ratio) is lowered by one when
+    (c - 1) / numel, correctly rounded, is still >= ratio. Exact (the ceil of numel times the
+    decimal ``ratio`` as written, r = p / 10^d) while numel * r * 10^d < 2^52, e.g. any ratio of
+    6 decimals at any int32 numel: the float product is then within one rounding of the true one,
+    so c is the true ceil or one more; and (c - 1) / numel, a rational of denominator numel, lies
+    either at r or further than 1 / (numel 10^d) > one ulp of r from it, so comparing it with the
+    float ratio decides as the exact comparison does. CompLL's ``dgc.pse`` and ``graddrop.pse``
+    compute k by the same formula, so generated codecs keep the same elements."""
+    if not numel:
+        return 0
+    k = math.ceil(numel * ratio)
+    if k > 1 and (k - 1) / numel >= ratio:
+        k -= 1
+    return min(numel, max(1, k))
 
 
 #: DGC's reference implementation (Lin et al., github.com/synxlin/deep-gradient-compression): when the
@@ -68,6 +84,29 @@ def adapt_threshold(
         thr = float(np.float32(np.float32(thr) * np.float32(lower_bound)))
         got = rescan(thr)
     return got
+
+
+def keep_budget(numel: int, drop_ratio: float) -> int:
+    """GradDrop's budget: ceil(numel * (1 - drop_ratio)) = numel - floor(numel * drop_ratio), at
+    least one, for ``drop_ratio`` as written (``budget(n, 1 - drop_ratio)`` would take the float
+    1 - 0.99 = 0.010000000000000009 and keep one more at n = 10^6). floor of the float product
+    is raised by one where the product rounded down below a whole number; exact as ``budget``."""
+    if not numel:
+        return 0
+    d = math.floor(numel * drop_ratio)
+    if (d + 1) / numel <= drop_ratio:
+        d += 1
+    return min(numel, max(1, numel - d))
+
+
+def graddrop_limit(budget_: int, above: int) -> int:
+    """GradDrop's cap on what passes its threshold: everything strictly above it (``above``; the
+    sample's error may make that more than the budget: the count varies around the target) and
+    ties at it up to the budget, at least one (the sampled element that set the threshold), ties
+    to the lower index. Without it, a gradient of equal magnitudes (or mostly zeros: a zero
+    threshold) sent every element, 8 bytes each, twice its fp32 size. Ordinary gradients hold one
+    element at the threshold and send as before. CompLL's ``graddrop.pse`` caps the same way."""
+    return max(budget_, above + 1)
 
 
 def sample_size(n: int, sample_ratio: float, min_sample: int = 1024) -> int:
@@ -180,14 +219,16 @@ def select_sampled(
     seed: int,
     limit: int | None,
     lower_bound: float = 0.0,
+    tie_budget: int | None = None,
 ) -> Selection | None:
     """DGC / GradDrop: keep |v| >= the ``density`` quantile of a seeded sample of |v|, at most
     ``limit`` (the largest, ties to the lower index). With ``lower_bound`` and a ``limit``, DGC's
-    adaptation (``adapt_threshold``).
+    adaptation (``adapt_threshold``). With ``tie_budget`` (GradDrop's, ``graddrop_limit``): no
+    zeros, and ties at the threshold only up to that budget.
 
     v = x; with ``residual``, v = residual + x; with ``momentum`` too, u = u*m + x and
-    v = residual + u, both left in place and zeroed where sent. With state the caller must have
-    checked x (the state is written); without, None if x holds Inf or NaN.
+    v = residual + u, both left in place and zeroed where sent. None if v holds Inf or NaN: with
+    state, x must have been checked first (the state is written, and then holds the bad v).
     """
     n = x.numel()
     mode = ks.PLAIN if residual is None else (ks.RESIDUAL if momentum is None else ks.MOMENTUM)
@@ -195,9 +236,13 @@ def select_sampled(
     sample = ks.sample_abs(x, residual, momentum, mode, m, seed, ns)
     thr = kth_largest(sample, budget(ns, density))
     expect = np.count_nonzero(sample >= thr) / ns
-    cand = ks.gather(x, residual, momentum, mode, m, float(thr), False, expect)
-    if mode == ks.PLAIN and not cand.finite:
+    zeros_out = tie_budget is not None and thr == 0  # strict: |v| > 0
+    cand = ks.gather(x, residual, momentum, mode, m, float(thr), zeros_out, expect)
+    if not cand.finite:
         return None
+    if tie_budget is not None:
+        lim = None if zeros_out else graddrop_limit(tie_budget, int(np.count_nonzero(np.abs(cand.val) > thr)))
+        return _keep_largest(cand, lim, residual=residual, momentum=momentum)
     v = x if mode == ks.PLAIN else residual  # the residual now holds v: later passes read it as is
 
     def rescan(t: float) -> ks.Candidates:  # slots grow as the threshold falls
@@ -216,12 +261,15 @@ def choose_sampled(
     limit: int | None,
     momentum: float = 0.0,
     lower_bound: float = 0.0,
+    tie_budget: int | None = None,
 ) -> Selection:
     """DGC's and GradDrop's CPU choice, with their state: ``select_sampled`` over the residual (and
     the velocity when ``momentum``), from the step's seed. x is checked for Inf and NaN before any
-    state is touched, so a bad gradient leaves the state as it was; raises ``nonfinite(name)``."""
+    state is touched, so a bad gradient leaves the state as it was; raises ``nonfinite(name)``.
+    A finite x whose v (or velocity) overflows float32 zeroes the residual and velocity, which
+    then hold Inf, and raises ``nonfinite(name, state_reset=True)``: nothing infinite is sent."""
     if state is None:
-        sel = select_sampled(x, None, None, 0.0, density, sample_ratio, 0, limit, lower_bound)
+        sel = select_sampled(x, None, None, 0.0, density, sample_ratio, 0, limit, lower_bound, tie_budget)
         if sel is None:
             raise nonfinite(name)
         return sel
@@ -229,7 +277,17 @@ def choose_sampled(
         raise nonfinite(name)
     u = state.buffer("momentum", x) if momentum else None
     r = state.buffer("residual", x)
-    return select_sampled(x, r, u, momentum, density, sample_ratio, state.step_seed(), limit, lower_bound)
+    sel = select_sampled(x, r, u, momentum, density, sample_ratio, state.step_seed(), limit, lower_bound, tie_budget)
+    if sel is None:
+        raise overflowed(name, r, u)
+    return sel
+
+
+def overflowed(name: str, residual: torch.Tensor, momentum: torch.Tensor | None) -> CompressionError:
+    """A finite gradient whose accumulated v overflowed: reset the state (``nonfinite_reset``)."""
+    if momentum is not None:
+        momentum.zero_()
+    return nonfinite_reset(name, residual)
 
 
 # ---------------------------------------------------------------------------- the compressor

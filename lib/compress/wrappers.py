@@ -111,6 +111,9 @@ class MomentumCorrection(_Wrapper):
             return self.inner._encode(x, dtype, None, name)
         u = state.buffer("mc_velocity", x)
         u.mul_(self.momentum).add_(x)
+        if not all_finite(u):  # a bad x (or an overflow) must not stay in the velocity forever
+            u.zero_()
+            raise nonfinite(name, state_reset=True)
         payload = seal(self.inner._encode(u, dtype, state, name))
         h, body = self.inner.parse(payload, name)
         sent = torch.empty_like(u)
@@ -169,8 +172,12 @@ class LocalMomentum:
         self.nesterov = bool(nesterov)
         self.mask = bool(mask)
 
-    def before_sync(self, grad: torch.Tensor, state: GradientState) -> None:
-        """Replace ``grad`` (in place) by the step direction built from this rank's velocity."""
+    def before_sync(self, grad: torch.Tensor, state: GradientState, name: str = "<unnamed>") -> None:
+        """Replace ``grad`` (in place) by the step direction built from this rank's velocity.
+
+        Inf or NaN in the velocity (a bad gradient, or an overflow) resets it, as a fresh buffer,
+        and raises ``nonfinite(name, state_reset=True)`` with ``grad`` untouched: kept, it would
+        turn every later step's direction into NaN."""
         flat = grad.view(-1)
         u = state.buffer("velocity", flat)
         first = state.extra.get("velocity_started") is None
@@ -179,6 +186,10 @@ class LocalMomentum:
             state.extra["velocity_started"] = torch.ones(1)
         else:
             u.mul_(self.momentum).add_(flat, alpha=1.0 - self.dampening)
+        if not all_finite(u):
+            u.zero_()
+            del state.extra["velocity_started"]
+            raise nonfinite(name, state_reset=True)
         if self.nesterov:
             flat.add_(u, alpha=self.momentum)
         else:

@@ -33,6 +33,7 @@ from ..sparse import (
     adapt_threshold,
     budget,
     choose_sampled,
+    overflowed,
     sampled_threshold,
     top_by_magnitude,
 )
@@ -86,6 +87,8 @@ class DGC(SparseCompressor):
             u.mul_(self.momentum).add_(x)
             x = u
         v = accumulate(x, state)
+        if state is not None and not bool(torch.isfinite(v).all()):  # x is finite: v overflowed
+            raise overflowed(name, v, u)
         seed = state.step_seed() if state is not None else 0
         thr = sampled_threshold(v, self.density, self.sample_ratio, seed)
         backend, limit = backend_for(v, name), budget(n, self.density)

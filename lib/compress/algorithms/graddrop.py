@@ -1,20 +1,35 @@
 """GradDrop (Aji & Heafield 2017): drop the smallest ``drop_ratio`` of |g + residual|.
 
-The threshold comes from a seeded random sample (as in DGC), everything at or above it is sent
-(so the count varies around the target), and what is dropped stays in the residual. Payload: the
+The threshold comes from a seeded random sample (as in DGC), everything above it is sent (so the
+count varies around the target), elements equal to it only up to the budget ceil(n * (1 -
+drop_ratio)) (at least one; ``sparse.graddrop_limit``), zeros never, and what is dropped stays in
+the residual. Payload: the
 sparse format. On the CPU: one pass after a finiteness check (``sparse.select_sampled``).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..base import Capabilities
 from ..kernels import backend_for
 from ..registry import register
-from ..sparse import Selection, SparseCompressor, accumulate, choose_sampled, sampled_threshold
+from ..sparse import (
+    Selection,
+    SparseCompressor,
+    accumulate,
+    choose_sampled,
+    graddrop_limit,
+    keep_budget,
+    overflowed,
+    sampled_threshold,
+    top_by_magnitude,
+)
 from ..state import GradientState
 from ..wire import WIRE_IDS
+
+_TINY = float(np.nextafter(np.float32(0), np.float32(1)))  # the smallest float32 above zero
 
 
 @register
@@ -48,14 +63,23 @@ class GradDrop(SparseCompressor):
         return (self.payload_size(0) + 8 * (1 - self.drop_ratio) * numel) / (4 * numel) if numel else 1.0
 
     def _choose(self, x: torch.Tensor, state: GradientState | None, name: str) -> Selection:
-        return choose_sampled(x, state, name, 1.0 - self.drop_ratio, self.sample_ratio, None)
+        density = 1.0 - self.drop_ratio
+        return choose_sampled(x, state, name, density, self.sample_ratio, None,
+                              tie_budget=keep_budget(x.numel(), self.drop_ratio))
 
     def _select(self, x: torch.Tensor, state: GradientState | None, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         if x.numel() == 0:
             return torch.empty(0, dtype=torch.int32, device=x.device), torch.empty(0, device=x.device)
         v = accumulate(x, state)
+        if state is not None and not bool(torch.isfinite(v).all()):  # x is finite: v overflowed
+            raise overflowed(name, v, None)
         seed = state.step_seed() if state is not None else 0
-        thr = sampled_threshold(v, 1.0 - self.drop_ratio, self.sample_ratio, seed)
-        idx, val = backend_for(v, name).select_abs_ge(v, thr)
+        density = 1.0 - self.drop_ratio
+        thr = sampled_threshold(v, density, self.sample_ratio, seed)
+        # a zero threshold sends |v| > 0 only: |v| >= the smallest float32 above zero
+        idx, val = backend_for(v, name).select_abs_ge(v, thr if thr > 0 else _TINY)
+        if thr > 0:
+            limit = graddrop_limit(keep_budget(x.numel(), self.drop_ratio), int((val.abs() > thr).sum()))
+            idx, val = top_by_magnitude(idx, val, limit)
         v[idx.long()] = 0.0
         return idx, val

@@ -147,17 +147,31 @@ class PowerSGD(Compressor):
         return payload
 
     def body_size(self, header: Header) -> int | None:
+        """None for a malformed header: ``parse`` (and ``_decode``, under a wrapper) then refuse it
+        by ``_shape``, which knows the gradient's name."""
+        try:
+            m, n, r, phase = self._shape(header, "<payload>")
+        except CompressionError:
+            return None
+        return 4 * n if phase in (PHASE_P, PHASE_Q) else 4 * r * (m + n)
+
+    def parse(self, payload: torch.Tensor, name: str = "<unnamed>") -> tuple[Header, torch.Tensor]:
+        header, body = super().parse(payload, name)
+        self._shape(header, name)
+        return header, body
+
+    def _shape(self, header: Header, name: str) -> tuple[int, int, int, int]:
+        """(m, n, rank, phase) of a header, checked: a summed buffer (P or Q) holds n values covering
+        header.numel elements; a whole payload an m x n matrix of header.numel elements."""
         if len(header.extra) != _EXTRA.size:
-            raise CompressionError("<payload>", "powersgd payload has a malformed extra header")
+            raise CompressionError(name, "powersgd payload has a malformed extra header")
         m, n, r, phase = _EXTRA.unpack(header.extra)
-        if phase in (PHASE_P, PHASE_Q):  # a step's summed buffer: n values, covering header.numel elements
-            return 4 * n
-        if m * n != header.numel or r > max(m, n):
-            raise CompressionError("<payload>", f"powersgd header {m}x{n} rank {r} does not match {header.numel}")
-        return 4 * r * (m + n)
+        if phase not in (PHASE_P, PHASE_Q) and (m * n != header.numel or r > max(m, n)):
+            raise CompressionError(name, f"powersgd header {m}x{n} rank {r} does not match {header.numel}")
+        return m, n, r, phase
 
     def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
-        m, n, r, phase = _EXTRA.unpack(header.extra)
+        m, n, r, phase = self._shape(header, name)
         if phase != PHASE_BOTH:
             raise CompressionError(name, "a summed powersgd payload (P or Q) cannot be decoded on its own")
         f = body.view(torch.float32)

@@ -76,10 +76,16 @@ class TBQ(Compressor):
     caps = Capabilities(uses_state=True, error_feedback=True)
 
     def __init__(self, tau: float = 0.0, scale: float = 1.0, block: int = TBQ_BLOCK) -> None:
-        if not (tau >= 0 and math.isfinite(float(np.float32(tau)))):
-            raise ValueError(f"tbq: tau must be >= 0 and finite in float32 (0: adaptive), got {tau}")
-        if not (0.0 < scale <= 16.0):
-            raise ValueError(f"tbq: scale must be in (0, 16] (the adaptive threshold in units of mean|v|), got {scale}")
+        if not (tau >= 0 and math.isfinite(float(np.float32(tau))) and (tau == 0 or np.float32(tau) > 0)):
+            raise ValueError(f"tbq: tau must be >= 0 and finite in float32, and a positive tau positive there "
+                             f"(0: adaptive), got {tau}")
+        # scale is used as float32: one that rounds to 0 there would leave tau = 0 * mean|v| and the
+        # encode fall back to tau = 1 silently
+        if not (0.0 < scale <= 16.0 and np.float32(scale) > 0):
+            raise ValueError(
+                f"tbq: scale must be in (0, 16] and positive in float32 (the adaptive threshold in units of "
+                f"mean|v|), got {scale}"
+            )
         if tau > 0 and scale != 1.0:
             raise ValueError("tbq: give tau (a fixed threshold, Strom's TBQ) or scale (the adaptive one), not both")
         block = block_param(block, "tbq")
