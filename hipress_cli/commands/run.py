@@ -101,6 +101,8 @@ def _render_summary(s: dict) -> None:
         (f"{max(sent) / 2**20:.1f} MiB" + (" (est.)" if s.get("bytes_sent_estimated") else "")) if sent else "-",
     )
     console.print(t)
+    if s.get("test_accuracy") is not None:  # a fraction in summary.json, as every accuracy there
+        console.print(f"test accuracy {100 * s['test_accuracy']:.1f}%")
     tta = s.get("time_to_accuracy")
     if tta and tta["target_accuracy"] is not None:
         if tta["reached"]:
@@ -168,7 +170,8 @@ def register(app: typer.Typer) -> None:
                                                     "uncompressed (warm-up), then compress.")] = 0,
         no_momentum_correction: Annotated[bool, typer.Option("--no-momentum-correction", help="Let SGD apply "
                                           "momentum to the averaged gradient (by default each rank compresses its "
-                                          "velocity with error feedback).")] = False,
+                                          "velocity with error feedback); lossy algorithms keep their error "
+                                          "feedback either way, on the gradient here.")] = False,
         reencode_aggregates: Annotated[bool, typer.Option("--reencode-aggregates", help="Sparse algorithms on "
                                        "casync-ring/ps: decode, merge and re-encode at every aggregation (HiPress's "
                                        "hops) instead of merging the payloads (each rank's compressed once).")] = False,

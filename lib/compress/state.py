@@ -99,6 +99,10 @@ class StateStore:
     def names(self) -> list[str]:
         return list(self._states)
 
+    def discard(self, name: str) -> None:
+        """Forget ``name``'s state (a DDP bucket whose parameters all moved to other buckets)."""
+        self._states.pop(name, None)
+
     def state_dict(self) -> dict:
         return {"base_seed": self.base_seed, "gradients": {n: s.state_dict() for n, s in self._states.items()}}
 

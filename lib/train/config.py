@@ -264,6 +264,13 @@ def make_config(
         raise ConfigError(str(e)) from None
     except ValueError as e:
         raise ConfigError(f"bad --alg {alg!r}: {e}") from None
+    # a run that writes checkpoints may be the first part of a longer one (``--resume --iters``)
+    if compress_after and algorithm.compresses and compress_after >= warmup + iters and not checkpoint_every:
+        raise ConfigError(
+            f"--compress-after {compress_after} covers every iteration of this run ({warmup} warm-up + --iters "
+            f"{iters} = {warmup + iters}): nothing would be compressed, yet the run would be recorded as --alg "
+            f"{alg}; use --alg none for an uncompressed run, or a smaller --compress-after (below {warmup + iters}); "
+            f"a first part to extend with --resume --iters past it needs --checkpoint-every")
     eng = engine_topology(topology, algorithm.name)
     topo = choice(topology).name
     if choice_of_engine(eng)[0].runner != ENGINE_RUNNER and (not overlap or bulk_bytes is not None):

@@ -142,16 +142,17 @@ def _floats(text: str, what: str) -> list[float]:
 
 
 def table(rows: list[dict]) -> str:
-    """Accuracy per algorithm and setting, with the difference from ``none`` at the same setting."""
+    """Accuracy per algorithm and setting, with the difference from ``none`` at the same setting: in
+    percent and points here (the JSON lines keep ``accuracy`` a fraction, as every other output)."""
     base = {(r["topology"].removeprefix("casync-"), r["lr"], r["momentum"], r["seed"]): r["accuracy"]
             for r in rows if r["alg"] == "none"}
     lines = [f"{'algorithm':<28} {'topology':<12} {'lr':>6} {'mom':>4} {'seed':>4} {'acc %':>6} {'vs none':>8}"
              f" {'bytes/step':>10}"]
     for r in rows:
         ref = base.get((r["topology"].removeprefix("casync-"), r["lr"], r["momentum"], r["seed"]))
-        d = "" if ref is None or r["alg"] == "none" else f"{r['accuracy'] - ref:+.1f}"
+        d = "" if ref is None or r["alg"] == "none" else f"{100 * (r['accuracy'] - ref):+.1f}"
         lines.append(f"{r['alg']:<28} {r['topology']:<12} {r['lr']:>6g} {r['momentum']:>4g} {r['seed']:>4} "
-                     f"{r['accuracy']:>6.1f} {d:>8} {r['bytes_sent_per_step']:>10.0f}")
+                     f"{100 * r['accuracy']:>6.1f} {d:>8} {r['bytes_sent_per_step']:>10.0f}")
     return "\n".join(lines)
 
 

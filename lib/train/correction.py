@@ -96,7 +96,7 @@ class MomentumCorrection:
         if wd:
             grad.add_(p.detach(), alpha=wd)
         if mom.momentum:
-            mom.before_sync(grad, state)
+            mom.before_sync(grad, state, name=self.position.get(id(p), "<unnamed>"))
 
     def after_sync(self, p: torch.Tensor, grad: torch.Tensor, state: GradientState, compressed: bool) -> None:
         """Momentum factor masking after a compressed synchronization (sparse payloads only)."""

@@ -66,10 +66,11 @@ class Digits:
 
     @torch.no_grad()
     def accuracy(self, model: torch.nn.Module) -> float:
-        """Test-set accuracy in percent."""
+        """Test-set accuracy, a fraction (0.8083, not 80.83): the unit of every machine-readable
+        accuracy (``summary.json``'s ``test_accuracy``, evaluation events, ``--target-accuracy``)."""
         was = model.training
         model.eval()
         device = next(model.parameters()).device  # the model may be on a GPU; the data set stays on the host
         pred = model(self.x_test.to(device)).argmax(dim=1).cpu()
         model.train(was)
-        return 100.0 * float((pred == self.y_test).float().mean())
+        return float((pred == self.y_test).float().mean())

@@ -16,7 +16,13 @@ Momentum correction (on by default when ``optimizer`` is a ``torch.optim.SGD`` w
 rank applies momentum and weight decay to its own bucket before encoding it, with error feedback on
 the velocity, and the optimizer steps without them (step pre/post hooks switch them off and back on
 around every ``optimizer.step()``); see ``hipress.train.correction``. ``compress_after=N``: the
-first N iterations all-reduce the bucket uncompressed (PowerSGD's ``start_powerSGD_iter``).
+first N iterations all-reduce the bucket uncompressed (PowerSGD's ``start_powerSGD_iter``). Every lossy
+compressor gets error feedback (``wrappers.with_feedback``), with or without momentum correction.
+Gradient clipping: DDP hands the hook each bucket as backward fills it, so the hook cannot see a
+rank's whole gradient; after ``backward()`` each ``p.grad`` holds the averaged step direction, which
+under momentum correction is the velocity: clipping it clips the momentum step. To clip each rank's
+gradient before momentum (DGC's local clipping), use ``DistributedOptimizer(clip_grad_norm=...)``, or
+``momentum_correction=False`` and clip the averaged gradient as with plain DDP.
 
 Checkpoints: ``state.state_dict()`` holds only tensors, numbers and strings, so it loads with
 ``torch.load(weights_only=True)``; ``CompressionHookState.from_state_dict(d, process_group=...)``
@@ -25,12 +31,13 @@ silently: the hook refuses to run until ``attach(group)`` says which group it is
 """
 
 # no `from __future__ import annotations`: DDP checks the hook's annotations as objects
-from typing import Any
+import zlib
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
 
-from hipress.compress import AlgorithmSpec, Compressor, StateStore
+from hipress.compress import AlgorithmSpec, Compressor, GradientState, StateStore
 from hipress.compress.payload import seal
 
 from .correction import MomentumCorrection, velocity_key
@@ -44,10 +51,25 @@ class CompressionHookState:
     compression: algorithm spec (``"tbq"``, ``"dgc:ratio=0.01"``, or an ``AlgorithmSpec``). process_group: the group to
     reduce over (None: the default group). optimizer: the optimizer stepping the DDP model; an SGD
     with momentum gets momentum correction unless ``momentum_correction=False``. compress_after:
-    iterations synchronized uncompressed first. Per-bucket compressor state is keyed ``bucket<i>``:
-    DDP rebuilds its buckets once after the first iteration, and a state whose size no longer
-    matches its bucket is reset rather than misapplied. ``bytes_sent`` counts what this rank put on
-    the wire (its payload times the ``world - 1`` peers of a ring all-gather).
+    iterations synchronized uncompressed first. ``bytes_sent`` counts what this rank put on the wire
+    (its payload times the ``world - 1`` peers of a ring all-gather).
+
+    Buckets: DDP rebuilds its buckets after the first iteration (the same sizes, its parameters in
+    the order backward made them ready, possibly other members), and a resumed process starts again
+    from DDP's initial layout. So the hook does not trust DDP's layout: it encodes every bucket in
+    a canonical order (its parameters by optimizer position, descending: backward's order, which a
+    rebuilt bucket normally has already, so the bucket's buffer is encoded as it is; otherwise the
+    gradients are gathered into a scratch buffer in that order and scattered back), and keys the
+    compressor state by the bucket's members (``_bucket_key``), not by its index. A bucket whose
+    members are new takes each parameter's slice of every elementwise state buffer (residual,
+    momentum, the wrappers' and generated algorithms' ``extra`` buffers) from the state that held
+    it, and a state whose parameters all moved is dropped; ``state_dict`` records each state's
+    members, so a resumed process re-homes from its checkpoint too. Bit for bit: a resumed run
+    equals an uninterrupted one when DDP's rebuilt buckets have the members of its initial ones
+    (every parameter in one bucket, or backward's order equal to the reverse of the parameters'):
+    otherwise the resumed processes' first iteration, before DDP rebuilds, encodes other groups of
+    parameters than the uninterrupted run did at that iteration (each parameter keeps its own
+    residual, but a bucket-wide selection such as dgc's top-k sees a different set).
     """
 
     def __init__(self, compression: str | AlgorithmSpec = "tbq", process_group: dist.ProcessGroup | None = None,
@@ -61,8 +83,8 @@ class CompressionHookState:
         self.correction = (MomentumCorrection.for_optimizer(optimizer, self.compressor, momentum_correction,
                                                           factor_masking)
                            if optimizer is not None else None)
-        if momentum_correction:  # error feedback for every lossy compressor, with or without momentum
-            self.compressor = MomentumCorrection.compressor(self.compressor)
+        # error feedback for every lossy compressor, wherever momentum is applied (the flag decides only that)
+        self.compressor = MomentumCorrection.compressor(self.compressor)
         if self.correction is not None:
             optimizer.register_step_pre_hook(lambda *_: self._enter_plain_step())
             optimizer.register_step_post_hook(lambda *_: self._leave_plain_step())
@@ -78,6 +100,15 @@ class CompressionHookState:
         self._param_keys: dict[int, str] = {} if optimizer is None else {
             id(p): f"group{gi}.param{pi}" for gi, g in enumerate(optimizer.param_groups)
             for pi, p in enumerate(g["params"])}
+        #: each parameter's place in the canonical order (descending): its position in the optimizer,
+        #: else the order of first sight
+        self._ordinal: dict[int, int] = {} if optimizer is None else {
+            id(p): i for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"])}
+        #: the members (parameter key, numel), in canonical order, of every bucket state, by its key
+        self._layouts: dict[str, tuple[tuple[str, int], ...]] = {}
+        self._owner: dict[str, str] = {}  # parameter key -> the bucket state holding its slices
+        self._plans: dict[tuple[int, ...], _Plan] = {}  # per DDP bucket layout (its parameters' ids)
+        self._scratch: dict[str, torch.Tensor] = {}  # per bucket state, for buckets not in canonical order
         self._batches: dict[tuple, Any] = {}  # their buffers per bucket layout, made once
         self._threads = torch.get_num_threads()  # gloo runs the callbacks on its own threads
 
@@ -106,13 +137,18 @@ class CompressionHookState:
         """Plain tensors, numbers and strings: loads with ``torch.load(weights_only=True)``."""
         return {"compression": self.compression, "states": self.states.state_dict(),
                 "bytes_sent": self.bytes_sent, "iterations": self.iterations,
-                "compress_after": self.compress_after, "momentum_correction": self.momentum_correction}
+                "compress_after": self.compress_after, "momentum_correction": self.momentum_correction,
+                # each bucket state's members, so that a resumed process re-homes them (``_bucket_state``)
+                "layouts": {k: [[pk, n] for pk, n in m] for k, m in self._layouts.items()}}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         if d["compression"] != self.compression:
             raise ValueError(f"checkpoint was made with {d['compression']!r}, this state uses {self.compression!r}")
         self.states.load_state_dict(d["states"])
         self.bytes_sent, self.iterations = int(d["bytes_sent"]), int(d["iterations"])
+        self._layouts = {k: tuple((str(pk), int(n)) for pk, n in m) for k, m in d.get("layouts", {}).items()}
+        self._owner = {pk: k for k, m in self._layouts.items() for pk, _ in m}
+        self._scratch = {}
 
     @classmethod
     def from_state_dict(cls, d: dict[str, Any], process_group: dist.ProcessGroup | None = None,
@@ -139,7 +175,6 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
     group = state.group()
     world = dist.get_world_size(group)
     buf = bucket.buffer()
-    key = f"bucket{bucket.index()}"
     comp = state.compressor
     warm = state.iterations < state.compress_after
     if bucket.is_last():
@@ -153,7 +188,17 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
         return fut.then(lambda f: f.value()[0].div_(world))
     if comp.caps.summable:  # PowerSGD: sum P, orthogonalize, sum Q; not a payload per rank
         return _summed_hook(state, bucket, group, world)
-    payload = comp.encode(buf, state.states[key], name=key)
+    plan = _plan(state, bucket)
+    key, gstate = _bucket_state(state, plan.members, buf.device)
+    grads = bucket.gradients()
+    if plan.order is None:  # DDP's layout is the canonical one (its rebuilt buckets, normally)
+        flat = buf.view(-1)
+    else:
+        flat = state._scratch.get(key)
+        if flat is None or flat.device != buf.device or flat.dtype != buf.dtype:
+            flat = state._scratch[key] = torch.empty(buf.numel(), dtype=buf.dtype, device=buf.device)
+        torch.cat([grads[i].reshape(-1) for i in plan.order], out=flat)
+    payload = comp.encode(flat, gstate, name=key)
     if comp.caps.sparse:
         # on the bucket's device: NCCL moves only CUDA tensors (gloo, CPU ones)
         mine = torch.tensor([payload.numel()], dtype=torch.int64, device=buf.device)
@@ -170,16 +215,109 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
     fut = dist.all_gather(gathered, payload, group=group, async_op=True).get_future()
 
     def decode(_: torch.futures.Future) -> torch.Tensor:
-        flat = buf.view(-1)
         flat.zero_()
         for r in range(world):
             comp.decode(gathered[r][: sizes[r]], out=flat, add=True, name=f"{key} from rank {r}")
+        if plan.order is not None:  # back into DDP's layout
+            off = 0
+            for i in plan.order:
+                g = grads[i]
+                g.view(-1).copy_(flat[off : off + g.numel()])
+                off += g.numel()
         out = buf.div_(world)
         if corr is not None:
             _mask(corr, bucket, state.states)
         return out
 
     return fut.then(decode)
+
+
+class _Plan(NamedTuple):
+    """How a DDP bucket layout is encoded: its members in canonical order, and the bucket's
+    gradient indices in that order (None: the bucket is in canonical order already)."""
+
+    members: tuple[tuple[str, int], ...]
+    order: tuple[int, ...] | None
+
+
+def _plan(state: CompressionHookState, bucket: dist.GradBucket) -> _Plan:
+    """The canonical order of ``bucket``'s parameters: descending optimizer position (backward's
+    order, the one DDP's rebuilt buckets have), made once per DDP layout."""
+    params = bucket.parameters()
+    ids = tuple(id(p) for p in params)
+    plan = state._plans.get(ids)
+    if plan is None:
+        grads = bucket.gradients()
+        keys = [_param_key(state, bucket, j, p) for j, p in enumerate(params)]
+        order = sorted(range(len(params)), key=lambda j: -state._ordinal[id(params[j])])
+        members = tuple((keys[j], grads[j].numel()) for j in order)
+        plan = state._plans[ids] = _Plan(members, None if order == list(range(len(params))) else tuple(order))
+    return plan
+
+
+def _bucket_key(members: tuple[tuple[str, int], ...]) -> str:
+    """A bucket state's name: its members, short and stable (the same in every run and every resumed
+    process; stochastic algorithms seed from it, ``hipress.compress.state.name_seed``)."""
+    text = "|".join(f"{k}:{n}" for k, n in members)
+    return f"bucket[{members[0][0]}..{members[-1][0]} x{len(members)} {zlib.crc32(text.encode()):08x}]"
+
+
+def _elementwise(st: GradientState, total: int) -> dict[str, torch.Tensor]:
+    """``st``'s buffers aligned element by element with its flat bucket (of ``total`` elements)."""
+    out = {n: t for n, t in (("residual", st.residual), ("momentum", st.momentum)) if t is not None}
+    out.update(st.extra)
+    return {n: t for n, t in out.items() if t.numel() == total}
+
+
+def _bucket_state(state: CompressionHookState, members: tuple[tuple[str, int], ...],
+                  device: torch.device) -> tuple[str, GradientState]:
+    """The compressor state of the bucket made of ``members``: its own when it has one and holds
+    them all; else made (or completed) from the states that held its parameters, slice by slice
+    (every elementwise buffer; the step counter goes on from the furthest), dropping the states
+    none of whose parameters they hold any more."""
+    key = _bucket_key(members)
+    store, owner, layouts = state.states, state._owner, state._layouts
+    moved = {owner[k] for k, _ in members if owner.get(k, key) != key}
+    if key in layouts and not moved:
+        return key, store[key]
+    mine = key in layouts and key in store
+    dst = store[key]
+    total = sum(n for _, n in members)
+    sources: dict[str, tuple[dict[str, torch.Tensor], dict[str, int]]] = {}
+    for o in moved:
+        offs, off = {}, 0
+        for k, n in layouts[o]:
+            offs[k] = off
+            off += n
+        src = store[o] if o in store else GradientState()
+        sources[o] = (_elementwise(src, off), offs)
+        dst.step = max(dst.step, src.step)
+    own = _elementwise(dst, total) if mine else {}
+    names = set(own).union(*(bufs for bufs, _ in sources.values()))
+    for name in sorted(names):
+        new = torch.zeros(total, dtype=torch.float32, device=device)
+        off = 0
+        for k, n in members:
+            o = owner.get(k)
+            if o == key and name in own:
+                new[off : off + n].copy_(own[name][off : off + n])
+            elif o in sources and name in sources[o][0]:
+                so = sources[o][1][k]
+                new[off : off + n].copy_(sources[o][0][name][so : so + n])
+            off += n
+        if name in ("residual", "momentum"):
+            setattr(dst, name, new)
+        else:
+            dst.extra[name] = new
+    layouts[key] = members
+    for k, _ in members:
+        owner[k] = key
+    held = set(owner.values())
+    for o in [o for o in moved if o not in held]:  # states whose parameters all moved on
+        del layouts[o]
+        state._scratch.pop(o, None)
+        store.discard(o)
+    return key, store[key]
 
 
 def _apply_correction(corr: MomentumCorrection, bucket: dist.GradBucket, states: StateStore) -> None:
@@ -207,6 +345,9 @@ def _param_key(state: CompressionHookState, bucket: dist.GradBucket, j: int, p: 
     k = state._param_keys.get(id(p))
     if k is None:
         k = state._param_keys[id(p)] = f"bucket{bucket.index()}.param{j}"
+    # no optimizer: DDP's first buckets list their parameters in registration order, so the last
+    # seen comes first in the canonical (descending) order, as backward's order would have it
+    state._ordinal.setdefault(id(p), len(state._ordinal))
     return k
 
 

@@ -68,9 +68,16 @@ class DistributedOptimizer:
     bulk_bytes: the engine's bulk threshold (None: its default; 0: every gradient travels alone).
     momentum_correction: for a ``torch.optim.SGD`` with momentum, apply momentum (and weight decay)
         to each rank's gradient before compression, with error feedback on the velocity, and step
-        the optimizer without them (``correction.MomentumCorrection``); and give every lossy
-        compressor error feedback (``wrappers.with_feedback``). On by default: compressed runs lose
-        accuracy otherwise. False: the compressor as given, momentum applied to the average.
+        the optimizer without them (``correction.MomentumCorrection``). On by default: compressed
+        runs lose accuracy otherwise. False: momentum applied by the optimizer to the average. Either
+        way every lossy compressor gets error feedback (``wrappers.with_feedback``: on the velocity
+        or on the gradient); the flag decides only where momentum is applied.
+    clip_grad_norm: clip this rank's gradient to this total 2-norm (over all its parameters, as
+        ``torch.nn.utils.clip_grad_norm_``) before momentum correction and compression: DGC's local
+        gradient clipping (Lin et al. 2018, section 3.3). Clipping ``p.grad`` after
+        ``synchronize()`` instead clips the averaged step direction, which under momentum correction
+        is the velocity, not the gradient. It needs this rank's whole gradient, so gradients are
+        held until backward has ended (as with ``overlap=False``).
     factor_masking: DGC's momentum factor masking for sparse payloads under momentum correction
         (off: measured to cost accuracy here, see ``MomentumCorrection.for_optimizer``).
     merge_sparse: CaSync's aggregators (ring hops, PS) merge sparse payloads without decoding, so each
@@ -99,6 +106,7 @@ class DistributedOptimizer:
         compress_after: int = 0,
         gpu_timing: bool = False,
         merge_sparse: bool = True,
+        clip_grad_norm: float | None = None,
     ) -> None:
         from hipress.sync import Engine
 
@@ -113,8 +121,11 @@ class DistributedOptimizer:
         self.compressor = compression
         self.correction = MomentumCorrection.for_optimizer(optimizer, self.compressor, momentum_correction,
                                                           factor_masking)
-        if momentum_correction:  # error feedback for every lossy compressor, with or without momentum
-            self.compressor = MomentumCorrection.compressor(self.compressor)
+        # error feedback for every lossy compressor, wherever momentum is applied
+        self.compressor = MomentumCorrection.compressor(self.compressor)
+        if clip_grad_norm is not None and not (clip_grad_norm > 0 and np.isfinite(clip_grad_norm)):
+            raise ValueError(f"clip_grad_norm must be a positive finite norm, got {clip_grad_norm}")
+        self.clip_grad_norm = None if clip_grad_norm is None else float(clip_grad_norm)
         if compress_after < 0:
             raise ValueError(f"compress_after must be >= 0, got {compress_after}")
         self.compress_after = int(compress_after)
@@ -147,7 +158,8 @@ class DistributedOptimizer:
         self._warm = None
         if self.compress_after and not self.compressor.caps.lossless:
             self._warm = Engine(comm, "none", topology=uncompressed_counterpart(topology), **kwargs)
-        self.overlap = overlap
+        self.overlap = overlap and self.clip_grad_norm is None  # clipping needs every gradient first
+        self._compressed: frozenset[str] | None = None  # the gradients the engine sends compressed
         self._held: list[tuple[str, torch.Tensor]] = []
         self._submitted: set[str] = set()
         self._synchronized = False
@@ -184,6 +196,25 @@ class DistributedOptimizer:
         self.submit_order.append(name)
         self._active.submit(name, p.grad)
 
+    def _clip(self, params: list[torch.Tensor]) -> None:
+        """This rank's gradients scaled to ``clip_grad_norm`` at most (``torch.nn.utils.clip_grad_norm_``)."""
+        with_grad = [p for p in params if p.grad is not None]
+        if with_grad:
+            torch.nn.utils.clip_grad_norm_(with_grad, self.clip_grad_norm)
+
+    def _compressed_names(self) -> frozenset[str]:
+        """The gradients the engine sends compressed: not those its plan (or ``--comp-threshold``,
+        folded into the plan) leaves in fp32, none on an uncompressed topology; momentum factor
+        masking applies only to those."""
+        if self._compressed is None:
+            prog = getattr(self.engine, "program", None)
+            if prog is None:  # an engine of the caller's own: every gradient, as it is compressing
+                self._compressed = frozenset(n for n, _ in self._params)
+            else:
+                self._compressed = frozenset(n for n, p in self._params
+                                             if prog.comp is not prog.none and prog.entry(n, p.numel()).compress)
+        return self._compressed
+
     @property
     def _active(self) -> Any:
         """The engine of this iteration: the uncompressed one during warm-up, else ``engine``."""
@@ -191,10 +222,15 @@ class DistributedOptimizer:
 
     # ----------------------------------------------------------------------------- training step
     def synchronize(self) -> Any:
-        """Wait until every gradient holds its average over the ranks (call before clipping)."""
+        """Wait until every gradient holds its average over the ranks.
+
+        Afterwards ``p.grad`` is the averaged step direction: under momentum correction the
+        velocity, so clip with ``clip_grad_norm=`` (this rank's gradient, before momentum), not here."""
         if self._synchronized:
             return self.last_stats
         held, self._held = self._held, []
+        if self.clip_grad_norm is not None:
+            self._clip([p for _, p in held])
         for name, p in held:  # overlap=False: now, in the order backward produced them
             self._submit(name, p)
         for name, p in reversed(self._params):  # parameters that got no gradient: zeros, same order on all
@@ -223,10 +259,10 @@ class DistributedOptimizer:
         if self.correction is None:
             out = self.optimizer.step(closure)
         else:
-            compressed = self._active is self.engine
+            compressed = self._compressed_names() if self._active is self.engine else frozenset()
             for name, p in self._params:
                 if p.grad is not None:
-                    self.correction.after_sync(p, p.grad, velocity_state(self.states, name), compressed)
+                    self.correction.after_sync(p, p.grad, velocity_state(self.states, name), name in compressed)
             with self.correction.plain_step():
                 out = self.optimizer.step(closure)
         self.iteration += 1

@@ -326,8 +326,8 @@ def ddp_powersgd() -> None:
         assert state.bytes_sent == steps * want, (state.bytes_sent / steps, want)
         assert ref["bytes_sent_per_step"] == want, (ref["bytes_sent_per_step"], want)  # the engine's, measured
         assert want * 5 < 2 * (world - 1) * 4 * sum(p.numel() for p in model.parameters()) // world
-        assert abs(acc - ref["accuracy"]) <= 1.5, (acc, ref["accuracy"])
-        assert acc > 80, acc
+        assert abs(acc - ref["accuracy"]) <= 0.015, (acc, ref["accuracy"])
+        assert acc > 0.80, acc
         mats = sorted(k for k in state.states.names() if "@" not in k)  # one per matrix, none for the 1-D
         assert mats == ["group0.param0", "group0.param2"], mats  # keyed by position: stable across resumes
         assert [state.states[k].residual.numel() for k in mats] == [128 * 64, 10 * 128], mats
@@ -354,6 +354,185 @@ def merged(topology: str) -> None:
         assert same_everywhere(model), (topology, merge_sparse)
 
 
+def ddp_canonical(alg: str) -> None:
+    """DDP rebuilds its buckets after iteration 0 (fc1.weight first, then fc2.bias first): the hook
+    still encodes the bucket in one canonical order (descending optimizer position) with one state
+    that follows its parameters, so its gradients are, bit for bit, an all-gather of
+    compress(this rank's gradients in that order) made by hand with one persistent state."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hipress.compress import AlgorithmSpec, StateStore
+    from hipress.train import CompressionHookState, compression_hook
+    from hipress.train.correction import MomentumCorrection
+    from hipress.train.torchdist import destroy_process_group, init_process_group
+
+    init_process_group(comm, "gloo")
+    try:
+        torch.manual_seed(0)
+        model = spec.build()
+        ref = copy.deepcopy(model)
+        hooked = DistributedDataParallel(model)
+        opt = torch.optim.SGD(hooked.parameters(), lr=0.05)
+        state = CompressionHookState(alg, optimizer=opt)
+        hooked.register_comm_hook(state, compression_hook)
+        comp = MomentumCorrection.compressor(AlgorithmSpec.parse(alg).create())
+        canonical = list(reversed(list(ref.parameters())))
+        refstates = StateStore()
+        for step in range(4):
+            opt.zero_grad()
+            spec.loss(hooked, batch(step)).backward()
+            key, = state.states.names()  # one bucket, the same members throughout: one state
+            ref.zero_grad()
+            spec.loss(ref, batch(step)).backward()
+            flat = torch.cat([p.grad.reshape(-1) for p in canonical])
+            payload = comp.encode(flat, refstates[key], name=key)
+            out = torch.zeros_like(flat)
+            for r, pay in enumerate(comm.allgather(payload.numpy().tobytes())):
+                comp.decode(torch.frombuffer(bytearray(pay), dtype=torch.uint8), out=out, add=True, name=f"r{r}")
+            out.div_(world)
+            off = 0
+            for p, q in zip(canonical, reversed(list(model.parameters())), strict=True):
+                want = out[off : off + p.numel()].view_as(p)
+                off += p.numel()
+                assert torch.equal(q.grad, want), (alg, step, float((q.grad - want).abs().max()))
+            opt.step()
+            ref.load_state_dict(model.state_dict())
+        assert [k for k, _ in state._layouts[key]] == [f"group0.param{i}" for i in (3, 2, 1, 0)]
+    finally:
+        destroy_process_group()
+
+
+def ddp_resume(alg: str) -> None:
+    """A hook state saved after 2 iterations and loaded into a fresh DDP (whose first buckets are laid
+    out anew) continues bit for bit as the uninterrupted run (momentum correction on)."""
+    import io
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hipress.train import CompressionHookState, compression_hook
+    from hipress.train.torchdist import destroy_process_group, init_process_group
+
+    init_process_group(comm, "gloo")
+    try:
+        def make(model: torch.nn.Module):
+            net = DistributedDataParallel(model)
+            opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+            return net, opt
+
+        def train(net, opt, steps) -> None:
+            for step in steps:
+                opt.zero_grad()
+                spec.loss(net, batch(step)).backward()
+                opt.step()
+
+        torch.manual_seed(0)
+        whole, opt_w = make(spec.build())
+        whole.register_comm_hook(CompressionHookState(alg, optimizer=opt_w), compression_hook)
+        train(whole, opt_w, range(5))
+        torch.manual_seed(0)
+        part, opt_p = make(spec.build())
+        st = CompressionHookState(alg, optimizer=opt_p)
+        part.register_comm_hook(st, compression_hook)
+        train(part, opt_p, range(2))
+        buf = io.BytesIO()
+        torch.save({"model": part.module.state_dict(), "opt": opt_p.state_dict(), "hook": st.state_dict()}, buf)
+        buf.seek(0)
+        d = torch.load(buf, weights_only=True)
+        torch.manual_seed(1)
+        model = spec.build()
+        model.load_state_dict(d["model"])
+        again, opt_a = make(model)
+        opt_a.load_state_dict(d["opt"])
+        back = CompressionHookState.from_state_dict(d["hook"], optimizer=opt_a)
+        again.register_comm_hook(back, compression_hook)
+        train(again, opt_a, range(2, 5))
+        for p, q in zip(whole.parameters(), again.parameters(), strict=True):
+            assert torch.equal(p, q), (alg, float((p - q).abs().max()))
+    finally:
+        destroy_process_group()
+
+
+def clip() -> None:
+    """clip_grad_norm= clips each rank's own gradient before momentum (DGC's local clipping): with a
+    lossless compressor, momentum correction on or off, that is torch's momentum SGD stepping on the
+    mean of the ranks' clipped gradients (clip, then momentum)."""
+    torch.manual_seed(0)
+    ref = spec.build()
+    sgd = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    runs = []
+    for mc in (True, False):
+        torch.manual_seed(0)
+        model = spec.build()
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                   model.named_parameters(), compression="none", topology="ring", comm=comm,
+                                   momentum_correction=mc, clip_grad_norm=0.5)
+        assert (opt.correction is not None) == mc
+        runs.append((model, opt))
+    clipped = 0
+    for step in range(6):
+        sgd.zero_grad()
+        spec.loss(ref, batch(step)).backward()
+        clipped += float(torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)) > 0.5
+        for p in ref.parameters():
+            p.grad.copy_(torch.from_numpy(allgather(p.grad).mean(axis=0)).view_as(p))
+        sgd.step()
+        for model, opt in runs:
+            opt.zero_grad()
+            spec.loss(model, batch(step)).backward()
+            opt.step()
+            for (n, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+                torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=f"step {step} {n}")
+    assert clipped >= 3, "the test needs gradients above the norm"
+    for _, opt in runs:
+        opt.close()
+
+
+def mask_plan() -> None:
+    """factor_masking with a plan leaving small gradients in fp32: only the gradients sent compressed
+    have their velocity masked; the others keep their momentum."""
+    from hipress.train.config import make_config
+    from hipress.train.correction import velocity_state
+
+    plan = make_config("mlp", "ring", "dgc:ratio=0.05", world, 1, comp_threshold=1024).plan_entries()
+    assert {n for n, e in plan.items() if not e.compress} == {"fc1.bias", "fc2.bias"}, plan
+    torch.manual_seed(0)
+    model = spec.build()
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), model.named_parameters(),
+                               compression="dgc:ratio=0.05", topology="casync-ring", plan=plan, comm=comm,
+                               factor_masking=True)
+    for step in range(3):
+        opt.zero_grad()
+        spec.loss(model, batch(step)).backward()
+        opt.step()
+        for n, e in plan.items():
+            u = velocity_state(opt.states, n).extra["velocity"]
+            zeros = int((u == 0).sum())
+            if e.compress:
+                assert 0 < zeros < u.numel(), (step, n, zeros)  # masked where sent, kept elsewhere
+            else:  # a few coordinates of fc1.bias have no gradient (dead ReLUs), none is masked
+                assert zeros < u.numel() // 4, (step, n, zeros)
+    opt.close()
+
+
+def feedback_without_correction() -> None:
+    """--no-momentum-correction decides where momentum goes, not whether a lossy compressor gets
+    error feedback: top-k keeps what it did not send, at momentum 0 and 0.9 alike."""
+    for mom in (0.0, 0.9):
+        torch.manual_seed(0)
+        model = spec.build()
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=mom),
+                                   model.named_parameters(), compression="topk:ratio=0.01", topology="allgather",
+                                   comm=comm, momentum_correction=False)
+        assert opt.correction is None and opt.compressor.caps.error_feedback, opt.compressor
+        opt.zero_grad()
+        spec.loss(model, batch(0)).backward()
+        opt.step()
+        (bulk,) = opt.states.names()  # the four gradients travel in one bulk
+        e = opt.states[bulk].extra["ef_residual"]
+        assert int((e != 0).sum()) > e.numel() // 2, "the unsent 99 % is remembered"
+        opt.close()
+
+
 SCENARIOS = {
     "average-ring": lambda: average("ring"),
     "average-ps": lambda: average("ps"),
@@ -371,6 +550,11 @@ SCENARIOS = {
     "warmup": lambda: [warmup(t) for t in ("casync-ring", "casync-ps", "allgather")],
     "ddp-checkpoint": ddp_checkpoint,
     "merged": lambda: [merged(t) for t in ("casync-ring", "casync-ps")],
+    "clip": clip,
+    "mask-plan": mask_plan,
+    "feedback": feedback_without_correction,
+    "ddp-canonical": lambda: [ddp_canonical(a) for a in ("tbq", "dgc:ratio=0.05", "onebit")],
+    "ddp-resume": lambda: [ddp_resume(a) for a in ("tbq", "dgc:ratio=0.05", "onebit", "terngrad")],
 }
 
 if __name__ == "__main__":

@@ -58,10 +58,22 @@ def test_allreduce_cannot_compress():
     ({"model": "vgg19", "run_id": ""}, "not a single directory name"),
     ({"model": "vgg19", "run_id": "-rf"}, "not a single directory name"),
     ({"model": "vgg19", "run_id": "x\0y"}, "not a single directory name"),
+    # --compress-after covering the whole run would label an uncompressed run compressed
+    ({"model": "mlp", "alg": "tbq", "iters": 3, "warmup": 1, "compress_after": 4},
+     "--compress-after 4 covers every iteration of this run (1 warm-up + --iters 3 = 4): nothing would be "
+     "compressed, yet the run would be recorded as --alg tbq; use --alg none for an uncompressed run, or a smaller "
+     "--compress-after (below 4); a first part to extend with --resume --iters past it needs --checkpoint-every"),
 ])
 def test_bad_runs_are_refused_with_a_clear_error(kwargs, match):
     with pytest.raises(ConfigError, match=re.escape(match)):
         make_config(**kwargs)
+
+
+def test_compress_after_below_the_runs_length_is_taken():
+    assert make_config("mlp", "ring", "tbq", 2, 3, warmup=1, compress_after=3).compress_after == 3
+    assert make_config("mlp", "ring", "none", 2, 3, warmup=1, compress_after=100).compress_after == 100
+    # checkpointed: the first part of a run that --resume --iters extends past the warm-up
+    assert make_config("mlp", "ring", "tbq", 2, 2, warmup=1, compress_after=4, checkpoint_every=3).compress_after == 4
 
 
 def test_a_plan_file_is_checked_against_the_model(tmp_path):

@@ -29,10 +29,10 @@ def test_compressed_training_reaches_the_uncompressed_accuracy():
     runs = {r["alg"]: r for r in (json.loads(x) for x in lines if x.startswith("{"))}
     assert list(runs) == ALGS, res.output
     base = runs["none"]["accuracy"]
-    assert base > 93, runs["none"]  # the uncompressed MLP itself learns digits
-    report = {a: round(r["accuracy"], 2) for a, r in runs.items()}
+    assert base > 0.93, runs["none"]  # the uncompressed MLP itself learns digits
+    report = {a: round(r["accuracy"], 4) for a, r in runs.items()}
     for alg in ALGS[1:]:
-        assert runs[alg]["accuracy"] >= base - 2.0, report
+        assert runs[alg]["accuracy"] >= base - 0.02, report
         # and it really was compressed: far fewer bytes on the wire than fp32
         assert runs[alg]["bytes_sent_per_step"] < runs["none"]["bytes_sent_per_step"] / 4, runs[alg]
 
@@ -53,7 +53,7 @@ def test_momentum_correction_keeps_quantizers_at_the_uncompressed_accuracy(alg, 
                        env=thread_env(1), timeout=400, on_line=lines.append)
     assert res.ok, res.output
     runs = {r["alg"]: r["accuracy"] for r in (json.loads(x) for x in lines if x.startswith("{"))}
-    assert runs[alg] >= runs["none"] - 1.5, runs
+    assert runs[alg] >= runs["none"] - 0.015, runs
     assert runs[hipress_alg] < runs[alg], runs  # HiPress's version is the one that falls behind
 
 
@@ -71,4 +71,4 @@ def test_powersgd_reference_runs_torch_hook_engine_and_ddp_side_by_side(np_):
     want = runs["torch"]["bytes_sent_per_step_compressed"]
     for r in runs.values():
         assert r["bytes_sent_per_step_compressed"] == pytest.approx(want, abs=4), runs
-        assert r["accuracy"] > 70 and r["median_seconds_per_step"] > 0, r
+        assert r["accuracy"] > 0.70 and r["median_seconds_per_step"] > 0, r

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.mpi
 
 SCENARIOS = ["average-ring", "average-ps", "average-allreduce", "held-ps", "compressed", "mismatch", "twice",
              "ddp-none", "ddp-tbq", "ddp-dgc", "ddp-powersgd", "correction", "warmup", "ddp-checkpoint",
-             "merged"]
+             "merged", "clip", "mask-plan", "feedback", "ddp-canonical", "ddp-resume"]
 
 
 def test_optimizer_and_ddp_hook_scenarios():
