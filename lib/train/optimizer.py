@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from hipress.compress import AlgorithmSpec, Compressor, StateStore
-from hipress.topology_names import DEFAULT_ENGINE, uncompressed_counterpart
+from hipress.topology_names import DEFAULT_ENGINE, FP32_ONLY_ENGINES, uncompressed_counterpart
 
 from .correction import MomentumCorrection, velocity_state
 
@@ -118,6 +118,13 @@ class DistributedOptimizer:
         self.comm = comm
         if not isinstance(compression, Compressor):
             compression = AlgorithmSpec.parse(compression).create()
+        if engine is None and topology in FP32_ONLY_ENGINES and not compression.caps.lossless:
+            # the engine would move fp32 and train uncompressed under the compressor's name
+            instead = FP32_ONLY_ENGINES[topology]
+            raise ValueError(
+                f"topology {topology!r} moves fp32 and would ignore compression {compression.name!r}: use "
+                + (f"topology={instead!r} to compress, or " if instead else "")
+                + "compression='none' for an uncompressed run")
         self.compressor = compression
         self.correction = MomentumCorrection.for_optimizer(optimizer, self.compressor, momentum_correction,
                                                           factor_masking)
