@@ -283,7 +283,16 @@ def make_config(
         opts = spec.options(preset, **given)
     except BadModelOption as e:
         raise ConfigError(str(e)) from None
+    if data == "digits":
+        from .data import Digits
+
+        share = Digits.train_size() // np
+        if opts["batch_size"] > share:  # the batches would be the share, counted as --batch-size
+            raise ConfigError(
+                f"--batch-size {opts['batch_size']} is more than a rank's share of the digits' training set "
+                f"({Digits.train_size()} samples over --np {np} = {share}): use --batch-size {share} or less")
     sizes = gradient_sizes(model, **{k: opts[k] for k in spec.build_opts})
+
     def forward() -> list[tuple[str, int]]:
         from hipress.plan import definition_order
 

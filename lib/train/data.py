@@ -9,6 +9,7 @@ its own interleaved shard, so together they see every training sample once per e
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -46,6 +47,13 @@ class Digits:
         f = lambda a: torch.as_tensor(a, dtype=torch.float32) / 16.0  # noqa: E731
         i = lambda a: torch.as_tensor(a, dtype=torch.long)  # noqa: E731
         return cls(f(xtr), i(ytr), f(xte), i(yte))
+
+    @staticmethod
+    @functools.cache
+    def train_size() -> int:
+        """Samples in the training split: what the ranks share (a batch larger than a rank's share
+        would be cut to it while throughput counted the batch asked for)."""
+        return int(Digits.load().x_train.shape[0])
 
     def shards(self, rank: int, world: int, batch_size: int, seed: int = 0) -> Iterator[Batch]:
         """Endless per-rank batches, epoch after epoch; every rank yields the same number per epoch."""

@@ -63,10 +63,18 @@ def test_allreduce_cannot_compress():
      "--compress-after 4 covers every iteration of this run (1 warm-up + --iters 3 = 4): nothing would be "
      "compressed, yet the run would be recorded as --alg tbq; use --alg none for an uncompressed run, or a smaller "
      "--compress-after (below 4); a first part to extend with --resume --iters past it needs --checkpoint-every"),
+    # the digits' batches would be cut to a rank's share while throughput counted --batch-size
+    ({"model": "mlp", "data": "digits", "np": 2, "batch_size": 5000},
+     "--batch-size 5000 is more than a rank's share of the digits' training set (1437 samples over --np 2 = "
+     "718): use --batch-size 718 or less"),
 ])
 def test_bad_runs_are_refused_with_a_clear_error(kwargs, match):
     with pytest.raises(ConfigError, match=re.escape(match)):
         make_config(**kwargs)
+
+
+def test_a_batch_of_a_whole_share_of_the_digits_is_taken():
+    assert make_config("mlp", np=2, data="digits", batch_size=718).model_options["batch_size"] == 718
 
 
 def test_compress_after_below_the_runs_length_is_taken():
