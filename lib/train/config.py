@@ -303,6 +303,13 @@ def make_config(
 
         return parameter_shapes(model, **{k: opts[k] for k in spec.build_opts})
 
+    sgd_momentum = momentum if momentum is not None else (0.0 if data == "digits" else 0.9)
+    own = float(algorithm.create().params().get("momentum", 0.0))
+    if own and sgd_momentum:  # dgc's velocity inside the compressor, and SGD's (moved or not) on top of it
+        raise ConfigError(
+            f"--alg {alg} keeps a velocity of its own (momentum {own:g}) and SGD applies --momentum "
+            f"{sgd_momentum:g} as well: momentum twice. Give --momentum 0 to leave momentum to the algorithm, or "
+            f"drop its momentum parameter (the default momentum correction then moves SGD's before compression)")
     plan_entries = resolve_plan(plan, sizes, np, alg, eng, forward, shapes, device) if plan else None
     if comp_threshold == "default":
         comp_threshold = DEFAULT_COMP_THRESHOLD if eng in CASYNC_ENGINES and not plan else None
@@ -325,7 +332,7 @@ def make_config(
         data=data,
         # digits: the convergence checks' SGD (see hipress.train.convergence for why no momentum)
         lr=lr if lr is not None else (0.5 if data == "digits" else 0.01),
-        momentum=momentum if momentum is not None else (0.0 if data == "digits" else 0.9),
+        momentum=sgd_momentum,
         lr_schedule=lr_schedule,
         seed=seed,
         threads=threads,

@@ -63,6 +63,9 @@ def test_allreduce_cannot_compress():
      "--compress-after 4 covers every iteration of this run (1 warm-up + --iters 3 = 4): nothing would be "
      "compressed, yet the run would be recorded as --alg tbq; use --alg none for an uncompressed run, or a smaller "
      "--compress-after (below 4); a first part to extend with --resume --iters past it needs --checkpoint-every"),
+    # momentum twice: dgc's own velocity and SGD's (0.9 by default on synthetic data)
+    ({"model": "mlp", "alg": "dgc:momentum=0.9"},
+     "--alg dgc:momentum=0.9 keeps a velocity of its own (momentum 0.9) and SGD applies --momentum 0.9 as well"),
     # the digits' batches would be cut to a rank's share while throughput counted --batch-size
     ({"model": "mlp", "data": "digits", "np": 2, "batch_size": 5000},
      "--batch-size 5000 is more than a rank's share of the digits' training set (1437 samples over --np 2 = "
@@ -71,6 +74,10 @@ def test_allreduce_cannot_compress():
 def test_bad_runs_are_refused_with_a_clear_error(kwargs, match):
     with pytest.raises(ConfigError, match=re.escape(match)):
         make_config(**kwargs)
+
+
+def test_momentum_left_to_dgc_is_taken():
+    assert make_config("mlp", alg="dgc:momentum=0.9", momentum=0.0).momentum == 0.0
 
 
 def test_a_batch_of_a_whole_share_of_the_digits_is_taken():
