@@ -193,6 +193,19 @@ def test_randomk_positions_are_numpys_choice_at_the_edges(n, k, seed):
     assert np.array_equal(choice.positions(n, k, seed), numpy_positions(n, k, seed))
 
 
+def test_randomk_reuses_its_last_draw_read_only():
+    """A gradient's encode and its peers' decodes draw the same positions: the last draw is reused
+    (read-only, as callers share it), and another seed or size draws afresh."""
+    from hipress.compress.algorithms.randomk import positions
+
+    a = positions(100000, 60000, 7)
+    assert positions(100000, 60000, 7) is a and not a.flags.writeable
+    assert np.array_equal(a, numpy_positions(100000, 60000, 7))
+    b = positions(100000, 60000, 8)
+    assert b is not a and np.array_equal(b, numpy_positions(100000, 60000, 8))
+    assert np.array_equal(positions(100000, 59999, 8), numpy_positions(100000, 59999, 8))
+
+
 @settings(max_examples=80, deadline=None)
 @given(n=st.integers(1, 300_000), frac=st.floats(0, 1), seed=st.integers(0, 2**64 - 1), small=st.booleans())
 def test_randomk_positions_are_numpys_choice(n, frac, seed, small):
