@@ -46,6 +46,7 @@ def build() -> typer.Typer:
         help="Gradient-compressed data-parallel training: CaSync, SeCoPa and CompLL (HiPress, SOSP'21).",
         no_args_is_help=True,
         add_completion=False,
+        context_settings={"help_option_names": ["-h", "--help"]},  # argparse's -h, as HiPress's scripts take
         pretty_exceptions_show_locals=False,
     )
 

@@ -13,6 +13,7 @@ import it.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -56,8 +57,19 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes | Callable[[IO[
 
     ``mode``: the file's permission bits (default: 0666 less the umask); ``make_parents``: create the
     missing directories first (otherwise a missing one is the caller's ``FileNotFoundError``).
+
+    A symbolic link is written through (its target is replaced, not the link, as ``>`` does); a path
+    that is not a regular file (``/dev/stdout``, a named pipe) is written to directly: there is no
+    file to replace.
     """
-    path = Path(path)
+    if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+        with open(path, "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        return
+    path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     parent = path.parent
     if make_parents:
         parent.mkdir(parents=True, exist_ok=True)

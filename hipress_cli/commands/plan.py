@@ -137,6 +137,9 @@ def plan(
         topology = normalize_topology(topology)
     except PlanError as e:
         raise fail(str(e)) from None
+    if output is not None and output.is_dir():  # typer reads an empty --output '' as Path('.')
+        raise fail(f"--output {output} is a directory" + (" (an empty --output is read as .)" if str(output) == "."
+                                                         else "") + ": give the plan's file name, e.g. SeCoPaPlan.txt")
     if not 1 <= nnodes <= MAX_NODES:
         raise fail(f"--nnodes {nnodes} is out of range: give 1..{MAX_NODES} nodes (machines; K ranges over 1..N)")
     check_bounded("--compute-ms", compute_ms, MAX_COMPUTE_MS, "one iteration's compute time in milliseconds")
@@ -195,7 +198,10 @@ def plan(
         t = Table(title=f"per-gradient costs (ms), {topology} N={nnodes}: best K uncompressed / compressed")
         summed_cols = ("P step ms", "Q step ms") if steps is not None else ()
         for col in ("gradient", "size", "raw ms", "K", "compressed ms", "K", *summed_cols, "decision"):
-            t.add_column(col, justify="left" if col in ("gradient", "decision") else "right")
+            t.add_column(col, justify="left" if col in ("gradient", "decision") else "right",
+                         # whole names, even piped into grep at 80 columns: the other columns give way
+                         **({"no_wrap": True, "min_width": max(map(len, result.names), default=8)}
+                            if col == "gradient" else {}))
         for i, n in enumerate(result.names):
             extra = () if steps is None else (_cell(steps[i, 0]), _cell(steps[i, 1]))
             t.add_row(n, f"{result.sizes[i]:,}", f"{result.raw_cost[i]:.3f}", str(result.raw_k[i]),

@@ -25,7 +25,9 @@ def _invoke(args: list[str]):
 
 
 def _text(r) -> str:
-    return " ".join(r.output.split())
+    """The output as one line: whitespace collapsed and rich's panel borders dropped, so a phrase
+    wrapped across two rows of a help panel reads whole (where it wraps depends on column widths)."""
+    return " ".join(r.output.replace("│", " ").split())
 
 
 HUGE = "9" * 5000

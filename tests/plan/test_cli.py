@@ -6,6 +6,7 @@ Output is compared with whitespace collapsed, as rich wraps lines at the termina
 """
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -357,3 +358,37 @@ def test_profile_sizes_bound_speaks_of_elements(no_measuring):
     assert r.returncode == 2, r.stderr
     assert "--sizes: element count '99999T' is too large: at most 4G (4294967296 elements)" in r.stderr
     assert "bytes" not in r.stderr and not no_measuring
+
+
+def test_plan_output_through_a_link_to_a_device_and_not_a_directory(tmp_path):
+    """--output writes through a symbolic link (the target changes, the link stays) and straight into
+    a path that is no regular file (/dev/stdout, a pipe); a directory (an empty --output is '.') is
+    refused by name. Through the console script: /dev/stdout must be the process's real stdout."""
+    inp = tmp_path / "in.txt"
+    inp.write_text("a,1\nb,4000000\n")
+    target, link = tmp_path / "target.txt", tmp_path / "link.txt"
+    target.write_text("old\n")
+    link.symlink_to(target.name)
+    r = hipress("plan", "--input", inp, "--output", link)
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and target.read_text() == "a,1,n,4\nb,4000000,y,4\n"
+    r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", str(inp),
+                        "--output", "/dev/stdout"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "a,1,n,4\nb,4000000,y,4\n" in r.stdout, r.stderr
+    r = hipress("plan", "--input", inp, "--output", "")
+    assert r.returncode == 2 and "--output . is a directory (an empty --output is read as .)" in r.stderr, r.stderr
+
+
+def test_plan_explain_keeps_whole_gradient_names_at_80_columns(vgg_input):
+    """Piped into grep, the table is 80 columns wide: the names must not be cut to 'vgg0_conv10_weig…'."""
+    r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", str(vgg_input), "--nnodes", "4",
+                        "--explain"], capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    for name in ("vgg0_dense0_weight", "vgg0_conv10_weight", "vgg0_dense2_bias"):
+        assert name in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("argv", [["-h"], ["plan", "-h"], ["run", "-h"], ["bench", "sync", "-h"]])
+def test_dash_h_is_help_as_in_hipress_scripts(argv):
+    r = CliRunner().invoke(APP, argv, catch_exceptions=False)
+    assert r.exit_code == 0 and "Usage: " in r.stdout, r.stdout
