@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from . import ast
 from . import types as T
+from .check_exprs import subexprs
 from .ir import IPack, IReduce, IStore, SHost, SLoop, Step, TempSym, Vec, walk_expr
 from .symbols import Symbol
 
@@ -47,12 +48,8 @@ def _loop_writes(loop: SLoop, low: Lowerer) -> set[str]:
 
 
 def _name_syms(names: set[str], low: Lowerer) -> set[Symbol]:
-    by_name = {v: k for k, v in low.names.items()}
-    out = set()
-    for s in low.info.symbols:
-        if id(s) in by_name and low.names[id(s)] in names:
-            out.add(s)
-    return out
+    """The symbols whose generated names are ``names`` (``low.names``: id(symbol) -> name)."""
+    return {s for s in low.info.symbols if low.names.get(id(s)) in names}
 
 
 def _items_safe(loop: SLoop, targets: set[Symbol], low: Lowerer) -> bool:
@@ -72,6 +69,26 @@ def _host_reads_names(step: SHost, low: Lowerer) -> set[str]:
             out.add(low.names[id(x.sym)])
         if isinstance(x, ast.Call) and id(x) in low.hoisted:
             out.add(low.hoisted[id(x)])
+    return out
+
+
+def _host_syms(step: SHost, produced: set[str], low: Lowerer) -> set[Symbol]:
+    """The symbols a deferred host statement reads (through lazy vectors and lambdas, as
+    ``Lowerer.expr_syms``), leaving out the reductions the group computes (``produced``): the
+    statement reads their results, finished before it runs, not the vectors they reduced."""
+    out: set[Symbol] = set()
+    todo: list[ast.Expr] = [step.expr]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, ast.Call) and low.hoisted.get(id(e)) in produced:
+            continue
+        if isinstance(e, (ast.Name, ast.Call)) and e.sym is not None:
+            if e.sym.kind == "lambda" and e.sym.lam is not None:
+                for c in e.sym.lam.captures:
+                    out |= low.sym_closure(c, set())
+            else:
+                out |= low.sym_closure(e.sym, set())
+        todo.extend(subexprs(e))
     return out
 
 
@@ -130,7 +147,7 @@ def _can_fuse(g: SLoop, l2: SLoop, pending: list[SHost], low: Lowerer) -> bool:
     for p in pending:
         if _host_reads_names(p, low) & w2:
             return False
-        if _name_syms(w2, low) & low.expr_syms(p.expr):
+        if _name_syms(w2, low) & _host_syms(p, produced, low):
             return False
     # cross reads of written vectors only at the loop index
     w1 = _name_syms(_loop_writes(g, low), low)

@@ -164,3 +164,19 @@ def test_hipress_terngrad_spec_gives_the_library_bytes(terngrad_verbatim, n, bit
     terngrad_verbatim.encode(ctx, x.numpy(), (), {"bitwidth": bits}, st_.step_seed())
     lib = create("terngrad", bits=bits).encode(x, GradientState(seed=seed))
     assert ctx.buffer.tobytes() == lib[20:].numpy().tobytes()
+
+
+@pytest.mark.parametrize("n", [131071, 140000, 1000003])
+def test_loops_reading_another_index_of_a_vector_a_later_loop_writes_are_not_fused(n):
+    """``s[i] = r[i] + r[i+1]`` and then ``r[i] -= 1``: fused into one tiled parallel loop, a tile
+    read its neighbour's first element after that tile had rewritten it (wrong from 2^17 elements,
+    the first size with two tiles). ``fuse._name_syms`` never matched a name, so the check that
+    forbids this never ran."""
+    comp = load_spec(DATA / "crossread.pse", register=False, cache=CACHE)()
+    g = np.random.default_rng(7).standard_normal(n).astype(np.float32)
+    st = GradientState(seed=2)
+    y = comp.decode(comp.encode(torch.from_numpy(g), st), torch.empty(n)).numpy()
+    r = g[::-1] * np.float32(2)
+    want_s = r + np.concatenate([r[1:], np.zeros(1, np.float32)])
+    assert np.array_equal(y, want_s), np.nonzero(y != want_s)[0][:5]
+    assert np.array_equal(st.residual.numpy(), r - np.float32(1))
