@@ -26,7 +26,10 @@ class ExprChecks:
             raise self.err(e, "expression nested too deeply", "split it with local variables") from None
 
     def _undefined(self, n: ast.Name, scope: Scope) -> CompLLError:
-        close = difflib.get_close_matches(n.id, scope.all_names() + list(BUILTINS), n=1)
+        if n.id in BUILTINS:  # max = ...: "did you mean 'max'?" would name the very word
+            return self.err(n, f"{n.id!r} is a built-in function, not a variable",
+                            f"declare a variable with another name, e.g. float {n.id}_value = ...")
+        close = [c for c in difflib.get_close_matches(n.id, scope.all_names() + list(BUILTINS), n=2) if c != n.id]
         return self.err(n, f"undefined name {n.id!r}", f"did you mean {close[0]!r}?" if close else "")
 
     def _expr(self, e: ast.Expr, scope: Scope, host: bool, want: T.Type | None = None) -> T.Type:
@@ -266,6 +269,9 @@ class ExprChecks:
             raise self.err(e, f"lambda {f!r} is applied with map/reduce/filter/sort/scan; only lambdas call lambdas")
         lam = sym.lam
         assert lam is not None
+        if lam in self.open_lambdas:  # the generated code would recurse without end (C++ lambdas cannot)
+            raise self.err(e, f"lambda {f!r} calls itself: lambdas cannot recurse",
+                           "write the repetition as map/reduce/scan over a range")
         e.sym = sym
         if len(e.args) != len(lam.params):
             raise self.err(e, f"lambda {f!r} takes {len(lam.params)} argument(s), got {len(e.args)}")

@@ -261,6 +261,7 @@ class StmtChecks:
         st.sym = lsym
         saved = (self.lam, self._lam_locals, set(self.assigned))
         self.lam, self._lam_locals = info, set(params)
+        self.open_lambdas.append(info)
         try:
             for s in st.body.stmts:
                 self._stmt(s, inner, top=False)
@@ -270,6 +271,7 @@ class StmtChecks:
                 )
         finally:
             self.lam, self._lam_locals, self.assigned = saved
+            self.open_lambdas.pop()
         fn.lambdas.append(info)
 
     def _extract(self, st: ast.ExprStmt, scope: Scope) -> None:

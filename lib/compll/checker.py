@@ -41,6 +41,7 @@ class Checker(StmtChecks, ExprChecks):
         self.fields: dict[str, dict[str, T.Type]] = {}
         self.fn: FunctionInfo | None = None
         self.lam: LambdaInfo | None = None  # the lambda being checked
+        self.open_lambdas: list[LambdaInfo] = []  # the lambdas whose bodies are being checked, outermost first
         self.assigned: set[int] = set()  # ids of symbols definitely assigned
         self._in_width = False
 

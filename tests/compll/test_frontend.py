@@ -76,6 +76,11 @@ ENC = "void Encode(float* g, uint8* out) {{\n{}\n}}"
         ),
         ("    g = map(range(3), f);", 2, 5, "read only"),
         ("    float x;\n    out = concat(x);", 3, 18, "used before it is assigned"),
+        # a lambda calling itself: accepted, the generated code recursed until Python segfaulted
+        ("    lambda_func f = [&](int i) -> float { return f(i); }\n    float* v = map(range(3), f);\n"
+         "    out = concat(v);", 2, 50, "lambda 'f' calls itself: lambdas cannot recurse"),
+        # a built-in's name taken for an undeclared variable: the hint was "did you mean 'max'?"
+        ("    max = 1;\n    out = concat(g);", 2, 5, "'max' is a built-in function, not a variable"),
     ],
 )
 def test_errors_point_at_the_problem(body, line, col, words):

@@ -138,6 +138,9 @@ def test_pair_round_trips(hpterngrad, bitwidth):
 def test_pair_needs_its_parameter_and_checks_it(hpterngrad):
     with pytest.raises(ValueError, match="bitwidth"):
         create("hpterngrad")
+    # a width uint<bitwidth> cannot take: refused at creation (it used to fail in the ranks, mid-run)
+    with pytest.raises(ValueError, match=r"bit width 3 is not supported \(use 1, 2, 4 or 8\) \(got bitwidth=3\)"):
+        create("hpterngrad", bitwidth=3)
 
 
 def test_range_shorter_than_the_vector_is_honoured(tmp_path):

@@ -177,6 +177,11 @@ class GeneratedCompressor(Compressor):
                 f"{self.name}: {problem} (got {', '.join(f'{k}={plain(v)!r}' for k, v in values.items())})"
             )
         self._p = values
+        try:  # widths (uint<bitwidth>) and sizes that follow from the parameters: refused now, not mid-run
+            self.payload_size(1)
+        except GeneratedError as e:
+            raise ValueError(
+                f"{self.name}: {e} (got {', '.join(f'{k}={plain(v)!r}' for k, v in values.items())})") from None
 
     # generated subclasses override these two
     def _check_params(self, params: dict) -> str | None:
