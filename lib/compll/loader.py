@@ -238,8 +238,16 @@ def load_dir(path: str | Path, *, cache: Path | None = None) -> list[str]:
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise CompLLError(f"two specs would register as {sorted(dup)[0]!r}", str(d), hint="rename one of them")
-    for c in checked:
-        _load_checked(c, register=True, cache=cache)
+    from hipress.compress.registry import available, unregister
+
+    before = set(available())
+    try:
+        for c in checked:
+            _load_checked(c, register=True, cache=cache)
+    except CompLLError:  # one name taken (a built-in's): unregister what this call registered
+        for n in set(available()) - before:
+            unregister(n)
+        raise
     return sorted(names)
 
 

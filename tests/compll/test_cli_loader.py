@@ -189,6 +189,11 @@ def test_user_spec_cannot_take_a_builtin_name(tmp_path):
     with pytest.raises(CompLLError, match="already registered"):
         load_dir(d, cache=CACHE)
     assert create("tbq").__module__.startswith("hipress.compress")
+    # with a good spec sorted before it: nothing of the directory stays registered ("aaasign" did)
+    (d / "aaasign.pse").write_text((USER / "scaledsign.pse").read_text())
+    with pytest.raises(CompLLError, match="already registered"):
+        load_dir(d, cache=CACHE)
+    assert "aaasign" not in available()
 
 
 def test_install_builtins_replaces_only_what_was_measured_faster():
