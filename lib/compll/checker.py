@@ -41,6 +41,7 @@ class Checker(StmtChecks, ExprChecks):
         self.fields: dict[str, dict[str, T.Type]] = {}
         self.fn: FunctionInfo | None = None
         self.lam: LambdaInfo | None = None  # the lambda being checked
+        self.decoder_file = spec.file  # another file when the decoder comes from one (a pair)
         self.open_lambdas: list[LambdaInfo] = []  # the lambdas whose bodies are being checked, outermost first
         self.assigned: set[int] = set()  # ids of symbols definitely assigned
         self._in_width = False
@@ -88,7 +89,50 @@ class Checker(StmtChecks, ExprChecks):
         enc_info = self._function(enc, "encode") if enc is not None else None
         dec_info = self._function(dec, "decode") if dec is not None else None
         params += self._scalar_params(enc_info, dec_info)
+        if enc_info is not None and dec_info is not None:
+            self._same_layout(enc_info, dec_info)
         return CheckedSpec(self.spec, enc_info, dec_info, params, reqs)
+
+    def _same_layout(self, enc: FunctionInfo, dec: FunctionInfo) -> None:
+        """The decoder reads the payload the encoder writes: as many fields, each scalar of the same
+        type (the header packs scalars by type: an int takes 4 bytes, a uint8 1), and each vector of
+        the same element kind and width (a width known only at run time, uint<bitwidth>, matches any
+        code width). Otherwise every decode would fail ("payload extra header has 13 bytes, this spec
+        reads 10") or read garbage."""
+        assert enc.concat is not None and dec.extract is not None  # both checked present before
+        assert isinstance(enc.concat.value, ast.Call) and isinstance(dec.extract.expr, ast.Call)
+        wrote, read = enc.concat.value.args, dec.extract.expr.args[1:]
+
+        def shape(t: T.Type) -> str:
+            if not t.is_vec:
+                return str(t.plain())
+            e = t.elem
+            assert e is not None
+            return "codes of a run-time width" if e.is_code and isinstance(e.bits, str) else f"{e.plain()} values"
+
+        def same(a: T.Type, b: T.Type) -> bool:
+            if a.is_vec != b.is_vec:
+                return False
+            if not a.is_vec:
+                return a.plain() == b.plain()
+            ea, eb = a.elem, b.elem
+            assert ea is not None and eb is not None
+            if ea.is_code and eb.is_code and (isinstance(ea.bits, str) or isinstance(eb.bits, str)):
+                return True
+            return ea.elem_bits() == eb.elem_bits() and ea.is_float == eb.is_float
+
+        fields = ", ".join(shape(a.ty) for a in wrote)
+        def err(node: ast.Node, msg: str, hint: str) -> CompLLError:
+            return CompLLError(msg, self.decoder_file, node.pos.line, node.pos.col, hint)
+
+        if len(wrote) != len(read):
+            raise err(dec.extract, f"the decoder extracts {len(read)} field(s), the encoder's concat writes "
+                           f"{len(wrote)} ({fields})", "extract the fields concat writes, in its order")
+        for k, (w, r) in enumerate(zip(wrote, read, strict=True), 1):
+            if not same(w.ty, r.ty):
+                raise err(r, f"field {k} of the payload is {shape(r.ty)} here but the encoder writes "
+                               f"{shape(w.ty)} (its concat: {fields})",
+                               "declare it with the encoder's type: the two must agree byte for byte")
 
     # ------------------------------------------------------------------ param blocks
     def _param_block(self, blk: ast.ParamBlock) -> list[ParamInfo]:
@@ -255,8 +299,11 @@ class Checker(StmtChecks, ExprChecks):
         return out
 
 
-def check(spec: ast.Spec) -> CheckedSpec:
-    """Check a parsed spec; raises ``CompLLError`` at the first problem."""
+def check(spec: ast.Spec, decoder_file: str | None = None) -> CheckedSpec:
+    """Check a parsed spec; raises ``CompLLError`` at the first problem. ``decoder_file``: where the
+    decoder's lines are, for a pair of files checked as one (``loader.pair_specs``)."""
     with deep(spec.file):
         check_nesting(spec)
-        return Checker(spec).run()
+        checker = Checker(spec)
+        checker.decoder_file = decoder_file or spec.file
+        return checker.run()

@@ -247,3 +247,30 @@ def test_parse_keeps_positions():
     fn = spec.functions[0]
     assert (fn.pos.line, fn.pos.col) == (1, 1)
     assert fn.body.stmts[2].pos.line == 18
+
+
+PAIR = """void PEncode(float* g, uint8* out) {{
+    int n = g.size;
+    out = concat(n, g);
+}}
+void PDecode(uint8* out, float* g) {{
+    {decl}
+    float* v;
+    extract(out, {fields});
+    lambda_func id = [&](int i) -> float {{ return v[i]; }}
+    g = map(range(g.size), id);
+}}
+"""
+
+
+@pytest.mark.parametrize("decl, fields, line, col, words", [
+    ("uint8 n;", "n, v", 8, 18, "field 1 of the payload is uint8 here but the encoder writes int (its concat: int, "
+                                "float values)"),
+    ("int n;", "v", 8, 5, "the decoder extracts 1 field(s), the encoder's concat writes 2 (int, float values)"),
+])
+def test_the_decoder_must_read_the_layout_the_encoder_writes(decl, fields, line, col, words):
+    """Both functions checked alone were fine, and every decode then failed ("payload extra header has
+    1 bytes, this spec reads 4"): the layouts are compared at check time."""
+    e = _error(PAIR.format(decl=decl, fields=fields))
+    assert (e.line, e.col) == (line, col) and words in e.message, str(e)
+    compile_spec(PAIR.format(decl="int n;", fields="n, v"), "t.pse")  # the agreeing pair checks

@@ -221,3 +221,19 @@ def test_hipress_pair_trains(tmp_path):
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert s["status"] == "ok" and s["alg"].startswith("hpterngrad")
+
+
+def test_a_pair_that_disagrees_on_the_header_is_refused_in_the_decoders_file(tmp_path):
+    """The decoder reads bitwidth as an int, the encoder writes a uint8: every decode would fail. The
+    error points into the decoder's own file, not the pair's merged name."""
+    d = tmp_path / "specs"
+    d.mkdir()
+    shutil.copy(HP / "HpTernGradEncode.pse", d / "XEncode.pse")
+    dec = (HP / "HpTernGradDecode.pse").read_text()
+    assert "uint8 bitwidth;" in dec
+    (d / "XDecode.pse").write_text(dec.replace("uint8 bitwidth;", "int bitwidth;"))
+    r = cli("compll", "gen", str(d / "XEncode.pse"), str(d / "XDecode.pse"), "-w", "-f", "cpu", "-o",
+            str(tmp_path / "out"))
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "XDecode.pse:" in err, err
+    assert "field 1 of the payload is int here but the encoder writes uint8" in err, err
