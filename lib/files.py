@@ -64,10 +64,7 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes | Callable[[IO[
     """
     if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
         with open(path, "wb") as f:
-            if callable(data):
-                data(f)
-            else:
-                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            _write_into(f, data)
         return
     path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     parent = path.parent
@@ -77,10 +74,7 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes | Callable[[IO[
     try:
         os.fchmod(fd, (0o666 & ~umask()) if mode is None else mode)
         with os.fdopen(fd, "wb") as f:
-            if callable(data):
-                data(f)
-            else:
-                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            _write_into(f, data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -88,3 +82,10 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes | Callable[[IO[
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(parent)
+
+
+def _write_into(f: IO[bytes], data: str | bytes | Callable[[IO[bytes]], None]) -> None:
+    if callable(data):
+        data(f)
+    else:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
