@@ -545,7 +545,7 @@ def generate_cuda(checked: CheckedSpec) -> str:
     return render(
         "cupy_module.py.j2",
         name=spec_name(checked.file),
-        spec_file=Path(checked.file).name,
+        spec_files=checked.file_names,
         version=VERSION,
         digest=digest(checked),
         encode_name=checked.encode.node.name if checked.encode else "",

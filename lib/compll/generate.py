@@ -94,7 +94,7 @@ def generate_cpu(checked: CheckedSpec) -> str:
     return render(
         "cpu_module.py.j2",
         name=spec_name(checked.file),
-        spec_file=Path(checked.file).name,
+        spec_files=checked.file_names,
         version=VERSION,
         digest=digest(checked),
         encode_name=checked.encode.node.name if checked.encode else "",
@@ -258,7 +258,8 @@ def generate_wrapper(
         "wrapper.py.j2",
         name=name,
         cls=class_name(name),
-        spec_file=Path(checked.file).name,
+        spec_files=checked.file_names,
+        name_args=() if name == spec_name(checked.file) else ("--name", name),
         version=VERSION,
         digest=digest(checked),
         register=register,

@@ -122,7 +122,9 @@ def pair_specs(first: CheckedSpec, second: CheckedSpec) -> CheckedSpec:
         a = parse(enc.spec.source, enc.file)
         b = parse(dec.spec.source, dec.file)
     merged = ast.Spec(ast.Pos(1, 1), file, source, a.param_blocks + b.param_blocks, a.functions + b.functions)
-    return check(merged, decoder_file=dec.file)  # the pair's own errors (the payload layout) point into dec.file
+    checked = check(merged, decoder_file=dec.file)  # the pair's own errors (the payload layout) point into dec.file
+    checked.source_files = (enc.file, dec.file)
+    return checked
 
 
 def read_specs(paths: list[str | Path]) -> CheckedSpec:

@@ -7,6 +7,7 @@ name lookup the statement and expression checks share.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import ast
 from . import types as T
@@ -84,10 +85,17 @@ class CheckedSpec:
     decode: FunctionInfo | None  # None: an encoder alone
     params: list[ParamInfo]
     param_requires: list[tuple[ast.ParamBlock, ast.Require]]
+    #: the files it was read from, when not ``file`` alone (an XEncode.pse + XDecode.pse pair)
+    source_files: tuple[str, ...] = ()
 
     @property
     def file(self) -> str:
         return self.spec.file
+
+    @property
+    def file_names(self) -> tuple[str, ...]:
+        """The spec's file name(s) as ``hipress compll gen`` takes them: one, or the pair's two."""
+        return tuple(Path(f).name for f in (self.source_files or (self.file,)))
 
     @property
     def roles(self) -> str:

@@ -101,6 +101,13 @@ def test_pair_generates_one_registered_compressor(tmp_path):
     r = cli("compll", "gen", str(ENC), str(DEC), "-w", "-r", "-b", "-o", str(tmp_path), "--json")
     assert r.returncode == 0, r.stderr
     assert sorted(Path(p).name for p in json.loads(r.stdout)["files"]) == ["hpterngrad.py", "hpterngrad_cpu.py"]
+    # the files name the two specs they came from (not a merged HpTernGrad.pse that does not exist)
+    wrapper = (tmp_path / "hpterngrad.py").read_text()
+    assert "run `hipress compll gen HpTernGradEncode.pse HpTernGradDecode.pse -w -r`" in wrapper
+    assert 'SPEC_FILE = "HpTernGradEncode.pse + HpTernGradDecode.pse"' in wrapper
+    assert "gen HpTernGradEncode.pse HpTernGradDecode.pse -b -f cpu" in (tmp_path / "hpterngrad_cpu.py").read_text()
+    r = cli("compll", "gen", str(ENC), str(DEC), "-w", "--name", "hptg", "-o", str(tmp_path / "n"))
+    assert "gen HpTernGradEncode.pse HpTernGradDecode.pse --name hptg -w`" in (tmp_path / "n" / "hptg.py").read_text()
     # the order of the two files does not matter; two encoders do not pair
     r = cli("compll", "gen", str(DEC), str(ENC), "-w", "-o", str(tmp_path / "b"))
     assert r.returncode == 0, r.stderr
