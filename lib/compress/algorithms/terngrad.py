@@ -31,11 +31,16 @@ def gap_of(lo: float, hi: float, bits: int) -> float:
     return float(np.float32(np.float32(hi) - np.float32(lo)) / np.float32((1 << bits) - 1))
 
 
-def span_fits(lo: float, hi: float) -> bool:
-    """Whether max - min is finite in float32. Beyond it (values of both signs near float32's limit)
-    the gap, (g - min) / gap and min + q * gap, all float32 like HiPress's, give Inf and NaN."""
+def span_fits(lo: float, hi: float, bits: int) -> bool:
+    """Whether max - min, and the top level min + (2^bits - 1) * gap as the decoder computes it, are
+    finite in float32. Beyond (values of both signs near float32's limit, or a max at it that the
+    top level's rounding passes) the gap, (g - min) / gap and min + q * gap, all float32 like
+    HiPress's, give Inf and NaN."""
     with np.errstate(over="ignore"):
-        return bool(np.isfinite(np.float32(hi) - np.float32(lo)))
+        if not np.isfinite(np.float32(hi) - np.float32(lo)):
+            return False
+        top = np.float32(lo) + np.float32((1 << bits) - 1) * np.float32(gap_of(lo, hi, bits))
+        return bool(np.isfinite(top))
 
 
 @register
@@ -67,12 +72,13 @@ class TernGrad(Compressor):
         lo, hi, finite = k.minmax(x)
         if not finite:
             raise nonfinite(name)
-        if not span_fits(lo, hi):
+        b = self.bits
+        if not span_fits(lo, hi, b):
             raise CompressionError(
-                name, f"the gradient's range max - min = {hi:.3g} - ({lo:.3g}) overflows float32",
+                name, f"the gradient's range max - min = {hi:.3g} - ({lo:.3g}) overflows float32 (or its top "
+                "level, min + (2^bits - 1) * gap, rounds past float32's largest value)",
                 "scale the gradient down first",
             )
-        b = self.bits
         n = x.numel()
         extra = _EXTRA.pack(b, n % (1 << b) & 0xFF, lo, hi)
         payload, body = allocate(self.wire_id, dtype, n, extra, (n * b + 7) // 8, device=x.device)
@@ -86,6 +92,6 @@ class TernGrad(Compressor):
         if len(header.extra) != _EXTRA.size:
             raise CompressionError(name, "terngrad payload has a malformed extra header")
         bits, _tail, lo, hi = _EXTRA.unpack(header.extra)
-        if bits not in BITS or not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi and span_fits(lo, hi)):
+        if bits not in BITS or not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi and span_fits(lo, hi, bits)):
             raise CompressionError(name, f"terngrad payload header is invalid (bits={bits}, min={lo}, max={hi})")
         backend_for(out, name).quant_decode(body, lo, gap_of(lo, hi, bits), bits, out, add)
