@@ -374,12 +374,17 @@ class SparseCompressor(Compressor):
         raise NotImplementedError
 
 
-def accumulate(x: torch.Tensor, state: GradientState | None) -> torch.Tensor:
-    """v = x + residual, in the residual buffer (or a copy of x without a state)."""
+def accumulate(x: torch.Tensor, state: GradientState | None, name: str,
+               momentum: torch.Tensor | None = None) -> torch.Tensor:
+    """v = x + residual, in the residual buffer (or a copy of x without a state). x is finite (the
+    caller checked), so a non-finite v overflowed: the residual and the ``momentum`` that fed x are
+    reset and ``overflowed`` raised, so no Inf is sent or kept."""
     if state is None:
         return x.clone()
     r = state.buffer("residual", x)
     r.add_(x)
+    if not ks.all_finite(r):
+        raise overflowed(name, r, momentum)
     return r
 
 

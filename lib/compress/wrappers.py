@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import torch
 
-from .base import Compressor, nonfinite
+from .base import Compressor, nonfinite_reset
 from .kernels.select import all_finite
 from .payload import Header, seal
 from .state import GradientState
@@ -76,8 +76,7 @@ class ErrorFeedback(_Wrapper):
             return payload
         v = x + e
         if not all_finite(v):
-            e.zero_()
-            raise nonfinite(name, state_reset=True)
+            raise nonfinite_reset(name, e)
         payload = seal(self.inner._encode(v, dtype, state, name))
         h, body = self.inner.parse(payload, name)
         self.inner._decode(h, body, e, False, name)  # e <- decoded
@@ -112,8 +111,7 @@ class MomentumCorrection(_Wrapper):
         u = state.buffer("mc_velocity", x)
         u.mul_(self.momentum).add_(x)
         if not all_finite(u):  # a bad x (or an overflow) must not stay in the velocity forever
-            u.zero_()
-            raise nonfinite(name, state_reset=True)
+            raise nonfinite_reset(name, u)
         payload = seal(self.inner._encode(u, dtype, state, name))
         h, body = self.inner.parse(payload, name)
         sent = torch.empty_like(u)
@@ -187,9 +185,8 @@ class LocalMomentum:
         else:
             u.mul_(self.momentum).add_(flat, alpha=1.0 - self.dampening)
         if not all_finite(u):
-            u.zero_()
             del state.extra["velocity_started"]
-            raise nonfinite(name, state_reset=True)
+            raise nonfinite_reset(name, u)
         if self.nesterov:
             flat.add_(u, alpha=self.momentum)
         else:

@@ -33,7 +33,6 @@ from ..sparse import (
     adapt_threshold,
     budget,
     choose_sampled,
-    overflowed,
     sampled_threshold,
     top_by_magnitude,
 )
@@ -86,9 +85,7 @@ class DGC(SparseCompressor):
             u = state.buffer("momentum", x)
             u.mul_(self.momentum).add_(x)
             x = u
-        v = accumulate(x, state)
-        if state is not None and not bool(torch.isfinite(v).all()):  # x is finite: v overflowed
-            raise overflowed(name, v, u)
+        v = accumulate(x, state, name, momentum=u)
         seed = state.step_seed() if state is not None else 0
         thr = sampled_threshold(v, self.density, self.sample_ratio, seed)
         backend, limit = backend_for(v, name), budget(n, self.density)

@@ -22,7 +22,6 @@ from ..sparse import (
     choose_sampled,
     graddrop_limit,
     keep_budget,
-    overflowed,
     sampled_threshold,
     top_by_magnitude,
 )
@@ -70,9 +69,7 @@ class GradDrop(SparseCompressor):
     def _select(self, x: torch.Tensor, state: GradientState | None, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         if x.numel() == 0:
             return torch.empty(0, dtype=torch.int32, device=x.device), torch.empty(0, device=x.device)
-        v = accumulate(x, state)
-        if state is not None and not bool(torch.isfinite(v).all()):  # x is finite: v overflowed
-            raise overflowed(name, v, None)
+        v = accumulate(x, state, name)
         seed = state.step_seed() if state is not None else 0
         density = 1.0 - self.drop_ratio
         thr = sampled_threshold(v, density, self.sample_ratio, seed)
