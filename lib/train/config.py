@@ -259,7 +259,7 @@ def make_config(
     eval_every = check_evaluation(target_accuracy, eval_every, data)
     try:
         algorithm = AlgorithmSpec.parse(alg)
-        algorithm.create()  # the constructor checks the values (ranges) too
+        compressor = algorithm.create()  # the constructor checks the values (ranges) too
     except UnknownAlgorithm as e:
         raise ConfigError(str(e)) from None
     except ValueError as e:
@@ -304,7 +304,7 @@ def make_config(
         return parameter_shapes(model, **{k: opts[k] for k in spec.build_opts})
 
     sgd_momentum = momentum if momentum is not None else (0.0 if data == "digits" else 0.9)
-    own = float(algorithm.create().params().get("momentum", 0.0))
+    own = float(compressor.params().get("momentum", 0.0))
     if own and sgd_momentum:  # dgc's velocity inside the compressor, and SGD's (moved or not) on top of it
         raise ConfigError(
             f"--alg {alg} keeps a velocity of its own (momentum {own:g}) and SGD applies --momentum "
