@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 from . import ast
 from . import types as T
-from .check_exprs import subexprs
 from .ir import IPack, IReduce, IStore, SHost, SLoop, Step, TempSym, Vec, walk_expr
 from .symbols import Symbol
 
@@ -72,26 +71,6 @@ def _host_reads_names(step: SHost, low: Lowerer) -> set[str]:
     return out
 
 
-def _host_syms(step: SHost, produced: set[str], low: Lowerer) -> set[Symbol]:
-    """The symbols a deferred host statement reads (through lazy vectors and lambdas, as
-    ``Lowerer.expr_syms``), leaving out the reductions the group computes (``produced``): the
-    statement reads their results, finished before it runs, not the vectors they reduced."""
-    out: set[Symbol] = set()
-    todo: list[ast.Expr] = [step.expr]
-    while todo:
-        e = todo.pop()
-        if isinstance(e, ast.Call) and low.hoisted.get(id(e)) in produced:
-            continue
-        if isinstance(e, (ast.Name, ast.Call)) and e.sym is not None:
-            if e.sym.kind == "lambda" and e.sym.lam is not None:
-                for c in e.sym.lam.captures:
-                    out |= low.sym_closure(c, set())
-            else:
-                out |= low.sym_closure(e.sym, set())
-        todo.extend(subexprs(e))
-    return out
-
-
 def _host_target(step: SHost, low: Lowerer) -> str:
     t = step.target
     return t.name if isinstance(t, TempSym) else low.names.get(id(t), t.name)
@@ -144,10 +123,14 @@ def _can_fuse(g: SLoop, l2: SLoop, pending: list[SHost], low: Lowerer) -> bool:
                 return False
     # deferred host statements must not read what l2 writes
     w2 = _loop_writes(l2, low)
+
+    def reduced(e: ast.Expr) -> bool:  # a reduction the group computes: p reads its result, not its vector
+        return isinstance(e, ast.Call) and low.hoisted.get(id(e)) in produced
+
     for p in pending:
         if _host_reads_names(p, low) & w2:
             return False
-        if _name_syms(w2, low) & _host_syms(p, produced, low):
+        if _name_syms(w2, low) & low.expr_syms(p.expr, skip=reduced):
             return False
     # cross reads of written vectors only at the loop index
     w1 = _name_syms(_loop_writes(g, low), low)

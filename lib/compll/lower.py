@@ -18,6 +18,8 @@ The plan is a list of ``Step``; both the numba and the CUDA generators walk it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from . import ast, ir
 from . import types as T
 from .check_exprs import subexprs
@@ -141,11 +143,18 @@ class Lowerer:
             return decl.init
         return None
 
-    def expr_syms(self, e: ast.Expr, seen: set | None = None) -> set[Symbol]:
-        """Symbols an expression reads, through lambdas' captures and lazy vectors' definitions."""
+    def expr_syms(self, e: ast.Expr, seen: set | None = None,
+                  skip: Callable[[ast.Expr], bool] | None = None) -> set[Symbol]:
+        """Symbols an expression reads, through lambdas' captures and lazy vectors' definitions,
+        leaving out the subexpressions ``skip`` says (``fuse``: reductions a fused loop computes)."""
         seen = set() if seen is None else seen
         out: set[Symbol] = set()
-        for x in ir.walk_expr(e):
+        todo = [e]
+        while todo:
+            x = todo.pop()
+            if skip is not None and skip(x):
+                continue
+            todo.extend(subexprs(x))
             syms = []
             if isinstance(x, ast.Name) and x.sym is not None:
                 syms.append(x.sym)
