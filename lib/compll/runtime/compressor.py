@@ -172,16 +172,16 @@ class GeneratedCompressor(Compressor):
         if params:
             raise ValueError(f"{self.name}: unknown parameter(s) {', '.join(sorted(params))}")
         problem = self._check_params(values)
+        self._p = values
+        if not problem:
+            try:  # widths (uint<bitwidth>) and sizes that follow from the parameters: refused now, not mid-run
+                self.payload_size(1)
+            except GeneratedError as e:
+                problem = str(e)
         if problem:
             raise ValueError(
                 f"{self.name}: {problem} (got {', '.join(f'{k}={plain(v)!r}' for k, v in values.items())})"
             )
-        self._p = values
-        try:  # widths (uint<bitwidth>) and sizes that follow from the parameters: refused now, not mid-run
-            self.payload_size(1)
-        except GeneratedError as e:
-            raise ValueError(
-                f"{self.name}: {e} (got {', '.join(f'{k}={plain(v)!r}' for k, v in values.items())})") from None
 
     # generated subclasses override these two
     def _check_params(self, params: dict) -> str | None:
