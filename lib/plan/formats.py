@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -78,6 +79,13 @@ def _name(source: str, no: int, field: str) -> str:
     if m:
         raise PlanFormatError(source, no, f"gradient name {name!r} contains {m.group()!r}",
                               "names may not contain whitespace, commas or control characters")
+    # An invisible format character (a second byte order mark, a zero-width space) would make a name
+    # that prints like another's yet never matches it.
+    hidden = next((c for c in name if unicodedata.category(c) == "Cf"), None)
+    if hidden is not None:
+        raise PlanFormatError(source, no, f"gradient name {name!r} contains the invisible character "
+                              f"U+{ord(hidden):04X} ({unicodedata.name(hidden, 'format character')})",
+                              "delete it (an editor may have saved a second byte order mark)")
     return name
 
 

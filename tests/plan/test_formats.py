@@ -215,6 +215,14 @@ def test_bom_is_stripped(tmp_path):
     assert list(load_plan(plan, {"fc2.bias": 2})) == ["fc2.bias"]
 
 
+def test_second_bom_or_zero_width_character_in_a_name_is_refused():
+    """One byte order mark is the file's; a second (or a zero-width space) would sit, unseen, in a name."""
+    with pytest.raises(PlanFormatError, match=r":1: .*invisible character U\+FEFF"):
+        parse_input("\ufeff\ufefffc2.weight,10\n")
+    with pytest.raises(PlanFormatError, match=r":2: .*invisible character U\+200B"):
+        parse_plan("a,1,n,1\nfc\u200b2.bias,2,n,1\n")
+
+
 def test_sizes_bounded_before_conversion():
     with pytest.raises(PlanFormatError, match="too large: at most 1099511627776"):
         parse_input(f"a,{2**63 - 1}\n")
