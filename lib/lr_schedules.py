@@ -46,8 +46,10 @@ def _cosine(it: int, length: int) -> float:
 
 
 def _step(it: int, length: int) -> float:
-    # the first iteration always trains at the base rate (a 1-iteration run's milestones were both 0)
-    return 0.1 ** bisect_right([max(1, length // 2), max(1, length * 3 // 4)], it)
+    # Iteration ``it`` is past a milestone when it / length >= 50 % (75 %): the milestones are rounded
+    # up, so that a short run does not decay early (a 3-iteration run's second iteration, at 33 %,
+    # trains at the base rate) and the first iteration always trains at the base rate.
+    return 0.1 ** bisect_right([-(-length // 2), -(-length * 3 // 4)], it)
 
 
 #: name -> schedule; the order is the order of the help.

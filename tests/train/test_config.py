@@ -181,6 +181,17 @@ def test_every_schedule_starts_at_the_base_rate_however_short_the_run(length):
     assert [SCHEDULES["step"].rate(1.0, t, 4) for t in range(4)] == pytest.approx([1, 1, 0.1, 0.01])
 
 
+@pytest.mark.parametrize("length,want", [(2, [1, 0.1]), (3, [1, 1, 0.1]), (5, [1, 1, 1, 0.1, 0.01]),
+                                         (7, [1, 1, 1, 1, 0.1, 0.1, 0.01])])
+def test_step_decays_only_once_the_run_is_half_and_three_quarters_through(length, want):
+    """Milestones rounded down decayed a 3-iteration run at its second iteration, 33 % through."""
+    from hipress.lr_schedules import SCHEDULES
+
+    rates = [SCHEDULES["step"].rate(1.0, t, length) for t in range(length)]
+    assert rates == pytest.approx(want)
+    assert all((r < 1) == (t / length >= 0.5) and (r < 0.1) == (t / length >= 0.75) for t, r in enumerate(rates))
+
+
 def test_a_checkpoint_must_match_the_runs_lr_schedule(tmp_path):
     """A checkpoint's rates are recomputed from the run's schedule on resume, so the schedule is part of
     its identity; checkpoints written before it was (no ``lr_schedule``) were written at a constant rate."""
