@@ -19,7 +19,7 @@ def register(parent: typer.Typer) -> None:
 
 def plan(
     gradients: Annotated[int, typer.Option("--gradients", min=1, help="Number of gradients to plan.")] = 100_000,
-    nnodes: Annotated[int, typer.Option("--nnodes", min=1, help="Nodes N, 1..4096 (K ranges over 1..N).")] = 16,
+    nnodes: Annotated[int, typer.Option("--nnodes", help="Nodes N, 1..4096 (K ranges over 1..N).")] = 16,
     topology: Annotated[str, typer.Option("--topology", help="ps, ring or both; any case.")] = "both",
     alg: Annotated[str, typer.Option("--alg", help="Compressor whose payload size sets the ratio.")] = "onebit",
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions.")] = 7,
