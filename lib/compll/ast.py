@@ -140,6 +140,18 @@ class If(Stmt):
     then: Stmt
     other: Stmt | None
 
+    def chain(self) -> tuple[list[If], Stmt | None]:
+        """The tests of an ``if ... else if ... else`` chain this ``if`` heads, and its final ``else``.
+
+        Each ``else if`` is the ``else`` of the one before, so the tree nests one level per branch;
+        the generators write a chain flat, one test after another (``limits.py``), and walk it with a
+        loop: a lookup table of hundreds of branches recurses nowhere.
+        """
+        links = [self]
+        while isinstance(links[-1].other, If):
+            links.append(links[-1].other)  # type: ignore[arg-type]
+        return links, links[-1].other
+
 
 @dataclass(eq=False)
 class Return(Stmt):

@@ -359,5 +359,6 @@ def always_returns(st: ast.Stmt) -> bool:
     if isinstance(st, ast.Block):
         return any(always_returns(s) for s in st.stmts)
     if isinstance(st, ast.If):
-        return st.other is not None and always_returns(st.then) and always_returns(st.other)
+        links, last = st.chain()  # a chain of else ifs in a loop, not one recursion per branch
+        return last is not None and always_returns(last) and all(always_returns(x.then) for x in links)
     return False

@@ -12,7 +12,6 @@ that one wrapper drives any spec::
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from . import ast
 from . import types as T
@@ -148,7 +147,7 @@ class Driver:
             head = "def encode(ctx, gradient, states, params, seed):"
         else:
             head = "def decode(ctx, extra, body, out, add, params):"
-        doc = f'"""{info.node.name} of {doc_text(Path(self.checked.spec.file).name)} (generated)."""'
+        doc = f'"""{info.node.name} of {doc_text(self.checked.file_name_of(info.role))} (generated)."""'
         self.emit(head, 0)
         self.emit(doc, 1)
         names = self.plan.names
@@ -177,6 +176,9 @@ class Driver:
     def steps(self, steps: list[Step], ind: int, bound: set[str] | None = None) -> None:
         bound = set() if bound is None else bound
         for st in steps:
+            if isinstance(st, SIf) and st.chained:
+                self._chain(st, ind, bound)
+                continue
             if isinstance(st, SIf):
                 self._bind_states([self.em.truthy(st.cond)], bound, ind)
                 self.emit(f"if {self.em.truthy(st.cond)}:", ind)
@@ -195,6 +197,26 @@ class Driver:
                 del self.lines[mark:]
                 self._bind_states(emitted, bound, ind)
                 self.lines += emitted
+
+    def _chain(self, st: SIf, ind: int, bound: set[str]) -> None:
+        """An ``if ... else if ... else`` chain, flat: a loop run once, each taken branch ending it.
+
+        ``elif`` nests one level per branch where Python's compiler counts (limits.py), and an
+        ``else if`` whose condition needs steps first (a reduce) cannot be an ``elif`` at all; here
+        those steps run between the tests, and every branch is two levels in, however long the chain.
+        """
+        self._bind_states([self.em.truthy(st.cond)], bound, ind)  # the first test always runs
+        self.emit("while True:  # if / else if chain: the first branch taken ends it", ind)
+        inner = set(bound)  # states bound before a test are bound for the later tests only
+        links, last = st.chain()
+        for pre, link in links:
+            self.steps(pre, ind + 1, inner)
+            self._bind_states([self.em.truthy(link.cond)], inner, ind + 1)
+            self.emit(f"if {self.em.truthy(link.cond)}:", ind + 1)
+            self.steps(link.then, ind + 2, set(inner))
+            self.emit("break", ind + 2)
+        self.steps(last, ind + 1, inner)
+        self.emit("break", ind + 1)
 
     def _bind_states(self, code: list[str], bound: set[str], ind: int) -> None:
         text = "\n".join(code)

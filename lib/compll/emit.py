@@ -25,6 +25,8 @@ from .ir import IPack, IReduce, IStore, Plan, SLoop, SScatter, Vec
 from .limits import CHAIN_GROUPS as _CHAIN
 from .symbols import CheckedSpec, LambdaInfo, Symbol
 
+_WRAPPING = ("+", "-", "*")  # integer operations whose result can leave 64 bits (<< and / wrap in their helpers)
+
 # ---------------------------------------------------------------------------- dialects
 
 
@@ -75,6 +77,12 @@ class Dialect:
 
     def bitnot(self, a: str) -> str:
         return f"(~{a})"
+
+    def wrap(self, code: str, ty: T.Type) -> str:
+        """The result of ``+ - *``, unary ``-`` or ``abs`` in ``ty`` as CompLL computes it: an integer
+        keeps its low 64 bits. The kernels' ints (numba int64, CUDA ``long long``) do that themselves;
+        the host's Python ints need ``host.i64``."""
+        return code
 
     # kernel element reads (kernel dialects only: the host never indexes element by element)
     def subscript(self, name: str, idx: str) -> str:
@@ -150,6 +158,9 @@ class PyDialect(Dialect):
     def isfinite(self, a: str, ty: T.Type) -> str:
         return "True" if ty.is_int else f"np.isfinite({a})"
 
+    def wrap(self, code: str, ty: T.Type) -> str:
+        return f"{self.helper}i64({code})" if ty.is_int else code  # Python's ints do not wrap: host.i64
+
 
 class NumbaDialect(PyDialect):
     """Python inside ``numba.njit`` kernels: same spelling, kernel-side helpers."""
@@ -181,6 +192,9 @@ class NumbaDialect(PyDialect):
 
     def widen(self, code: str) -> str:
         return f"np.int64({code})"
+
+    def wrap(self, code: str, ty: T.Type) -> str:
+        return code  # int64 wraps in numba
 
 
 _C_TYPES = {
@@ -330,20 +344,21 @@ class ExprEmitter:
                 return d.lnot(self.truthy(e.operand)), T.BOOL
             opty = getattr(e, "opty", T.domain(e.operand.ty))
             a = self.expr(e.operand, opty)
-            return (d.neg(a, opty) if e.op == "-" else d.bitnot(a)), opty
+            return (d.wrap(d.neg(a, opty), opty) if e.op == "-" else d.bitnot(a)), opty
         if isinstance(e, ast.Binary):
             if e.op in ("&&", "||"):
                 return d.logical(e.op, self.truthy(e.left), self.truthy(e.right)), T.BOOL
             opty = e.opty.plain()  # type: ignore[attr-defined]
             if e.op in _CHAIN:
                 chain = self._chain(e, opty)
-                if chain is not None:
-                    return chain, opty
+                if chain is not None:  # wrapped once: the low 64 bits of a sum or product depend on
+                    return d.wrap(chain, opty), opty  # only those of its terms
             a = self.expr(e.left, opty)
             b = self.expr(e.right, opty)
             if e.op in ("<", ">", "<=", ">=", "==", "!="):
                 return d.compare(e.op, a, b), T.BOOL
-            return d.binop(e.op, a, b, opty), opty
+            code = d.binop(e.op, a, b, opty)
+            return (d.wrap(code, opty) if e.op in _WRAPPING else code), opty
         if isinstance(e, ast.Ternary):
             opty = e.opty.plain()  # type: ignore[attr-defined]
             return d.ternary(self.truthy(e.cond), self.expr(e.then, opty), self.expr(e.other, opty)), opty
@@ -391,7 +406,7 @@ class ExprEmitter:
             return d.math(f, self.expr(e.args[0], opty), opty), opty
         if f == "abs":
             opty = e.opty.plain()  # type: ignore[attr-defined]
-            return d.math("abs", self.expr(e.args[0], opty), opty), opty
+            return d.wrap(d.math("abs", self.expr(e.args[0], opty), opty), opty), opty  # abs(INT64_MIN)
         if f in ("min", "max"):
             opty = e.opty.plain()  # type: ignore[attr-defined]
             return d.minmax(f, self.expr(e.args[0], opty), self.expr(e.args[1], opty), opty), opty

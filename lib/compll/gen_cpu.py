@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from . import ast
 from . import types as T
+from .check_stmts import always_returns
 from .driver import NP_DTYPE, Driver, is_packed
 from .emit import ExprEmitter, KernelBackend, KernelNames, LambdaScope, LambdaTable, NumbaDialect
 from .ir import IPack, IReduce, IStore, SFilter, SLoop, SScan, SScatter, SSort, Vec
@@ -381,6 +382,28 @@ class NumbaBackend(KernelBackend):
         return [f"{kname}({st.idx.length}, {', '.join(args)})"] + drv.oob_check(uses.checked + [ast.Pos(0, 0)])
 
 
+def _py_chain(st: ast.If, em: ExprEmitter, lam: LambdaInfo, local, ind: int) -> list[str]:
+    """An ``if ... else if ... else`` chain of a lambda, flat: a loop run once, a branch taken ends it.
+
+    ``elif`` would nest one level per branch where Python's compiler counts (limits.py), so a chain
+    of hundreds of branches could not be imported; here every branch is two levels in, whatever the
+    chain's length. A branch that returns needs no ``break``.
+    """
+    pad = "    " * ind
+    links, last = st.chain()
+    out = [f"{pad}while True:  # if / else if chain: the first branch taken ends it"]
+    for link in links:
+        out.append(f"{pad}    if {em.truthy(link.cond)}:")
+        out += _py_stmts([link.then], em, lam, local, ind + 2)
+        if not always_returns(link.then):
+            out.append(f"{pad}        break")
+    if last is not None:
+        out += _py_stmts([last], em, lam, local, ind + 1)
+    if last is None or not always_returns(last):
+        out.append(f"{pad}    break")
+    return out
+
+
 def _py_stmts(stmts: list[ast.Stmt], em: ExprEmitter, lam: LambdaInfo, local, ind: int) -> list[str]:
     """Python statements of a lambda body (numba compiles them)."""
     out: list[str] = []
@@ -397,6 +420,8 @@ def _py_stmts(stmts: list[ast.Stmt], em: ExprEmitter, lam: LambdaInfo, local, in
         elif isinstance(st, ast.Assign):
             assert isinstance(st.target, ast.Name) and st.target.sym is not None
             out.append(f"{pad}{em.ctx.locals[id(st.target.sym)]} = {em.expr(st.value, st.target.sym.ty.plain())}")  # type: ignore[attr-defined]
+        elif isinstance(st, ast.If) and isinstance(st.other, ast.If):
+            out += _py_chain(st, em, lam, local, ind)
         elif isinstance(st, ast.If):
             out.append(f"{pad}if {em.truthy(st.cond)}:")
             then = _py_stmts([st.then], em, lam, local, ind + 1)

@@ -76,9 +76,21 @@ def _plans(checked: CheckedSpec):
     return out
 
 
+def naming(checked: CheckedSpec, name: str | None) -> tuple[str, tuple[str, ...]]:
+    """The algorithm name a generated file carries, and the ``--name`` arguments that regenerate it.
+
+    ``--name`` names the files, so each file generated with it (body modules, CUDA source, wrapper)
+    must say that name and give the command that writes it again under that name, not the name the
+    spec's file would give.
+    """
+    own = spec_name(checked.file)
+    name = check_name(name) if name else own
+    return name, () if name == own else ("--name", name)
+
+
 @deep_generation
-def generate_cpu(checked: CheckedSpec) -> str:
-    """The numba body module of a spec."""
+def generate_cpu(checked: CheckedSpec, name: str | None = None) -> str:
+    """The numba body module of a spec (``name``: the ``--name`` it is generated under)."""
     from .driver import Driver
     from .gen_cpu import NumbaBackend
 
@@ -91,10 +103,12 @@ def generate_cpu(checked: CheckedSpec) -> str:
         drivers.append(Driver(checked, plan, backend).function())
         lambdas += backend.table.code
         kernels += backend.kernels
+    name, name_args = naming(checked, name)
     return render(
         "cpu_module.py.j2",
-        name=spec_name(checked.file),
+        name=name,
         spec_files=checked.file_names,
+        name_args=name_args,
         version=VERSION,
         digest=digest(checked),
         encode_name=checked.encode.node.name if checked.encode else "",
@@ -209,7 +223,7 @@ def generate_wrapper(
     from .emit import ExprEmitter, PyDialect
 
     encode, _ = checked.require_both("a wrapper (-w, -r)")
-    name = check_name(name) if name else spec_name(checked.file)
+    name, name_args = naming(checked, name)
     wire = wire_id if wire_id is not None else wire_id_for(name)
     plan = lower(checked, encode, {})
     from .ir import SConcat
@@ -259,7 +273,7 @@ def generate_wrapper(
         name=name,
         cls=class_name(name),
         spec_files=checked.file_names,
-        name_args=() if name == spec_name(checked.file) else ("--name", name),
+        name_args=name_args,
         version=VERSION,
         digest=digest(checked),
         register=register,

@@ -5,6 +5,13 @@ ones, and LALR gives a linear-time parser with one unambiguous tree or a precise
 Two C ambiguities are settled in the grammar itself: type names are keywords (so ``(float) x`` is a
 cast and ``uint<b>`` a type, never a comparison), and a dangling ``else`` binds to the nearest ``if``
 (lark resolves that shift/reduce conflict by shifting, as C does).
+
+A ``uint<...>`` width is an additive expression (``uint<bitwidth + 1>``, ``uint<2 * p.bits>``): with
+no shift, comparison or logical operator at its top level, its ``>`` always closes it (those go in
+parentheses, ``uint<(b << 1)>``, as the parser's hint says). The lexer reads the ``>>`` of
+``random<uint<b>>`` as one token after a width's last name or number (LALR shares that state with
+expressions, where ``>>`` is a shift), so ``random`` also takes ``>>`` as the two closing brackets,
+as C++11 does: the checker then says which types ``random`` draws, as it did before widths took sums.
 """
 
 GRAMMAR = r"""
@@ -24,12 +31,9 @@ type: _base [STAR]
 STAR: "*"
 _base: scalar_type | code_type | uint_type
 !scalar_type: "float" | "double" | "int" | "uint8" | "uint1" | "uint2" | "uint4" | "bool" | "void"
-code_type: "uint" "<" width ">"
+?code_type: code_width ">"
+code_width: "uint" "<" additive
 uint_type: "uint"
-?width: INT_LIT          -> width_lit
-      | NAME             -> width_name
-      | NAME "." NAME    -> width_member
-      | "(" expr ")"     -> width_expr
 
 block: "{" _stmt* "}"
 _stmt: decl ";"
@@ -74,6 +78,7 @@ cast: "(" type ")" unary
         | postfix "." NAME                            -> member
         | NAME "(" [expr ("," expr)*] ")"             -> call
         | "random" "<" type ">" "(" [expr ("," expr)*] ")"  -> random_call
+        | "random" "<" code_width ">>" "(" [expr ("," expr)*] ")"  -> random_call
 ?primary: INT_LIT    -> int_lit
         | FLOAT_LIT  -> float_lit
         | "true"     -> true_lit

@@ -66,6 +66,18 @@ class SIf(Step):
     cond: ast.Expr
     then: list[Step]
     other: list[Step]
+    #: ``other`` is an ``else if`` (its steps, then its ``SIf``): generated flat, as one chain
+    chained: bool = False
+
+    def chain(self) -> tuple[list[tuple[list[Step], SIf]], list[Step]]:
+        """The tests of the chain this ``SIf`` heads, each after the steps computing its condition
+        (none for the first), and the final ``else``'s steps; walked with a loop (``ast.If.chain``)."""
+        links: list[tuple[list[Step], SIf]] = [([], self)]
+        while links[-1][1].chained:
+            *pre, nxt = links[-1][1].other
+            assert isinstance(nxt, SIf), "an else if lowers to the steps of its condition, then its SIf"
+            links.append((pre, nxt))
+        return links, links[-1][1].other
 
 
 @dataclass(eq=False)

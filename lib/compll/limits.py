@@ -14,14 +14,20 @@ compressor is imported (a spec that ``check`` accepts must never fail there):
   (``if`` blocks, conversions), come to about 1,070 at worst (tests/compll/test_security.py builds
   that spec): the module compiles when imported up to ~600 frames deep.
 - Blocks: Python's tokenizer takes at most 99 levels of indentation. The generated host code starts
-  2 levels in (``def``, ``with``) and a lambda's 1, each ``if`` indents one level (an ``else if`` is an
-  ``if`` inside the ``else``: one level more), and a step's own lines add 1 (an ``if ...:`` before a
-  ``ctx.fail``): ``MAX_BLOCKS`` nested ``if`` keeps it at 67. (Statements nesting in C is bounded
-  by compilers at 127 levels or more: CUDA takes the same.)
+  2 levels in (``def``, ``with``) and a lambda's 1, each ``if`` indents one level, and a step's own
+  lines add 1 (an ``if ...:`` before a ``ctx.fail``): ``MAX_BLOCKS`` nested ``if`` keeps it at 67.
+  (Statements nesting in C is bounded by compilers at 127 levels or more: CUDA takes the same.)
+- Chains: ``if ... else if ... else`` nests one level per ``else if`` in the syntax tree, and so
+  would ``elif`` in Python's compiler (on top of the operations above). The Python generated for a
+  chain is flat instead: a ``while True:`` loop run once around the tests, each taken branch
+  ending it with ``break`` (or ``return``); the CUDA C is ``} else if (...) {``. A chain counts two
+  levels of ``MAX_BLOCKS`` (the loop and its ``if``) however long it is; its length is bounded by
+  the front end, which recurses once per test (parser, checker, lowering): ``MAX_CHAIN`` tests.
 
 Anything deeper is refused by the checker at the expression or ``if`` that is too deep, with a hint,
 instead of a crash at generation or import time. The parser refuses first what would exhaust the
-front end's own recursion (``PARSE_DEPTH`` levels of syntax tree), at the place it happens.
+front end's own recursion (``PARSE_STMT_DEPTH`` levels of statements around ``PARSE_DEPTH`` levels of
+expression syntax tree), at the place it happens.
 """
 
 from __future__ import annotations
@@ -37,8 +43,10 @@ from .errors import CompLLError
 
 MAX_NESTING = 48  # levels of non-flat nesting: each may cost the generated code a few parentheses
 MAX_DEPTH = 1000  # operations along one path of an expression, each of a flat chain counting one
-MAX_BLOCKS = 64  # nested ``if`` statements (an ``else if`` one more), each one indentation level
-PARSE_DEPTH = 2 * MAX_DEPTH  # syntax-tree levels the parser transforms (beyond any accepted spec)
+MAX_BLOCKS = 64  # nested ``if`` statements (an ``else if`` chain two), each one indentation level
+MAX_CHAIN = 1000  # tests of one ``if ... else if`` chain: the front end recurses once per test
+PARSE_DEPTH = 2 * MAX_DEPTH  # syntax-tree levels of one expression the parser transforms (beyond any accepted)
+PARSE_STMT_DEPTH = 2 * MAX_CHAIN  # syntax-tree levels of statements around it (an else if is one level)
 RECURSION_ROOM = 8000  # Python frames the front end and generator may use (long flat chains)
 CHAIN_GROUPS = {"+": "add", "-": "add", "*": "mul"}  # operators the emitter writes flat
 
@@ -47,7 +55,8 @@ def too_deep_hint() -> str:
     """What may nest how deep: the hint of every "nested too deeply" error."""
     return (
         f"an expression may nest {MAX_DEPTH} operations ({MAX_NESTING} levels apart from long sums and "
-        f"products) and if statements {MAX_BLOCKS} levels; split it with local variables"
+        f"products), if statements {MAX_BLOCKS} levels and an else if chain {MAX_CHAIN} tests; "
+        "split it with local variables"
     )
 
 
@@ -133,23 +142,47 @@ def check_nesting(spec: ast.Spec) -> None:
             _check_expr(spec.file, node)
             continue
         if isinstance(node, ast.If):
-            ifs += 1
-            if ifs > MAX_BLOCKS:
-                raise CompLLError(
-                    f"if statement nested {ifs} levels deep; at most {MAX_BLOCKS}",
-                    spec.file,
-                    node.pos.line,
-                    node.pos.col,
-                    "join conditions with && or compute them into a local variable first; "
-                    "each 'else if' counts one level, being an if inside the else",
-                )
-        elif isinstance(node, ast.LambdaDef):
+            stack.extend(reversed(_if_parts(spec.file, node, ifs)))
+            continue
+        if isinstance(node, ast.LambdaDef):
             ifs = 0  # a lambda is generated as a function of its own, one level in
         if isinstance(node, list):
             stack.extend((x, ifs) for x in reversed(node))
         elif dataclasses.is_dataclass(node) and not isinstance(node, ast.Pos):
             fields = dataclasses.fields(node)
             stack.extend((getattr(node, f.name), ifs) for f in reversed(fields))
+
+
+def _if_parts(file: str, node: ast.If, ifs: int) -> list[tuple[object, int]]:
+    """The parts of an ``if`` (of its whole ``else if`` chain) with the ``if`` levels around each.
+
+    A plain ``if`` is one level; a chain is two (a loop around its tests, each branch one ``if`` in
+    it) however long it is, up to ``MAX_CHAIN`` tests.
+    """
+    links, last = node.chain()
+    if len(links) > MAX_CHAIN:
+        at = links[MAX_CHAIN]
+        raise CompLLError(
+            f"else if chain of more than {MAX_CHAIN} tests; at most {MAX_CHAIN}",
+            file,
+            at.pos.line,
+            at.pos.col,
+            "split the chain: end it with else { ... } holding a second if ... else if chain",
+        )
+    levels = ifs + (2 if len(links) > 1 else 1)
+    if levels > MAX_BLOCKS:
+        raise CompLLError(
+            f"if statement nested {levels} levels deep; at most {MAX_BLOCKS}",
+            file,
+            node.pos.line,
+            node.pos.col,
+            "join conditions with && or compute them into a local variable first; "
+            "an if counts one level, an if ... else if chain two, however long",
+        )
+    parts: list[tuple[object, int]] = []
+    for link in links:
+        parts += [(link.cond, ifs), (link.then, levels)]
+    return parts + ([(last, levels)] if last is not None else [])
 
 
 def _check_expr(file: str, e: ast.Expr) -> None:

@@ -8,6 +8,7 @@ run finds the cached modules (and numba's cache beside them) and compiles nothin
 
 from __future__ import annotations
 
+import codecs
 import functools
 import hashlib
 import os
@@ -85,17 +86,31 @@ def private_cache(root: Path) -> Path:
 
 
 def read_spec(path: str | Path) -> tuple[str, CheckedSpec]:
+    """A spec file's text (``spec_text``) and the spec it holds, parsed and checked."""
+    text = spec_text(path)
+    return text, compile_spec(text, str(Path(path)))
+
+
+def spec_text(path: str | Path) -> str:
+    """A spec file's text: UTF-8, one leading byte-order mark dropped; the one place spec files are read.
+
+    Editors on Windows save UTF-8 with a BOM (U+FEFF) in front, which the grammar would refuse as an
+    unexpected character at 1:1. It is dropped from the bytes before decoding: it takes no column,
+    so every position after it stays as the editor shows it (a second one is a character of the text,
+    refused as such).
+    """
     p = Path(path)
     try:
         raw = p.read_bytes()
     except OSError as e:
         raise CompLLError(f"cannot read spec: {e.strerror or e}", str(p)) from None
+    raw = raw.removeprefix(codecs.BOM_UTF8)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise CompLLError("spec is not UTF-8 text", str(p), line, 1) from None
-    return text, compile_spec(text, str(p))
+    return text
 
 
 def pair_specs(first: CheckedSpec, second: CheckedSpec) -> CheckedSpec:
@@ -157,10 +172,10 @@ def write_modules(
     if body:
         for flavor in flavors:
             if flavor == "cpu":
-                files[f"{name}_cpu.py"] = generate_cpu(checked)
+                files[f"{name}_cpu.py"] = generate_cpu(checked, name)
             elif flavor == "cupy":
-                files[f"{name}_cupy.py"] = generate_cuda(checked)
-                files[f"{name}.cu"] = generate_cuda_source(checked)
+                files[f"{name}_cupy.py"] = generate_cuda(checked, name)
+                files[f"{name}.cu"] = generate_cuda_source(checked, name)
             else:
                 raise CompLLError(f"unknown flavor {flavor!r}; use cpu or cupy", checked.file)
     if wrapper or register:
@@ -278,5 +293,5 @@ def load_texts(specs: dict[str, str], *, cache: Path | None = None) -> list[str]
         for fname, text in specs.items():
             if Path(fname).name != fname or not fname.endswith(".pse"):
                 raise CompLLError(f"spec file name {fname!r} must be a plain *.pse name", fname)
-            (Path(tmp) / fname).write_text(text)
+            (Path(tmp) / fname).write_text(text, encoding="utf-8")  # what spec_text reads, whatever the locale
         return load_dir(tmp, cache=cache)

@@ -337,7 +337,8 @@ class Lowerer:
             pre, cond = self.host_expr(st.cond)
             then = self.block([st.then])
             other = self.block([st.other]) if st.other is not None else []
-            return pre + [ir.SIf(cond, fuse(then, self), fuse(other, self))]
+            chained = isinstance(st.other, ast.If)
+            return pre + [ir.SIf(cond, fuse(then, self), fuse(other, self), chained)]
         if isinstance(st, ast.Require):
             pre, cond = self.host_expr(st.cond)
             return pre + [ir.SRequire(cond, st.message, st.pos)]

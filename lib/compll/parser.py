@@ -18,7 +18,7 @@ from lark.exceptions import (
 from . import ast
 from .errors import CompLLError
 from .grammar import GRAMMAR
-from .limits import MAX_BLOCKS, MAX_DEPTH, PARSE_DEPTH, too_deep_hint
+from .limits import MAX_BLOCKS, MAX_CHAIN, MAX_DEPTH, PARSE_DEPTH, PARSE_STMT_DEPTH, too_deep_hint
 
 MAX_SOURCE = 1 << 20  # a spec is a few dozen lines; a megabyte is a mistake, not a spec
 
@@ -91,7 +91,7 @@ def _lark_error(e: UnexpectedInput, file: str, source: str) -> CompLLError:
             file,
             tok.line or 0,
             tok.column or 0,
-            _missing_semicolon(e),
+            _in_width(e) or _missing_semicolon(e),
         )
     return CompLLError(f"syntax error: {e}", file, getattr(e, "line", 0) or 0, getattr(e, "column", 0) or 0)
 
@@ -109,6 +109,21 @@ def _missing_semicolon(e: UnexpectedToken) -> str:
     end_line = getattr(prev, "end_line", None) or getattr(prev, "line", None)
     if end_line and e.token.line and end_line < e.token.line:
         return f"a ';' may be missing at the end of line {end_line}"
+    return ""
+
+
+def _in_width(e: UnexpectedToken) -> str:
+    """The hint for an operator a ``uint<...>`` width takes only in parentheses (``uint<(b << 1)>``).
+
+    A width is an additive expression (``uint<bitwidth + 1>``): a shift, comparison or logical
+    operator at its top level would make the closing ``>`` ambiguous. The parser is inside a width
+    while ``uint`` and ``<`` wait on its stack (a finished ``uint<...>`` is reduced to a type).
+    """
+    state = getattr(getattr(e, "interactive_parser", None), "parser_state", None)
+    stack = [getattr(v, "type", None) for v in getattr(state, "value_stack", ())]
+    if any(a == "UINT" and b == "LESSTHAN" for a, b in zip(stack, stack[1:], strict=False)):
+        op = str(e.token)
+        return f"a uint<...> width takes + - * / % as they are; write uint<(expr)> with parentheses for {op!r}"
     return ""
 
 
@@ -143,34 +158,39 @@ def _unterminated_comment(source: str) -> tuple[int, int, int] | None:
 # Rules of expressions in the lark tree: a depth error points at the start of the outermost one.
 _EXPR_RULES = frozenset(
     "logic_or logic_and bit_or bit_xor bit_and equality relational shift additive mult cond_expr neg cast "
-    "index member call random_call int_lit float_lit true_lit false_lit name width_expr".split()
+    "index member call random_call int_lit float_lit true_lit false_lit name".split()
 )
 
 
 def _check_depth(tree: Tree, file: str) -> None:
-    """A CompLLError where the syntax tree nests deeper than ``PARSE_DEPTH`` (walked without recursion).
+    """A CompLLError where statements nest deeper than ``PARSE_STMT_DEPTH`` levels of syntax tree, or an
+    expression deeper than ``PARSE_DEPTH`` (walked without recursion).
 
     Turning the tree into ``ast`` nodes recurses once per level, so a 5000-term sum would otherwise
-    end in a RecursionError that knows no position. The bound is above anything the checker accepts,
-    so this only speaks first for specs refused anyway. The position is the start of the outermost
+    end in a RecursionError that knows no position. The bounds are above anything the checker
+    accepts (an expression at its limit at the end of an ``else if`` chain at its limit included), so
+    this only speaks first for specs refused anyway. The position is the start of the outermost
     expression on the too deep path (where the checker's nesting errors point too), or the statement
     where the limit is passed when statements nest that deep.
     """
-    stack: list[tuple[Tree, int, ast.Pos | None, ast.Pos]] = [(tree, 1, None, ast.Pos(0, 0))]
+    stack: list[tuple[Tree, int, int, ast.Pos | None, ast.Pos]] = [(tree, 1, 0, None, ast.Pos(0, 0))]
     while stack:
-        node, depth, expr_start, where = stack.pop()
+        node, depth, stmt_depth, expr_start, where = stack.pop()  # stmt_depth: the levels above an expression
         if not node.meta.empty:
             where = _pos(node.meta)
         if expr_start is None and node.data in _EXPR_RULES:
-            expr_start = where
-        if depth > PARSE_DEPTH:
-            if expr_start is not None:  # the checker's words, for what it would count past MAX_DEPTH too
-                message = f"expression is more than {PARSE_DEPTH} operations deep; at most {MAX_DEPTH}"
-            else:
-                message = f"statements nested more than {PARSE_DEPTH} levels deep; if statements at most {MAX_BLOCKS}"
-            pos = expr_start or where
-            raise CompLLError(message, file, pos.line, pos.col, too_deep_hint())
-        stack.extend((c, depth + 1, expr_start, where) for c in node.children if isinstance(c, Tree))
+            expr_start, stmt_depth = where, depth - 1
+        if expr_start is None and depth > PARSE_STMT_DEPTH:
+            message = (
+                f"statements nested more than {PARSE_STMT_DEPTH} levels deep; if statements at most {MAX_BLOCKS}, "
+                f"an else if chain at most {MAX_CHAIN} tests"
+            )
+            raise CompLLError(message, file, where.line, where.col, too_deep_hint())
+        if expr_start is not None and depth - stmt_depth > PARSE_DEPTH:
+            # the checker's words, for what it would count past MAX_DEPTH too
+            message = f"expression is more than {PARSE_DEPTH} operations deep; at most {MAX_DEPTH}"
+            raise CompLLError(message, file, expr_start.line, expr_start.col, too_deep_hint())
+        stack.extend((c, depth + 1, stmt_depth, expr_start, where) for c in node.children if isinstance(c, Tree))
 
 
 def parse(source: str, file: str = "<spec>") -> ast.Spec:
@@ -306,20 +326,8 @@ class _ToAst(Transformer):
     def uint_type(self, meta, items):
         return ast.TypeName(_pos(meta), "uint")
 
-    def code_type(self, meta, items):
+    def code_width(self, meta, items):
         return ast.TypeName(_pos(meta), "uint", width=items[0])
-
-    def width_lit(self, meta, items):
-        return _num(items[0], self.file)
-
-    def width_name(self, meta, items):
-        return ast.Name(_pos(meta), str(items[0]))
-
-    def width_member(self, meta, items):
-        return ast.Member(_pos(meta), ast.Name(_pos(items[0]), str(items[0])), str(items[1]))
-
-    def width_expr(self, meta, items):
-        return items[0]
 
     # -- statements
     def block(self, meta, items):

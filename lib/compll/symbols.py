@@ -97,6 +97,12 @@ class CheckedSpec:
         """The spec's file name(s) as ``hipress compll gen`` takes them: one, or the pair's two."""
         return tuple(Path(f).name for f in (self.source_files or (self.file,)))
 
+    def file_name_of(self, role: str) -> str:
+        """The name of the file the encoder (``role`` "encode") or decoder was read from: in a pair,
+        its own file (``source_files`` holds the encoder's, then the decoder's)."""
+        names = self.file_names
+        return names[-1] if role == "decode" else names[0]
+
     @property
     def roles(self) -> str:
         """What the spec holds, in words: "encoder and decoder", "encoder only", "decoder only"."""

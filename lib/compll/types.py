@@ -3,8 +3,9 @@
 Scalars are stored at the width their name says and computed in three domains, as C does after its
 usual conversions but without C's surprises:
 
-- integers (``bool``, ``uint1/2/4``, ``uint<b>``, ``uint8``, ``int``, ``uint``) compute exactly in
-  64-bit signed arithmetic; ``/`` and ``%`` truncate toward zero as in C;
+- integers (``bool``, ``uint1/2/4``, ``uint<b>``, ``uint8``, ``int``, ``uint``) compute in 64-bit
+  signed arithmetic, a result past the range wrapping (the host as the kernels: runtime/host.i64);
+  ``/`` and ``%`` truncate toward zero as in C;
 - ``float`` computes in IEEE float32, ``double`` in float64, each operation rounded once (no FMA
   contraction, no fast-math), so that every backend produces the same bits;
 - a conversion to a narrower unsigned type (the codes ``uint<b>``, ``uint8``, ``uint``) saturates to

@@ -14,6 +14,7 @@ import torch
 
 from hipress.compll import CompLLError, load_dir
 from hipress.compll.builtins import BUILTINS, LIBRARY_PARAMS, spec_path, stale
+from hipress.compll.loader import read_spec
 from hipress.compress import GradientState, available, create
 from hipress.compress.registry import unregister
 
@@ -180,6 +181,31 @@ def test_load_dir_errors_register_nothing(user_dir):
     assert "scaledsign" not in available()
     with pytest.raises(CompLLError, match="not a directory"):
         load_dir(user_dir / "nope")
+
+
+BOM = "\ufeff".encode()  # what an editor on Windows writes in front of UTF-8 text
+
+
+def test_a_spec_file_starting_with_a_bom_reads_as_without_it(user_dir, tmp_path):
+    spec = user_dir / "scaledsign.pse"
+    spec.write_bytes(BOM + spec.read_bytes())
+    r = hipress("compll", "check", str(spec), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"], r.stdout + r.stderr
+    assert load_dir(user_dir, cache=tmp_path / "cache") == ["scaledsign"]
+    assert create("scaledsign").decode(create("scaledsign").encode(torch.tensor([2.0, -2.0]))).tolist() == [2.0, -2.0]
+    # positions are the editor's: the BOM takes no column, on the first line or any other
+    for text, where in [
+        ("void BadEncode(float* g, uint8* out) { out = concat(y); }\n", "bad.pse:1:53:"),
+        ("void BadEncode(float* g, uint8* out) {\n    float x = 1.0;\n    out = concat(y);\n}\n", "bad.pse:3:18:"),
+    ]:
+        bad = tmp_path / "bad.pse"
+        bad.write_bytes(BOM + text.encode())
+        with pytest.raises(CompLLError, match="undefined name 'y'") as ei:
+            read_spec(bad)
+        assert str(ei.value).startswith(str(tmp_path / where))
+    bad.write_bytes(BOM + BOM + b"void BadEncode(")  # one BOM is an encoding mark; a second is text
+    with pytest.raises(CompLLError, match=r"bad\.pse:1:1: unexpected character '\\ufeff'"):
+        read_spec(bad)
 
 
 def test_user_spec_cannot_take_a_builtin_name(tmp_path):

@@ -105,3 +105,65 @@ def test_int_casts_in_generated_code_are_64_bit(tmp_path):
     y = np.frombuffer(raw, "<f8", x.numel(), 44)
     want = [float(_expected(float(np.float32(v) * np.float32(1e15)))) for v in x.tolist()]
     assert y.tolist() == want
+
+
+def _int64(x: int) -> int:
+    """The low 64 bits of ``x`` as numpy's int64 holds them."""
+    return int(np.array([x & ((1 << 64) - 1)], dtype=np.uint64).view(np.int64)[0])
+
+
+# integer expressions past 64 bits and their int64 values (a = 1 at run time; m is INT64_MIN)
+WRAPPING = [
+    ("big * big", _int64(3037000500**2)),
+    ("(1 << 62) * 4 * a", 0),
+    ("-m", INT64_MIN),
+    ("abs(m)", INT64_MIN),
+    ("m / -a", INT64_MIN),
+    ("m % -a", 0),
+    ("m - a", INT64_MAX),
+    ("(a << 63) >> 62", -2),
+    ("big * big * a + big - big", _int64(3037000500**2)),
+]
+# not here: a comparison of a result that overflowed. numba marks its int64 arithmetic "no signed
+# wrap" (nsw) and LLVM folds (INT64_MAX + a > 0) to a > -INT64_MAX, true at a = 1 (CUDA C the same:
+# signed overflow is undefined in C++), where the host's wrapped value gives false.
+
+
+def _value(v: int) -> str:
+    """``v`` as a spec expression (a = 1): INT64_MIN has no literal, -2**63 being -(2**63)."""
+    return f"({v - 1} + a)" if v >= 0 else f"({v + 1} - a)"
+
+
+WRAP_SPEC = """
+void WrapEncode(float* gradient, uint8* compressed, int a) {{
+    int big = 3037000500 * a;
+    int m = -9223372036854775807 - a;
+{host}
+    lambda_func differs = [&](int i) -> float {{
+        int bad = 0;
+{kernel}
+        return bad;
+    }}
+    compressed = concat(map(range(gradient.size), differs));
+}}
+void WrapDecode(uint8* compressed, float* gradient) {{
+    float* y;
+    extract(compressed, y[gradient.size]);
+    gradient = y;
+}}
+"""
+
+
+def test_host_and_kernels_wrap_integers_at_64_bits_alike(tmp_path):
+    """The host computed ints as unbounded Python ints: ``big * big`` was 2**63 + 145000000 there and
+    -2**63 + 145000000 in a kernel, so a host ``require`` or ``if`` saw another value than a lambda,
+    and passed to a kernel it raised OverflowError. Each value now is numpy's int64, on the host
+    (``require``) and in a numba kernel (the lambda counts the expressions that differ from the host's)."""
+    host_lines = "\n".join(
+        f"    int h{k} = {e};\n    require(h{k} == {_value(v)}, \"host: {e}\");" for k, (e, v) in enumerate(WRAPPING)
+    )
+    kernel_lines = "\n".join(f"        if (({e}) != h{k}) {{ bad = bad + 1; }}" for k, (e, _) in enumerate(WRAPPING))
+    (tmp_path / "wrap.pse").write_text(WRAP_SPEC.format(host=host_lines, kernel=kernel_lines))
+    comp = load_spec(tmp_path / "wrap.pse", register=False, cache=tmp_path / "cache")(a=1)
+    assert comp.decode(comp.encode(torch.zeros(3))).tolist() == [0.0, 0.0, 0.0]
+    assert host.i64(1 << 64) == 0 and host.shl(3, 63) == INT64_MIN and host.idiv(INT64_MIN, -1) == INT64_MIN

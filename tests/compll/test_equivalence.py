@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from hipress.compll.builtins import library_compressor
 from hipress.compress import CompressionError, GradientState
+from hipress.compress.payload import seal
 
 from .conftest import KINDS, gradient
 
@@ -153,3 +154,55 @@ def test_sparse_builtins_merge_like_the_library(name, generated):
     assert gen.payload_size(5000) == lib.payload_size(5000)
     wide = gen.widened(4)
     assert type(wide) is type(gen) and wide.params().items() <= lib.widened(4).params().items()
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+@pytest.mark.parametrize(
+    "values, params",
+    [
+        ([1e38, -1e38, 0.5e38, -3e38, 0.0], {"bits": b, "stochastic": True}) for b in (1, 2, 4, 8)
+    ] + [
+        ([-3e38, 3e38], {"bits": 2, "stochastic": True}),
+        # max - min fits, but the top level min + 1 * gap rounds to Inf in float32
+        ([4.257686466359999e37, F32_MAX], {"bits": 1, "stochastic": False}),
+    ],
+)
+def test_terngrad_refuses_a_range_past_float32_like_the_library(values, params, generated):
+    """The spec decoded a finite gradient whose max - min overflows float32 as NaN (the library refuses
+    it: ``span_fits``); now both refuse it with the same words, keep the state, and go on."""
+    x = torch.tensor(values, dtype=torch.float32)
+    for comp in (library_compressor("terngrad", **params), generated["terngrad"](**params)):
+        st = GradientState(seed=3)
+        with pytest.raises(CompressionError, match=r"gradient 'g': the gradient's range .*overflows float32"):
+            comp.encode(x, st, name="g")
+    _check("terngrad", params, [gradient(50, "normal", 1), x, gradient(50, "normal", 2)], generated)
+
+
+def test_terngrad_refuses_a_header_whose_range_overflows_like_the_library(generated):
+    lib, gen = library_compressor("terngrad", bits=1), generated["terngrad"](bits=1)
+    p = lib.encode(gradient(100, "normal", 1))
+    for lo, hi in ((-3e38, 3e38), (4.257686466359999e37, F32_MAX)):  # bits = 1: the top level is min + gap
+        q = p.clone()
+        q[22:30] = torch.frombuffer(bytearray(np.array([lo, hi], "<f4").tobytes()), dtype=torch.uint8)
+        seal(q)
+        for comp in (lib, gen):
+            with pytest.raises(CompressionError, match="terngrad payload header is invalid"):
+                comp.decode(q, name="g")
+
+
+def test_generated_tbq_refuses_a_bad_code_before_writing_out(generated):
+    """A refused payload loses nothing (as the library's decoders, tests/compress/test_refused_decode.py):
+    the spec checked for code 3 after its map had written every earlier element into ``out``."""
+    n = 1000
+    for comp in (library_compressor("tbq"), generated["tbq"]()):
+        p = comp.encode(gradient(n, "normal", 1))
+        p[-1] |= 0xC0  # the last element's 2-bit code becomes 3
+        seal(p)
+        for add in (True, False):
+            out = gradient(n, "normal", 2)
+            before = out.clone()
+            with pytest.raises(CompressionError, match="invalid 2-bit code 3"):
+                comp.decode(p, out=out, add=add, name="g")
+            assert torch.equal(out, before), (type(comp).__name__, add)

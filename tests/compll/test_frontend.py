@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hipress.compll import CompLLError, compile_spec, generate_cpu, generate_cuda, generate_wrapper
 from hipress.compll.builtins import BUILTINS, spec_path
+from hipress.compll.loader import load_spec
 from hipress.compll.parser import parse
 
 from .conftest import DATA
@@ -274,3 +276,43 @@ def test_the_decoder_must_read_the_layout_the_encoder_writes(decl, fields, line,
     e = _error(PAIR.format(decl=decl, fields=fields))
     assert (e.line, e.col) == (line, col) and words in e.message, str(e)
     compile_spec(PAIR.format(decl="int n;", fields="n, v"), "t.pse")  # the agreeing pair checks
+
+
+WIDTH_PAIR = """void WEncode(float* g, uint8* out, uint8 bits) {{
+    lambda_func code = [&](float x) -> uint<{width}> {{ return x > 0 ? 3 : 1; }}
+    out = concat(bits, map(g, code));
+}}
+void WDecode(uint8* out, float* g) {{
+    uint8 bits;
+    uint<{width}>* q;
+    extract(out, bits, q[g.size]);
+    lambda_func value = [&](int i) -> float {{ return q[i]; }}
+    g = map(range(g.size), value);
+}}
+"""
+
+
+def test_a_uint_width_takes_a_sum_or_product_without_parentheses(tmp_path):
+    """``uint<bits + 1>`` was a syntax error ("unexpected '+', expected '.', '>'") that did not say the
+    width parses in parentheses; it means what ``uint<(bits + 1)>`` means, and so do * / % and unary -."""
+    decl = parse(WIDTH_PAIR.format(width="bits+1")).functions[1].body.stmts[1]
+    assert decl.type.text() == "uint<(bits + 1)>*" and (decl.type.width.pos.line, decl.type.width.pos.col) == (7, 10)
+    for width in ("bits + 1", "2 * bits - bits + 1", "(bits + 1) % 16"):
+        (tmp_path / "w.pse").write_text(WIDTH_PAIR.format(width=width))
+        cls = load_spec(tmp_path / "w.pse", register=False, cache=tmp_path / "cache")
+        for bits, nbytes in ((1, 1), (3, 2)):  # 4 codes of 2 bits, then of 4 bits
+            comp = cls(bits=bits)
+            payload = comp.encode(torch.tensor([0.5, -1.0, 2.0, 0.0]))
+            assert comp.decode(payload).tolist() == [3.0, 1.0, 3.0, 1.0]
+            assert payload.numel() == 20 + 1 + nbytes
+    # what would make its '>' ambiguous (shifts, comparisons, ?:) still needs parentheses, and says so
+    for width, tok in (("bits << 1", "<<"), ("bits == 1 ? 2 : 4", "==")):
+        e = _error(WIDTH_PAIR.format(width=width))
+        assert (e.line, e.message.split(",")[0]) == (2, f"unexpected {tok!r}"), str(e)
+        assert "write uint<(expr)> with parentheses" in e.hint, str(e)
+    compile_spec(WIDTH_PAIR.format(width="(bits << 1) - bits + 1"), "t.pse")
+    # random<uint<b>>: the lexer's '>>' after a width closes both, and the checker says what is wrong
+    lam = "lambda_func r = [&](float x) -> float {{ return random<uint<{}>>(0, 3); }}\n    "
+    for width in ("bits", "bits + 1", "(bits)", "2"):
+        e = _error(WIDTH_PAIR.format(width="bits").replace("out = concat(", lam.format(width) + "out = concat(", 1))
+        assert (e.line, e.col) == (3, 59) and "T must be float, double or int" in e.message, str(e)

@@ -13,7 +13,7 @@ import torch
 
 from hipress.compll import CompLLError, ast, compile_spec, generate_cpu, generate_cuda, generate_wrapper
 from hipress.compll.gen_cuda import generate_cuda_source
-from hipress.compll.limits import MAX_BLOCKS, MAX_DEPTH, MAX_NESTING, PARSE_DEPTH, measure
+from hipress.compll.limits import MAX_BLOCKS, MAX_CHAIN, MAX_DEPTH, MAX_NESTING, PARSE_DEPTH, measure
 from hipress.compll.loader import load_spec
 
 DECODER = """
@@ -132,13 +132,82 @@ def _lambda_ifs(depth: int) -> str:
     return lam + "        }\n" * depth + "        return 0;\n    }\n    float* y = map(gradient, f);\n"
 
 
+def _chain_in(depth: int) -> str:
+    """An ``if ... else if`` chain of 3 tests inside ``depth`` nested ifs (the chain on line 3 + depth)."""
+    body = "    float s = 0;\n" + "".join(f"    if (gradient.size > {i}) {{\n" for i in range(depth))
+    body += "    if (gradient.size == 0) { s = 1; }\n    else if (gradient.size == 1) { s = 2; }\n"
+    return body + "    else if (gradient.size == 2) { s = 3; }\n" + "    }\n" * depth
+
+
 def test_ifs_in_lambdas_and_else_if_chains_count():
     e = _error(_spec(_lambda_ifs(MAX_BLOCKS + 1)))
     assert (e.line, e.col) == (3 + MAX_BLOCKS, 9) and "if statement nested" in e.message, str(e)
-    chain = "    float s = 0;\n    if (gradient.size == 0) { s = 1; }\n"
-    chain += "".join(f"    else if (gradient.size == {i}) {{ s = 1; }}\n" for i in range(1, MAX_BLOCKS + 1))
-    e = _error(_spec(chain))
-    assert e.line == 3 + MAX_BLOCKS and "else if" in e.hint, str(e)
+    # a chain is two levels (a loop around its tests), however long: inside MAX_BLOCKS - 2 ifs it fits
+    compile(generate_cpu(compile_spec(_spec(_chain_in(MAX_BLOCKS - 2)), "t.pse")), "gen.py", "exec")
+    e = _error(_spec(_chain_in(MAX_BLOCKS - 1)))
+    assert (e.line, e.col) == (2 + MAX_BLOCKS, 5) and f"nested {MAX_BLOCKS + 1} levels" in e.message, str(e)
+    assert "else if chain two" in e.hint, str(e)
+
+
+def _lookup_spec(tests: int) -> str:
+    """An encoder with an ``else if`` chain of ``tests`` tests on the host (a scale chosen by the
+    gradient's length; a reduce in one condition, computed only when the tests before it fail) and
+    one in a lambda (the bucket of each element; some branches return, some assign and go on)."""
+    host = "    if (n == 0) { scale = 1; }\n"
+    for k in range(1, tests):
+        cond = "reduce(gradient, 0, add) > 1e30" if k == tests // 2 else f"n == {k}"
+        host += f"    else if ({cond}) {{ scale = {k % 7 + 1}; }}\n"
+    lam = "        if (x < -150) { return 0; }\n"
+    for k in range(1, tests):
+        then = f"return {k};" if k % 2 else f"r = {k};"
+        lam += f"        else if (x < {k - 150}) {{ {then} }}\n"
+    return (
+        "void LutEncode(float* gradient, uint8* compressed) {\n"
+        "    int n = gradient.size;\n    float scale = -1;\n"
+        "    lambda_func add = [&](float a, float b) -> float { return a + b; }\n"
+        f"{host}"
+        "    lambda_func bucket = [&](float x) -> float {\n        float r = -1;\n"
+        f"{lam}"
+        "        return r * scale;\n    }\n"
+        "    compressed = concat(map(gradient, bucket));\n}\n" + DECODER.replace("XDecode", "LutDecode")
+    )
+
+
+def test_a_chain_of_hundreds_of_else_ifs_generates_and_runs(tmp_path):
+    """65 tests were refused ("if statement nested 65 levels deep"): each else if counted one level, as
+    the code generated for it nested one. A chain is generated flat now; MAX_CHAIN tests is the bound."""
+    tests = 300
+    (tmp_path / "lut.pse").write_text(_lookup_spec(tests))
+    cls = load_spec(tmp_path / "lut.pse", register=False, cache=tmp_path / "cache")
+    for n in (0, 5, 150, 299, 1000):
+        x = torch.linspace(-160, 160, n)
+        k = torch.clamp(torch.floor(x) + 151, 0, tests)  # the first test x < k - 150 that holds
+        k = torch.where(x < -150, 0, k)
+        scale = n % 7 + 1 if 0 < n < tests and n != tests // 2 else (1.0 if n == 0 else -1.0)
+        # odd tests and the first return their number, even ones assign it (times scale), past the last: -1
+        want = torch.where((k % 2 == 1) | (k == 0), k, torch.where(k == tests, -1.0, k) * scale)
+        assert torch.equal(cls().decode(cls().encode(x)), want), n
+    # the bound, where the chain passes it
+    spec = _lookup_spec(MAX_CHAIN + 5)
+    e = _error(spec)
+    line = spec.split("\n").index(f"    else if (n == {MAX_CHAIN}) {{ scale = {MAX_CHAIN % 7 + 1}; }}") + 1
+    assert (e.line, e.col) == (line, 10), str(e)
+    assert e.message == f"else if chain of more than {MAX_CHAIN} tests; at most {MAX_CHAIN}", str(e)
+    compile_spec(_lookup_spec(MAX_CHAIN), "t.pse")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_a_chain_of_hundreds_of_else_ifs_generates_cuda_nvcc_compiles(tmp_path):
+    src = tmp_path / "lut.cu"
+    src.write_text(generate_cuda_source(compile_spec(_lookup_spec(300), "lut.pse")))
+    assert "} else if (" in src.read_text()
+    r = subprocess.run(
+        ["nvcc", "-ptx", "-arch=sm_90", "-fmad=false", "--std=c++14", "-o", str(tmp_path / "lut.ptx"), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
 
 
 def test_a_lambda_counts_its_own_ifs():

@@ -409,12 +409,12 @@ def encode(ctx, gradient, states, params, seed):
         t_sorted = sorte6(t_unsorted)
         v_sample = t_sorted
         v_cs = H.f2i(np.ceil((np.float64(v_ns) * p_ratio)))
-        v_ks = H.min_(v_ns, H.max_(1, ((v_cs - 1) if ((v_cs > 1) and ((np.float64((v_cs - 1)) / np.float64(v_ns)) >= p_ratio)) else v_cs)))
-        v_thr = (H.rd(v_sample, (v_ks - 1), 'sample') if (v_ns > 0) else np.float32(0.0))
+        v_ks = H.min_(v_ns, H.max_(1, (H.i64((v_cs - 1)) if ((v_cs > 1) and ((np.float64(H.i64((v_cs - 1))) / np.float64(v_ns)) >= p_ratio)) else v_cs)))
+        v_thr = (H.rd(v_sample, H.i64((v_ks - 1)), 'sample') if (v_ns > 0) else np.float32(0.0))
         t_filter = (filtere7 if v_n >= PARALLEL_MIN else filtere7_s)(v_n, oob, v_residual, v_thr)
         v_idx = t_filter
         v_c = H.f2i(np.ceil((np.float64(v_n) * p_ratio)))
-        v_k = H.min_(v_n, H.max_(1, ((v_c - 1) if ((v_c > 1) and ((np.float64((v_c - 1)) / np.float64(v_n)) >= p_ratio)) else v_c)))
+        v_k = H.min_(v_n, H.max_(1, (H.i64((v_c - 1)) if ((v_c > 1) and ((np.float64(H.i64((v_c - 1))) / np.float64(v_n)) >= p_ratio)) else v_c)))
         if (int(v_idx.shape[0]) > v_k):
             t_sorted_2 = sorte8(v_idx, oob, v_residual)
             v_ranked = t_sorted_2

@@ -345,8 +345,8 @@ def encode(ctx, gradient, states, params, seed):
             w *= 2
         v_sample = t_sorted
         v_cs = H.f2i(np.ceil((np.float64(v_ns) * p_ratio)))
-        v_ks = H.min_(v_ns, H.max_(1, ((v_cs - 1) if ((v_cs > 1) and ((np.float64((v_cs - 1)) / np.float64(v_ns)) >= p_ratio)) else v_cs)))
-        v_thr = (H.rd(v_sample, (v_ks - 1), 'sample') if (v_ns > 0) else np.float32(0.0))
+        v_ks = H.min_(v_ns, H.max_(1, (H.i64((v_cs - 1)) if ((v_cs > 1) and ((np.float64(H.i64((v_cs - 1))) / np.float64(v_ns)) >= p_ratio)) else v_cs)))
+        v_thr = (H.rd(v_sample, H.i64((v_ks - 1)), 'sample') if (v_ns > 0) else np.float32(0.0))
         n_loop = int(v_n)
         flags = CR.empty(n_loop, np.int32)
         _K('filtere7')(CR.grid(n_loop), (CR.BLOCK,), (np.int64(n_loop), oob, v_residual, np.int64(v_residual.shape[0]), np.float32(v_thr), flags,))
@@ -356,7 +356,7 @@ def encode(ctx, gradient, states, params, seed):
         _K('gathere7')(CR.grid(n_loop), (CR.BLOCK,), (np.int64(n_loop), oob, v_residual, np.int64(v_residual.shape[0]), np.float32(v_thr), flags, where, t_filter,))
         v_idx = t_filter
         v_c = H.f2i(np.ceil((np.float64(v_n) * p_ratio)))
-        v_k = H.min_(v_n, H.max_(1, ((v_c - 1) if ((v_c > 1) and ((np.float64((v_c - 1)) / np.float64(v_n)) >= p_ratio)) else v_c)))
+        v_k = H.min_(v_n, H.max_(1, (H.i64((v_c - 1)) if ((v_c > 1) and ((np.float64(H.i64((v_c - 1))) / np.float64(v_n)) >= p_ratio)) else v_c)))
         if (int(v_idx.shape[0]) > v_k):
             t_sorted_2 = v_idx.copy()
             tmp = CR.empty(t_sorted_2.shape[0], t_sorted_2.dtype)

@@ -406,8 +406,8 @@ def encode(ctx, gradient, states, params, seed):
         t_sorted = sorte4(t_unsorted)
         v_sample = t_sorted
         v_cs = H.f2i(np.ceil((np.float64(v_ns) * v_density)))
-        v_ks = H.min_(v_ns, H.max_(1, ((v_cs - 1) if ((v_cs > 1) and ((np.float64((v_cs - 1)) / np.float64(v_ns)) >= v_density)) else v_cs)))
-        v_thr = (H.rd(v_sample, (v_ks - 1), 'sample') if (v_ns > 0) else np.float32(0.0))
+        v_ks = H.min_(v_ns, H.max_(1, (H.i64((v_cs - 1)) if ((v_cs > 1) and ((np.float64(H.i64((v_cs - 1))) / np.float64(v_ns)) >= v_density)) else v_cs)))
+        v_thr = (H.rd(v_sample, H.i64((v_ks - 1)), 'sample') if (v_ns > 0) else np.float32(0.0))
         t_filter = (filtere5 if v_n >= PARALLEL_MIN else filtere5_s)(v_n, oob, v_residual, v_thr)
         v_idx = t_filter
         init_t_reduce_2 = 0
@@ -415,9 +415,9 @@ def encode(ctx, gradient, states, params, seed):
         t_reduce_2 = int(t_reduce_2)
         v_gt = t_reduce_2
         v_d = H.f2i(np.floor((np.float64(v_n) * p_drop_ratio)))
-        v_dk = ((v_d + 1) if ((v_n > 0) and ((np.float64((v_d + 1)) / np.float64(v_n)) <= p_drop_ratio)) else v_d)
-        v_k = H.min_(v_n, H.max_(1, (v_n - v_dk)))
-        v_limit = (H.max_(v_k, (v_gt + 1)) if (v_thr > np.float32(0.0)) else v_n)
+        v_dk = (H.i64((v_d + 1)) if ((v_n > 0) and ((np.float64(H.i64((v_d + 1))) / np.float64(v_n)) <= p_drop_ratio)) else v_d)
+        v_k = H.min_(v_n, H.max_(1, H.i64((v_n - v_dk))))
+        v_limit = (H.max_(v_k, H.i64((v_gt + 1))) if (v_thr > np.float32(0.0)) else v_n)
         if (int(v_idx.shape[0]) > v_limit):
             t_sorted_2 = sorte7(v_idx, oob, v_residual)
             v_ranked = t_sorted_2

@@ -337,8 +337,8 @@ def encode(ctx, gradient, states, params, seed):
             w *= 2
         v_sample = t_sorted
         v_cs = H.f2i(np.ceil((np.float64(v_ns) * v_density)))
-        v_ks = H.min_(v_ns, H.max_(1, ((v_cs - 1) if ((v_cs > 1) and ((np.float64((v_cs - 1)) / np.float64(v_ns)) >= v_density)) else v_cs)))
-        v_thr = (H.rd(v_sample, (v_ks - 1), 'sample') if (v_ns > 0) else np.float32(0.0))
+        v_ks = H.min_(v_ns, H.max_(1, (H.i64((v_cs - 1)) if ((v_cs > 1) and ((np.float64(H.i64((v_cs - 1))) / np.float64(v_ns)) >= v_density)) else v_cs)))
+        v_thr = (H.rd(v_sample, H.i64((v_ks - 1)), 'sample') if (v_ns > 0) else np.float32(0.0))
         n_loop = int(v_n)
         flags = CR.empty(n_loop, np.int32)
         _K('filtere5')(CR.grid(n_loop), (CR.BLOCK,), (np.int64(n_loop), oob, v_residual, np.int64(v_residual.shape[0]), np.float32(v_thr), flags,))
@@ -357,9 +357,9 @@ def encode(ctx, gradient, states, params, seed):
         t_reduce_2 = CR.scalar(res0, 'int')
         v_gt = t_reduce_2
         v_d = H.f2i(np.floor((np.float64(v_n) * p_drop_ratio)))
-        v_dk = ((v_d + 1) if ((v_n > 0) and ((np.float64((v_d + 1)) / np.float64(v_n)) <= p_drop_ratio)) else v_d)
-        v_k = H.min_(v_n, H.max_(1, (v_n - v_dk)))
-        v_limit = (H.max_(v_k, (v_gt + 1)) if (v_thr > np.float32(0.0)) else v_n)
+        v_dk = (H.i64((v_d + 1)) if ((v_n > 0) and ((np.float64(H.i64((v_d + 1))) / np.float64(v_n)) <= p_drop_ratio)) else v_d)
+        v_k = H.min_(v_n, H.max_(1, H.i64((v_n - v_dk))))
+        v_limit = (H.max_(v_k, H.i64((v_gt + 1))) if (v_thr > np.float32(0.0)) else v_n)
         if (int(v_idx.shape[0]) > v_limit):
             t_sorted_2 = v_idx.copy()
             tmp = CR.empty(t_sorted_2.shape[0], t_sorted_2.dtype)

@@ -1,7 +1,8 @@
 """Host-side helpers of generated drivers: C semantics on NumPy scalars, payload (un)packing.
 
 The driver computes scalars the way the kernels do (see ``hipress.compll.types``): float32 as
-``np.float32``, double as ``np.float64``, integers as exact Python ints, C's truncating division,
+``np.float32``, double as ``np.float64``, integers as Python ints brought back into 64 bits after
+every operation that can leave them (``i64``: the kernels' int64 wraps), C's truncating division,
 saturating conversions to unsigned codes. Everything that can fail on bad input raises
 ``GeneratedError``, which the wrapper turns into a ``CompressionError`` naming the gradient.
 """
@@ -15,6 +16,7 @@ import numpy as np
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+INT64_HALF, INT64_MASK = 1 << 63, (1 << 64) - 1
 WIDTHS = (1, 2, 4, 8)
 
 
@@ -55,27 +57,43 @@ def clampu(x, hi: int) -> int:
 
 
 def i64(x) -> int:
-    return int(x)
+    """An integer as the kernels hold it: its low 64 bits, two's complement.
+
+    Python's ints do not overflow; numba's int64 and CUDA's ``long long`` keep the low 64 bits. The
+    driver wraps the result of each ``+ - *``, unary ``-`` and integer ``abs`` here
+    (emit.PyDialect.wrap), and ``shl`` and ``idiv`` wrap theirs, so a host statement gives the value
+    the same statement in a lambda gives (``(1 << 62) * 4`` is 0 on both sides), and a host value
+    passed to a kernel always fits (an unbounded one raised OverflowError there). Kernel compilers
+    still assume signed arithmetic does not overflow where they compare (LANGUAGE.md).
+    """
+    return ((int(x) + INT64_HALF) & INT64_MASK) - INT64_HALF
 
 
-def idiv(a: int, b: int) -> int:
-    """C division: truncates toward zero; division by zero gives 0 (never a crash on data)."""
-    a, b = int(a), int(b)
-    if b == 0:
-        return 0
+def _tdiv(a: int, b: int) -> int:
+    """``a / b`` truncated toward zero, exact (b != 0)."""
     q = abs(a) // abs(b)
     return q if (a < 0) == (b < 0) else -q
 
 
-def imod(a: int, b: int) -> int:
+def idiv(a: int, b: int) -> int:
+    """C division: truncates toward zero; division by zero gives 0 (never a crash on data); the one
+    quotient past the range, INT64_MIN / -1, wraps to INT64_MIN as in the kernels."""
     a, b = int(a), int(b)
     if b == 0:
         return 0
-    return a - idiv(a, b) * b
+    return i64(_tdiv(a, b))
+
+
+def imod(a: int, b: int) -> int:
+    """C's remainder, ``a - (a / b) * b`` with the exact quotient: always in range (INT64_MIN % -1 is 0)."""
+    a, b = int(a), int(b)
+    if b == 0:
+        return 0
+    return a - _tdiv(a, b) * b
 
 
 def shl(a: int, b: int) -> int:
-    return int(a) << (int(b) & 63)
+    return i64(int(a) << (int(b) & 63))
 
 
 def shr(a: int, b: int) -> int:
