@@ -131,8 +131,11 @@ def terngrad_encode(g: torch.Tensor, bits: int, stochastic: bool, seed: int) -> 
 
 
 def terngrad_decode(body: torch.Tensor, lo: float, hi: float, bits: int, n: int) -> torch.Tensor:
+    """lo + q * gap, at most hi (the top level can round past it)."""
     gap = np.float32(np.float32(hi) - np.float32(lo)) / np.float32((1 << bits) - 1)
-    return np.float32(lo) + _unpack(body, bits, n).to(torch.float32) * torch.tensor(gap)
+    v = np.float32(lo) + _unpack(body, bits, n).to(torch.float32) * torch.tensor(gap)
+    top = torch.tensor(np.float32(hi))
+    return torch.where(v > top, top, v)
 
 
 def topk_encode(g: torch.Tensor, ratio: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -70,7 +70,7 @@ def test_shipped_cuda_compiles_with_nvcc(arch, tmp_path):
     assert r.returncode == 0, r.stderr
     ptx = (tmp_path / "kernels.ptx").read_text()
     for kernel in ("crc32_segments", "tbq_stats", "sign_stats",
-                   "onebit_block_scales", "tbq_block_rule", "tbq_blocks_encode", "tbq_blocks_decode",
+                   "onebit_block_scales", "tbq_block_rule", "tbq_blocks_encode", "tbq_code3", "tbq_blocks_decode",
                    "sign_blocks_encode", "sign_blocks_decode", "linear_encode", "linear_decode", "sumsq_buckets",
                    "qsgd_encode", "qsgd_decode",
                    "copy_check",
@@ -280,3 +280,50 @@ def test_emulated_nonfinite_is_refused(emulated):
             with pytest.raises(hc.CompressionError, match="NaN or Inf"):
                 hc.create_from_spec(spec).encode(x, GradientState(seed=1))
     _ = struct  # (kept for payload field offsets in future checks)
+
+
+@needs_cxx
+def test_emulated_refused_decode_leaves_out_untouched(emulated):
+    """The CUDA path refuses a code 3 (tbq) or a bad index (sparse) before its first write to out,
+    as the CPU does (``test_refused_decode``)."""
+    from .test_refused_decode import SPARSE, TBQ, assert_refusal_loses_nothing, last_body_byte, sparse_last_index
+
+    cases = [(s, n, last_body_byte(s, n, 0xFF)) for s in TBQ for n in (37, 300)]
+    cases += [(s, 300, sparse_last_index(s, 300, i)) for s in SPARSE for i in (-1, 0, 10**6)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(kernels._BACKENDS, "cpu", emulated)
+        for spec, n, p in cases:
+            assert assert_refusal_loses_nothing(spec, p, n), spec
+
+
+@needs_cxx
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_emulated_terngrad_top_level_is_clamped_to_max(emulated, bits):
+    """The CUDA decode clamps min + q * gap at max, as the CPU does (``test_edge_values``)."""
+    from .test_edge_values import assert_terngrad_decodes_within_range
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(kernels._BACKENDS, "cpu", emulated)
+        assert_terngrad_decodes_within_range(torch.tensor([-1.0, 0.1]), bits, stochastic=False)
+        assert_terngrad_decodes_within_range(torch.randn(1000, generator=torch.Generator().manual_seed(bits)), bits,
+                                             stochastic=True)
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+@needs_cxx
+@pytest.mark.parametrize(("pair", "ok"), [
+    ((0.5, -0.25), True), ((0.0, 0.0), True), ((-0.0, 0.0), True), ((0.0, -0.0), True),
+    ((_F32_MAX, -_F32_MAX), True), ((1e-45, -1e-45), True),
+    ((-1e-45, -1.0), False), ((1.0, 1e-45), False), ((float("inf"), -1.0), False), ((1.0, float("-inf")), False),
+    ((float("nan"), -1.0), False), ((1.0, float("nan")), False), ((-float("nan"), -1.0), False),
+])
+@pytest.mark.parametrize("where", [0, 7, 99])  # the first pair, one in the middle, the last
+def test_sign_scales_check_is_the_same_on_both_backends(emulated, pair, ok, where):
+    """onebit's scale check (pos finite and >= 0, neg finite and <= 0): the CPU's one pass and the
+    CUDA backend's extremes give the same answer, signed zeros and NaN of either sign included."""
+    scales = torch.tensor([0.5, -0.5] * 100, dtype=torch.float32)
+    scales[2 * where], scales[2 * where + 1] = pair
+    assert kernels.backend_for(scales).sign_scales_ok(scales) is ok
+    assert emulated.sign_scales_ok(scales) is ok

@@ -70,6 +70,37 @@ def test_terngrad_finite_input_decodes_finite_or_is_refused(vals, bits, stochast
     assert torch.isfinite(c.decode(p, name="g")).all()
 
 
+def assert_terngrad_decodes_within_range(x: torch.Tensor, bits: int, stochastic: bool) -> None:
+    """Every decoded value lies in [min, max] of x, overwritten or accumulated onto zeros."""
+    c = hc.create("terngrad", bits=bits, stochastic=stochastic)
+    p = c.encode(x, hc.GradientState(seed=5), name="g")
+    lo, hi = float(x.min()), float(x.max())
+    for d in (c.decode(p, name="g"), c.decode(p, out=torch.zeros(x.numel()), add=True, name="g")):
+        assert lo <= float(d.min()) and float(d.max()) <= hi, f"decoded [{d.min()}, {d.max()}] outside [{lo}, {hi}]"
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_terngrad_top_level_is_clamped_to_max(bits):
+    """min + (2^bits - 1) * gap rounds above max in float32 here (about one gradient in four): the
+    decoded top level is max itself, not max + 1 ulp."""
+    x = torch.tensor([-1.0, 0.1])
+    lo, hi = np.float32(-1.0), np.float32(0.1)
+    assert lo + np.float32(2**bits - 1) * np.float32((hi - lo) / np.float32(2**bits - 1)) > hi  # the case
+    assert_terngrad_decodes_within_range(x, bits, stochastic=False)
+    assert hc.create("terngrad", bits=bits, stochastic=False).decode(
+        hc.create("terngrad", bits=bits, stochastic=False).encode(x))[1] == hi
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    vals=st.lists(st.floats(-(2.0**100), 2.0**100, width=32), min_size=1, max_size=64),
+    bits=st.sampled_from([1, 2, 4, 8]),
+    stochastic=st.booleans(),
+)
+def test_terngrad_decodes_within_min_and_max(vals, bits, stochastic):
+    assert_terngrad_decodes_within_range(torch.tensor(vals, dtype=torch.float32), bits, stochastic)
+
+
 def test_terngrad_top_level_rounding_past_float32_max_is_refused():
     """max at float32's largest value: min + 1 * (max - min) rounds up to Inf in float32 (hypothesis
     found it: the decode gave [4.26e37, inf])."""

@@ -36,7 +36,6 @@ So 32 is the default; 128 stays a parameter for those who want the bytes back.
 
 from __future__ import annotations
 
-import math
 import struct
 
 import torch
@@ -45,6 +44,7 @@ from ..base import Capabilities, Compressor, nonfinite_reset
 from ..blocks import BLOCK_HEADER, ONEBIT_BLOCK, block_param, float32_scales, nblocks, read_block
 from ..errors import CompressionError
 from ..kernels import backend_for
+from ..kernels.common import WHOLE
 from ..payload import Header, allocate, header_size
 from ..registry import register
 from ..state import GradientState
@@ -107,20 +107,17 @@ class OneBit(Compressor):
         return payload
 
     def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
-        if len(header.extra) == _EXTRA.size:
-            pos, neg = _EXTRA.unpack(header.extra)
-            if not (math.isfinite(pos) and math.isfinite(neg) and pos >= 0 >= neg):
-                raise CompressionError(name, f"onebit payload has invalid scales ({pos}, {neg})")
-            backend_for(out, name).sign_decode(body, pos, neg, out, add)
-            return
-        try:
-            block = read_block(header.extra, self.name)
-        except ValueError as e:
-            raise CompressionError(name, str(e)) from None
-        nscales = 2 * nblocks(header.numel, block)
-        scales = float32_scales(body, nscales)
-        pos, neg = scales[0::2], scales[1::2]
-        if not bool(torch.isfinite(scales).all() & (pos >= 0).all() & (neg <= 0).all()):
+        if len(header.extra) == _EXTRA.size:  # block=0: the pair is the extra header
+            block, scales, bits = WHOLE, torch.tensor(_EXTRA.unpack(header.extra), dtype=torch.float32), body
+        else:
+            try:
+                block = read_block(header.extra, self.name)
+            except ValueError as e:
+                raise CompressionError(name, str(e)) from None
+            nscales = 2 * nblocks(header.numel, block)
+            scales, bits = float32_scales(body, nscales), body[4 * nscales :]
+        # one check of every pair, on the device that holds them (the header's pair: on the CPU)
+        if not backend_for(scales, name).sign_scales_ok(scales):
             raise CompressionError(name, "onebit payload has invalid scales (non-finite, or a sign class's "
                                          "mean of the wrong sign)")
-        backend_for(out, name).sign_blocks_decode(body[4 * nscales :], block, scales, out, add)
+        backend_for(out, name).sign_blocks_decode(bits, block, scales.to(out.device), out, add)

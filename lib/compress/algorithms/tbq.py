@@ -156,8 +156,9 @@ class TBQ(Compressor):
         (value,) = _EXTRA.unpack(header.extra[: _EXTRA.size]) if len(header.extra) == _EXTRA.size else (None,)
         if value is None or not value > 0:
             raise CompressionError(name, "tbq payload has a malformed extra header (tau)")
-        if not backend_for(out, name).tbq_decode(body, value, out, add):
-            raise CompressionError(name, "tbq payload body is corrupted (invalid 2-bit code 3)")
+        k = backend_for(out, name)
+        _check_codes(k, body, name)
+        k.tbq_decode(body, value, out, add)
 
     def _decode_blocks(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
         try:
@@ -168,5 +169,14 @@ class TBQ(Compressor):
         values = float32_scales(body, nv)
         if not bool((torch.isfinite(values) & (values > 0)).all()):
             raise CompressionError(name, "tbq payload has invalid values (each block's must be finite and > 0)")
-        if not backend_for(out, name).tbq_blocks_decode(body[4 * nv :], block, values, out, add):
-            raise CompressionError(name, "tbq payload body is corrupted (invalid 2-bit code 3)")
+        k = backend_for(out, name)
+        _check_codes(k, body[4 * nv :], name)
+        k.tbq_blocks_decode(body[4 * nv :], block, values, out, add)
+
+
+def _check_codes(k: Any, codes: torch.Tensor, name: str) -> None:
+    """Refuse a body holding a 2-bit code 3 (never written by the encoder) before the decode writes
+    anything: a refused payload must leave the output as it was (an accumulator holding other
+    ranks' sums would otherwise keep part of a corrupted gradient)."""
+    if not k.tbq_codes_ok(codes):
+        raise CompressionError(name, "tbq payload body is corrupted (invalid 2-bit code 3)")

@@ -1,7 +1,9 @@
 """TernGrad as HiPress implements it: b-bit linear quantization between min and max.
 
 gap = (max - min) / (2^b - 1); q = floor((g - min) / gap + u), u ~ U[0,1) (stochastic rounding,
-unbiased) or u = 0.5 (round to nearest); decode min + q * gap. Codes packed LSB first, 8/b per byte.
+unbiased) or u = 0.5 (round to nearest); decode min + q * gap, at most max (in float32 the top
+level min + (2^b - 1) * gap rounds above max for about one gradient in four, and a decoded value
+must not leave the gradient's range). Codes packed LSB first, 8/b per byte.
 Extra header, as HiPress's ``concat(bitwidth, tail, min, max, Q)``: bitwidth (u8), tail (u8,
 n mod 2^b as HiPress writes it), min (f32), max (f32).
 """
@@ -94,4 +96,4 @@ class TernGrad(Compressor):
         bits, _tail, lo, hi = _EXTRA.unpack(header.extra)
         if bits not in BITS or not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi and span_fits(lo, hi, bits)):
             raise CompressionError(name, f"terngrad payload header is invalid (bits={bits}, min={lo}, max={hi})")
-        backend_for(out, name).quant_decode(body, lo, gap_of(lo, hi, bits), bits, out, add)
+        backend_for(out, name).quant_decode(body, lo, hi, gap_of(lo, hi, bits), bits, out, add)

@@ -50,9 +50,11 @@ __all__ = [
     "sign_blocks_decode",
     "sign_decode",
     "sign_encode",
+    "sign_scales_ok",
     "sign_sums",
     "tbq_blocks",
     "tbq_blocks_decode",
+    "tbq_codes_ok",
     "tbq_decode",
     "tbq_encode",
     "tbq_stats",
@@ -104,10 +106,9 @@ def tbq_stats(g: torch.Tensor, r: torch.Tensor | None, tau: float) -> tuple[floa
     return tot, sel, cnt
 
 
-def tbq_decode(p: torch.Tensor, tau: float, out: torch.Tensor, add: bool) -> bool:
-    """One value for the whole gradient: ``tbq_blocks_decode`` with one block. Returns False if a
-    code 3 (never written by the encoder) was found: a corrupted body."""
-    return tbq_blocks_decode(p, WHOLE, torch.tensor([tau], dtype=torch.float32), out, add)
+def tbq_decode(p: torch.Tensor, tau: float, out: torch.Tensor, add: bool) -> None:
+    """One value for the whole gradient: ``tbq_blocks_decode`` with one block."""
+    tbq_blocks_decode(p, WHOLE, torch.tensor([tau], dtype=torch.float32), out, add)
 
 
 def tbq_blocks(g: torch.Tensor, r: torch.Tensor | None, block: int, scale: float, values: torch.Tensor,
@@ -124,14 +125,20 @@ def tbq_blocks(g: torch.Tensor, r: torch.Tensor | None, block: int, scale: float
     return bad == 0
 
 
-def tbq_blocks_decode(p: torch.Tensor, block: int, values: torch.Tensor, out: torch.Tensor, add: bool) -> bool:
-    """Returns False if a code 3 (never written by the encoder) was found: a corrupted body."""
+def tbq_codes_ok(p: torch.Tensor) -> bool:
+    """False if a 2-bit field of the body ``p`` holds 3 (never written by the encoder: a corrupted
+    body). Checked before ``tbq_blocks_decode`` writes anything, so a refused payload leaves the
+    output as it was."""
+    return quantize.tbq_code3(p.numpy()) == 0
+
+
+def tbq_blocks_decode(p: torch.Tensor, block: int, values: torch.Tensor, out: torch.Tensor, add: bool) -> None:
+    """(code - 1) * value of the element's block, codes checked by ``tbq_codes_ok`` first."""
     n = out.numel()
     if n == 0:
-        return True
+        return
     args = (p.numpy(), block, values.numpy(), out.numpy(), add)
-    bad = quantize.tbq_blocks_decode_par(*args) if _parallel(n) else quantize.tbq_blocks_decode_range(*args, 0, n)
-    return bad == 0
+    quantize.tbq_blocks_decode_par(*args) if _parallel(n) else quantize.tbq_blocks_decode_range(*args, 0, n)
 
 
 # ---------------------------------------------------------------------------- onebit / sign bits
@@ -205,6 +212,12 @@ def onebit_blocks(g: torch.Tensor, r: torch.Tensor | None, block: int, scales: t
     return bad == 0
 
 
+def sign_scales_ok(scales: torch.Tensor) -> bool:
+    """Whether every (pos, neg) pair of float32 ``scales`` is finite with pos >= 0 >= neg: scales an
+    encoder can have written, checked before ``sign_blocks_decode`` writes anything."""
+    return quantize.sign_scales_bad(scales.numpy()) == 0
+
+
 def sign_blocks_decode(p: torch.Tensor, block: int, scales: torch.Tensor, out: torch.Tensor, add: bool) -> None:
     """The values of ``onebit_blocks``' bits: block k's pos where a bit is 1, its neg where 0."""
     n = out.numel()
@@ -236,12 +249,12 @@ def quant_encode(
     quantize.linear_encode_par(*args) if _parallel(n) else quantize.linear_encode_range(*args, 0, n)
 
 
-def quant_decode(p: torch.Tensor, lo: float, gap: float, bits: int, out: torch.Tensor, add: bool) -> None:
-    """v = lo + q * gap."""
+def quant_decode(p: torch.Tensor, lo: float, hi: float, gap: float, bits: int, out: torch.Tensor, add: bool) -> None:
+    """v = lo + q * gap, at most hi (the top level can round past it: ``quantize._level``)."""
     n = out.numel()
     if n == 0:
         return
-    args = (p.numpy(), _f32(lo), _f32(gap), bits, out.numpy(), add)
+    args = (p.numpy(), _f32(lo), _f32(hi), _f32(gap), bits, out.numpy(), add)
     quantize.linear_decode_par(*args) if _parallel(n) else quantize.linear_decode_range(*args, 0, n)
 
 

@@ -65,24 +65,30 @@ def select_abs_ge(v: torch.Tensor, thr: float) -> tuple[torch.Tensor, torch.Tens
 
 
 @_jit
-def _scatter(idx, val, out, add, n):
-    """out[idx] (+)= val; returns False if indices are out of range or not strictly increasing."""
+def _ascending_below(idx, n):
+    """Whether idx is strictly increasing, from 0 up, and below n."""
     prev = -1
     for j in range(idx.size):
         i = idx[j]
-        if i <= prev or i >= n:
+        if i <= prev:
             return False
         prev = i
+    return prev < n
+
+
+@_jit
+def _scatter(idx, val, out, add):
+    """out[idx] (+)= val, idx checked by ``_ascending_below``."""
+    for j in range(idx.size):
         if add:
-            out[i] += val[j]
+            out[idx[j]] += val[j]
         else:
-            out[i] = val[j]
-    return True
+            out[idx[j]] = val[j]
 
 
 def scatter(idx: torch.Tensor, val: torch.Tensor, out: torch.Tensor, add: bool) -> bool:
-    """out = 0 then out[idx] = val, or out[idx] += val; False if idx is not strictly increasing
-    and within out."""
+    """out = 0 then out[idx] = val, or out[idx] += val; False, with out untouched, if idx is not
+    strictly increasing and within out."""
     return scatter_numpy(idx.numpy(), val.numpy(), out.numpy(), add)
 
 
@@ -104,10 +110,14 @@ def zero(out: np.ndarray) -> None:
 
 
 def scatter_numpy(idx: np.ndarray, val: np.ndarray, out: np.ndarray, add: bool) -> bool:
-    """``scatter`` on numpy arrays (any integer index type)."""
+    """``scatter`` on numpy arrays (any integer index type). The indices are checked in a pass of
+    their own before out is zeroed or written: a payload refused for them loses nothing."""
+    if not _ascending_below(idx, out.size):
+        return False
     if not add:
         zero(out)
-    return bool(_scatter(idx, val, out, add, out.size))
+    _scatter(idx, val, out, add)
+    return True
 
 
 @_jit

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..common import CHUNK, PARALLEL_MIN, WHOLE, hash32, uniform01, uniform_numpy
+from ..common import CHUNK, FMAX, PARALLEL_MIN, WHOLE, hash32, uniform01, uniform_numpy
 from .nvrtc import OPTIONS, CudaModule, cupy_stream, device_index
 
 SOURCE_PATH = Path(__file__).with_name("kernels.cu")  # the CUDA C source (tests compile it too)
@@ -177,8 +177,8 @@ class Backend:
             return 0.0, 0.0, 0.0
         return self._partial_sums("tbq_stats", g, r, np.float32(tau))
 
-    def tbq_decode(self, p: torch.Tensor, tau: float, out: torch.Tensor, add: bool) -> bool:
-        return self.tbq_blocks_decode(p, WHOLE, torch.tensor([tau], dtype=torch.float32, device=out.device), out, add)
+    def tbq_decode(self, p: torch.Tensor, tau: float, out: torch.Tensor, add: bool) -> None:
+        self.tbq_blocks_decode(p, WHOLE, torch.tensor([tau], dtype=torch.float32, device=out.device), out, add)
 
     def tbq_blocks(self, g: torch.Tensor, r: torch.Tensor | None, block: int, scale: float, values: torch.Tensor,
                    out: torch.Tensor) -> bool:
@@ -196,15 +196,22 @@ class Backend:
                   ptr(out), np.int64(n), ptr(flag))
         return int(flag.item()) == 0
 
+    def tbq_codes_ok(self, p: torch.Tensor) -> bool:
+        """See ``kernels.cpu.tbq_codes_ok``."""
+        m = p.numel()
+        if m == 0:
+            return True
+        flag = self._flag(p)
+        self._run("tbq_code3", m, p, ptr(p), np.int64(m), ptr(flag))
+        return int(flag.item()) == 0
+
     def tbq_blocks_decode(self, p: torch.Tensor, block: int, values: torch.Tensor, out: torch.Tensor,
-                          add: bool) -> bool:
+                          add: bool) -> None:
         n = out.numel()
         if n == 0:
-            return True
-        flag = self._flag(out)
+            return
         self._run("tbq_blocks_decode", (n + 3) // 4, out, ptr(p), ptr(values), np.int64(block), ptr(out),
-                  np.int32(add), np.int64(n), ptr(flag))
-        return int(flag.item()) == 0
+                  np.int32(add), np.int64(n))
 
     # ------------------------------------------------------------------ sign bits
     def _partial_sums(self, kernel: str, g: torch.Tensor, r: torch.Tensor | None, *scalars: Arg
@@ -275,6 +282,16 @@ class Backend:
                   np.int64(n))
         return int(flag.item()) == 0
 
+    def sign_scales_ok(self, scales: torch.Tensor) -> bool:
+        """See ``kernels.cpu.sign_scales_ok``: the extremes of the pos and of the neg scales (torch's
+        aminmax propagates NaN, which then fails the comparisons), one copy to the host."""
+        if scales.numel() == 0:
+            return True
+        pairs = scales.view(-1, 2)
+        pmin, pmax, nmin, nmax = torch.stack([*torch.aminmax(pairs[:, 0]), *torch.aminmax(pairs[:, 1])]).tolist()
+        fmax = float(FMAX)
+        return 0.0 <= pmin and pmax <= fmax and -fmax <= nmin and nmax <= 0.0
+
     def sign_blocks_decode(self, p: torch.Tensor, block: int, scales: torch.Tensor, out: torch.Tensor,
                            add: bool) -> None:
         n = out.numel()
@@ -299,12 +316,13 @@ class Backend:
         self._run("linear_encode", (n * bits + 7) // 8, g, ptr(g), np.float32(lo), np.float32(gap), np.int32(bits),
                   np.int32(stochastic), np.uint32(seed & 0xFFFFFFFF), ptr(out), np.int64(n))
 
-    def quant_decode(self, p: torch.Tensor, lo: float, gap: float, bits: int, out: torch.Tensor, add: bool) -> None:
+    def quant_decode(self, p: torch.Tensor, lo: float, hi: float, gap: float, bits: int, out: torch.Tensor,
+                     add: bool) -> None:
         n = out.numel()
         if n == 0:
             return
-        self._run("linear_decode", (n * bits + 7) // 8, out, ptr(p), np.float32(lo), np.float32(gap),
-                  np.int32(bits), ptr(out), np.int32(add), np.int64(n))
+        self._run("linear_decode", (n * bits + 7) // 8, out, ptr(p), np.float32(lo), np.float32(hi),
+                  np.float32(gap), np.int32(bits), ptr(out), np.int32(add), np.int64(n))
 
     # ------------------------------------------------------------------ QSGD
     def bucket_norms(self, x: torch.Tensor, bucket: int) -> tuple[torch.Tensor, bool]:
@@ -363,17 +381,19 @@ class Backend:
         return idx.to(torch.int32), v[idx]
 
     def scatter(self, idx: torch.Tensor, val: torch.Tensor, out: torch.Tensor, add: bool) -> bool:
+        """See ``kernels.cpu.scatter``: the indices are checked before out is zeroed or written."""
+        k = idx.numel()
+        il = idx.long()
+        if k:
+            ok = (il[0] >= 0) & (il[-1] < out.numel())
+            if k > 1:
+                ok = ok & (il[1:] > il[:-1]).all()
+            if not bool(ok):
+                return False
         if not add:
             out.zero_()
-        k = idx.numel()
         if k == 0:
             return True
-        il = idx.long()
-        ok = (il[0] >= 0) & (il[-1] < out.numel())
-        if k > 1:
-            ok = ok & (il[1:] > il[:-1]).all()
-        if not bool(ok):
-            return False
         if add:
             out.index_add_(0, il, val)  # indices are unique: one float32 add per element, as on the CPU
         else:

@@ -206,15 +206,24 @@ extern "C" __global__ void tbq_blocks_encode(const float* __restrict__ g, float*
     if (bad) *flag = 1;
 }
 
-extern "C" __global__ void tbq_blocks_decode(const u8* __restrict__ p, const float* __restrict__ values, i64 bk,
-                                             float* __restrict__ out, int add, i64 n, int* flag) {
-    i64 m = (n + 3) >> 2;
+// *flag = 1 if a 2-bit field of some byte of p[0:m] holds 3 (never written by the encoder), padding
+// included (as the CPU). Launched before tbq_blocks_decode: a refused body leaves out as it was.
+extern "C" __global__ void tbq_code3(const u8* __restrict__ p, i64 m, int* flag) {
     int bad = 0;
+    for (i64 j = HP_TID; j < m; j += HP_STRIDE) {
+        u32 b = p[j];
+        bad |= (int) (b & (b >> 1) & 0x55u);
+    }
+    if (bad) *flag = 1;
+}
+
+extern "C" __global__ void tbq_blocks_decode(const u8* __restrict__ p, const float* __restrict__ values, i64 bk,
+                                             float* __restrict__ out, int add, i64 n) {
+    i64 m = (n + 3) >> 2;
     for (i64 j = HP_TID; j < m; j += HP_STRIDE) {
         i64 k = (j * 4) / bk;
         float value = values[k];
         u32 b = p[j];
-        bad |= (int) (b & (b >> 1) & 0x55u);  // a code 3 anywhere in the byte, padding included (as the CPU)
         for (int t = 0; t < 4; t++) {
             i64 i = j * 4 + t;
             if (i >= n) break;
@@ -222,7 +231,6 @@ extern "C" __global__ void tbq_blocks_decode(const u8* __restrict__ p, const flo
             out[i] = add ? out[i] + v : v;
         }
     }
-    if (bad) *flag = 1;
 }
 
 // ---------------------------------------------------------------------------- onebit in blocks
@@ -331,7 +339,8 @@ extern "C" __global__ void linear_encode(const float* __restrict__ g, float lo, 
     }
 }
 
-extern "C" __global__ void linear_decode(const u8* __restrict__ p, float lo, float gap, int bits,
+// v = lo + q * gap, at most hi (the top level can round past it; quantize._level says why no clamp at lo)
+extern "C" __global__ void linear_decode(const u8* __restrict__ p, float lo, float hi, float gap, int bits,
                                          float* __restrict__ out, int add, i64 n) {
     int per = 8 / bits;
     u32 mask = (1u << bits) - 1u;
@@ -342,6 +351,7 @@ extern "C" __global__ void linear_decode(const u8* __restrict__ p, float lo, flo
             i64 i = j * per + k;
             if (i >= n) break;
             float v = lo + (float) ((b >> (k * bits)) & mask) * gap;
+            v = v > hi ? hi : v;
             out[i] = add ? out[i] + v : v;
         }
     }
