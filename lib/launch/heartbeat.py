@@ -13,6 +13,11 @@ and what it was doing (``StallWatch``). The rank that is behind is the culprit: 
 until they blocked waiting for it, so they beat more often (every rank beats the same phases in
 the same order, so the counts compare).
 
+Ranks on other hosts (``hipress run --hosts``) beat into a directory on their host; the launcher
+copies their beats here every second (``hipress.launch.remote``) through a ``Relay``, which stamps
+each new beat with the time it was *seen* here, since those hosts' clocks need not agree with this
+one's; ``StallWatch`` then reads them like local ones.
+
 ``watch_launcher`` is the other direction: a thread in each rank that ends the rank when the
 launcher (``HIPRESS_LAUNCHER_PID``) is gone, so a launcher killed with SIGKILL leaves no rank behind.
 """
@@ -64,6 +69,23 @@ def stall_timeout_s() -> float:
     return value if math.isfinite(value) and value > 0 else DEFAULT_STALL_S
 
 
+def beat_file(directory: Path, rank: int) -> Path:
+    """Where ``rank`` beats in ``directory`` (one file a rank, replaced at every beat)."""
+    return Path(directory) / f"rank-{rank}.json"
+
+
+def is_beat_file(name: str) -> bool:
+    """Whether a file name in a heartbeat directory is a rank's beat (not a beat being written)."""
+    return name.startswith("rank-") and name.endswith(".json")
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, so that a reader sees the previous beat or this one, whole."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 class Heartbeat:
     """One rank's beats; does nothing when the launcher asked for none (no ``HIPRESS_HEARTBEAT_DIR``)."""
 
@@ -71,18 +93,15 @@ class Heartbeat:
         d = directory if directory is not None else os.environ.get(HEARTBEAT_DIR)
         self.rank = rank
         self.seq = 0  # every rank beats the same phases in the same order: the lowest count is behind
-        self.path = Path(d) / f"rank-{rank}.json" if d else None
+        self.path = beat_file(Path(d), rank) if d else None
 
     def beat(self, phase: str, iteration: int | None = None) -> None:
         if self.path is None:
             return
         self.seq += 1
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
-            tmp.write_text(json.dumps({"rank": self.rank, "seq": self.seq, "phase": phase, "iter": iteration,
-                                       "time": time.time(),
-                                       "pid": os.getpid()}))
-            os.replace(tmp, self.path)
+            _replace(self.path, json.dumps({"rank": self.rank, "seq": self.seq, "phase": phase, "iter": iteration,
+                                            "time": time.time(), "pid": os.getpid()}))
         except OSError:
             pass  # the launcher's directory is gone: the launcher is too, and watch_launcher acts
 
@@ -108,7 +127,7 @@ def read_beats(directory: Path) -> dict[int, Beat]:
     except OSError:
         return out
     for name in names:
-        if not (name.startswith("rank-") and name.endswith(".json")):
+        if not is_beat_file(name):
             continue
         try:
             d = json.loads((Path(directory) / name).read_text())
@@ -117,6 +136,36 @@ def read_beats(directory: Path) -> dict[int, Beat]:
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return out
+
+
+class Relay:
+    """Beats of ranks on other hosts, kept in a local ``directory`` for ``StallWatch``.
+
+    ``feed`` takes a beat file's contents as read on its host. A beat that is new (its rank's ``seq``
+    changed) is written here with ``time`` = now: when this machine learnt of the progress, by this
+    machine's clock, which is the one ``StallWatch`` compares with (a host whose clock runs a minute
+    behind would otherwise look stalled for a minute). The stamp is late by at most the relay's
+    period, so a stall is seen at most that much early.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._seq: dict[int, int] = {}
+
+    def feed(self, raw: bytes | str, now: float | None = None) -> None:
+        try:
+            d = json.loads(raw)
+            rank, seq = int(d["rank"]), int(d.get("seq", 0))
+        except (ValueError, KeyError, TypeError):
+            return  # not a beat (or a torn one): the next read gets it whole
+        if self._seq.get(rank) == seq:
+            return
+        self._seq[rank] = seq
+        d["time"] = time.time() if now is None else now
+        try:
+            _replace(beat_file(self.directory, rank), json.dumps(d))
+        except OSError:
+            pass  # the directory is gone: the follower that reads it is done
 
 
 class StallWatch:

@@ -17,7 +17,10 @@ Where things run. Each host gets a fresh directory ``<remote_dir>/<run-id>/<i>-<
 on that host, so ``argv`` refers to the run directory as ``.``. After the job, SFTP brings every
 host's directory back into ``run_dir`` by the merge rules of ``hipress.launch.sftp`` (conflicts land
 in ``run_dir/hosts/<i>-<host>/``, listed in the result). Then the remote directories are removed
-(``keep_remote=True`` keeps them). The guard and signalling programs the hosts run are in
+(``keep_remote=True`` keeps them). With ``heartbeat_dir``, each host's ranks beat into
+``<remote_dir>/<run-id>/.<i>-<host>.heartbeat`` (beside their directory, so never fetched with
+it) and ``poll`` relays the beats into ``heartbeat_dir`` for the stall watchdog
+(``hipress.launch.heartbeat``). The guard and signalling programs the hosts run are in
 ``hipress.launch.remote_scripts``.
 
 Output. Rank output is line-buffered (``hipress.launch.rank_entry``) and every line is prefixed
@@ -48,19 +51,19 @@ from typing import IO
 
 import paramiko
 
+from . import heartbeat
 from . import sftp as sftp_dir
 from .hosts import Host
 from .job import first_error, read_errors
 from .preflight import HostReport, preflight, require_ready
 from .procs import stop_group, wait_for_exit
 from .remote_scripts import GUARD, signal_job
-from .ssh import SSHOptions, command
+from .ssh import PID_MARK, SSHOptions, command, kill_group
 
 DEFAULT_REMOTE_DIR = ".cache/hipress/runs"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
 _IFACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,31}$")
 _RANK_LINE = re.compile(r"^\[(\d+)\] ?(.*)$", re.S)
-_PID_MARK = "HIPRESS-PID "
 
 
 class RemoteLaunchError(RuntimeError):
@@ -154,7 +157,7 @@ class RemoteProcess:
         # every session in a new session/process group, that PID is the group we kill first. The
         # channel's stdin stays open: its EOF tells the guard to end the job.
         full = [python, "-c", GUARD, token, *argv]
-        self.channel.exec_command(f"echo {_PID_MARK}$$ && {command(full, cwd=cwd, exec_=True)}")
+        self.channel.exec_command(f"echo {PID_MARK}$$ && {command(full, cwd=cwd, exec_=True)}")
         self._pid_ready = threading.Event()
         self._threads = [threading.Thread(target=self._pump, args=(stderr,), daemon=True, name=f"ssh-{name}")
                          for stderr in (False, True)]
@@ -168,9 +171,9 @@ class RemoteProcess:
         try:
             for raw in f:
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                if not stderr and self.pid is None and line.startswith(_PID_MARK):
+                if not stderr and self.pid is None and line.startswith(PID_MARK):
                     try:
-                        self.pid = int(line[len(_PID_MARK):])
+                        self.pid = int(line[len(PID_MARK):])
                     except ValueError:
                         pass
                     self._pid_ready.set()
@@ -191,16 +194,8 @@ class RemoteProcess:
         return t is not None and t.is_active()
 
     def _kill_group(self, sig: str) -> None:
-        if self.pid is None or not self.connected:
-            return
-        try:
-            chan = self.client.get_transport().open_session(timeout=5)  # type: ignore[union-attr]
-            chan.settimeout(5)
-            chan.exec_command(shlex.join(["kill", f"-{sig}", "--", f"-{self.pid}"]) + " 2>/dev/null; true")
-            chan.recv_exit_status()
-            chan.close()
-        except (OSError, EOFError, paramiko.SSHException):
-            pass
+        if self.pid is not None and self.connected:
+            kill_group(self.client, self.pid, sig)
 
     def stop(self, grace: float = 3.0) -> int | None:
         """TERM, then KILL after ``grace`` s, the command and every process of the job on the host.
@@ -258,8 +253,9 @@ class RemoteJob:
     The constructor prepares every host's directory, starts ``mpiexec`` and the proxies, and
     returns once they run (``RemoteLaunchError`` otherwise, with everything started so far stopped).
     The job owns ``cluster`` from then on: ``stop()`` (or a failed start) closes its connections.
-    ``poll()`` mirrors the ``mirror`` files of rank 0's host into ``run_dir`` and returns the exit
-    code once the job is over; ``stop()`` ends whatever still runs everywhere, fetches the results
+    ``poll()`` mirrors the ``mirror`` files of rank 0's host into ``run_dir`` (the lines added after
+    those the host was sent), relays the ranks' heartbeats into ``heartbeat_dir`` if given, and
+    returns the exit code once the job is over; ``stop()`` ends whatever still runs everywhere, fetches the results
     and closes the connections (idempotent; also what Ctrl-C should call).
     """
 
@@ -267,7 +263,7 @@ class RemoteJob:
                  Mapping[str, str] | None = None, interface: str | None = None, log: str | os.PathLike | None = None,
                  on_line: Callable[[str], None] | None = None, mirror: Sequence[str] = (),
                  remote_dir: str = DEFAULT_REMOTE_DIR, keep_remote: bool = False, start_timeout: float = 60.0,
-                 grace_s: float = 3.0, tail_lines: int = 200) -> None:
+                 grace_s: float = 3.0, tail_lines: int = 200, heartbeat_dir: Path | None = None) -> None:
         self.cluster = cluster
         self.hosts = cluster.hosts
         self.run_dir = Path(run_dir)
@@ -276,6 +272,10 @@ class RemoteJob:
             remote_dir = remote_dir.lstrip("~").lstrip("/") or "."
         self.keep_remote = keep_remote
         self.mirror = list(mirror)
+        self.heartbeat_dir = Path(heartbeat_dir) if heartbeat_dir is not None else None
+        self._relay = heartbeat.Relay(self.heartbeat_dir) if self.heartbeat_dir is not None else None
+        self._last_relay = 0.0
+        self._sent: dict[str, str] = {}
         self.returncode: int | None = None
         self.result: RemoteResult | None = None
         self._failure = ""
@@ -300,6 +300,7 @@ class RemoteJob:
         self._sftp: list[paramiko.SFTPClient] = []
         self.wdirs: list[str] = []
         self._rank_host = [i for i, h in enumerate(self.hosts) for _ in range(h.slots)]
+        self.np = len(self._rank_host)  # the ranks ``follow``'s stall watch expects beats from
         self.token = secrets.token_hex(8)
         full_env = {**{str(k): str(v) for k, v in (env or {}).items()}, **interface_env(interface),
                     "HIPRESS_JOB": self.token}
@@ -345,8 +346,11 @@ class RemoteJob:
 
     # --- setup ----------------------------------------------------------------------------------
     def _prepare(self, remote_dir: str) -> None:
-        """On every host (in parallel): a fresh directory, with a copy of ``run_dir`` in it."""
-        local_files = sorted(p for p in self.run_dir.rglob("*") if p.is_file()) if self.run_dir.is_dir() else []
+        """On every host (in parallel): a fresh directory, with a copy of ``run_dir`` in it (its ``manifest``),
+        and beside it the directory its ranks beat into, when the job relays heartbeats."""
+        self._sent = sftp_dir.manifest(self.run_dir)
+        # the mirror files' lines from before this job are here already: mirror what is appended after them
+        self._mirror_pos = {name: (self.run_dir / name).stat().st_size for name in self.mirror if name in self._sent}
 
         def one(i: int) -> tuple[paramiko.SFTPClient, str]:
             host = self.hosts[i]
@@ -358,10 +362,9 @@ class RemoteJob:
                 if sftp_dir.exists(sftp, wdir):
                     raise RemoteLaunchError(f"{host.name}: {wdir} already exists; choose another run id")
                 sftp_dir.makedirs(sftp, wdir)
-                for p in local_files:
-                    rel = p.relative_to(self.run_dir).as_posix()
-                    sftp_dir.makedirs(sftp, posixpath.dirname(posixpath.join(wdir, rel)))
-                    sftp.put(str(p), posixpath.join(wdir, rel))
+                if self.heartbeat_dir is not None:
+                    sftp_dir.makedirs(sftp, _beats_dir(wdir))
+                sftp_dir.put_tree(sftp, self.run_dir, wdir, self._sent)
                 return sftp, wdir
             except (OSError, paramiko.SSHException) as e:
                 raise RemoteLaunchError(f"{host.name}: cannot prepare the run directory over SFTP: {e}") from None
@@ -395,7 +398,8 @@ class RemoteJob:
         for i, h in enumerate(self.hosts):
             if i:
                 cmd.append(":")
-            cmd += ["-n", str(h.slots), "-wdir", self.wdirs[i], *rank_argv]
+            beats = ["-env", heartbeat.HEARTBEAT_DIR, _beats_dir(self.wdirs[i])] if self._relay is not None else []
+            cmd += ["-n", str(h.slots), "-wdir", self.wdirs[i], *beats, *rank_argv]
         return cmd
 
     def _start(self, argv: list[str], env: dict[str, str], start_timeout: float) -> None:
@@ -456,9 +460,12 @@ class RemoteJob:
         """The ranks' PIDs on their hosts, index = rank (rank 0's ``start`` event in ``hipress run``).
 
         Hydra ends the job when a rank dies from a signal but not when one exits with an error
-        code while the others wait; watched ranks that are gone for ``grace_s`` stop the job.
+        code while the others wait; watched ranks that are gone for ``grace_s`` stop the job. A new
+        list starts over: what was seen gone of the previous one says nothing about these.
         """
         self._pids = [int(p) for p in pids]
+        self._gone_since = None
+        self._last_pid_check = 0.0
 
     def poll(self) -> int | None:
         """The exit code once the job is over (it is then stopped and its results fetched), else None."""
@@ -466,6 +473,7 @@ class RemoteJob:
             return self.returncode
         assert self.mpiexec is not None
         self._mirror()
+        self._relay_beats()
         rc = wait_for_exit(self.mpiexec, 0.0)  # not Popen.poll: see wait_for_exit
         if rc is not None:
             self._finish(rc, "" if rc == 0 else self._diagnose(rc))
@@ -547,6 +555,7 @@ class RemoteJob:
         if not self._pids or time.monotonic() - self._last_pid_check < 2.0:
             return None
         self._last_pid_check = time.monotonic()
+        gone_anywhere = False
         for i, client in enumerate(self.cluster.clients):
             ranks = [r for r, p in enumerate(self._pids) if r < len(self._rank_host) and self._rank_host[r] == i]
             if not ranks:
@@ -564,12 +573,15 @@ class RemoteJob:
                 continue
             gone = [int(x) for x in out.split() if x.isdigit()]
             if gone:
+                gone_anywhere = True
                 now = time.monotonic()
                 self._gone_since = self._gone_since or now
                 if now - self._gone_since > self._grace_s:
                     r = gone[0]
                     return (f"rank {r} (pid {self._pids[r]} on {self.hosts[i].name}) exited while the other "
                             f"ranks were still running; stopped them")
+        if not gone_anywhere:
+            self._gone_since = None  # every watched rank runs: a later exit gets its own grace period
         return None
 
     def _mirror(self, force: bool = False) -> None:
@@ -594,6 +606,27 @@ class RemoteJob:
                     self._mirror_pos[name] = pos + end
             except (OSError, paramiko.SSHException):
                 continue
+
+    def _relay_beats(self) -> None:
+        """Every second, copy the ranks' heartbeats from their hosts into ``heartbeat_dir`` (``heartbeat.Relay``),
+        where ``follow``'s stall watch reads them as it reads local ranks' beats."""
+        if self._relay is None or time.monotonic() - self._last_relay < 1.0:
+            return
+        self._last_relay = time.monotonic()
+        for sftp, wdir in zip(self._sftp, self.wdirs, strict=True):
+            beats = _beats_dir(wdir)
+            try:
+                names = sftp.listdir(beats)
+            except (OSError, paramiko.SSHException):
+                continue
+            for name in names:
+                if not heartbeat.is_beat_file(name):
+                    continue
+                try:
+                    with sftp.open(posixpath.join(beats, name), "rb") as f:
+                        self._relay.feed(f.read())
+                except (OSError, paramiko.SSHException):
+                    continue
 
     # --- stopping and collecting -------------------------------------------------------------------
     def stop(self, collect: bool = True) -> None:
@@ -622,7 +655,8 @@ class RemoteJob:
             self._mirror(force=True)
             for i, sftp in enumerate(self._sftp):
                 try:
-                    c, k = sftp_dir.collect(sftp, self.wdirs[i], self.run_dir, f"{i}-{self.hosts[i].label}")
+                    c, k = sftp_dir.collect(sftp, self.wdirs[i], self.run_dir, f"{i}-{self.hosts[i].label}",
+                                            self._sent)
                     collected += c
                     conflicts += k
                 except (OSError, paramiko.SSHException) as e:
@@ -633,6 +667,7 @@ class RemoteJob:
         if not self.keep_remote:
             for i, sftp in enumerate(self._sftp):
                 sftp_dir.rmtree(sftp, self.wdirs[i])
+                sftp_dir.rmtree(sftp, _beats_dir(self.wdirs[i]))
                 try:
                     sftp.rmdir(posixpath.dirname(self.wdirs[i]))
                 except (OSError, paramiko.SSHException):
@@ -657,6 +692,11 @@ class RemoteJob:
             host = self.hosts[self._rank_host[r]].name if isinstance(r, int) and 0 <= r < len(self._rank_host) else "?"
             return f"rank {r} (on {host}) failed: {first.get('error')}"
         return self._failure or (f"the job exited with code {self.returncode}" if self.returncode else "")
+
+
+def _beats_dir(wdir: str) -> str:
+    """Where a host's ranks beat (``HIPRESS_HEARTBEAT_DIR``): beside its run directory, so never fetched with it."""
+    return posixpath.join(posixpath.dirname(wdir), f".{posixpath.basename(wdir)}.heartbeat")
 
 
 def launch_hosts(hosts: Sequence[Host], argv: Sequence[str], ssh_options: SSHOptions,

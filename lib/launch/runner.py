@@ -68,43 +68,52 @@ def start(np: int, argv: Sequence[str], run_dir: Path, where: Where | None = Non
     """Start ``argv`` as ``np`` MPI ranks for the run directory ``run_dir`` (written already); don't wait.
 
     ``RUN_DIR`` in ``argv`` becomes the run directory as the ranks see it. ``env``: extra variables
-    for the ranks. ``log``: where their output goes (default ``run_dir/output.log``). On ``--hosts``
-    (``where.cluster``) the ranks are ``np`` = the hosts' slots, each host gets a copy of ``run_dir``,
-    the ``mirror`` files of rank 0's host are copied back while the job runs (for ``follow``'s events)
-    and everything the ranks wrote comes back when it ends. Local and emulated ranks beat into a
-    private heartbeat directory (``job.heartbeat_dir``, removed by ``follow``) and watch this process's
-    PID; remote ranks are guarded on their hosts by ``hipress.launch.remote``. Either way the ranks
-    learn the stall timeout (``HIPRESS_STALL_TIMEOUT``) for their own collective timeouts.
+    for the ranks. ``log``: where their output goes (default ``run_dir/output.log``). ``mirror``: the
+    files rank 0 appends to that ``follow`` tails (``events``); what they held before this job (a
+    resumed run's earlier part) is recorded in ``job.tail_from`` ({name: size}), so that ``follow``
+    takes only this job's lines. On ``--hosts`` (``where.cluster``) the ranks are ``np`` = the hosts'
+    slots, each host gets a copy of ``run_dir``, the ``mirror`` files of rank 0's host are copied back
+    while the job runs and everything the ranks wrote comes back when it ends. The ranks beat into a
+    private heartbeat directory (``job.heartbeat_dir``, removed by ``follow``): local and emulated
+    ranks directly, remote ranks into one on their host, relayed here (``hipress.launch.remote``).
+    Local and emulated ranks watch this process's PID; remote ranks are guarded on their hosts. Either
+    way the ranks learn the stall timeout (``HIPRESS_STALL_TIMEOUT``) for their own collective timeouts.
     """
     where = where or Where()
     run_dir = Path(run_dir)
     log = Path(log) if log is not None else run_dir / "output.log"
     env = {str(k): str(v) for k, v in (env or {}).items()}
     env[heartbeat.STALL_TIMEOUT] = str(stall_timeout_s)
-    if where.cluster is not None:
-        from .remote import RemoteJob, RemoteLaunchError
-
-        try:
-            return RemoteJob(where.cluster, _argv_for(argv, "."), run_dir=run_dir, env=env,
-                             interface=where.interface, log=log, mirror=list(mirror))
-        except RemoteLaunchError as e:
-            return FailedStart(f"the ranks could not be started on the hosts: {e}")
-    beats = tempfile.mkdtemp(prefix="hipress-heartbeat-")
-    env.update({heartbeat.HEARTBEAT_DIR: beats, heartbeat.LAUNCHER_PID: str(os.getpid())})
+    tail_from = {name: (run_dir / name).stat().st_size if (run_dir / name).is_file() else 0 for name in mirror}
+    beats = Path(tempfile.mkdtemp(prefix="hipress-heartbeat-"))
+    job: Any
     try:
-        job = LocalJob(np, _argv_for(argv, str(run_dir.resolve())), log=log, env=env, emulated=where.emulated)
+        if where.cluster is not None:
+            from .remote import RemoteJob, RemoteLaunchError
+
+            try:
+                job = RemoteJob(where.cluster, _argv_for(argv, "."), run_dir=run_dir, env=env,
+                                interface=where.interface, log=log, mirror=list(mirror), heartbeat_dir=beats)
+            except RemoteLaunchError as e:
+                shutil.rmtree(beats, ignore_errors=True)
+                return FailedStart(f"the ranks could not be started on the hosts: {e}")
+        else:
+            env.update({heartbeat.HEARTBEAT_DIR: str(beats), heartbeat.LAUNCHER_PID: str(os.getpid())})
+            job = LocalJob(np, _argv_for(argv, str(run_dir.resolve())), log=log, env=env, emulated=where.emulated)
     except BaseException:
         shutil.rmtree(beats, ignore_errors=True)
         raise
-    job.heartbeat_dir = Path(beats)
+    job.heartbeat_dir = beats
+    job.tail_from = tail_from
     return job
 
 
 class EventTail:
-    """The new complete lines of a JSON-lines file as rank 0 appends them (a torn last line waits)."""
+    """The new complete lines of a JSON-lines file as rank 0 appends them (a torn last line waits),
+    from byte ``pos`` on (where the job's own lines begin: ``job.tail_from``)."""
 
-    def __init__(self, path: Path | None) -> None:
-        self.path, self.pos = (Path(path) if path is not None else None), 0
+    def __init__(self, path: Path | None, pos: int = 0) -> None:
+        self.path, self.pos = (Path(path) if path is not None else None), pos
 
     def poll(self) -> list[dict[str, Any]]:
         import json
@@ -171,15 +180,17 @@ def follow(job: Any, run_dir: Path, on_event: Callable[[dict[str, Any]], None] |
            stall_timeout_s: float = heartbeat.DEFAULT_STALL_S, poll_s: float = 0.2) -> Ended:
     """Follow ``job`` until it ends; stop it whatever happens; say how it ended.
 
-    ``on_event(event)`` gets each new line of ``run_dir/events`` (rank 0's events; none without
-    ``events``), the last ones after the job was stopped included (a remote job's ``stop`` mirrors
+    ``on_event(event)`` gets each line the job adds to ``run_dir/events`` (rank 0's events; none
+    without ``events``; a resumed run's earlier lines, before ``job.tail_from``, are not this job's
+    and not replayed: their ``start`` names processes long gone), the last ones after the job was
+    stopped included (a remote job's ``stop`` mirrors
     them), and the watchdog's ``{"event": "stall_warning", "message": ...}``. An event ``start`` with
     ``pids`` (the ranks' PIDs, index = rank) lets the job name a rank that vanished. A failure,
     ``timeout_s`` or a stall (no progress of some rank for ``stall_timeout_s``; 0 turns the watchdog
     off) ends the job as ``failed``, naming the rank; a signal to this process, as ``interrupted``.
     """
     run_dir = Path(run_dir)
-    tail = EventTail(run_dir / events if events else None)
+    tail = EventTail(run_dir / events if events else None, getattr(job, "tail_from", {}).get(events, 0))
     beats = getattr(job, "heartbeat_dir", None)
     stall = heartbeat.StallWatch(beats, stall_timeout_s, getattr(job, "np", 0) or 1)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s

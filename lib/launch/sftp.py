@@ -1,21 +1,30 @@
 """Run directories over SFTP: made on each host before a multi-node job, fetched back after it.
 
-The merge rules of ``collect`` (a host's directory into the local run directory): a file new here is
-copied; identical files are skipped; a file that grew (say ``events.jsonl``, mirrored live) replaces
-the shorter copy; other ``.jsonl`` files get the lines they lack appended (``errors.jsonl`` written by
-ranks on several hosts); any other conflict lands in ``run_dir/hosts/<label>/`` and is listed.
-Symlinks and odd names on the host are never followed or fetched.
+The merge rules of ``collect`` (a host's directory into the local run directory), three-way against
+what the host was sent (``manifest``): a file the host left as it was sent is skipped (the host
+did not write it; another host may have); a file new here is copied; identical files are skipped; a
+file the host changed while this side's copy is still the one sent replaces it (a resumed run's new
+checkpoint over the old one); a file that grew (say ``events.jsonl``, mirrored live) replaces the
+shorter copy; other ``.jsonl`` files get the lines they lack appended (``errors.jsonl`` written by
+ranks on several hosts); any other conflict lands in ``run_dir/hosts/<label>/`` (``CONFLICTS``) and
+is listed. That directory is this machine's record and is never sent to the hosts. Symlinks and odd
+names on the host are never followed or fetched.
 """
 
 from __future__ import annotations
 
 import filecmp
+import hashlib
 import os
 import posixpath
 import stat
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import paramiko
+
+#: The directory of a run directory where ``collect`` puts a host's files that conflict with this side's.
+CONFLICTS = "hosts"
 
 
 def exists(sftp: paramiko.SFTPClient, path: str) -> bool:
@@ -64,8 +73,39 @@ def _walk(sftp: paramiko.SFTPClient, top: str, rel: str = "") -> list[tuple[str,
     return out
 
 
-def collect(sftp: paramiko.SFTPClient, wdir: str, run_dir: Path, label: str) -> tuple[list[Path], list[Path]]:
-    """Fetch a host's directory into ``run_dir`` by the merge rules of the module docstring."""
+def digest(path: Path) -> str:
+    """The SHA-256 of a file: what ``collect`` compares with what a host was sent."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def manifest(run_dir: Path) -> dict[str, str]:
+    """What a host is sent of ``run_dir`` (every file but ``CONFLICTS``'s): {relative path: digest}."""
+    sent = {}
+    for p in sorted(run_dir.rglob("*")) if run_dir.is_dir() else []:
+        rel = p.relative_to(run_dir)
+        if p.is_file() and rel.parts[0] != CONFLICTS:
+            sent[rel.as_posix()] = digest(p)
+    return sent
+
+
+def put_tree(sftp: paramiko.SFTPClient, run_dir: Path, wdir: str, files: Iterable[str]) -> None:
+    """Copy ``files`` (relative paths, e.g. a ``manifest``'s) of ``run_dir`` into ``wdir`` on a host."""
+    for rel in files:
+        remote = posixpath.join(wdir, rel)
+        makedirs(sftp, posixpath.dirname(remote))
+        sftp.put(str(run_dir / rel), remote)
+
+
+def collect(sftp: paramiko.SFTPClient, wdir: str, run_dir: Path, label: str,
+            sent: Mapping[str, str] | None = None) -> tuple[list[Path], list[Path]]:
+    """Fetch a host's directory into ``run_dir`` by the merge rules of the module docstring.
+
+    ``sent``: the ``manifest`` of what the host was sent (none: every file counts as the host's own)."""
+    sent = sent or {}
     collected, conflicts = [], []
     run_dir.mkdir(parents=True, exist_ok=True)
     root = run_dir.resolve()
@@ -76,11 +116,17 @@ def collect(sftp: paramiko.SFTPClient, wdir: str, run_dir: Path, label: str) -> 
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{label}.part")
         sftp.get(remote, str(tmp))
-        if not target.exists():
+        base = sent.get(rel)
+        if base is not None and digest(tmp) == base:
+            tmp.unlink()  # as it was sent: not this host's to report, though another host may have changed it
+        elif not target.exists():
             os.replace(tmp, target)
             collected.append(target)
         elif filecmp.cmp(tmp, target, shallow=False):
             tmp.unlink()
+        elif base is not None and digest(target) == base:
+            os.replace(tmp, target)  # the host changed it, this side did not: the host's is the newer
+            collected.append(target)
         elif _is_prefix(target, tmp):
             os.replace(tmp, target)
             collected.append(target)
@@ -97,7 +143,7 @@ def collect(sftp: paramiko.SFTPClient, wdir: str, run_dir: Path, label: str) -> 
                 collected.append(target)
             tmp.unlink()
         else:
-            alt = root / "hosts" / label / rel
+            alt = root / CONFLICTS / label / rel
             alt.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, alt)
             conflicts.append(alt)

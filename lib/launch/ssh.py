@@ -293,19 +293,57 @@ def command(argv: Sequence[str], *, cwd: str | None = None, exec_: bool = False)
     return f"cd {shlex.quote(cwd)} && {line}" if cwd else line
 
 
+#: The first line a remote command's shell prints: its PID, which is its process group's (sshd starts
+#: every session in a new session and group), so that what the command started can be signalled.
+PID_MARK = "HIPRESS-PID "
+
+
+def kill_group(client: paramiko.SSHClient, pgid: int, sig: str) -> None:
+    """Send ``sig`` (``TERM``, ``KILL``) to the process group ``pgid`` on the host, over a channel of its own;
+    best effort (a group already gone, or a connection lost, is not an error)."""
+    transport = client.get_transport()
+    if transport is None or not transport.is_active():
+        return
+    try:
+        chan = transport.open_session(timeout=5)
+        chan.settimeout(5)
+        chan.exec_command(shlex.join(["kill", f"-{sig}", "--", f"-{pgid}"]) + " 2>/dev/null; true")
+        chan.recv_exit_status()
+        chan.close()
+    except (OSError, EOFError, paramiko.SSHException):
+        pass
+
+
 def run(client: paramiko.SSHClient, argv: Sequence[str], *, timeout: float = 60.0,
         stdin: bytes | None = None, host: str = "?") -> tuple[int, str, str]:
-    """Run ``argv`` (quoted) on the host; (exit status, stdout, stderr). ``SSHError`` on timeout."""
-    cmd = command(argv)
+    """Run ``argv`` (quoted) on the host; (exit status, stdout, stderr). ``SSHError`` on timeout.
+
+    A command that runs past ``timeout`` is ended on the host with everything it started (its process
+    group, TERM then KILL): closing the channel alone leaves it running there, orphaned, and a probe
+    that hangs (a stuck NFS mount, a GPU driver) would pile up one process per attempt.
+    """
+    chan = None
+    pgid: int | None = None
     try:
-        chan_in, chan_out, chan_err = client.exec_command(cmd, timeout=timeout)
+        chan_in, chan_out, chan_err = client.exec_command(f"echo {PID_MARK}$$ && {command(argv, exec_=True)}",
+                                                          timeout=timeout)
+        chan = chan_out.channel
+        first = chan_out.readline()
+        if isinstance(first, str) and first.startswith(PID_MARK):
+            pgid = int(first[len(PID_MARK):].strip())
+            first = ""
         if stdin is not None:
             chan_in.write(stdin)
         chan_in.channel.shutdown_write()
-        out = chan_out.read()
+        out = (first.encode() if isinstance(first, str) else first) + chan_out.read()
         err = chan_err.read()
-        status = chan_out.channel.recv_exit_status()
+        status = chan.recv_exit_status()
     except TimeoutError:
+        if pgid is not None:
+            kill_group(client, pgid, "TERM")
+            kill_group(client, pgid, "KILL")  # a command that ignores TERM: the caller is not kept waiting
+        if chan is not None:
+            chan.close()
         raise SSHError(host, "timeout", f"remote command {argv[0]} did not finish within {timeout:g} s") from None
     except paramiko.SSHException as e:
         raise SSHError(host, "protocol", f"remote command {argv[0]} failed: {e}") from None

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,58 @@ def test_bad_host_options_fail_before_anything_starts(sshd, known_hosts, tmp_pat
                                 str(sshd.client_key), "--known-hosts", str(tmp_path / "empty"), "--run-id", "never"])
     assert r.exit_code == 2 and "--accept-new-host-keys" in _text(r.output)
     assert not (results / "never").exists()
+
+
+def _events(run_dir: Path) -> list[tuple[str, object]]:
+    return [(e["event"], e.get("iter")) for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines())]
+
+
+def _checkpoint_iteration(run_dir: Path, rank: int) -> int:
+    import torch
+
+    return int(torch.load(run_dir / "checkpoint" / f"rank-{rank}.pt", weights_only=True)["iteration"])
+
+
+def test_resumed_run_on_two_hosts_continues_like_a_local_one(sshd, known_hosts, tmp_path):
+    """A run and two resumes over --hosts end as the same run and resumes on this machine do: each resume
+    starts from the previous part's last checkpoint, every event is there once, and each part ends ok."""
+    hosts = ["--hosts", "127.0.0.1:1,127.0.0.2:1", *_ssh_args(sshd, known_hosts)]
+    parts = [["--iters", "4", "--checkpoint-every", "2"], ["--iters", "8"], ["--iters", "12"]]
+    # (where, how the run starts, how a resume is launched: --np is the run's configuration, --hosts is not)
+    for where, first, again in (("local", ["--np", "2"], []), ("remote", hosts, hosts)):
+        run_dir = tmp_path / where / "resumed"
+        for i, part in enumerate(parts):
+            args = ["run", "mlp", *first, *part, "--results", str(run_dir.parent), "--run-id", run_dir.name] \
+                if i == 0 else ["run", "--resume", str(run_dir), *part, *again]
+            r = _hipress([*args, "--json"])
+            assert r.returncode == 0, f"{where} part {i}: {r.stderr}"
+            summary = json.loads(r.stdout)
+            done = 1 + 4 * (i + 1)  # one warm-up iteration, then --iters
+            assert (summary["status"], summary["iterations"]) == ("ok", done), (where, i, summary)
+            assert [_checkpoint_iteration(run_dir, rank) for rank in range(2)] == [done, done], (where, i)
+    local, remote = tmp_path / "local" / "resumed", tmp_path / "remote" / "resumed"
+    assert _events(remote) == _events(local)
+    assert [e for e, _ in _events(remote)].count("iteration") == 13
+    assert not (remote / "hosts").exists(), "a resumed run's new files must replace the old, not conflict with them"
+    assert {p.name for p in remote.iterdir()} == {p.name for p in local.iterdir()}
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_stall_watchdog_names_a_stalled_rank_on_another_host(sshd, known_hosts, tmp_path):
+    """--stall-timeout over --hosts: the beats of the ranks on their hosts reach the watchdog here, which warns,
+    then stops the run naming the rank that hangs, well before the ranks' own collective timeouts (60 s)."""
+    results = tmp_path / "results"
+    t0 = time.monotonic()
+    r = _hipress(["run", "mlp", "--iters", "3000", "--hosts", "127.0.0.1:1,127.0.0.2:1", *_ssh_args(sshd, known_hosts),
+                  "--stall-timeout", "6", "--results", str(results), "--run-id", "stall"],
+                 env={"HIPRESS_FAULT": "1:3:hang"})
+    elapsed = time.monotonic() - t0
+    out, err = _text(r.stdout), _text(r.stderr)
+    assert r.returncode == 1, out + err
+    assert "warning: rank 1 has made no progress" in out, out
+    assert "rank 1 made no progress for" in err and "(stalled in forward/backward of iteration 3)" in err, err
+    assert elapsed < 50, f"took {elapsed:.0f} s: stopped by the ranks' own timeouts, not the watchdog"
+    summary = json.loads((results / "stall" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"].startswith("rank 1 made no progress")
+    assert not (REMOTE_BASE / "stall").exists(), "remote run and heartbeat directories must be removed"
+    assert wait_until(lambda: not sshd_children(sshd), 10)

@@ -7,6 +7,7 @@ session process on the server and no transport thread here.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -224,6 +225,35 @@ def test_no_secret_is_logged(sshd, ssh_opts, tmp_path, caplog):
     text = caplog.text
     assert body[:40] not in text and body[-40:] not in text
     assert priv.get_base64() not in text or priv.get_base64() in Path(str(ssh_opts.key) + ".pub").read_text()
+
+
+def _processes_with(text: str) -> list[int]:
+    """PIDs of this machine's processes whose command line holds ``text``."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    out.append(int(pid))
+        except OSError:
+            continue
+    return out
+
+
+def test_a_timed_out_command_is_ended_on_the_host(sshd_client, tmp_path):
+    """What pre-flight's probe timeout relies on: the command and what it started are gone, not orphaned."""
+    tag = f"1000.{os.getpid()}{time.monotonic_ns() % 10**6}"  # a `sleep` nobody else runs
+    script = tmp_path / "hang"
+    script.write_text(f"#!/bin/sh\nsleep {tag} &\nsleep {tag}\n")
+    script.chmod(0o755)
+    t0 = time.monotonic()
+    with pytest.raises(SSHError) as info:
+        run(sshd_client, [str(script)], timeout=2, host="127.0.0.1")
+    assert info.value.kind == "timeout" and "did not finish within 2 s" in str(info.value)
+    assert time.monotonic() - t0 < 2 + 5
+    assert wait_until(lambda: not _processes_with(tag), 10), "the remote command was left running"
+    status, out, err = run(sshd_client, ["sh", "-c", "echo out; echo err >&2; exit 4"], timeout=10)
+    assert (status, out, err) == (4, "out\n", "err\n")  # the client stays usable; the PID line is not output
 
 
 @pytest.fixture
