@@ -98,11 +98,22 @@ def sosp21(
     from hipress.reproduce.simulated import validate as validate_sim
     from hipress.sim import load_reference
     from hipress.sim.experiments import ExperimentError, load_figures, select
+    from hipress.sim.store import OutputError
 
+    # every option is checked before anything slow or lasting happens (a refit overwrites the package's
+    # calibration and takes minutes: a bad --figure must not be found after it)
     if mode not in ("sim", "real"):
         raise fail(f"--mode must be sim or real, not {mode!r}")
     if validate and mode != "sim":
         raise fail("--validate checks the simulator: use it with --mode sim")
+    if refit and mode != "sim":
+        raise fail("--refit fits the simulator's parameters; --mode real measures on the emulated cluster and uses "
+                   "none of them: leave --refit out, or use it with --mode sim")
+    if explain and (mode != "sim" or validate):
+        raise fail("--explain prints the parameters the simulator ran the figures with; "
+                   + ("--mode real uses none: leave --explain out" if mode != "sim" else
+                      "--validate refits them without each model in turn (validate.json has each refit): leave "
+                      "--explain out, or run it without --validate"))
     if validate and (figure is not None or models is not None or systems is not None or experiments is not None):
         raise fail("--validate refits on the baseline curves of sosp21.json, leaving out each calibration model in "
                    "turn; --figure, --models, --systems and --experiments do not apply to it: leave them out")
@@ -115,12 +126,19 @@ def sosp21(
         check_emulate(rate, None, option="--rate")  # before the reference, the settings or the output directory
     say = err_console if json_ else console
     ref = load_reference()
-    if refit:
-        path = refit_params(ref, progress=lambda m: say.print(m))
-        say.print(f"calibration saved to {path}")
+
+    def refit_now() -> None:
+        if refit:
+            path = refit_params(ref, progress=lambda m: say.print(m))
+            say.print(f"calibration saved to {path}")
+
     if validate:
         out_dir = _out_dir(out, mode)
-        report = validate_sim(ref, out_dir, progress=lambda m: say.print(styled("[dim]{}[/]", m)))
+        try:
+            refit_now()
+            report = validate_sim(ref, out_dir, progress=lambda m: say.print(styled("[dim]{}[/]", m)))
+        except OutputError as e:
+            raise fail(_full_disk(e, out_dir), code=1) from None
         if json_:
             print_json(report)
         else:
@@ -136,17 +154,31 @@ def sosp21(
     except ExperimentError as e:
         raise fail(str(e)) from None
     out_dir = _out_dir(out, mode)
-    params = sim_params(ref)
-    runner, cache = sim_runner(ref, params, out_dir)
     try:
+        refit_now()
+        params = sim_params(ref)
+        runner, cache = sim_runner(ref, params, out_dir, warn=_warner(say))
         results = _run_points(figs, runner, cache, say, mode)
+        report = write_sim_outputs(figs, results, ref, out_dir, params)
     except PointError as e:
         raise fail(str(e), code=1) from None
-    report = write_sim_outputs(figs, results, ref, out_dir, params)
+    except OutputError as e:
+        raise fail(_full_disk(e, out_dir), code=1) from None
     if json_:
         print_json(report)
         return
     _render(report, out_dir, explain)
+
+
+def _warner(say: Any) -> Any:
+    """How a cache says that it ignores a bad file: a yellow line on the command's console."""
+    return lambda message: say.print(styled("[yellow]warning:[/] {}", message), soft_wrap=True)
+
+
+def _full_disk(e: Exception, out_dir: Path) -> str:
+    """A refused write (``OutputError``: the file, why, the free space) and what to do about it."""
+    return (f"{e}: free some space or choose another --out, then run the same command again (the finished "
+            f"points in {out_dir / 'points'} are kept)")
 
 
 def _out_dir(out: Path | None, mode: str) -> Path:
@@ -168,6 +200,7 @@ def _real(ref: Any, exp_dir: Path, figs: list, figure: int | None, out: Path | N
     from hipress.reproduce import RealRunner, RealRunnerError, SettingsError, load_settings
     from hipress.reproduce.report import write_real_outputs
     from hipress.sim.experiments import ExperimentError, for_emulated, select
+    from hipress.sim.store import OutputError
 
     say = err_console if json_ else console
     fig12 = exp_dir / "fig12.toml"
@@ -190,7 +223,7 @@ def _real(ref: Any, exp_dir: Path, figs: list, figure: int | None, out: Path | N
     out_dir = _out_dir(out, "real")
     t0 = time.monotonic()
     try:
-        runner = RealRunner(out_dir, settings, hosts, rate)
+        runner = RealRunner(out_dir, settings, hosts, rate, warn=_warner(say))
     except RealRunnerError as e:
         raise fail(str(e)) from None
     figs = [for_emulated(f, settings.counts_up_to(hosts), hosts, runner.cluster_name, list(settings.fig12_rates))
@@ -203,16 +236,19 @@ def _real(ref: Any, exp_dir: Path, figs: list, figure: int | None, out: Path | N
     try:
         with runner:
             results = _run_points(figs, runner, runner.cache, say, "real")
+        report = write_real_outputs(figs, results, ref, out_dir, runner.rate, {
+            "wall_s": round(time.monotonic() - t0, 1), "hosts": hosts, "rate": runner.rate,
+            "settings": settings.to_dict()})
     except RealRunnerError as e:
         raise fail(str(e)) from None
     except PointError as e:
         raise fail(str(e), code=1) from None
-    except KeyboardInterrupt:
-        raise fail(f"interrupted; the emulated cluster was removed and finished points are kept in "
-                   f"{out_dir / 'points'}: run the same command again to resume", code=130) from None
-    report = write_real_outputs(figs, results, ref, out_dir, runner.rate, {
-        "wall_s": round(time.monotonic() - t0, 1), "hosts": hosts, "rate": runner.rate,
-        "settings": settings.to_dict()})
+    except OutputError as e:
+        raise fail(_full_disk(e, out_dir), code=1) from None
+    except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM: Interrupted carries 128 + the signal), as `hipress run`
+        raise fail(f"{e or 'interrupted'}; the emulated cluster was removed and finished points are kept in "
+                   f"{out_dir / 'points'}: run the same command again to resume",
+                   code=getattr(e, "returncode", 130)) from None
     if json_:
         print_json(report)
         return

@@ -8,8 +8,8 @@ mapped onto ``hipress run`` options (``mapping``), sized by ``experiments/sosp21
 
 from .mapping import RunSpec, run_spec
 from .planner import sosp21_planner
-from .runner import DEFAULT_PREFIX, RealCache, RealRunner, RealRunnerError
+from .runner import DEFAULT_PREFIX, Interrupted, RealCache, RealRunner, RealRunnerError
 from .settings import RealSettings, SettingsError, load_settings
 
-__all__ = ["DEFAULT_PREFIX", "RealCache", "RealRunner", "RealRunnerError", "RealSettings", "RunSpec",
+__all__ = ["DEFAULT_PREFIX", "Interrupted", "RealCache", "RealRunner", "RealRunnerError", "RealSettings", "RunSpec",
            "SettingsError", "load_settings", "run_spec", "sosp21_planner"]

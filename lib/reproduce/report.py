@@ -16,10 +16,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from hipress.files import write_atomic
 from hipress.sim.experiments import Figure
 from hipress.sim.reference import Reference
 from hipress.sim.report import collect, rate_figure, scaling_figure
+from hipress.sim.store import write_output
 
 CPU_NOTE = ("on this CPU-only machine encode/decode run on the CPU in every step: on_cpu_compression and "
             "on_gpu_compression differ only in partitioning (whole gradients vs the engine's partitions)")
@@ -119,7 +119,7 @@ def plot_real(fig: Figure, results: list[dict[str, Any]], path: Path, rate: str)
     buf = io.BytesIO()
     f.savefig(buf, format="png", dpi=110)
     plt.close(f)
-    write_atomic(path, buf.getvalue(), make_parents=True)
+    write_output(path, buf.getvalue())
 
 
 def _scaling(plt: Any, fig: Figure, results: list[dict[str, Any]], rate: str) -> Any:
@@ -167,12 +167,12 @@ def write_real_outputs(figs: list[Figure], results: dict[int, list[dict[str, Any
         plot_real(f, results[f.figure], png, rate)
         pngs.append(str(png))
     ratios = ratio_rows(figs, results, ref)
-    write_atomic(out_dir / "errors.md", ratios_markdown(ratios, rate), make_parents=True)
+    write_output(out_dir / "errors.md", ratios_markdown(ratios, rate))
     report = {
         "mode": "real", "throughput": throughput, "breakdown_ms": breakdown, "rate_sensitivity": rates,
         "ratios": ratios, "errors": [], "figures": pngs,
         "notes": [CPU_NOTE] if breakdown else [],
         **extra,
     }
-    write_atomic(out_dir / "summary.json", json.dumps(report, indent=1, default=str), make_parents=True)
+    write_output(out_dir / "summary.json", json.dumps(report, indent=1, default=str))
     return report

@@ -24,8 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hipress.files import write_atomic
 from hipress.sim.experiments import Point
+from hipress.sim.fields import Field
+from hipress.sim.store import Warn, bad_entry, read_cached, warn_stderr, write_output
 
 from .mapping import RunSpec, run_spec
 from .settings import RealSettings
@@ -41,17 +42,44 @@ class RealRunnerError(RuntimeError):
     """The emulated cluster or the real engine cannot run this reproduction."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """A signal stopped the reproduction: Ctrl-C, or SIGTERM/SIGHUP while a point's run was followed.
+
+    A ``KeyboardInterrupt``, so that it passes the point loop's error handling (which would make it a
+    failed point, exit 1) and leaves the runner's ``with`` block, which removes the emulated cluster;
+    ``returncode`` is what the command exits with, 128 + the signal, as ``hipress run`` does.
+    """
+
+    def __init__(self, message: str, returncode: int = 128 + signal.SIGINT) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
 def point_spec(p: Point) -> RunSpec | None:
     return run_spec(p.system, p.algorithm, p.rate, pipeline=p.pipeline, bulk=p.bulk, secopa=p.secopa,
                     gpu_codec=p.gpu_codec)
 
 
-class RealCache:
-    """One JSON file per measured point under ``directory``, named by the point's identity."""
+#: What a cached measurement holds, as the report reads it (:meth:`RealRunner._measure`'s record, or the
+#: derived ``linear`` one with the throughput and unit only): anything else is a miss (:mod:`hipress.sim.store`).
+RESULT_FIELDS: dict[str, Field] = {
+    "identity": Field(dict),
+    "mode": Field(str, choices=("real",)),
+    "unit": Field(str),
+    "throughput": Field(float, lo=0, above=True),
+    **{k: Field(float, lo=0, required=False, null=True)
+       for k in ("iteration_ms", "compute_ms", "sync_ms", "sync_span_ms")},
+}
 
-    def __init__(self, directory: Path, identity: Callable[[Point], dict[str, Any]]) -> None:
+
+class RealCache:
+    """One JSON file per measured point under ``directory``, named by the point's identity; a file that
+    is not a measurement as :class:`RealRunner` writes it is a miss, with a warning."""
+
+    def __init__(self, directory: Path, identity: Callable[[Point], dict[str, Any]], warn: Warn = warn_stderr) -> None:
         self.directory = directory
         self._identity = identity
+        self.warn = warn
 
     def path(self, p: Point) -> Path:
         ident = self._identity(p)
@@ -59,17 +87,17 @@ class RealCache:
         return self.directory / f"{ident['name']}-{digest}.json"
 
     def get(self, p: Point) -> dict[str, Any] | None:
-        try:
-            data = json.loads(self.path(p).read_text())
-        except (OSError, json.JSONDecodeError):
+        path = self.path(p)
+        data = read_cached(path, RESULT_FIELDS, self.warn)
+        if data is None:
             return None
-        if not isinstance(data, dict) or data.get("identity") != self._identity(p):
-            return None
+        if data["identity"] != self._identity(p):  # the name is a digest of the identity: an edited file
+            return bad_entry(path, "its identity is not the one its name is a digest of", self.warn)
         return {**data, "point": p.to_dict()}
 
     def put(self, p: Point, result: dict[str, Any]) -> None:
-        write_atomic(self.path(p), json.dumps({**result, "identity": self._identity(p), "point": p.to_dict()},
-                                              indent=1), make_parents=True)
+        write_output(self.path(p), json.dumps({**result, "identity": self._identity(p), "point": p.to_dict()},
+                                              indent=1))
 
 
 class RealRunner:
@@ -77,7 +105,7 @@ class RealRunner:
 
     def __init__(self, out_dir: Path, settings: RealSettings, hosts: int, rate: str, *,
                  prefix: str | None = None, timeout_s: float = 900.0,
-                 on_iteration: Callable[[str], None] | None = None) -> None:
+                 on_iteration: Callable[[str], None] | None = None, warn: Warn = warn_stderr) -> None:
         from hipress.launch import EmulationError
         from hipress.launch import emulate as emu
 
@@ -101,7 +129,7 @@ class RealRunner:
         self.timeout_s = timeout_s
         self.on_iteration = on_iteration
         self.cluster_name = f"emulated-{self.rate}"
-        self.cache = RealCache(self.out_dir / "points", self.identity)
+        self.cache = RealCache(self.out_dir / "points", self.identity, warn)
         self.emulated: Any = None
         self._old_term: Any = None
         self._profiles: dict[str, Any] = {}
@@ -112,7 +140,7 @@ class RealRunner:
         from hipress.launch import emulate as emu
 
         def _term(signum: int, frame: Any) -> None:
-            raise KeyboardInterrupt(f"signal {signum}")
+            raise Interrupted(f"interrupted by {signal.Signals(signum).name}", 128 + signum)
 
         self._old_term = signal.signal(signal.SIGTERM, _term)
         try:
@@ -249,8 +277,11 @@ class RealRunner:
                 seen[0] += 1
                 if self.on_iteration:
                     self.on_iteration(f"iter {seen[0]}/{total}")
+        ended = follow(job, run_dir, progress, timeout_s=self.timeout_s)
+        if ended.status == "interrupted":  # the signal was this process's: stop, do not report a failed point
+            raise Interrupted(ended.failure, ended.returncode)
         try:
-            s = follow(job, run_dir, progress, timeout_s=self.timeout_s).check()
+            s = ended.check()
         except RunFailed as e:
             raise RuntimeError(f"{e}; see {run_dir}") from None
         if not s.get("throughput"):

@@ -1,6 +1,7 @@
 """``experiments/sosp21/real.toml``: what real mode measures and at what size, validated up front.
 
-Every error names the file and the field and says what is allowed, before anything is launched.
+Every error names the file and the field and says what is allowed, before anything is launched; the
+fields are checked as the figure files are (:mod:`hipress.sim.fields`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from typing import Any
 
 import tomllib
 
+from hipress.sim.fields import Field, FieldError, check_table
+
 #: The fields a model's table may set: the model zoo's run options.
 MODEL_FIELDS = ("batch_size", "input_size", "seq_len")
 
 
-class SettingsError(ValueError):
+class SettingsError(FieldError):
     """``real.toml`` (or an option that overrides it) cannot be used; the message names the field."""
 
 
@@ -46,22 +49,18 @@ class RealSettings:
                 "models": self.models, "source": self.source}
 
 
-def _int_list(raw: dict[str, Any], key: str, where: str, lo: int, hi: int) -> tuple[int, ...]:
-    val = raw.get(key)
-    if not isinstance(val, list) or not val or not all(isinstance(v, int) and not isinstance(v, bool) for v in val):
-        raise SettingsError(f"{where}: {key} must be a non-empty list of integers, got {val!r}")
-    bad = [v for v in val if not lo <= v <= hi]
-    if bad:
-        raise SettingsError(f"{where}: {key} values must be between {lo} and {hi} (one rank per emulated host), "
-                            f"got {bad}")
-    return tuple(sorted(set(val)))
-
-
-def _pos_int(raw: dict[str, Any], key: str, where: str, lo: int) -> int:
-    val = raw.get(key)
-    if not isinstance(val, int) or isinstance(val, bool) or val < lo:
-        raise SettingsError(f"{where}: {key} must be an integer >= {lo}, got {val!r}")
-    return val
+#: real.toml's fields (its ``[models.NAME]`` tables are checked against ``MODEL_TABLE`` and the model zoo).
+FIELDS: dict[str, Field] = {
+    "host_counts": Field(int, many=True, lo=1, hi=4, example="host_counts = [1, 2, 4]",
+                         why="one rank per emulated host"),
+    "iters": Field(int, lo=1, example="iters = 3"),
+    "warmup": Field(int, lo=0, example="warmup = 1"),
+    "default_models": Field(str, many=True, unique=True, example='default_models = ["vgg19", "resnet50"]'),
+    "fig12_rates": Field(float, many=True, unique=True, lo=0, hi=1, above=True, example="fig12_rates = [0.01, 0.1]",
+                         why="DGC's kept fractions"),
+    "models": Field(dict, example="[models.vgg19] tables with batch_size and input_size or seq_len"),
+}
+MODEL_TABLE: dict[str, Field] = {k: Field(int, lo=1, required=False) for k in MODEL_FIELDS}
 
 
 def load_settings(path: Path, fig12_rates: list[float] | None = None) -> RealSettings:
@@ -74,48 +73,33 @@ def load_settings(path: Path, fig12_rates: list[float] | None = None) -> RealSet
     except OSError as e:
         why = f"cannot read {where}: {e.strerror}; real mode needs it (see experiments/sosp21/)"
         raise SettingsError(why) from None
+    except UnicodeDecodeError as e:
+        raise SettingsError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise SettingsError(f"{where}: not valid TOML ({e})") from None
-    known = {"host_counts", "iters", "warmup", "default_models", "fig12_rates", "models"}
-    extra = sorted(set(raw) - known)
-    if extra:
-        raise SettingsError(f"{where}: unknown field(s) {', '.join(extra)}; known: {', '.join(sorted(known))}")
-    counts = _int_list(raw, "host_counts", where, 1, 4)
-    iters = _pos_int(raw, "iters", where, 1)
-    warmup = _pos_int(raw, "warmup", where, 0)
-    models_raw = raw.get("models")
-    if not isinstance(models_raw, dict) or not models_raw:
-        raise SettingsError(f"{where}: a [models.NAME] table per model is needed (batch_size, input_size/seq_len)")
-    models: dict[str, dict[str, int]] = {}
-    for name, opts in models_raw.items():
-        w = f"{where}: [models.{name}]"
-        if not isinstance(opts, dict):
-            raise SettingsError(f"{w} must be a table")
-        bad = sorted(set(opts) - set(MODEL_FIELDS))
-        if bad:
-            raise SettingsError(f"{w}: unknown field(s) {', '.join(bad)}; use {', '.join(MODEL_FIELDS)}")
-        for k, v in opts.items():
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise SettingsError(f"{w}: {k} must be a positive integer, got {v!r}")
-        try:
-            spec = get(name)
-            full = spec.options("cpu", **opts)
-        except UnknownModel as e:
-            raise SettingsError(f"{w}: {e}") from None
-        except (BadModelOption, TypeError) as e:
-            raise SettingsError(f"{w}: {e}") from None
-        models[name] = {k: int(v) for k, v in full.items()}
-    defaults = raw.get("default_models")
-    if not isinstance(defaults, list) or not defaults or not all(isinstance(m, str) for m in defaults):
-        raise SettingsError(f"{where}: default_models must be a non-empty list of model names, got {defaults!r}")
+    try:
+        top = check_table(raw, FIELDS, where)
+        if not top["models"]:
+            raise SettingsError(f"{where}: a [models.NAME] table per model is needed (batch_size, input_size/seq_len)")
+        models: dict[str, dict[str, int]] = {}
+        for name, opts in top["models"].items():
+            w = f"{where}: [models.{name}]"
+            given = {k: v for k, v in check_table(opts, MODEL_TABLE, w).items() if v is not None}
+            try:
+                full = get(name).options("cpu", **given)
+            except (UnknownModel, BadModelOption, TypeError) as e:
+                raise SettingsError(f"{w}: {e}") from None
+            models[name] = {k: int(v) for k, v in full.items()}
+    except FieldError as e:
+        raise SettingsError(str(e)) from None
+    defaults = top["default_models"]
     missing = [m for m in defaults if m not in models]
     if missing:
         raise SettingsError(f"{where}: default_models {missing} have no [models.NAME] table")
-    rates = raw.get("fig12_rates")
-    if not isinstance(rates, list) or not rates or not all(isinstance(r, int | float) and 0 < r <= 1 for r in rates):
-        raise SettingsError(f"{where}: fig12_rates must be a non-empty list of fractions in (0, 1], got {rates!r}")
+    rates = top["fig12_rates"]
     if fig12_rates is not None:
         stray = [r for r in rates if not any(abs(r - f) < 1e-12 for f in fig12_rates)]
         if stray:
             raise SettingsError(f"{where}: fig12_rates {stray} are not among fig12.toml's rates {fig12_rates}")
-    return RealSettings(counts, iters, warmup, tuple(defaults), tuple(float(r) for r in rates), models, where)
+    return RealSettings(tuple(sorted(set(top["host_counts"]))), top["iters"], top["warmup"], tuple(defaults),
+                        tuple(rates), models, where)

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hipress.files import write_atomic
 from hipress.sim import SimParams, load_calibration
 from hipress.sim import explain as explain_params
 from hipress.sim.calibrate import fit_all, leave_one_out, transfer_spread
@@ -24,6 +23,7 @@ from hipress.sim.params import calibration_path, params_by_cluster
 from hipress.sim.reference import Reference
 from hipress.sim.report import collect, error_rows, plot_figure, table_markdown
 from hipress.sim.runner import PointCache, SimRunner
+from hipress.sim.store import Warn, warn_stderr, write_output
 
 from .planner import sosp21_planner
 
@@ -41,14 +41,16 @@ def refit(ref: Reference, progress: Callable[[str], None] | None = None) -> Path
     start = params_by_cluster(ref, calibration={})
     result = fit_all(ref, start, progress)
     path = calibration_path()
-    write_atomic(path, json.dumps(result, indent=1), make_parents=True)
+    write_output(path, json.dumps(result, indent=1))
     return path
 
 
-def sim_runner(ref: Reference, params: dict[str, SimParams], out_dir: Path) -> tuple[SimRunner, PointCache]:
-    """The simulator with SeCoPa plans, and the cache of finished points under ``out_dir/points``."""
+def sim_runner(ref: Reference, params: dict[str, SimParams], out_dir: Path, warn: Warn = warn_stderr
+               ) -> tuple[SimRunner, PointCache]:
+    """The simulator with SeCoPa plans, and the cache of finished points under ``out_dir/points``
+    (``warn``: where it says that it ignores a bad file there)."""
     runner = SimRunner(ref, params, sosp21_planner())
-    return runner, PointCache(out_dir / "points", runner.salt())
+    return runner, PointCache(out_dir / "points", runner.salt(), warn)
 
 
 def write_sim_outputs(
@@ -65,10 +67,10 @@ def write_sim_outputs(
         png = out_dir / f"fig{f.figure}.png"
         plot_figure(f, rs, ref, png, "sim")
         pngs.append(str(png))
-    write_atomic(out_dir / "errors.md", table_markdown(errors), make_parents=True)
+    write_output(out_dir / "errors.md", table_markdown(errors))
     # the paper's story (who beats whom, by how much), derived from sosp21.json, checked on the results
     claims = findings(throughput, ref, breakdown or None)
-    write_atomic(out_dir / "findings.md", findings_markdown(claims), make_parents=True)
+    write_output(out_dir / "findings.md", findings_markdown(claims))
     calibration = load_calibration()
     report = {
         "mode": "sim",
@@ -82,7 +84,7 @@ def write_sim_outputs(
         "calibration": {c: {k: v for k, v in rec.items() if k != "values"}
                         for c, rec in calibration.get("clusters", {}).items()},
     }
-    write_atomic(out_dir / "summary.json", json.dumps(report, indent=1, default=str), make_parents=True)
+    write_output(out_dir / "summary.json", json.dumps(report, indent=1, default=str))
     return report
 
 
@@ -99,8 +101,8 @@ def validate(ref: Reference, out_dir: Path, progress: Callable[[str], None] | No
                        "cluster. transfer: the same refits' predictions of the baselines of the models with no "
                        "calibration curve, against the packaged calibration's (difference, not error: the paper's "
                        "points for those models are not in sosp21.json)"}
-    write_atomic(out_dir / "validate.json", json.dumps(report, indent=1), make_parents=True)
-    write_atomic(out_dir / "validate.md", validate_markdown(rows) + transfer_markdown(spread), make_parents=True)
+    write_output(out_dir / "validate.json", json.dumps(report, indent=1))
+    write_output(out_dir / "validate.md", validate_markdown(rows) + transfer_markdown(spread))
     return report
 
 

@@ -19,13 +19,16 @@ from typing import Any
 
 import tomllib
 
+from .cluster import cluster_from_reference
+from .costs import ALGORITHMS, algorithm
+from .fields import Field, FieldError, check_table, closest
 from .reference import Reference
 from .systems import ALL_SYSTEMS
 
 KINDS = ("scaling", "breakdown", "rate")
 
 
-class ExperimentError(ValueError):
+class ExperimentError(FieldError):
     """A figure definition that cannot be run; the message names the file and the field."""
 
 
@@ -79,112 +82,161 @@ def paper_systems(ref: Reference, model: str) -> list[str]:
     return systems + ["linear"]
 
 
-def _need(d: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str) -> Any:
-    if key not in d:
-        raise ExperimentError(f"{where}: missing field {key!r}")
-    val = d[key]
-    if not isinstance(val, typ) or isinstance(val, bool) and typ is not bool:
-        raise ExperimentError(f"{where}: field {key!r} has the wrong type ({type(val).__name__})")
-    return val
+#: The fields at the top of every figure file; its ``kind`` then says which panel fields it takes.
+_HEAD: dict[str, Field] = {
+    "figure": Field(int, lo=1, example="figure = 7", why="each file its own number"),
+    "kind": Field(str, choices=KINDS, example='kind = "scaling"'),
+    "cluster": Field(str, example='cluster = "aws"'),  # its choices are the reference's clusters
+    "title": Field(str, required=False),
+    "panels": Field(dict, many=True, required=False, example='[[panels]] tables, e.g. [[panels]] model = "bert"'),
+}
 
+_MODELS = Field(str, many=True, unique=True, example='models = ["vgg19", "resnet50"]')
+_SYSTEMS = Field(str, many=True, unique=True, choices=ALL_SYSTEMS, example='systems = ["byteps", "casync-ps"]')
+_SWITCH = Field(bool, required=False, default=True)
 
-def load_figure(path: Path, ref: Reference) -> Figure:
-    where = str(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise ExperimentError(f"cannot read {where}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ExperimentError(f"{where}: not valid TOML ({e})") from None
-    fig = _need(raw, "figure", int, where)
-    kind = _need(raw, "kind", str, where)
-    if kind not in KINDS:
-        raise ExperimentError(f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}")
-    cluster = _need(raw, "cluster", str, where)
-    if cluster not in ref.clusters:
-        raise ExperimentError(f"{where}: cluster {cluster!r} is not in sosp21.json ({', '.join(ref.clusters)})")
-    title = str(raw.get("title", f"Figure {fig}"))
-    panels = raw.get("panels", [])
-    if not isinstance(panels, list) or not all(isinstance(x, dict) for x in panels):
-        raise ExperimentError(f"{where}: 'panels' must be a list of tables ([[panels]])")
-    points: list[Point] = []
-    for i, spec in enumerate([raw, *panels]):
-        # a panel inherits the figure's setting (cluster, GPU count, steps), not its model's fields
-        own = spec if i == 0 else {**{k: raw[k] for k in _SHARED if k in raw}, **spec}
-        points += _panel_points(fig, kind, cluster, own, ref, where if i == 0 else f"{where}: panels[{i - 1}]")
-    for p in points:
-        if p.gpus < 1:
-            raise ExperimentError(f"{where}: GPU counts must be positive, got {p.gpus}")
-    return Figure(fig, kind, title, cluster, where, tuple(points), raw)
+#: What a panel (the file's top level, or a ``[[panels]]`` table) of each kind of figure holds.
+_PANEL: dict[str, dict[str, Field]] = {
+    "scaling": {
+        "gpus": Field(int, many=True, unique=True, lo=1, example="gpus = [8, 16, 32]"),
+        "models": _MODELS,
+        "systems": Field(str, required=False, default="paper", word="paper", many=True, unique=True,
+                         choices=ALL_SYSTEMS, example='systems = "paper"'),
+    },
+    "breakdown": {
+        "model": Field(str, example='model = "vgg19"'),
+        "gpus": Field(int, lo=1, example="gpus = 32"),
+        "compute_ms": Field(float, required=False, lo=0, above=True, example="compute_ms = 278.0",
+                            why="the computation per iteration; leave it out to take the model's"),
+        "algorithm": Field(str, required=False, choices=tuple(ALGORITHMS), example='algorithm = "onebit"'),
+        "steps": Field(dict, many=True, example='[[steps]] tables, each with name and system'),
+    },
+    "rate": {
+        "gpus": Field(int, lo=1, example="gpus = 128"),
+        "algorithm": Field(str, choices=tuple(ALGORITHMS), example='algorithm = "dgc"'),
+        "rates": Field(float, many=True, unique=True, lo=0, above=True, example="rates = [0.001, 0.01]",
+                       why="DGC's kept fraction, TernGrad's bit width"),
+        "models": _MODELS,
+        "systems": _SYSTEMS,
+        "reference_systems": replace(_SYSTEMS, required=False, default=[], example='reference_systems = ["ring"]'),
+    },
+}
 
+#: A breakdown's ``[[steps]]`` table: a system and CaSync's switches (each on unless it says false).
+_STEP: dict[str, Field] = {
+    "name": Field(str, pattern=r"[A-Za-z0-9_.+-]+", pattern_words="letters, digits and _ . + -",
+                  example='name = "pipeline"', why="it names the step's cached result file"),
+    "system": Field(str, choices=ALL_SYSTEMS, example='system = "casync-ps"'),
+    "pipeline": _SWITCH,
+    "bulk": _SWITCH,
+    "secopa": _SWITCH,
+    "gpu_codec": _SWITCH,
+}
 
 #: What a ``[[panels]]`` table takes from its figure unless it says otherwise.
 _SHARED = ("gpus", "steps")
 
 
-def _panel_points(fig: int, kind: str, cluster: str, raw: dict[str, Any], ref: Reference, where: str) -> list[Point]:
-    """The points of one panel: the figure's top-level fields, or one ``[[panels]]`` table."""
+def _checked(raw: Any, fields: dict[str, Field], where: str, *, open_: bool = False) -> dict[str, Any]:
+    """:func:`check_table`, its error raised as this module's :class:`ExperimentError`."""
+    try:
+        return check_table(raw, fields, where, open_=open_)
+    except FieldError as e:
+        raise ExperimentError(str(e)) from None
+
+
+def load_figure(path: Path, ref: Reference) -> Figure:
+    """One figure file, every field checked (see the module's docstring for the kinds).
+
+    Every error is an :class:`ExperimentError` naming the file, the key (the panel and step) and what
+    the key takes, raised before anything runs.
+    """
+    where = str(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise ExperimentError(f"cannot read {where}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ExperimentError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ExperimentError(f"{where}: not valid TOML ({e})") from None
+    kind = _checked(raw, {"kind": _HEAD["kind"]}, where, open_=True)["kind"]
+    head = {**_HEAD, "cluster": replace(_HEAD["cluster"], choices=tuple(ref.clusters))}
+    top = _checked(raw, {**head, **_PANEL[kind]}, where)
+    fig, cluster = top["figure"], top["cluster"]
+    title = top["title"] if top["title"] is not None else f"Figure {fig}"
     points: list[Point] = []
+    origin: dict[str, tuple[Point, str]] = {}
+    for i, spec in enumerate([raw, *(top["panels"] or [])]):
+        # a panel inherits the figure's setting (cluster, GPU count, steps), not its model's fields
+        w = where if i == 0 else f"{where}: panels[{i - 1}]"
+        own = top if i == 0 else _checked({**{k: raw[k] for k in _SHARED if k in raw}, **spec}, _PANEL[kind], w)
+        for p in _panel_points(fig, kind, cluster, own, ref, w):
+            prior = origin.get(p.key())
+            if prior is not None and prior[0] == p:
+                continue  # the same point twice (a reference line two panels share): run and reported once
+            if prior is not None:  # one key, one cached result: two different points cannot share it
+                raise ExperimentError(f"{w}: the point {p.key()} is also in {prior[1]} with other settings; "
+                                      "give one of them another step name, rate or GPU count")
+            origin[p.key()] = (p, w if i else f"{where}'s top level")
+            points.append(p)
+    return Figure(fig, kind, title, cluster, where, tuple(points), raw)
+
+
+def _panel_points(fig: int, kind: str, cluster: str, raw: dict[str, Any], ref: Reference, where: str) -> list[Point]:
+    """The points of one panel: its fields, checked by :func:`_checked` against ``_PANEL[kind]``."""
+    points: list[Point] = []
+    hw = cluster_from_reference(ref, cluster)
+    gpus = raw["gpus"]
+    for i, g in enumerate(gpus if isinstance(gpus, list) else [gpus]):
+        try:
+            hw.layout(g)
+        except ValueError as e:
+            raise ExperimentError(f"{where}: gpus{f'[{i}]' if isinstance(gpus, list) else ''}: {e}") from None
     if kind == "scaling":
-        gpus = _need(raw, "gpus", list, where)
-        for model in _need(raw, "models", list, where):
+        for model in raw["models"]:
             _check_model(model, ref, cluster, where)
-            for system in _systems(raw.get("systems", "paper"), ref, model, where):
-                alg = ref.experiments.get(model, {}).get("algorithm")
-                points += [Point(fig, cluster, model, system, int(g), alg) for g in gpus]
+            alg = ref.experiments.get(model, {}).get("algorithm")
+            systems = paper_systems(ref, model) if raw["systems"] == "paper" else raw["systems"]
+            for system in systems:
+                points += [Point(fig, cluster, model, system, g, alg) for g in gpus]
     elif kind == "breakdown":
-        model = _need(raw, "model", str, where)
+        model = raw["model"]
         _check_model(model, ref, cluster, where)
-        gpus = int(_need(raw, "gpus", int, where))
-        compute = raw.get("compute_ms")
-        alg = raw.get("algorithm") or ref.experiments.get(model, {}).get("algorithm")
-        steps = _need(raw, "steps", list, where)
+        alg = raw["algorithm"] or ref.experiments.get(model, {}).get("algorithm")
+        steps = [_checked(st, _STEP, f"{where}: steps[{i}]") for i, st in enumerate(raw["steps"])]
+        names: dict[str, int] = {}
         for i, st in enumerate(steps):
-            w = f"{where}: steps[{i}]"
-            system = _need(st, "system", str, w)
-            _check_system(system, w)
-            points.append(
-                Point(
-                    fig, cluster, model, system, gpus, alg, None, _need(st, "name", str, w),
-                    bool(st.get("pipeline", True)), bool(st.get("bulk", True)), bool(st.get("secopa", True)),
-                    float(compute) if compute is not None else None, bool(st.get("gpu_codec", True)),
-                )
-            )
+            if st["name"] in names:
+                raise ExperimentError(f"{where}: steps[{i}]: name {st['name']!r} is also steps[{names[st['name']]}]'s; "
+                                      "give each step its own name")
+            names[st["name"]] = i
+            points.append(Point(fig, cluster, model, st["system"], gpus, alg, None, st["name"], st["pipeline"],
+                                st["bulk"], st["secopa"], raw["compute_ms"], st["gpu_codec"]))
     else:  # rate
-        gpus = int(_need(raw, "gpus", int, where))
-        alg = _need(raw, "algorithm", str, where)
-        rates = [float(r) for r in _need(raw, "rates", list, where)]
-        for model in _need(raw, "models", list, where):
+        alg = raw["algorithm"]
+        for i, r in enumerate(raw["rates"]):
+            try:
+                algorithm(alg, r)  # the algorithm's own range: DGC's fraction, TernGrad's bit widths
+            except ValueError as e:
+                raise ExperimentError(f"{where}: rates[{i}]: {e}") from None
+        for model in raw["models"]:
             _check_model(model, ref, cluster, where)
-            for system in _need(raw, "systems", list, where):
-                _check_system(system, where)
-                points += [Point(fig, cluster, model, system, gpus, alg, r) for r in rates]
-            for system in raw.get("reference_systems", []):
-                _check_system(system, where)
-                points.append(Point(fig, cluster, model, system, gpus, ref.experiments[model]["algorithm"]))
+            for system in raw["systems"]:
+                points += [Point(fig, cluster, model, system, gpus, alg, r) for r in raw["rates"]]
+            for system in raw["reference_systems"]:
+                points.append(Point(fig, cluster, model, system, gpus, ref.experiments.get(model, {}).get("algorithm")))
     return points
-
-
-def _systems(spec: Any, ref: Reference, model: str, where: str) -> list[str]:
-    if spec == "paper":
-        return paper_systems(ref, model)
-    if not isinstance(spec, list):
-        raise ExperimentError(f"{where}: systems must be \"paper\" or a list of names")
-    for s in spec:
-        _check_system(s, where)
-    return list(spec)
-
-
-def _check_system(system: str, where: str) -> None:
-    if system not in ALL_SYSTEMS:
-        raise ExperimentError(f"{where}: unknown system {system!r}; known: {', '.join(ALL_SYSTEMS)}")
 
 
 def _check_model(model: str, ref: Reference, cluster: str, where: str) -> None:
     if ref.series(cluster, model, "linear") is None:
+        known = [m for m in ref.experiments if ref.series(cluster, m, "linear") is not None]
+        near = closest(model, known)
         raise ExperimentError(
             f"{where}: model {model!r} has no linear series for cluster {cluster!r} in sosp21.json, "
-            "so its per-GPU speed is unknown"
+            f"so its per-GPU speed is unknown{f' (did you mean {near!r}?)' if near else ''}; "
+            f"models with one: {', '.join(known)}"
         )
 
 
@@ -197,6 +249,12 @@ def load_figures(directory: Path, ref: Reference, only: int | None = None) -> li
     figs = [load_figure(p, ref) for p in sorted(directory.glob("fig*.toml"))]
     if not figs:
         raise ExperimentError(f"no fig*.toml in {directory}")
+    first: dict[int, str] = {}
+    for f in figs:
+        if f.figure in first:
+            raise ExperimentError(f"{first[f.figure]} and {f.source} both say figure = {f.figure}; give each file its "
+                                  "own figure number (or move one out of the directory)")
+        first[f.figure] = f.source
     figs.sort(key=lambda f: f.figure)
     if only is not None:
         chosen = [f for f in figs if f.figure == only]

@@ -13,10 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hipress.files import write_atomic
-
 from .experiments import Figure
 from .reference import Reference
+from .store import write_output
 from .systems import display_name
 
 GOAL_PCT = 15.0
@@ -124,7 +123,7 @@ def plot_figure(fig: Figure, results: list[dict[str, Any]], ref: Reference, path
     buf = io.BytesIO()
     f.savefig(buf, format="png", dpi=110)
     plt.close(f)
-    write_atomic(path, buf.getvalue(), make_parents=True)
+    write_output(path, buf.getvalue())
 
 
 _COLORS = {

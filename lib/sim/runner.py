@@ -3,7 +3,8 @@
 ``PointCache`` stores one JSON file per finished point under ``<out>/points/``, named by the point
 and a digest of everything its result depends on (the parameters, the reference numbers, the
 simulator's version), written atomically; a re-run skips what is there, and a changed calibration
-naturally misses the old entries instead of reusing them.
+naturally misses the old entries instead of reusing them. A file there is not trusted: one that is not
+a result as the simulator writes it (``RESULT_FIELDS``) is a miss too, with a warning, and is replaced.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hipress.files import write_atomic
-
 from .cluster import Cluster, cluster_from_reference
 from .costs import CodecCosts
 from .experiments import Point
+from .fields import Field
 from .model import Planner, simulate
 from .params import SimParams
 from .reference import Reference
+from .store import Warn, read_cached, warn_stderr, write_output
 from .systems import Options
 from .workload import Workload, reference_workload
 
@@ -36,24 +37,41 @@ def base_compute_ms(measured: float | None, gpus: int, params: SimParams) -> flo
     return measured / (1.0 + params.compute_overhead)
 
 
+#: What a cached simulated result holds (``IterationResult.to_dict`` plus the unit and the mode), as the
+#: report reads it: a file without these, or with another type in one, is a miss (:mod:`hipress.sim.store`).
+RESULT_FIELDS: dict[str, Field] = {
+    "point": Field(dict),
+    "mode": Field(str, choices=("sim",)),
+    "unit": Field(str),
+    "throughput": Field(float, lo=0),
+    "iteration_ms": Field(float, lo=0),
+    "compute_ms": Field(float, lo=0),
+    "sync_ms": Field(float),
+    "sync_span_ms": Field(float, lo=0),
+}
+
+
 class PointCache:
-    def __init__(self, directory: Path, salt: dict[str, Any]) -> None:
+    """One JSON file per simulated point (see the module docstring); a bad file is a miss, with a warning."""
+
+    def __init__(self, directory: Path, salt: dict[str, Any], warn: Warn = warn_stderr) -> None:
         self.directory = directory
         self.digest = hashlib.sha256(json.dumps(salt, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        self.warn = warn
 
     def path(self, point: Point) -> Path:
         return self.directory / f"{point.key()}-{self.digest}.json"
 
     def get(self, point: Point) -> dict[str, Any] | None:
         p = self.path(point)
-        try:
-            data = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError):
+        data = read_cached(p, RESULT_FIELDS, self.warn)
+        if data is None:
             return None
-        return data if data.get("point") == point.to_dict() else None
+        # the same name for another point: a step's switches or the computation time edited in its file
+        return data if data["point"] == point.to_dict() else None
 
     def put(self, point: Point, result: dict[str, Any]) -> None:
-        write_atomic(self.path(point), json.dumps({"point": point.to_dict(), **result}, indent=1), make_parents=True)
+        write_output(self.path(point), json.dumps({"point": point.to_dict(), **result}, indent=1))
 
 
 class SimRunner:

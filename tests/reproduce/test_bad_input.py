@@ -18,17 +18,17 @@ def test_the_checkouts_real_toml_is_valid():
 
 
 @pytest.mark.parametrize("change,match", [
-    (("host_counts = [2]", "host_counts = [2, 8]"), "host_counts values must be between 1 and 4"),
+    (("host_counts = [2]", "host_counts = [2, 8]"), "host_counts[1] must be an integer between 1 and 4, not 8"),
     (("host_counts = [2]", "host_counts = 2"), "host_counts must be a non-empty list"),
     (("iters = 1", "iters = 0"), "iters must be an integer >= 1"),
     (("warmup = 0", "warmup = -1"), "warmup must be an integer >= 0"),
     (("input_size = 32", "input_size = 32\nseq_len = 8"), "takes no option 'seq_len'"),
-    (("batch_size = 2", "batch_size = 0"), "batch_size must be a positive integer"),
-    (("input_size = 32", "input_size = 32\ncolour = 3"), "unknown field(s) colour"),
+    (("batch_size = 2", "batch_size = 0"), "batch_size must be an integer >= 1, not 0"),
+    (("input_size = 32", "input_size = 32\ncolour = 3"), "unknown field(s) 'colour'"),
     (('default_models = ["resnet50"]', 'default_models = ["vgg19"]'), "have no [models.NAME] table"),
     (("fig12_rates = [0.01]", "fig12_rates = [0.02]"), "not among fig12.toml's rates"),
     (("[models.resnet50]", "[models.alexnet]"), "unknown model 'alexnet'"),
-    (("iters = 1", "iters = 1\nspeed = 3"), "unknown field(s) speed"),
+    (("iters = 1", "iters = 1\nspeed = 3"), "unknown field(s) 'speed'"),
     (("iters = 1", "iters = = 1"), "not valid TOML"),
 ])
 def test_bad_real_toml(tmp_path, change, match):

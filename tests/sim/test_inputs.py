@@ -28,10 +28,10 @@ def test_packaged_figures_load(experiments_dir):
     "text, match",
     [
         ("figure = 7\nkind = 'scaling'\ncluster = 'aws'\nmodels = ['vgg19']\n", "missing field 'gpus'"),
-        ("figure = 7\nkind = 'bars'\ncluster = 'aws'\n", "kind 'bars'"),
-        ("figure = 7\nkind = 'scaling'\ncluster = 'mars'\n", "cluster 'mars'"),
+        ("figure = 7\nkind = 'bars'\ncluster = 'aws'\n", "kind must be one of scaling, breakdown, rate, not 'bars'"),
+        ("figure = 7\nkind = 'scaling'\ncluster = 'mars'\n", "cluster must be one of aws, local, not 'mars'"),
         ("figure = 7\nkind = 'scaling'\ncluster = 'aws'\ngpus = [8]\nmodels = ['vgg19']\nsystems = ['nccl']\n",
-         "unknown system 'nccl'"),
+         r"systems\[0\] must be one of linear, .*, not \'nccl\'"),
         ("figure = 7\nkind = 'scaling'\ncluster = 'aws'\ngpus = [8]\nmodels = ['mlp']\n", "no linear series"),
         ("figure = [\n", "not valid TOML"),
     ],
@@ -42,6 +42,44 @@ def test_bad_figure_definitions(tmp_path, text, match):
     with pytest.raises(ExperimentError, match=match) as e:
         load_figure(f, REF)
     assert str(f) in str(e.value)
+
+
+_RATE = """figure = 12
+kind = "rate"
+cluster = "aws"
+gpus = 128
+models = ["resnet50"]
+systems = ["casync-ring"]
+reference_systems = ["ring"]
+algorithm = "dgc"
+rates = [0.01]
+
+[[panels]]
+models = ["resnet50"]
+systems = ["casync-ps"]
+reference_systems = ["ring"]
+algorithm = "dgc"
+rates = [%s]
+"""
+
+
+def test_a_point_two_panels_share_is_run_once(tmp_path):
+    """Two panels of one model both drawing the uncompressed ring: one point, not a refused file."""
+    f = tmp_path / "fig12.toml"
+    f.write_text(_RATE % "0.01")
+    keys = [p.key() for p in load_figure(f, REF).points]
+    assert sorted(keys) == sorted(set(keys)) and keys.count("fig12-aws-resnet50-ring-128g") == 1
+    assert len(keys) == 3  # casync-ring, ring, casync-ps
+
+
+def test_two_different_points_under_one_name_are_refused(tmp_path):
+    """A breakdown step name reused in a second panel with another algorithm would share one cached result."""
+    f = tmp_path / "fig11.toml"
+    f.write_text('figure = 11\nkind = "breakdown"\ncluster = "aws"\ngpus = 16\nmodel = "vgg19"\n'
+                 'steps = [{name = "a", system = "casync-ps"}]\n'
+                 '[[panels]]\nmodel = "vgg19"\nalgorithm = "dgc"\n')
+    with pytest.raises(ExperimentError, match=r"panels\[0\]: the point fig11-aws-vgg19-casync-ps-16g-a is also in"):
+        load_figure(f, REF)
 
 
 def test_bad_reference(tmp_path):
