@@ -33,6 +33,10 @@ from hipress_cli.options import (
     styled,
 )
 
+#: The most messages one gradient is cut into: a tiny --partition-bytes on a large gradient made tens
+#: of thousands of tasks a step and ran for many minutes, measuring the task scheduler, not the link.
+MAX_PARTITIONS = 4096
+
 
 def register(parent: typer.Typer) -> None:
     parent.command("sync")(sync)
@@ -88,6 +92,10 @@ def sync(
             markup=False, highlight=False, soft_wrap=True)
     nbytes = parse_fp32_size(size)
     pbytes = parse_size(partition_bytes, what="--partition-bytes")
+    if pbytes and math.ceil(nbytes / pbytes) > MAX_PARTITIONS:
+        raise fail(f"--partition-bytes {partition_bytes} cuts the {nbytes:,}-byte gradient into "
+                   f"{math.ceil(nbytes / pbytes):,} partitions, more than {MAX_PARTITIONS}: give at least "
+                   f"{math.ceil(nbytes / MAX_PARTITIONS)} bytes (or 0 for one partition)")
 
     from hipress.launch import emulate as emu
     from hipress.launch import launch_local

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hipress.stats import median_ci
+from hipress.topology_names import choice
 
 from .config import ConfigError, RunConfig, make_config, share_gpus
 from .results import EVENTS, bytes_estimated, read_events, write_json_atomic
@@ -62,8 +63,16 @@ def parse_variants(text: str) -> list[Variant]:
         out.append(Variant(topo.strip(), alg.strip()))
     if not out:
         raise ConfigError("no variants given; e.g. --variants 'ring+tbq;ring+none'")
-    if len({v.label for v in out}) != len(out):
-        raise ConfigError(f"variants repeat: {text!r}")
+    seen: dict[tuple[str, str], Variant] = {}
+    for v in out:  # topology names are case-insensitive and have aliases: ring+tbq is RING+tbq
+        try:
+            topo = choice(v.topo).name
+        except ValueError:
+            topo = v.topo  # unknown: make_config refuses it with the list of names
+        key = (topo, "".join(v.alg.split()))
+        if key in seen:
+            raise ConfigError(f"variants {seen[key].label!r} and {v.label!r} run the same thing; give each once")
+        seen[key] = v
     return out
 
 
@@ -110,7 +119,10 @@ def bench_train(
         if on_event:
             on_event("note", {"message": note})
     root = Path(results) / bench_id
-    root.mkdir(parents=True, exist_ok=False)
+    try:
+        root.mkdir(parents=True, exist_ok=False)
+    except OSError as e:  # a --results that is a file, a read-only or full disk: before any rank starts
+        raise ConfigError(f"--results {results}: cannot create {root}: {e.strerror or e}") from None
     runs: dict[str, list[dict]] = {v.label: [] for v in variants}
     for r in range(rounds):
         for v in variants:

@@ -103,3 +103,25 @@ def test_bench_sync_table_shows_small_sizes(capsys):
                                           (1_000_000, "1.00"), (67_108_864, "67.11")])
 def test_bench_sync_mb_keeps_three_significant_digits(nbytes, text):
     assert bench_sync._mb(nbytes) == text
+
+
+def test_bench_sync_refuses_partitions_too_small_for_the_gradient():
+    """--partition-bytes 1 on a 64K gradient made 65,536 partitions and ran for minutes."""
+    r = hipress("bench", "sync", "--np", "2", "--size", "64K", "--partition-bytes", "1")
+    assert r.returncode == 2
+    assert "into 65,536 partitions, more than 4096: give at least 16 bytes (or 0 for one partition)" in r.stderr
+
+
+def test_bench_train_refuses_two_variants_that_run_the_same_thing():
+    """``ring+tbq;RING+ tbq`` trained the same configuration twice under two labels."""
+    r = hipress("bench", "train", "mlp", "--np", "2", "--variants", "ring+tbq;RING+ tbq")
+    assert r.returncode == 2 and "variants 'ring+tbq' and 'RING+tbq' run the same thing" in r.stderr
+
+
+def test_bench_train_results_that_cannot_be_a_directory_is_a_clear_error(tmp_path):
+    """A --results that is a file ended in a NotADirectoryError traceback."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    r = hipress("bench", "train", "mlp", "--np", "2", "--variants", "ring+tbq", "--results", afile)
+    assert r.returncode == 2
+    assert f"--results {afile}: cannot create {afile}/bench-" in r.stderr and "Not a directory" in r.stderr

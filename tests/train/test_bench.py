@@ -20,7 +20,7 @@ def test_variants():
     assert parse_variants("ring+tbq;ps+dgc:ratio=0.01,momentum=0.9") == [
         Variant("ring", "tbq"), Variant("ps", "dgc:ratio=0.01,momentum=0.9")]
     assert [v.label for v in parse_variants("ring+tbq, ddp+none")] == ["ring+tbq", "ddp+none"]
-    for bad, match in (("ring", "TOPO\\+ALG"), ("", "no variants"), ("ring+tbq;ring+tbq", "repeat")):
+    for bad, match in (("ring", "TOPO\\+ALG"), ("", "no variants"), ("ring+tbq;ring+tbq", "run the same thing")):
         with pytest.raises(ConfigError, match=match):
             parse_variants(bad)
 
