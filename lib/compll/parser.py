@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import (
@@ -91,7 +92,7 @@ def _lark_error(e: UnexpectedInput, file: str, source: str) -> CompLLError:
             file,
             tok.line or 0,
             tok.column or 0,
-            _in_width(e) or _missing_semicolon(e),
+            _in_width(e, source) or _missing_semicolon(e),
         )
     return CompLLError(f"syntax error: {e}", file, getattr(e, "line", 0) or 0, getattr(e, "column", 0) or 0)
 
@@ -112,19 +113,29 @@ def _missing_semicolon(e: UnexpectedToken) -> str:
     return ""
 
 
-def _in_width(e: UnexpectedToken) -> str:
+def _in_width(e: UnexpectedToken, source: str) -> str:
     """The hint for an operator a ``uint<...>`` width takes only in parentheses (``uint<(b << 1)>``).
 
     A width is an additive expression (``uint<bitwidth + 1>``): a shift, comparison or logical
     operator at its top level would make the closing ``>`` ambiguous. The parser is inside a width
-    while ``uint`` and ``<`` wait on its stack (a finished ``uint<...>`` is reduced to a type).
+    while ``uint`` and ``<`` wait on its stack (a finished ``uint<...>`` is reduced to a type). A
+    comparison ``>`` is not an error there: it closes the width, and what follows it is
+    (``uint<b > 1 ? 2 : 4>``), so the token before the error is looked at too.
     """
     state = getattr(getattr(e, "interactive_parser", None), "parser_state", None)
     stack = [getattr(v, "type", None) for v in getattr(state, "value_stack", ())]
+    fix = "a uint<...> width takes + - * / % as they are; write uint<(expr)> with parentheses for"
     if any(a == "UINT" and b == "LESSTHAN" for a, b in zip(stack, stack[1:], strict=False)):
-        op = str(e.token)
-        return f"a uint<...> width takes + - * / % as they are; write uint<(expr)> with parentheses for {op!r}"
+        return f"{fix} {str(e.token)!r}"
+    history = getattr(e, "token_history", None) or []
+    prev = history[-1] if history else None
+    at = getattr(prev, "start_pos", None)
+    if prev is not None and str(prev) == ">" and at is not None and _OPEN_WIDTH.search(source, 0, at):
+        return f"the '>' at column {prev.column} closed the width; {fix} a comparison or ?:"
     return ""
+
+
+_OPEN_WIDTH = re.compile(r"\buint\s*<[^<>;{}]*$")  # a ``uint<`` whose width the next ``>`` closes
 
 
 def _unterminated_comment(source: str) -> tuple[int, int, int] | None:

@@ -75,7 +75,7 @@ def load_settings(path: Path, fig12_rates: list[float] | None = None) -> RealSet
         raise SettingsError(why) from None
     except UnicodeDecodeError as e:
         raise SettingsError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except tomllib.TOMLDecodeError as e:
+    except ValueError as e:  # TOMLDecodeError, or an integer past Python's 4300 digits
         raise SettingsError(f"{where}: not valid TOML ({e})") from None
     try:
         top = check_table(raw, FIELDS, where)

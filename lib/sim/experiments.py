@@ -158,7 +158,7 @@ def load_figure(path: Path, ref: Reference) -> Figure:
         raise ExperimentError(f"cannot read {where}: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise ExperimentError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except tomllib.TOMLDecodeError as e:
+    except ValueError as e:  # TOMLDecodeError, or an integer past Python's 4300 digits
         raise ExperimentError(f"{where}: not valid TOML ({e})") from None
     kind = _checked(raw, {"kind": _HEAD["kind"]}, where, open_=True)["kind"]
     head = {**_HEAD, "cluster": replace(_HEAD["cluster"], choices=tuple(ref.clusters))}

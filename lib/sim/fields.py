@@ -149,10 +149,13 @@ class Field:
         ok = (isinstance(value, bool) if typ is bool
               else isinstance(value, int | float) and not isinstance(value, bool) if typ is float
               else isinstance(value, typ) and not isinstance(value, bool))
+        if ok and typ is float:
+            try:
+                value = float(value)  # TOML and JSON take integers of any size: 10**400 is no float
+            except OverflowError:
+                ok = False
         if not ok or (typ is float and not math.isfinite(value)):
             raise self.error(key, where, value, single=self.many)
-        if typ is float:
-            value = float(value)
         if typ is str and not (value or self.blank):
             raise self.error(key, where, value, single=self.many)
         if typ is str and self.pattern is not None and not re.fullmatch(self.pattern, value):

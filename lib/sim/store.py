@@ -90,7 +90,7 @@ def read_cached(path: Path, fields: Mapping[str, Field], warn: Warn) -> dict[str
         return bad_entry(path, f"unreadable ({getattr(e, 'strerror', None) or e})", warn)
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # JSONDecodeError, or an integer past Python's 4300 digits
         return bad_entry(path, "not JSON", warn)
     if not isinstance(data, dict):
         return bad_entry(path, f"a JSON {type(data).__name__}, not an object", warn)

@@ -310,6 +310,10 @@ def test_a_uint_width_takes_a_sum_or_product_without_parentheses(tmp_path):
         e = _error(WIDTH_PAIR.format(width=width))
         assert (e.line, e.message.split(",")[0]) == (2, f"unexpected {tok!r}"), str(e)
         assert "write uint<(expr)> with parentheses" in e.hint, str(e)
+    # a comparison '>' is no error where it stands: it closes the width, and the error comes after it
+    e = _error(WIDTH_PAIR.format(width="bits > 1 ? 2 : 4"))
+    assert e.message.startswith("unexpected '1'") and "closed the width" in e.hint, str(e)
+    assert "write uint<(expr)> with parentheses for a comparison or ?:" in e.hint, str(e)
     compile_spec(WIDTH_PAIR.format(width="(bits << 1) - bits + 1"), "t.pse")
     # random<uint<b>>: the lexer's '>>' after a width closes both, and the checker says what is wrong
     lam = "lambda_func r = [&](float x) -> float {{ return random<uint<{}>>(0, 3); }}\n    "

@@ -34,6 +34,9 @@ def test_packaged_figures_load(experiments_dir):
          r"systems\[0\] must be one of linear, .*, not \'nccl\'"),
         ("figure = 7\nkind = 'scaling'\ncluster = 'aws'\ngpus = [8]\nmodels = ['mlp']\n", "no linear series"),
         ("figure = [\n", "not valid TOML"),
+        ("figure = 1" + "0" * 5000 + "\n", "not valid TOML"),  # past Python's int parsing limit
+        ("figure = 11\nkind = 'breakdown'\ncluster = 'aws'\nmodel = 'vgg19'\ngpus = 16\ncompute_ms = 1"
+         + "0" * 400 + "\nsteps = [{name = 'a', system = 'byteps'}]\n", "compute_ms must be a number"),
     ],
 )
 def test_bad_figure_definitions(tmp_path, text, match):

@@ -34,6 +34,10 @@ def test_a_result_written_is_read_back(cache):
     ("[1]", "a JSON list, not an object"),
     (None, "throughput must be a number"),
     (b"\xff\xfe", "unreadable"),
+    (json.dumps({"point": POINT.to_dict(), **RESULT, "throughput": 0}).replace('"throughput": 0', '"throughput": 1'
+                                                                                + "0" * 400),
+     "throughput must be a number"),  # an int no float holds
+    ('{"throughput": 1' + "0" * 5000 + "}", "not JSON"),  # past Python's int parsing limit
 ])
 def test_a_bad_cached_file_is_a_miss_with_a_warning(cache, text, why):
     c, warnings = cache
