@@ -24,7 +24,11 @@ squares on the log of predicted/published, bounded):
 4. ``oss_codec_work`` on ``ring-dgc``.
 
 One parameter is fitted with ``minimize_scalar`` (bounded), several with Nelder-Mead in log space.
-A step whose systems have no curve on a cluster keeps the defaults (and the record says so).
+Both are local methods, and a step's loss can have several minima (the BytePS step's: a slow host
+with even nodes and a fast one with uneven nodes), so each step searches from a few fixed places and
+keeps the lowest minimum found (:func:`_search_1d`, :func:`_search_nd`): deterministic, the same
+every run. A step whose systems have no curve on a cluster keeps the defaults (and the record says
+so).
 
 :func:`leave_one_out` refits each cluster without one model's curves and predicts that model's: how
 much of the fit is transferable physics and how much is curve-following.
@@ -55,6 +59,15 @@ BASELINES = ("byteps", "byteps-onebit", "ring", "ring-dgc")
 #: Nelder-Mead's budget per fitted parameter, and its first simplex's step (in log of the value).
 EVALS_PER_PARAM = 60
 SIMPLEX_STEP = 0.5
+#: A one-parameter step's coarse scan: this many log-spaced values across the bounds before Brent's
+#: method (bounded) refines around the best of them.
+SCAN_POINTS = 9
+#: A several-parameter step's candidate starts besides its fixed ones: a Latin hypercube in log space
+#: of this many points (a prime: a rank-1 lattice, generator 3, one point per stratum of each axis);
+#: every candidate's loss is computed once, and Nelder-Mead runs from the step's own start and from
+#: the NM_STARTS - 1 best other candidates.
+LHS_POINTS = 7
+NM_STARTS = 3
 
 
 @dataclass(frozen=True)
@@ -214,8 +227,6 @@ def fit(
 ) -> dict:
     """Fit ``steps_to_fit`` (default :data:`FIT_STEPS`) in order on ``cluster``'s baseline curves of
     ``models`` (default: all it has); returns ``{"values", "steps", "fitted_on"}``."""
-    from scipy.optimize import minimize, minimize_scalar
-
     ev = evaluator or Evaluator(ref)
     models = list(models) if models is not None else calibration_models(ref, cluster)
     params = start
@@ -243,22 +254,12 @@ def fit(
             return _loss(ev, pts, base.with_values(**values), step.params)
 
         if len(step.params) == 1:
-            res = minimize_scalar(lambda x, f=objective: f([x]), bounds=bounds[0], method="bounded",
-                                  options={"xatol": 1e-3})
-            best = [float(res.x)]
+            best, loss, nfev, search = _search_1d(objective, bounds[0])
         else:
             x0 = [min(max(math.log(getattr(params, k)), lo), hi) for k, (lo, hi) in zip(step.params, bounds,
                                                                                           strict=True)]
-            # the first simplex spans a factor e^0.5 in each parameter, so that a start far from the
-            # answer (the defaults, in --validate) is left behind; NM's default step is 5% of log(x),
-            # which is nothing for a value near 1
-            simplex = [x0] + [[x + (SIMPLEX_STEP if i == j else 0.0) * (1 if x + SIMPLEX_STEP <= hi else -1)
-                               for j, (x, (_lo, hi)) in enumerate(zip(x0, bounds, strict=True))]
-                              for i in range(len(x0))]
-            res = minimize(objective, x0, method="Nelder-Mead",
-                           options={"xatol": 1e-3, "fatol": 1e-6, "maxfev": EVALS_PER_PARAM * len(x0),
-                                    "initial_simplex": simplex})
-            best = [min(max(float(x), lo), hi) for x, (lo, hi) in zip(res.x, bounds, strict=True)]
+            starts = _candidate_starts(ev, cluster, step.params, params, bounds, x0)
+            best, loss, nfev, search = _search_nd(objective, starts, bounds)
         values = {k: math.exp(x) for k, x in zip(step.params, best, strict=True)}
         params = params.with_values(**values)
         steps.append(
@@ -267,8 +268,9 @@ def fit(
                 "values": values,
                 "systems": list(step.systems),
                 "points": len(pts),
-                "rms_log_error": math.sqrt(float(res.fun)),
-                "evaluations": int(res.nfev),
+                "rms_log_error": math.sqrt(loss),
+                "evaluations": nfev,
+                "search": search,
             }
         )
     return {
@@ -276,6 +278,90 @@ def fit(
         "steps": steps,
         "fitted_on": {"cluster": cluster, "models": models, "systems": list(BASELINES)},
     }
+
+
+def _search_1d(objective: Callable[[Sequence[float]], float], bounds: tuple[float, float]
+               ) -> tuple[list[float], float, int, dict]:
+    """One parameter (log space): a scan of :data:`SCAN_POINTS` values across ``bounds``, then Brent's
+    method (bounded) on the whole interval, as before, and between the scan's best value's
+    neighbours; the lowest loss of all. Returns ``(x, loss, evaluations, record)``."""
+    from scipy.optimize import minimize_scalar
+
+    lo, hi = bounds
+    grid = [lo + (hi - lo) * i / (SCAN_POINTS - 1) for i in range(SCAN_POINTS)]
+    scanned = [objective([x]) for x in grid]
+    i = min(range(SCAN_POINTS), key=lambda k: scanned[k])
+    found = [(scanned[i], grid[i], "scan")]
+    nfev = SCAN_POINTS
+    for name, (a, b) in (("whole interval", bounds),
+                         ("around the scan's best", (grid[max(0, i - 1)], grid[min(SCAN_POINTS - 1, i + 1)]))):
+        res = minimize_scalar(lambda x, f=objective: f([x]), bounds=(a, b), method="bounded",
+                              options={"xatol": 1e-3})
+        nfev += int(res.nfev)
+        found.append((float(res.fun), float(res.x), name))
+    loss, x, name = min(found, key=lambda t: t[0])  # a tie keeps the first: the scan, then the whole interval
+    return [x], loss, nfev, {"method": "log scan + bounded Brent", "scan_points": SCAN_POINTS, "best_from": name}
+
+
+def _lattice(n: int, d: int) -> list[list[float]]:
+    """``n`` points in the unit cube of dimension ``d``, one in each of the ``n`` strata of every
+    axis (a Latin hypercube), placed by the rank-1 lattice ``i * 3**j mod n`` (``n`` prime): fixed,
+    no random numbers."""
+    return [[((i * pow(3, j, n)) % n + 0.5) / n for j in range(d)] for i in range(n)]
+
+
+def _candidate_starts(ev: Evaluator, cluster: str, names: Sequence[str], params: SimParams,
+                      bounds: list[tuple[float, float]], x0: list[float]) -> list[tuple[str, list[float]]]:
+    """A several-parameter step's starts (log space), named: the step's own (the current values), the
+    priors' centres (each prior's centre from the values so far, a centre that is fitted in this
+    step taken at its own prior's centre; a parameter without a prior at its current value), the
+    bounds' geometric midpoint and a :func:`_lattice` over the bounds."""
+    def clip(v: float, b: tuple[float, float]) -> float:
+        return min(max(v, b[0]), b[1])
+
+    centred = dict(zip(names, x0, strict=True))
+    for k, b in zip(names, bounds, strict=True):  # a centre fitted in this step comes first (FIT_STEPS' order)
+        if k in PRIORS:
+            centre = PRIORS[k][0]
+            at = centred[centre] if centre in centred else math.log(prior_centre(ev, cluster, params, centre))
+            centred[k] = clip(at, b)
+    starts = [("start", list(x0)), ("prior centres", [centred[k] for k in names]),
+              ("geometric midpoint", [(lo + hi) / 2 for lo, hi in bounds])]
+    starts += [(f"lattice {i}", [lo + (hi - lo) * u for u, (lo, hi) in zip(point, bounds, strict=True)])
+               for i, point in enumerate(_lattice(LHS_POINTS, len(names)))]
+    return starts
+
+
+def _search_nd(objective: Callable[[Sequence[float]], float], starts: list[tuple[str, list[float]]],
+               bounds: list[tuple[float, float]]) -> tuple[list[float], float, int, dict]:
+    """Several parameters (log space): every candidate start's loss once, then Nelder-Mead from the
+    first start (the step's own) and from the :data:`NM_STARTS` - 1 best others; the lowest minimum.
+    Returns ``(x, loss, evaluations, record)``."""
+    from scipy.optimize import minimize
+
+    screened = [(objective(x), i) for i, (_name, x) in enumerate(starts)]
+    nfev = len(starts)
+    chosen = [0] + [i for _f, i in sorted(s for s in screened if s[1] != 0)[:NM_STARTS - 1]]
+    runs = []
+    for i in chosen:
+        name, x0 = starts[i]
+        # the first simplex spans a factor e^0.5 in each parameter, so that a start far from the
+        # answer (the defaults, in --validate) is left behind; NM's default step is 5% of log(x),
+        # which is nothing for a value near 1
+        simplex = [x0] + [[x + (SIMPLEX_STEP if k == j else 0.0) * (1 if x + SIMPLEX_STEP <= hi else -1)
+                           for j, (x, (_lo, hi)) in enumerate(zip(x0, bounds, strict=True))]
+                          for k in range(len(x0))]
+        res = minimize(objective, x0, method="Nelder-Mead",
+                       options={"xatol": 1e-3, "fatol": 1e-6, "maxfev": EVALS_PER_PARAM * len(x0),
+                                "initial_simplex": simplex})
+        nfev += int(res.nfev)
+        runs.append((float(res.fun), [min(max(float(x), lo), hi) for x, (lo, hi) in zip(res.x, bounds, strict=True)],
+                     name))
+    loss, best, name = min(runs, key=lambda t: t[0])  # a tie keeps the earlier run: the step's own start first
+    return best, loss, nfev, {"method": "Nelder-Mead from several starts",
+                              "candidates": len(starts),
+                              "runs": {n: math.sqrt(f) for f, _x, n in runs},
+                              "best_from": name}
 
 
 def fit_all(

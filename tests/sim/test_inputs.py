@@ -113,6 +113,29 @@ def test_fit_recovers_a_planted_parameter():
     assert result["steps"][0]["rms_log_error"] < 0.01
 
 
+def test_the_fit_searches_past_the_minimum_nearest_its_start():
+    """A loss with two minima, the start in the basin of the worse one: Nelder-Mead from the start
+    alone stops there; the search (the start, fixed candidates, the best of them refined) finds the
+    lower one, the same way every time. The lattice of candidates is a Latin hypercube."""
+    from hipress.sim.calibrate import LHS_POINTS, _lattice, _search_1d, _search_nd
+
+    def f(x):  # minima 0.5 at (-1, 0) and 0 at (1.5, 0)
+        return min((x[0] + 1) ** 2 + x[1] ** 2 + 0.5, (x[0] - 1.5) ** 2 + x[1] ** 2)
+
+    bounds = [(-3.0, 3.0), (-3.0, 3.0)]
+    starts = [("start", [-1.0, 0.0]), ("midpoint", [0.0, 0.0])]
+    starts += [(f"lattice {i}", [-3 + 6 * u for u in pt]) for i, pt in enumerate(_lattice(LHS_POINTS, 2))]
+    x, loss, nfev, record = _search_nd(f, starts, bounds)
+    assert loss < 1e-4 and x == pytest.approx([1.5, 0.0], abs=0.02)
+    assert record["best_from"] != "start" and record["runs"]["start"] == pytest.approx(0.5 ** 0.5, abs=1e-3)
+    assert _search_nd(f, starts, bounds) == (x, loss, nfev, record)
+    for axis in range(3):
+        assert sorted(int(pt[axis] * LHS_POINTS) for pt in _lattice(LHS_POINTS, 3)) == list(range(LHS_POINTS))
+    # one parameter: a deeper well that Brent's method on the whole interval steps over (it stops at 2)
+    x1, loss1, _n, rec1 = _search_1d(lambda u: min(0.1 * (u[0] - 2) ** 2 + 0.2, 5 * (u[0] + 2.1) ** 2), (-3.0, 3.0))
+    assert loss1 < 1e-4 and x1[0] == pytest.approx(-2.1, abs=0.01) and rec1["best_from"] != "whole interval", rec1
+
+
 def test_explain_names_every_source():
     rows = explain(SimParams())
     assert {r["name"] for r in rows} >= {"net_efficiency", "nccl_step_ms", "host_jitter"}
