@@ -312,13 +312,15 @@ def close(mode: str) -> None:
         if RANK == 0:
             print(f"PASS close staggered np={WORLD}", flush=True)
     elif mode == "missing":
-        eng = Engine(comm, "tbq", "casync-ring", timeout=2)
+        # the step may take seconds on a loaded machine (2 cores, two test workers of 3 ranks each):
+        # only close() gets the short timeout under test
+        eng = Engine(comm, "tbq", "casync-ring", timeout=30)
         for k, v in grads.items():
             eng.submit(k, v)
         eng.wait_all()
         if RANK == 2:
             time.sleep(60)  # never closes: the others' close must fail, naming this rank
-        eng.close()
+        eng.close(timeout=2)
         raise AssertionError(f"rank {RANK}: close() returned although rank 2 never closed")
     else:
         raise SystemExit(f"unknown close mode {mode!r}")
