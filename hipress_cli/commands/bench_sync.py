@@ -92,9 +92,10 @@ def sync(
             markup=False, highlight=False, soft_wrap=True)
     nbytes = parse_fp32_size(size)
     pbytes = parse_size(partition_bytes, what="--partition-bytes")
-    if pbytes and math.ceil(nbytes / pbytes) > MAX_PARTITIONS:
+    parts = math.ceil(nbytes / pbytes) if pbytes else 1
+    if parts > MAX_PARTITIONS:
         raise fail(f"--partition-bytes {partition_bytes} cuts the {nbytes:,}-byte gradient into "
-                   f"{math.ceil(nbytes / pbytes):,} partitions, more than {MAX_PARTITIONS}: give at least "
+                   f"{parts:,} partitions, more than {MAX_PARTITIONS}: give at least "
                    f"{math.ceil(nbytes / MAX_PARTITIONS)} bytes (or 0 for one partition)")
 
     from hipress.launch import emulate as emu

@@ -10,9 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
-from hipress.sim.fields import Field, FieldError, check_table
+from hipress.sim.fields import Field, FieldError, check_table, read_toml
 
 #: The fields a model's table may set: the model zoo's run options.
 MODEL_FIELDS = ("batch_size", "input_size", "seq_len")
@@ -68,15 +66,7 @@ def load_settings(path: Path, fig12_rates: list[float] | None = None) -> RealSet
     from hipress.models import BadModelOption, UnknownModel, get
 
     where = str(path)
-    try:
-        raw = tomllib.loads(Path(path).read_text())
-    except OSError as e:
-        why = f"cannot read {where}: {e.strerror}; real mode needs it (see experiments/sosp21/)"
-        raise SettingsError(why) from None
-    except UnicodeDecodeError as e:
-        raise SettingsError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except ValueError as e:  # TOMLDecodeError, or an integer past Python's 4300 digits
-        raise SettingsError(f"{where}: not valid TOML ({e})") from None
+    raw = read_toml(path, SettingsError, "; real mode needs it (see experiments/sosp21/)")
     try:
         top = check_table(raw, FIELDS, where)
         if not top["models"]:

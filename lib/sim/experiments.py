@@ -17,11 +17,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from .cluster import cluster_from_reference
 from .costs import ALGORITHMS, algorithm
-from .fields import Field, FieldError, check_table, closest
+from .fields import Field, FieldError, check_table, closest, read_toml
 from .reference import Reference
 from .systems import ALL_SYSTEMS
 
@@ -152,14 +150,7 @@ def load_figure(path: Path, ref: Reference) -> Figure:
     the key takes, raised before anything runs.
     """
     where = str(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise ExperimentError(f"cannot read {where}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise ExperimentError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except ValueError as e:  # TOMLDecodeError, or an integer past Python's 4300 digits
-        raise ExperimentError(f"{where}: not valid TOML ({e})") from None
+    raw = read_toml(path, ExperimentError)
     kind = _checked(raw, {"kind": _HEAD["kind"]}, where, open_=True)["kind"]
     head = {**_HEAD, "cluster": replace(_HEAD["cluster"], choices=tuple(ref.clusters))}
     top = _checked(raw, {**head, **_PANEL[kind]}, where)

@@ -24,7 +24,10 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
+
+import tomllib
 
 #: How each accepted type is named in a message, singular and plural.
 _NOUNS: dict[type, tuple[str, str]] = {
@@ -38,6 +41,22 @@ _NOUNS: dict[type, tuple[str, str]] = {
 
 class FieldError(ValueError):
     """A field that cannot be used as written; the message names the file, the key and what to write."""
+
+
+def read_toml(path: str | Path, error: type[FieldError], unreadable_hint: str = "") -> dict[str, Any]:
+    """The table a TOML file holds; every way of failing is an ``error`` naming the file.
+
+    ``unreadable_hint``: what a missing or unreadable file means to its reader, appended to that message.
+    """
+    where = str(path)
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except OSError as e:
+        raise error(f"cannot read {where}: {e.strerror}{unreadable_hint}") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except ValueError as e:  # TOMLDecodeError, or an integer past Python's 4300 digits
+        raise error(f"{where}: not valid TOML ({e})") from None
 
 
 def shown(value: Any, limit: int = 60) -> str:
