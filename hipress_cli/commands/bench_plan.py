@@ -24,7 +24,7 @@ def plan(
     alg: Annotated[str, typer.Option("--alg", help="Compressor whose payload size sets the ratio.")] = "onebit",
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions.")] = 7,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured warm-up runs.")] = 1,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the random gradient sizes.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the random gradient sizes (0 or more).")] = 0,
     json_: JsonOpt = False,
 ) -> None:
     """Plan N random gradients (sizes log-uniform in 1..1e8) with the sosp21 cost model; median and 95% CI."""

@@ -125,3 +125,10 @@ def test_bench_train_results_that_cannot_be_a_directory_is_a_clear_error(tmp_pat
     r = hipress("bench", "train", "mlp", "--np", "2", "--variants", "ring+tbq", "--results", afile)
     assert r.returncode == 2
     assert f"--results {afile}: cannot create {afile}/bench-" in r.stderr and "Not a directory" in r.stderr
+
+
+def test_bench_plan_refuses_a_negative_seed():
+    # numpy's default_rng refused -1 with a ValueError traceback, after the option parser let it through
+    r = hipress("bench", "plan", "--gradients", 5, "--repeat", 1, "--seed", -1)
+    assert r.returncode == 2 and not r.stdout
+    assert "--seed" in r.stderr and "greater than or equal to 0" in r.stderr
