@@ -194,10 +194,10 @@ def _shape(ns: str, dev: str, rate_bits: int | None) -> None:
 
 def _link_rate(ns: str, dev: str) -> int | None:
     r = subprocess.run(_ns(ns, "tc", "qdisc", "show", "dev", dev), capture_output=True, text=True, timeout=30)
-    m = re.search(r"tbf .*?rate (\d+(?:\.\d+)?)([KMG]?)bit", r.stdout)
+    m = re.search(r"tbf .*?rate (\d+(?:\.\d+)?)([KMGT]?)bit", r.stdout)
     if not m:
         return None
-    return int(float(m.group(1)) * {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}[m.group(2)])
+    return int(float(m.group(1)) * {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}[m.group(2)])
 
 
 # ---------------------------------------------------------------------------- the commands
