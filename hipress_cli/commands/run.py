@@ -9,6 +9,7 @@ stay in ``results/<run-id>/``.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -260,6 +261,8 @@ def register(app: typer.Typer) -> None:
             try:
                 emulated, restore = borrow(cfg.np, emulate, prefix)
             except EmulationError as e:
+                if resume is None:  # nothing ran: no run directory left behind with only its config
+                    shutil.rmtree(run_dir, ignore_errors=True)
                 raise fail(str(e)) from None
             out.print(styled("[dim]emulated cluster {}: rank i on host i, links {}[/]", repr(emulated.prefix),
                              emulated.rate))

@@ -152,3 +152,20 @@ def test_threshold_reaches_the_engine(tmp_path):
     (cfg_dir,) = (tmp_path / "b").iterdir()
     cfg = json.loads((cfg_dir / "config.json").read_text())
     assert cfg["comp_threshold"] == 100000 and not any(e[2] for e in cfg["plan"])
+
+
+def test_an_emulated_cluster_that_cannot_be_borrowed_leaves_no_run_directory(tmp_path, monkeypatch):
+    """A cluster too small (or no root): refused after the run directory was made; it must not stay behind
+    as a run that never ran (a config.json and plan.txt, no events)."""
+    from hipress.launch import emulate
+
+    def too_small(hosts, rate, prefix):
+        raise emulate.EmulationError(f"emulated cluster {prefix!r} has 1 hosts, {hosts} are needed")
+
+    monkeypatch.setattr(emulate, "borrow", too_small)
+    results = tmp_path / "results"
+    r = _invoke(["run", "mlp", "--np", "2", "--iters", "1", "--emulate", "1gbit", "--prefix", "qa",
+                 "--results", str(results)])
+    assert r.exit_code == 2, r.output
+    assert "has 1 hosts, 2 are needed" in _text(r)
+    assert not results.exists() or not any(results.iterdir()), list(results.iterdir())
