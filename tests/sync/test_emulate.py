@@ -102,3 +102,24 @@ def test_bad_prefix_and_host_count():
         emulate.up(2, "1gbit", "Bad Prefix!")
     with pytest.raises(EmulationError, match="between 1 and 64"):
         emulate.up(0, "1gbit", "hpzero")
+
+
+def test_messages_name_the_prefix_and_only_its_namespaces(monkeypatch):
+    """The commands a message suggests work for a cluster with its own --prefix (they named the default
+    cluster's), and an incomplete cluster lists its own namespaces, not every namespace of the machine."""
+    names = {"qa-h0", "other-h0", "other-sw"}
+    monkeypatch.setattr(emulate, "check_support", lambda: None)
+    monkeypatch.setattr(emulate, "_namespaces", lambda: set(names))
+    with pytest.raises(EmulationError) as e:
+        emulate.status("qa")
+    assert "namespaces qa-h0)" in str(e.value) and "other" not in str(e.value)
+    assert "hipress cluster emulate down --prefix qa`" in str(e.value)
+    with pytest.raises(EmulationError, match=r"emulate up --hosts 2 --prefix qa`"):
+        emulate.require(emulate.EmulatedCluster(2, None, "qa"))
+    names.add("qa-sw")
+    with pytest.raises(EmulationError, match=r"emulate up --hosts 3 --prefix qa` \(or down\)"):
+        emulate.borrow(3, "1gbit", "qa")
+    monkeypatch.setattr(emulate, "_link_rate", lambda ns, dev: None)
+    names.update({"hipress-h0", "hipress-sw"})
+    with pytest.raises(EmulationError, match=r"emulate up --hosts 3` \(or down\)"):
+        emulate.borrow(3, "1gbit")
