@@ -70,6 +70,8 @@ def profile(
     ssh: options.SshOpts = options.SshOpts(),
     emulated: Annotated[bool, typer.Option(
         "--emulated", help="Run the ranks in the emulated cluster that is up (shaped network namespaces).")] = False,
+    prefix: Annotated[str, typer.Option("--prefix", help="With --emulated: the emulated cluster's name prefix.")]
+    = "hipress",
     sizes: Annotated[str, typer.Option("--sizes", help="Element counts to measure, comma-separated.")]
     = "1K,4K,16K,64K,256K,1M,4M",
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions per size.")] = 5,
@@ -96,14 +98,22 @@ def profile(
         host_list = options.hosts_from_cli(hosts, hostfile)
         ssh_options = ssh.ssh_options()
     if emulated:
-        from hipress.launch.emulate import EmulationError, status
+        from hipress.launch.emulate import DEFAULT_PREFIX, EmulationError, status, validate_prefix
 
         try:
-            cluster = status()
+            validate_prefix(prefix)
+        except EmulationError as e:
+            raise fail(f"--prefix: {e}") from None
+        try:
+            cluster = status(prefix)
         except EmulationError as e:
             raise fail(str(e)) from None
         if cluster is None:
-            raise fail("no emulated cluster is up; start one with `hipress cluster emulate up --hosts N`")
+            with_prefix = "" if prefix == DEFAULT_PREFIX else f" --prefix {prefix}"
+            raise fail(f"no emulated cluster {prefix!r} is up; start one with "
+                       f"`hipress cluster emulate up --hosts N{with_prefix}`")
+    elif prefix != "hipress":
+        raise fail("--prefix names the emulated cluster of --emulated; give --emulated too")
     nprocs = np_ if np_ is not None else (cluster.hosts if cluster else 2)
     size_list = _sizes(sizes)
     check_output(output)

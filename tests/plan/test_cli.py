@@ -392,3 +392,29 @@ def test_plan_explain_keeps_whole_gradient_names_at_80_columns(vgg_input):
 def test_dash_h_is_help_as_in_hipress_scripts(argv):
     r = CliRunner().invoke(APP, argv, catch_exceptions=False)
     assert r.exit_code == 0 and "Usage: " in r.stdout, r.stdout
+
+
+def test_profile_emulated_takes_the_clusters_prefix(monkeypatch, tmp_path):
+    """``run``/``bench``/``cluster emulate`` take --prefix; ``profile --emulated`` only found the default
+    cluster, so one brought up with --prefix could not be profiled."""
+    from hipress.launch import emulate
+    from hipress.plan import profile as profile_mod
+
+    asked, used = [], []
+    monkeypatch.setattr(emulate, "status", lambda prefix="hipress": asked.append(prefix) or None)
+    r = hipress("profile", "--emulated", "--prefix", "qa", "--output", tmp_path / "p.json")
+    assert r.returncode == 2 and asked == ["qa"]
+    assert "no emulated cluster 'qa' is up" in r.stderr and "emulate up --hosts N --prefix qa`" in r.stderr
+
+    monkeypatch.setattr(emulate, "status", lambda prefix="hipress": emulate.EmulatedCluster(3, None, prefix))
+
+    def stop(*a, emulated=None, **k):
+        used.append(emulated)
+        raise PlanError("stopped here")
+
+    monkeypatch.setattr(profile_mod, "profile", stop)
+    r = hipress("profile", "--emulated", "--prefix", "qa", "--output", tmp_path / "p.json")
+    assert r.returncode == 2 and "stopped here" in r.stderr
+    assert used == [emulate.EmulatedCluster(3, None, "qa")]
+    r = hipress("profile", "--prefix", "qa", "--output", tmp_path / "p.json")
+    assert r.returncode == 2 and "give --emulated too" in r.stderr
