@@ -12,13 +12,18 @@ from rich.table import Table
 from hipress.topology_names import PLAN_TOPOLOGIES, plan_topology
 from hipress_cli.options import JsonOpt, console, fail, print_json, styled
 
+#: ``--gradients``: a model has thousands of gradients at most; a million plan in about five seconds
+#: here (0.8 GB). Far more is a typo: 10^12 asked numpy for 7 TiB and ended in a MemoryError traceback.
+MAX_GRADIENTS = 10**6
+
 
 def register(parent: typer.Typer) -> None:
     parent.command("plan")(plan)
 
 
 def plan(
-    gradients: Annotated[int, typer.Option("--gradients", min=1, help="Number of gradients to plan.")] = 100_000,
+    gradients: Annotated[int, typer.Option("--gradients", min=1, max=MAX_GRADIENTS,
+                                                 help=f"Number of gradients to plan, 1..{MAX_GRADIENTS:,}.")] = 100_000,
     nnodes: Annotated[int, typer.Option("--nnodes", help="Nodes N, 1..4096 (K ranges over 1..N).")] = 16,
     topology: Annotated[str, typer.Option("--topology", help="ps, ring or both; any case.")] = "both",
     alg: Annotated[str, typer.Option("--alg", help="Compressor whose payload size sets the ratio.")] = "onebit",

@@ -132,3 +132,10 @@ def test_bench_plan_refuses_a_negative_seed():
     r = hipress("bench", "plan", "--gradients", 5, "--repeat", 1, "--seed", -1)
     assert r.returncode == 2 and not r.stdout
     assert "--seed" in r.stderr and "greater than or equal to 0" in r.stderr
+
+
+def test_bench_plan_bounds_the_gradient_count():
+    # 10^12 gradients asked numpy for 7 TiB: a MemoryError traceback instead of a message
+    r = hipress("bench", "plan", "--gradients", 10**12, "--repeat", 1)
+    assert r.returncode == 2 and not r.stdout
+    assert "--gradients" in r.stderr and "1000000" in r.stderr
