@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from hipress import lr_schedules
+from hipress.launch.emulate import DEFAULT_PREFIX as DEFAULT_PREFIX  # the default of PrefixOpt
 
 #: Plain text by default: what the commands print is mostly paths, gradient names and messages that
 #: hold user input, and rich would take a ``[v2]`` or ``[/x]`` in them for markup (drop it, or fail
@@ -28,6 +29,9 @@ console = Console(markup=False)
 err_console = Console(stderr=True, markup=False)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
+#: The emulated cluster a command builds, uses or borrows (default ``DEFAULT_PREFIX``).
+PrefixOpt = Annotated[str, typer.Option("--prefix", help="The emulated cluster's name prefix (its namespaces: "
+                                        "{prefix}-h0, {prefix}-h1, .., {prefix}-sw).")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="Where the ranks train: auto (CUDA when torch sees a "
                                        "GPU, else the CPU), cuda or cpu. Rank i binds GPU (local rank % GPUs).")]
 PaperSizeOpt = Annotated[bool | None, typer.Option("--paper-size/--no-paper-size", help="Use the paper's input "

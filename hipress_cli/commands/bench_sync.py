@@ -19,8 +19,10 @@ from rich.table import Table
 
 from hipress.topology_names import DEFAULT_CHOICE, FP32_ONLY_ENGINES
 from hipress_cli.options import (
+    DEFAULT_PREFIX,
     DeviceOpt,
     JsonOpt,
+    PrefixOpt,
     check_emulate,
     console,
     err_console,
@@ -61,7 +63,7 @@ def sync(
         "--partition-bytes", help="Target bytes per message when partitioning (0: one partition).")] = "4M",
     threads: Annotated[int, typer.Option("--threads", min=1, help="Compressor kernel threads per rank.")] = 1,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before the whole run is stopped.")] = 900,
-    prefix: Annotated[str, typer.Option("--prefix", help="Emulated cluster name prefix.")] = "hipress",
+    prefix: PrefixOpt = DEFAULT_PREFIX,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Echo the ranks' output.")] = False,
     device: DeviceOpt = "auto",
     json_: JsonOpt = False,

@@ -13,10 +13,12 @@ from rich.table import Table
 
 from hipress.lr_schedules import CONSTANT
 from hipress_cli.options import (
+    DEFAULT_PREFIX,
     DeviceOpt,
     JsonOpt,
     LrScheduleOpt,
     PaperSizeOpt,
+    PrefixOpt,
     check_emulate,
     console,
     err_console,
@@ -47,7 +49,7 @@ def train(
     threads: Annotated[int, typer.Option("--threads", help="Threads per rank (0: cores / ranks).")] = 0,
     emulate: Annotated[str | None, typer.Option("--emulate", help="Emulated cluster link rate, e.g. 1gbit "
                                                 "(needs root).")] = None,
-    prefix: Annotated[str, typer.Option("--prefix", help="The emulated cluster's name prefix.")] = "hipress",
+    prefix: PrefixOpt = DEFAULT_PREFIX,
     results: Annotated[Path, typer.Option("--results", help="Where run directories go.")] = Path("results"),
     target_accuracy: Annotated[float | None, typer.Option("--target-accuracy", help="Time to accuracy instead "
                                "of throughput: train mlp on scikit-learn's digits until the test accuracy "

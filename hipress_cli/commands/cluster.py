@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.options import JsonOpt, console, fail, print_json
+from hipress_cli.options import DEFAULT_PREFIX, JsonOpt, PrefixOpt, console, fail, print_json
 
 app = typer.Typer(help="Clusters: check real hosts over SSH, or emulate hosts on this machine.",
                   no_args_is_help=True)
@@ -18,7 +18,6 @@ emulate_app = typer.Typer(
 )
 app.add_typer(emulate_app, name="emulate")
 
-PrefixOpt = Annotated[str, typer.Option("--prefix", help="Name prefix of the namespaces ({prefix}-h0, {prefix}-sw).")]
 
 
 def _describe(cluster, json_: bool, state: str) -> None:
@@ -41,7 +40,7 @@ def up(
     hosts: Annotated[int, typer.Option("--hosts", min=1, max=64, help="Number of hosts.")] = 4,
     rate: Annotated[str, typer.Option("--rate", help="Link rate, e.g. 1gbit, 10gbit, 500mbit, or 'unshaped'.")] = (
         "1gbit"),
-    prefix: PrefixOpt = "hipress",
+    prefix: PrefixOpt = DEFAULT_PREFIX,
     json_: JsonOpt = False,
 ) -> None:
     """Build the hosts (or only re-shape them if they exist with this size): idempotent."""
@@ -55,7 +54,7 @@ def up(
 
 
 @emulate_app.command("down")
-def down(prefix: PrefixOpt = "hipress", json_: JsonOpt = False) -> None:
+def down(prefix: PrefixOpt = DEFAULT_PREFIX, json_: JsonOpt = False) -> None:
     """Remove the hosts (their links and bridge go with them); nothing to do is not an error."""
     from hipress.launch import emulate
 
@@ -70,7 +69,7 @@ def down(prefix: PrefixOpt = "hipress", json_: JsonOpt = False) -> None:
 
 
 @emulate_app.command("status")
-def status(prefix: PrefixOpt = "hipress", json_: JsonOpt = False) -> None:
+def status(prefix: PrefixOpt = DEFAULT_PREFIX, json_: JsonOpt = False) -> None:
     """Show the emulated cluster, if any."""
     from hipress.launch import emulate
 

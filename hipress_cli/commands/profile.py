@@ -70,8 +70,7 @@ def profile(
     ssh: options.SshOpts = options.SshOpts(),
     emulated: Annotated[bool, typer.Option(
         "--emulated", help="Run the ranks in the emulated cluster that is up (shaped network namespaces).")] = False,
-    prefix: Annotated[str, typer.Option("--prefix", help="With --emulated: the emulated cluster's name prefix.")]
-    = "hipress",
+    prefix: options.PrefixOpt = options.DEFAULT_PREFIX,
     sizes: Annotated[str, typer.Option("--sizes", help="Element counts to measure, comma-separated.")]
     = "1K,4K,16K,64K,256K,1M,4M",
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions per size.")] = 5,
@@ -98,7 +97,7 @@ def profile(
         host_list = options.hosts_from_cli(hosts, hostfile)
         ssh_options = ssh.ssh_options()
     if emulated:
-        from hipress.launch.emulate import DEFAULT_PREFIX, EmulationError, status, validate_prefix
+        from hipress.launch.emulate import EmulationError, cli_prefix, status, validate_prefix
 
         try:
             validate_prefix(prefix)
@@ -109,10 +108,9 @@ def profile(
         except EmulationError as e:
             raise fail(str(e)) from None
         if cluster is None:
-            with_prefix = "" if prefix == DEFAULT_PREFIX else f" --prefix {prefix}"
             raise fail(f"no emulated cluster {prefix!r} is up; start one with "
-                       f"`hipress cluster emulate up --hosts N{with_prefix}`")
-    elif prefix != "hipress":
+                       f"`hipress cluster emulate up --hosts N{cli_prefix(prefix)}`")
+    elif prefix != options.DEFAULT_PREFIX:
         raise fail("--prefix names the emulated cluster of --emulated; give --emulated too")
     nprocs = np_ if np_ is not None else (cluster.hosts if cluster else 2)
     size_list = _sizes(sizes)
@@ -126,6 +124,9 @@ def profile(
         raise fail(str(e)) from None
     except OSError as e:
         raise fail(f"cannot write {output}: {e.strerror or e}") from None
+    except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM during the transport job: 128 + the signal), as `hipress run`
+        raise fail(f"{e or 'interrupted by the user (Ctrl-C)'}; nothing was written to {output}",
+                   code=getattr(e, "returncode", 130)) from None
     d = model.to_json()
     if json_:
         print_json({"output": str(output), "profile": d})

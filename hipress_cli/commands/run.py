@@ -164,7 +164,7 @@ def register(app: typer.Typer) -> None:
         emulate: Annotated[str | None, typer.Option("--emulate", help="Run on an emulated cluster on this machine "
                                                     "(rank i in network-namespace host i) with this link rate, "
                                                     "e.g. 1gbit; needs root.")] = None,
-        prefix: Annotated[str, typer.Option("--prefix", help="The emulated cluster's name prefix.")] = "hipress",
+        prefix: opt.PrefixOpt = opt.DEFAULT_PREFIX,
         compll_dir: Annotated[Path | None, typer.Option("--compll-dir", help="A directory of CompLL specs "
                                                        "(*.pse): their algorithms can be named by --alg.")] = None,
         compress_after: Annotated[int, typer.Option("--compress-after", help="Synchronize the first N iterations "

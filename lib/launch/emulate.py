@@ -175,7 +175,7 @@ def _namespaces() -> set[str]:
     return {line.split()[0] for line in out.splitlines() if line.strip()}
 
 
-def _cli_prefix(prefix: str) -> str:
+def cli_prefix(prefix: str) -> str:
     """`` --prefix P`` for a command suggested in a message (nothing for the default prefix)."""
     return "" if prefix == DEFAULT_PREFIX else f" --prefix {prefix}"
 
@@ -286,7 +286,7 @@ def status(prefix: str = DEFAULT_PREFIX) -> EmulatedCluster | None:
     if have != list(range(len(have))) or f"{prefix}-sw" not in names or not have:
         mine = sorted(n for n in names if n == f"{prefix}-sw" or re.fullmatch(rf"{re.escape(prefix)}-h\d+", n))
         raise EmulationError(f"emulated cluster {prefix!r} is incomplete (namespaces {', '.join(mine)}); run "
-                             f"`hipress cluster emulate down{_cli_prefix(prefix)}`, then `up` again")
+                             f"`hipress cluster emulate down{cli_prefix(prefix)}`, then `up` again")
     rates = {_link_rate(f"{prefix}-h{i}", IFACE) for i in have}
     rate = rates.pop() if len(rates) == 1 else None
     return EmulatedCluster(len(have), rate, prefix)
@@ -300,7 +300,7 @@ def require(cluster: EmulatedCluster) -> None:
     if missing:
         raise EmulationError(
             f"emulated cluster {cluster.prefix!r} is not up (missing {', '.join(missing)}); "
-            f"run `hipress cluster emulate up --hosts {cluster.hosts}{_cli_prefix(cluster.prefix)}`"
+            f"run `hipress cluster emulate up --hosts {cluster.hosts}{cli_prefix(cluster.prefix)}`"
         )
 
 
@@ -316,5 +316,5 @@ def borrow(hosts: int, rate: str, prefix: str = DEFAULT_PREFIX) -> tuple[Emulate
         return up(hosts, bits, prefix), lambda: down(prefix)
     if existing.hosts < hosts:
         raise EmulationError(f"emulated cluster {prefix!r} has {existing.hosts} hosts, {hosts} are needed; "
-                             f"run `hipress cluster emulate up --hosts {hosts}{_cli_prefix(prefix)}` (or down) first")
+                             f"run `hipress cluster emulate up --hosts {hosts}{cli_prefix(prefix)}` (or down) first")
     return up(existing.hosts, bits, prefix), lambda: up(existing.hosts, existing.rate_bits, prefix)

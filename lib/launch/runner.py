@@ -37,7 +37,8 @@ from typing import Any
 from . import heartbeat
 from .job import FailedStart, LocalJob
 
-__all__ = ["RUN_DIR", "Ended", "EventTail", "FailedStart", "LocalJob", "Where", "follow", "signals_noted", "start"]
+__all__ = ["RUN_DIR", "Ended", "EventTail", "FailedStart", "Interrupted", "LocalJob", "Where", "follow",
+           "signals_noted", "start"]
 
 #: Stands for the run directory in a rank's command line, as the ranks see it: its absolute path on
 #: this machine; ``.`` on a host, where the ranks run in the host's copy of it. Replaced wherever it
@@ -135,6 +136,20 @@ class EventTail:
                 if isinstance(obj, dict):
                     new.append(obj)
         return new
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal stopped a job its command followed (Ctrl-C, SIGTERM, SIGHUP: ``Ended.status`` interrupted).
+
+    A ``KeyboardInterrupt``, so that it passes error handling meant for failures (a reproduction's
+    point loop would make it a failed point, exit 1) and leaves ``with`` blocks that clean up (the
+    emulated cluster); ``returncode`` is what the command exits with, 128 + the signal, as
+    ``hipress run`` does.
+    """
+
+    def __init__(self, message: str, returncode: int = 128 + signal.SIGINT) -> None:
+        super().__init__(message)
+        self.returncode = returncode
 
 
 @dataclass

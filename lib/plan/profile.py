@@ -146,9 +146,9 @@ def measure_transport(
     machine (inside an ``emulated`` cluster's shaped network namespaces if one is given), or with
     ``hosts``' slots as ranks over SSH (``nprocs`` is then the hosts' total slots; pre-flight first,
     the result comes back by SFTP). Either way a timeout or a failed rank stops every process and
-    raises ``PlanError`` with the job's output.
+    raises ``PlanError`` with the job's output; a signal stops them too and raises ``Interrupted``.
     """
-    from hipress.launch.runner import RUN_DIR, FailedStart, Where, follow, start
+    from hipress.launch.runner import RUN_DIR, FailedStart, Interrupted, Where, follow, start
 
     args = ["--sizes", ",".join(map(str, sizes)), "--repeat", str(repeat), "--warmup", str(warmup)]
     argv = [sys.executable, "-m", "hipress.plan.profile_worker", *args, "--output", f"{RUN_DIR}/transport.json"]
@@ -180,6 +180,8 @@ def measure_transport(
         if isinstance(job, FailedStart):
             raise PlanError(f"transport profiling {what} could not start: {job.message}")
         ended = follow(job, run_dir, timeout_s=timeout, stall_timeout_s=0)
+        if ended.status == "interrupted":  # the user's Ctrl-C (or a SIGTERM), not a failed profile
+            raise Interrupted(ended.failure, ended.returncode)
         out = run_dir / "transport.json"
         if not ended.ok or not out.exists():
             why = ended.failure.split("\n", 1)[0] if ended.failure else "no result written"

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hipress.launch.runner import Interrupted
 from hipress.sim.experiments import Point
 from hipress.sim.fields import Field
 from hipress.sim.store import Warn, bad_entry, read_cached, warn_stderr, write_output
@@ -40,19 +41,6 @@ DEFAULT_PREFIX = "hrepro"
 
 class RealRunnerError(RuntimeError):
     """The emulated cluster or the real engine cannot run this reproduction."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """A signal stopped the reproduction: Ctrl-C, or SIGTERM/SIGHUP while a point's run was followed.
-
-    A ``KeyboardInterrupt``, so that it passes the point loop's error handling (which would make it a
-    failed point, exit 1) and leaves the runner's ``with`` block, which removes the emulated cluster;
-    ``returncode`` is what the command exits with, 128 + the signal, as ``hipress run`` does.
-    """
-
-    def __init__(self, message: str, returncode: int = 128 + signal.SIGINT) -> None:
-        super().__init__(message)
-        self.returncode = returncode
 
 
 def point_spec(p: Point) -> RunSpec | None:

@@ -8,8 +8,10 @@ Output is compared with whitespace collapsed, as rich wraps lines at the termina
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -418,3 +420,48 @@ def test_profile_emulated_takes_the_clusters_prefix(monkeypatch, tmp_path):
     assert used == [emulate.EmulatedCluster(3, None, "qa")]
     r = hipress("profile", "--prefix", "qa", "--output", tmp_path / "p.json")
     assert r.returncode == 2 and "give --emulated too" in r.stderr
+
+
+def _profile_ranks(launcher: int) -> list[int]:
+    """The transport job's processes: they carry the launcher's PID in their environment."""
+    needle = f"HIPRESS_LAUNCHER_PID={launcher}".encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not installed")
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_profile_exits_as_interrupted_and_writes_nothing(tmp_path, sig, code):
+    """Ctrl-C (or SIGTERM) while the transport job runs: 128 + the signal, as `hipress run` exits, and a
+    message, not exit 2 (a usage error) with "transport profiling failed"; no profile, no ranks left."""
+    from hipress.launch.procs import alive
+
+    out = tmp_path / "p.json"
+    proc = subprocess.Popen([sys.executable, "-m", "hipress_cli.app", "profile", "--np", "2", "--sizes", "1K,64K",
+                             "--repeat", "2000", "--warmup", "0", "--output", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
+    try:
+        deadline = time.monotonic() + 120
+        while not (ranks := _profile_ranks(proc.pid)) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ranks, f"the transport job never started: {proc.poll()} {proc.stderr.read() if proc.poll() else ''}"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    err = " ".join(err.split())
+    assert proc.returncode == code, err
+    assert "interrupted" in err and f"nothing was written to {out}" in err and "Traceback" not in err, err
+    assert not out.exists()
+    deadline = time.monotonic() + 15
+    while [p for p in ranks if alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in ranks if alive(p)], "ranks left running"
