@@ -41,8 +41,8 @@ class SimParams:
     # derived from sosp21.json
     net_efficiency: float = 0.672  # SeCoPa's ring constant: 37.6 of 56 Gbit/s
     message_latency_ms: float = 0.203  # SeCoPa's ring_send_one_step A: CaSync's per-message cost
-    ps_push_ms: float = 0.085  # SeCoPa's gather A per extra node: a ps-lite server's work per push
-    ps_pull_ms: float = 0.0195  # SeCoPa's broadcast A per extra node: a ps-lite server's work per pull
+    ps_push_ms: float = 0.085  # SeCoPa's gather A per extra node: a ps-lite server's work per push received
+    ps_pull_ms: float = 0.0195  # SeCoPa's broadcast A per extra node: ps-lite's work per message sent
     # documented defaults of the systems modelled
     fusion_mb: float = 64.0  # Horovod HOROVOD_FUSION_THRESHOLD
     cycle_ms: float = 5.0  # Horovod HOROVOD_CYCLE_TIME
@@ -75,8 +75,10 @@ class SimParams:
 SOURCES: dict[str, str] = {
     "net_efficiency": "derived: SeCoPa ring_send_one_step B -> link Gbit/s, over the 56 Gbit/s it was fitted on",
     "message_latency_ms": "derived: SeCoPa ring_send_one_step A",
-    "ps_push_ms": "derived: SeCoPa gather A, slope over the node counts (ps-lite server work per push)",
-    "ps_pull_ms": "derived: SeCoPa broadcast A, slope over the node counts (ps-lite server work per pull)",
+    "ps_push_ms": "derived: SeCoPa gather A, slope over the node counts (a ps-lite server's work per push "
+                  "received, its request handling included)",
+    "ps_pull_ms": "derived: SeCoPa broadcast A, slope over the node counts (ps-lite's work per message sent: "
+                  "a server's per pull answered; a BytePS worker's per push sent and per pull answer received)",
     "fusion_mb": "default: Horovod fusion threshold",
     "cycle_ms": "default: Horovod cycle time",
     "byteps_partition_bytes": "default: BytePS BYTEPS_PARTITION_BYTES (4096000)",

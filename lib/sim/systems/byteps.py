@@ -7,7 +7,8 @@ node's GPUs. Every byte of gradient passes the host once per node and iteration 
 count: a worker pushes and pulls the whole gradient, a server takes ``n`` pushes of ``1/n`` of it
 and answers ``n`` pulls, the local server included (it is reached through ZMQ like the others).
 That message path (ZMQ and the kernel's TCP stack, or ps-lite's RDMA van with its copies into
-registered buffers; ``byteps_host_gbytes`` per wire byte at each end, fitted per cluster) and the CPU
+registered buffers; ``byteps_host_gbytes`` per wire byte at each end, fitted per cluster, plus a
+fixed ps-lite cost per message at each end, derived, see below) and the CPU
 summation (``cpu_codec_gbytes`` per fp32 byte, fitted) are why BytePS scales flat but low. The
 message path counts *wire* bytes: what lets on-CPU onebit beat plain BytePS on the local cluster's
 slow hosts (sosp21.json's local curves: 2216 against 1457 images/s at 32 GPUs) although its codec
@@ -21,8 +22,19 @@ implies: a skewed placement would bend it down at 16 servers). A server also pay
 per push it receives and per pull it answers: ps-lite's per-message work, which HiPress measured on
 its own ps-lite servers (sosp21.json's gather and broadcast ``A`` grow by ``ps_push_ms`` = 0.084 and
 ``ps_pull_ms`` = 0.020 ms per extra node; derived, not fitted), scaled like the rest by the node's
-slowness. A server meets each of its keys ``3n`` times (``n`` receives, ``n`` sums, ``n`` replies) one
-after another, so a key's latency grows with the node count; a model of many small tensors
+slowness. A worker's van pays ps-lite's fixed cost for its own messages too, each push it sends and
+each pull answer it receives, at ``ps_pull_ms`` (the broadcast slope: a message sent, with no request
+to handle); the server's larger ``ps_push_ms`` per push received is taken to include its request
+handling (the KVServer handler, the push's acknowledgement), which a worker's receipt of a pull answer
+does not do. The same derived constants, no new parameter. Without them the fixed cost of a message
+fell on the server's side only, and a fit on ResNet50's curves (many small partitions: per-message
+work) blamed the per-byte path for it -- a slow host, which VGG19 (few large tensors: per-byte work)
+then missed by 12-15% (too slow). Charging the worker ``ps_push_ms`` per pull answer instead
+(receipts priced alike on both sides) was tried as well: it overshoots, ResNet50 on aws predicted
+from VGG19's fit 11-13% too slow at 32-128 GPUs (leave-one-out, ``--validate``).
+
+A server meets each of its keys ``3n`` times (``n`` receives, ``n`` sums, ``n`` replies) one after
+another, so a key's latency grows with the node count; a model of many small tensors
 (ResNet50: 161) feels it at every key, VGG19 (a few large ones) hardly -- why BytePS's ResNet50
 curve bends down at 128 GPUs.
 """
@@ -73,10 +85,14 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
     def message(kind: str, node: int, nbytes: float, deps: list[Task | None], fixed: float = 0.0) -> Task:
         """The host's path of one message: ZMQ and the kernel's TCP stack, or ps-lite's RDMA van,
         which copies each message into registered memory before the NIC reads it; either way CPU
-        work per wire byte, at the cluster's own fitted ``byteps_host_gbytes``, plus the server's
-        fixed ps-lite work per push received or pull answered (``fixed``)."""
+        work per wire byte, at the cluster's own fitted ``byteps_host_gbytes``, plus ps-lite's fixed
+        work per message (``fixed``: ``ps_push_ms`` for a server's push received, ``ps_pull_ms`` for any
+        other message, see the module's docstring)."""
         return host(kind, node, nbytes, ctx.host_rate, deps, fixed)
 
+    # a worker's van: ps-lite's fixed cost of a message sent (``ps_pull_ms``) for each push it sends
+    # and each pull answer it receives; no request to handle, unlike a server's push received (see above)
+    w_send = w_recv = p.ps_pull_ms
     counter = 0
     ready = [ctx.ready_on(w) for w in range(n)]
     for gi, g in enumerate(grads):
@@ -92,7 +108,7 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
                 x = task("d2h", nbytes / ctx.pcie_rate, pcie_res[w], [x])
                 if compressed:
                     x = host("cpu-encode", w, nbytes, ctx.cpu_codec_rate, [x])
-                x = message("zmq-send", w, wire, [x])
+                x = message("zmq-send", w, wire, [x], w_send)
                 if w != s:
                     x = ctx.transfer(w, s, wire, [x], latency=lat)
                 x = message("zmq-recv", s, wire, [x], p.ps_push_ms)
@@ -105,7 +121,7 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
                 y = message("zmq-send", s, wire, [agg], p.ps_pull_ms)
                 if w != s:
                     y = ctx.transfer(s, w, wire, [y], latency=lat)
-                y = message("zmq-recv", w, wire, [y])
+                y = message("zmq-recv", w, wire, [y], w_recv)
                 if compressed:
                     y = host("cpu-decode", w, nbytes, ctx.cpu_codec_rate, [y])
                 y = task("h2d", nbytes / ctx.pcie_rate, pcie_res[w], [y])
