@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hipress import lr_schedules
+from hipress.launch import emulate as emulation
 from hipress.lr_schedules import CONSTANT
 from hipress.topology_names import CHOICES, DEFAULT_CHOICE
 from hipress_cli import options as opt
@@ -213,65 +214,85 @@ def register(app: typer.Typer) -> None:
         dev = opt.resolve_device(device)  # before any side effect: --device cuda without a GPU is refused here
         if paper_size is None:
             paper_size = dev == "cuda"  # the paper's input sizes are the default on a GPU
+        # --plan auto's quick profile measures the transport where the ranks will run: the emulated
+        # cluster (borrowed then, and kept for the run) or the hosts; this machine's loopback would cost
+        # every message as if free and plan for the wrong network.
+        borrowed: list[tuple[Any, Any]] = []  # (the emulated cluster, how to give it back)
+        profiled_on: list[str] = []  # where --plan auto's quick profile measured the transport, said with the plan
+
+        def plan_transport() -> dict[str, Any]:
+            if emulate is not None:
+                try:
+                    borrowed.append(emulation.borrow(np_, emulate, prefix))
+                except emulation.EmulationError as e:
+                    raise ConfigError(f"--plan auto profiles the transport on the emulated cluster: {e}") from None
+                profiled_on.append(f"emulated cluster {borrowed[0][0].prefix!r} ({borrowed[0][0].rate})")
+                return {"emulated": borrowed[0][0]}
+            if host_list:
+                profiled_on.append(f"hosts {', '.join(h.spec for h in host_list)}")
+                return {"hosts": host_list, "ssh_options": ssh.ssh_options(), "interface": ssh.interface}
+            profiled_on.append("this machine")
+            return {}
+
         try:
-            cfg = resumed or make_config(
-                model, topo, alg, np_, iters, batch_size=batch_size, input_size=input_size, seq_len=seq_len,
-                preset="paper" if paper_size else "cpu", warmup=warmup, data=data, lr=lr, momentum=momentum,
-                lr_schedule=lr_schedule, seed=seed,
-                threads=threads, plan=plan, run_id=run_id, compll_dir=compll_dir,
-                compress_after=compress_after, momentum_correction=not no_momentum_correction,
-                merge_sparse=not reencode_aggregates,
-                comp_threshold="default" if comp_threshold is None else comp_threshold,
-                checkpoint_every=checkpoint_every,
-                target_accuracy=target_accuracy, eval_every=eval_every,
-                device=dev, collective=collective,
-            )
-        except ConfigError as e:
-            raise fail(str(e)) from None
-        cluster = ssh.connect(host_list) if host_list else None
-        if cluster is None and cfg.device == "cuda":
-            from hipress.sync.device import cuda_device_count
-            from hipress.train.config import share_gpus
-
-            gpu_note = share_gpus(cfg, cuda_device_count())
-            if gpu_note:
-                (err_console if json_ else console).print(styled("[yellow]note:[/] {}", gpu_note))
-        run_dir = resume if resume is not None else results / cfg.run_id
-        try:
-            run_dir.mkdir(parents=True, exist_ok=resume is not None)
-        except FileExistsError:
-            raise fail(f"run directory {run_dir} already exists; choose another --run-id") from None
-        except OSError as e:
-            raise fail(f"cannot create the run directory {run_dir}: {e}") from None
-        cfg.write(run_dir)
-        if cfg.plan is not None:
-            from hipress.plan import write_plan
-
-            write_plan(run_dir / "plan.txt", cfg.plan_entries())
-        out = err_console if json_ else console
-        out.print(_what_runs(cfg))
-        out.print(styled("[dim]results: {}/[/]", run_dir))
-
-        emulated, restore = None, None
-        if emulate is not None:
-            if cluster is not None:
-                raise fail("--emulate runs on this machine; it cannot be combined with --hosts/--hostfile")
-            from hipress.launch.emulate import EmulationError, borrow
-
             try:
-                emulated, restore = borrow(cfg.np, emulate, prefix)
-            except EmulationError as e:
-                if resume is None:  # nothing ran: no run directory left behind with only its config
-                    shutil.rmtree(run_dir, ignore_errors=True)
+                cfg = resumed or make_config(
+                    model, topo, alg, np_, iters, batch_size=batch_size, input_size=input_size, seq_len=seq_len,
+                    preset="paper" if paper_size else "cpu", warmup=warmup, data=data, lr=lr, momentum=momentum,
+                    lr_schedule=lr_schedule, seed=seed,
+                    threads=threads, plan=plan, run_id=run_id, compll_dir=compll_dir,
+                    compress_after=compress_after, momentum_correction=not no_momentum_correction,
+                    merge_sparse=not reencode_aggregates,
+                    comp_threshold="default" if comp_threshold is None else comp_threshold,
+                    checkpoint_every=checkpoint_every,
+                    target_accuracy=target_accuracy, eval_every=eval_every,
+                    device=dev, collective=collective, plan_transport=plan_transport,
+                )
+            except ConfigError as e:
                 raise fail(str(e)) from None
-            out.print(styled("[dim]emulated cluster {}: rank i on host i, links {}[/]", repr(emulated.prefix),
-                             emulated.rate))
-        try:
+            cluster = ssh.connect(host_list) if host_list else None
+            if cluster is None and cfg.device == "cuda":
+                from hipress.sync.device import cuda_device_count
+                from hipress.train.config import share_gpus
+
+                gpu_note = share_gpus(cfg, cuda_device_count())
+                if gpu_note:
+                    (err_console if json_ else console).print(styled("[yellow]note:[/] {}", gpu_note))
+            run_dir = resume if resume is not None else results / cfg.run_id
+            try:
+                run_dir.mkdir(parents=True, exist_ok=resume is not None)
+            except FileExistsError:
+                raise fail(f"run directory {run_dir} already exists; choose another --run-id") from None
+            except OSError as e:
+                raise fail(f"cannot create the run directory {run_dir}: {e}") from None
+            cfg.write(run_dir)
+            if cfg.plan is not None:
+                from hipress.plan import write_plan
+
+                write_plan(run_dir / "plan.txt", cfg.plan_entries())
+            out = err_console if json_ else console
+            out.print(_what_runs(cfg))
+            if profiled_on:
+                out.print(styled("[dim]plan: SeCoPa on a quick profile, the transport measured on {}[/]",
+                                 profiled_on[0]))
+            out.print(styled("[dim]results: {}/[/]", run_dir))
+
+            if emulate is not None and not borrowed:
+                try:
+                    borrowed.append(emulation.borrow(cfg.np, emulate, prefix))
+                except emulation.EmulationError as e:
+                    if resume is None:  # nothing ran: no run directory left behind with only its config
+                        shutil.rmtree(run_dir, ignore_errors=True)
+                    raise fail(str(e)) from None
+            emulated = borrowed[0][0] if borrowed else None
+            if emulated is not None:
+                out.print(styled("[dim]emulated cluster {}: rank i on host i, links {}[/]", repr(emulated.prefix),
+                                 emulated.rate))
             outcome = _launch_and_watch(cfg, run_dir, out, cluster, ssh.interface, emulated, stall_timeout)
         finally:
-            if restore is not None:
+            if borrowed:
                 try:
-                    restore()
+                    borrowed[0][1]()
                 except Exception as e:  # noqa: BLE001 - report it; the run's own result matters more
                     err_console.print(styled("[yellow]warning:[/] could not restore the emulated cluster: {}", e))
         if not outcome.ok:

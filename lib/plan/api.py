@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from hipress.sync.plan import Plan, PlanEntry, ring_k
 
@@ -35,6 +36,7 @@ def auto_plan(
     profile: CostModel | str | Path | None = None,
     shapes: Mapping[str, Sequence[int]] | None = None,
     device: str = "cpu",
+    transport: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Plan:
     """A SeCoPa plan for ``gradient_sizes`` (``[(name, fp32 elements)]``, backward order).
 
@@ -44,12 +46,14 @@ def auto_plan(
     The compression ratio is always ``alg``'s, header included. ``shapes`` (``{name: shape}``): a
     summable compressor (PowerSGD) is costed by its two summed steps, which need the matrices.
     ``device`` ("cpu" or "cuda"): where the quick profile times encode/decode, i.e. where the run's
-    codecs will run.
+    codecs will run. ``transport``: called (once) when the quick profile is taken, for where its MPI
+    transport run goes: ``profile.profile``'s ``emulated``, or ``hosts``, ``ssh_options`` and
+    ``interface`` (the cluster the run will use; None: this machine).
     """
     if profile is None:
         from .profile import quick_profile
 
-        model = quick_profile(alg, device=device)
+        model = quick_profile(alg, device=device, **(transport() if transport is not None else {}))
     else:
         model = load_cost_model(profile)
     result = plan_gradients(gradient_sizes, nnodes, topology, model, default_payload(model, alg), alg=alg,

@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -256,10 +256,11 @@ def profile(
                      meta=meta)
 
 
-def quick_profile(alg: str, nprocs: int = 2, device: str = "cpu") -> CostModel:
+def quick_profile(alg: str, nprocs: int = 2, device: str = "cpu", **where: Any) -> CostModel:
     """A few-second profile for ``run --plan auto`` when no saved one is given; ``device``: where the
-    run's codecs will run (its encode/decode/merge are timed there)."""
-    return profile(alg, nprocs=nprocs, sizes=QUICK_SIZES, repeat=3, warmup=1, device=device)
+    run's codecs will run (its encode/decode/merge are timed there); ``where``: where the transport
+    runs, ``profile``'s ``hosts``, ``ssh_options``, ``emulated``, ``interface`` (default: here)."""
+    return profile(alg, nprocs=nprocs, sizes=QUICK_SIZES, repeat=3, warmup=1, device=device, **where)
 
 
 def save_profile(model: CostModel, path: str | os.PathLike) -> None:

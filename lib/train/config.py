@@ -227,11 +227,13 @@ def make_config(
     eval_every: int | None = None,
     device: str = "cpu",
     collective: str | None = None,
+    plan_transport: Callable[[], dict[str, Any]] | None = None,
 ) -> RunConfig:
     """Validate a run's options and resolve the model's; raise ``ConfigError`` with a clear message.
 
     ``comp_threshold``: see ``hipress.train.threshold``; ``"default"`` is ``hipress run``'s default
     (the threshold for CaSync runs without a plan, nothing otherwise), None compresses everything.
+    ``plan_transport``: where ``--plan auto``'s quick profile measures the transport (see ``resolve_plan``).
     """
     check_numbers(np=np, iters=iters, warmup=warmup, batch_size=batch_size, input_size=input_size,
                   seq_len=seq_len, lr=lr, momentum=momentum, threads=threads, seed=seed,
@@ -310,7 +312,7 @@ def make_config(
             f"--alg {alg} keeps a velocity of its own (momentum {own:g}) and SGD applies --momentum "
             f"{sgd_momentum:g} as well: momentum twice. Give --momentum 0 to leave momentum to the algorithm, or "
             f"drop its momentum parameter (the default momentum correction then moves SGD's before compression)")
-    plan_entries = resolve_plan(plan, sizes, np, alg, eng, forward, shapes, device) if plan else None
+    plan_entries = resolve_plan(plan, sizes, np, alg, eng, forward, shapes, device, plan_transport) if plan else None
     if comp_threshold == "default":
         comp_threshold = DEFAULT_COMP_THRESHOLD if eng in CASYNC_ENGINES and not plan else None
     if comp_threshold is not None:
@@ -439,6 +441,7 @@ def resolve_plan(
     forward: Callable[[], list[tuple[str, int]]] | None = None,
     shapes: Callable[[], dict[str, tuple[int, ...]]] | None = None,
     device: str = "cpu",
+    transport: Callable[[], dict[str, Any]] | None = None,
 ) -> list[list[Any]]:
     """``--plan FILE|auto`` -> plan entries ``[name, size, compress, partitions]`` in gradient order.
 
@@ -449,7 +452,10 @@ def resolve_plan(
     framework's names (HiPress's MXNet files list parameters that way) is then mapped by position.
     ``shapes`` gives the gradients' shapes, which a summable compressor's (PowerSGD's) plan needs.
     ``device``: where the ranks' codecs will run; ``auto`` measures encode/decode there (a GPU's
-    codec costs are not the CPU's, and SeCoPa's decisions follow them).
+    codec costs are not the CPU's, and SeCoPa's decisions follow them). ``transport``: called once,
+    when ``auto`` takes its quick profile, for where the run's ranks will talk (``hipress.plan.profile``'s
+    ``emulated``, or ``hosts``, ``ssh_options`` and ``interface``): the plan is costed on the links
+    the run uses, not on this machine's loopback; None: this machine.
     """
     c = choice_of_engine(eng)[0]
     if c.plan is None or eng != c.engine:
@@ -462,7 +468,7 @@ def resolve_plan(
     try:
         if plan == "auto":
             entries = auto_plan(sizes, nnodes=np, alg=alg, topology=c.plan, shapes=shapes() if shapes else None,
-                                device=device)
+                                device=device, transport=transport)
         else:
             path = Path(plan)
             if path.is_dir():

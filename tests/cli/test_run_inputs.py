@@ -169,3 +169,61 @@ def test_an_emulated_cluster_that_cannot_be_borrowed_leaves_no_run_directory(tmp
     assert r.exit_code == 2, r.output
     assert "has 1 hosts, 2 are needed" in _text(r)
     assert not results.exists() or not any(results.iterdir()), list(results.iterdir())
+
+
+def _can_emulate() -> bool:
+    from hipress.launch import emulate
+
+    try:
+        emulate.check_support()
+        return True
+    except emulate.EmulationError:
+        return False
+
+
+@pytest.mark.root
+@pytest.mark.mpi
+@pytest.mark.skipif(not _can_emulate(), reason="needs root, ip and tc for network namespaces")
+def test_plan_auto_on_an_emulated_cluster_profiles_its_links_and_gives_it_back(tmp_path, monkeypatch):
+    """--plan auto --emulate: the quick profile's transport runs on the emulated cluster's shaped links (it was
+    measured on this machine's loopback, before the cluster was borrowed: a plan for the wrong network); the
+    cluster borrowed for it is the run's, and is removed at the end."""
+    from hipress.launch import emulate
+    from hipress.plan import profile as profile_mod
+
+    seen = []
+    real = profile_mod.measure_transport
+
+    def spy(*args, **kwargs):  # records where the transport run goes, and runs it
+        seen.append(args[6] if len(args) > 6 else kwargs.get("emulated"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(profile_mod, "measure_transport", spy)
+    prefix = f"hpa{os.getpid() % 100000}"
+    try:
+        r = _invoke(["run", "mlp", "--np", "2", "--iters", "1", "--topo", "ps", "--alg", "onebit", "--plan", "auto",
+                     "--emulate", "100mbit", "--prefix", prefix, "--results", str(tmp_path), "--run-id", "r"])
+        assert r.exit_code == 0, r.output
+        assert [c.prefix if c is not None else None for c in seen] == [prefix], seen
+        assert f"the transport measured on emulated cluster '{prefix}' (100mbit)" in _text(r), r.output
+        assert emulate.status(prefix) is None, "the cluster borrowed for the plan and the run was not removed"
+        assert (tmp_path / "r" / "plan.txt").is_file()
+    finally:
+        emulate.down(prefix)
+
+
+def test_plan_auto_names_the_emulated_cluster_it_could_not_borrow(tmp_path, monkeypatch):
+    """The quick profile borrows the cluster before the run directory exists: a cluster that cannot be had is
+    a usage error naming --plan auto, and nothing is left behind."""
+    from hipress.launch import emulate
+
+    def too_small(hosts, rate, prefix):
+        raise emulate.EmulationError(f"emulated cluster {prefix!r} has 1 hosts, {hosts} are needed")
+
+    monkeypatch.setattr(emulate, "borrow", too_small)
+    r = _invoke(["run", "mlp", "--np", "2", "--iters", "1", "--topo", "ps", "--alg", "onebit", "--plan", "auto",
+                 "--emulate", "1gbit", "--prefix", "qa", "--results", str(tmp_path / "results")])
+    assert r.exit_code == 2, r.output
+    assert "--plan auto profiles the transport on the emulated cluster: emulated cluster 'qa' has 1 hosts, 2 are " \
+           "needed" in _text(r), r.output
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())

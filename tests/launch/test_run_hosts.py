@@ -49,6 +49,22 @@ def test_run_on_two_hosts(sshd, known_hosts, tmp_path):
     assert wait_until(lambda: not sshd_children(sshd), 10)
 
 
+def test_plan_auto_on_hosts_profiles_the_transport_between_them(sshd, known_hosts, tmp_path):
+    """--plan auto --hosts: the quick profile's MPI transport runs on the hosts, over SSH, as the run's ranks
+    will talk (it used to run on this machine's loopback); the plan it gives is the run's."""
+    results = tmp_path / "results"
+    r = _hipress(["run", "mlp", "--iters", "1", "--topo", "ps", "--alg", "onebit", "--plan", "auto",
+                  "--hosts", "127.0.0.1:1,127.0.0.2:1", *_ssh_args(sshd, known_hosts), "--results", str(results),
+                  "--run-id", "planned", "--json"])
+    assert r.returncode == 0, r.stderr
+    text = _text(r.stderr)
+    assert "the transport measured on hosts 127.0.0.1:1, 127.0.0.2:1" in text, text
+    assert text.count("pre-flight on 2 host(s)") == 1, text  # the run's own; the profile's runs quietly
+    assert json.loads(r.stdout)["status"] == "ok"
+    assert (results / "planned" / "plan.txt").is_file()
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
 def test_rank_failure_on_a_remote_host_is_reported(sshd, known_hosts, tmp_path):
     results = tmp_path / "results"
     r = _hipress(["run", "mlp", "--iters", "1", "--warmup", "0", "--hosts", "127.0.0.1,127.0.0.2",
