@@ -19,6 +19,8 @@ from pathlib import Path
 
 import paramiko
 
+from ..procs import processes_with_env
+
 ADDRESSES = ("127.0.0.1", "127.0.0.2")
 
 
@@ -152,18 +154,7 @@ def sshd_children(sshd: Sshd) -> list[int]:
 
 def job_processes(token: str) -> list[int]:
     """PIDs of this machine's processes that carry ``HIPRESS_JOB=token`` (a job's proxies and ranks)."""
-    needle = f"HIPRESS_JOB={token}".encode()
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    out.append(int(pid))
-        except OSError:
-            continue
-    return out
+    return processes_with_env("HIPRESS_JOB", token)
 
 
 def wait_until(cond, timeout: float = 10.0, step: float = 0.1) -> bool:

@@ -21,6 +21,8 @@ from typer.testing import CliRunner
 from hipress.plan import PlanError, load_cost_model, plan_gradients, read_input, read_plan, sosp21
 from hipress_cli.app import build
 
+from ..procs import processes_with_env
+
 REF = Path("/work/shared/reference/vgg19_input.txt")
 APP = build()
 
@@ -422,20 +424,6 @@ def test_profile_emulated_takes_the_clusters_prefix(monkeypatch, tmp_path):
     assert r.returncode == 2 and "give --emulated too" in r.stderr
 
 
-def _profile_ranks(launcher: int) -> list[int]:
-    """The transport job's processes: they carry the launcher's PID in their environment."""
-    needle = f"HIPRESS_LAUNCHER_PID={launcher}".encode()
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
 @pytest.mark.mpi
 @pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not installed")
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -450,7 +438,9 @@ def test_an_interrupted_profile_exits_as_interrupted_and_writes_nothing(tmp_path
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
     try:
         deadline = time.monotonic() + 120
-        while not (ranks := _profile_ranks(proc.pid)) and proc.poll() is None and time.monotonic() < deadline:
+        # the transport job's processes carry the launcher's PID in their environment
+        while not (ranks := processes_with_env("HIPRESS_LAUNCHER_PID", proc.pid)) and proc.poll() is None \
+                and time.monotonic() < deadline:
             time.sleep(0.1)
         assert ranks, f"the transport job never started: {proc.poll()} {proc.stderr.read() if proc.poll() else ''}"
         proc.send_signal(sig)

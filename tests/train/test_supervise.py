@@ -16,6 +16,7 @@ from hipress.launch.heartbeat import StallWatch
 from hipress.train.results import append_error
 from hipress.train.supervise import alive, failure_message, thread_env, threads_per_rank
 
+from ..procs import processes_with_env
 from .conftest import CLI
 from .test_failure import _wait_for_iterations
 
@@ -72,17 +73,7 @@ def test_thread_caps():
 
 def _job_processes(launcher_pid: int) -> list[int]:
     """Every process started for the job of ``launcher_pid`` (mpiexec, proxy, ranks): they carry its PID."""
-    needle = f"HIPRESS_LAUNCHER_PID={launcher_pid}".encode()
-    out = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit() and int(pid) != launcher_pid:
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    if needle in f.read().split(b"\0") and alive(int(pid)):
-                        out.append(int(pid))
-            except OSError:
-                pass
-    return out
+    return [p for p in processes_with_env("HIPRESS_LAUNCHER_PID", launcher_pid, exclude=launcher_pid) if alive(p)]
 
 
 def _start_run(results: Path, run_id: str, *extra: str, env: dict | None = None) -> subprocess.Popen:
