@@ -424,6 +424,18 @@ def test_profile_emulated_takes_the_clusters_prefix(monkeypatch, tmp_path):
     assert r.returncode == 2 and "give --emulated too" in r.stderr
 
 
+def _ranks_of(launcher: int) -> list[int]:
+    """The profile's MPI ranks (not mpiexec or its proxy) started for ``launcher``."""
+    def is_rank(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return b"hipress.plan.profile_worker" in f.read()
+        except OSError:
+            return False
+
+    return [p for p in processes_with_env("HIPRESS_LAUNCHER_PID", launcher) if is_rank(p)]
+
+
 @pytest.mark.mpi
 @pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not installed")
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -438,11 +450,14 @@ def test_an_interrupted_profile_exits_as_interrupted_and_writes_nothing(tmp_path
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
     try:
         deadline = time.monotonic() + 120
-        # the transport job's processes carry the launcher's PID in their environment
-        while not (ranks := processes_with_env("HIPRESS_LAUNCHER_PID", proc.pid)) and proc.poll() is None \
-                and time.monotonic() < deadline:
+        # the transport job's processes carry the launcher's PID in their environment; wait for the ranks
+        # themselves (mpiexec appears the moment it is spawned, a little before the launcher follows it and
+        # takes signals as notes: a SIGTERM in between ends the launcher with the default action)
+        while not (ranks := _ranks_of(proc.pid)) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert ranks, f"the transport job never started: {proc.poll()} {proc.stderr.read() if proc.poll() else ''}"
+        time.sleep(0.5)
+        ranks = processes_with_env("HIPRESS_LAUNCHER_PID", proc.pid)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
