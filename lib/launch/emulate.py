@@ -48,6 +48,10 @@ class EmulationError(RuntimeError):
     """The emulated cluster cannot be built or used here; the message says why and what to do."""
 
 
+#: The SI prefixes of a link rate, as ``--rate`` takes them and as tc prints them (``1Tbit``), in lower case.
+_RATE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
 def parse_rate(text: str | None) -> int | None:
     """``"1gbit"`` -> 1_000_000_000 bits/s; ``"none"``/``"unshaped"``/None -> None (no shaping).
 
@@ -63,8 +67,7 @@ def parse_rate(text: str | None) -> int | None:
         raise EmulationError(f"rate {text[:40]!r} is not understood; use e.g. 1gbit, 10gbit, 500mbit or 'unshaped'")
     if (m.group(3) or "bit").lower() == "bps":
         raise EmulationError(f"rate {text!r}: give bits per second (e.g. 1gbit), not bytes")
-    mult = {None: 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}[m.group(2).lower() if m.group(2) else None]
-    bits = int(Fraction(m.group(1)) * mult)
+    bits = int(Fraction(m.group(1)) * _RATE_UNITS[(m.group(2) or "").lower()])
     if bits < MIN_RATE_BITS:
         raise EmulationError(f"rate {text!r} is below 100 kbit/s; MPI would crawl")
     if bits > MAX_RATE_BITS:
@@ -202,7 +205,7 @@ def _link_rate(ns: str, dev: str) -> int | None:
     m = re.search(r"tbf .*?rate (\d+(?:\.\d+)?)([KMGT]?)bit", r.stdout)
     if not m:
         return None
-    return int(float(m.group(1)) * {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}[m.group(2)])
+    return int(float(m.group(1)) * _RATE_UNITS[m.group(2).lower()])
 
 
 # ---------------------------------------------------------------------------- the commands
@@ -284,7 +287,7 @@ def status(prefix: str = DEFAULT_PREFIX) -> EmulatedCluster | None:
     if not have and f"{prefix}-sw" not in names:
         return None
     if have != list(range(len(have))) or f"{prefix}-sw" not in names or not have:
-        mine = sorted(n for n in names if n == f"{prefix}-sw" or re.fullmatch(rf"{re.escape(prefix)}-h\d+", n))
+        mine = sorted([f"{prefix}-h{i}" for i in have] + [n for n in (f"{prefix}-sw",) if n in names])
         raise EmulationError(f"emulated cluster {prefix!r} is incomplete (namespaces {', '.join(mine)}); run "
                              f"`hipress cluster emulate down{cli_prefix(prefix)}`, then `up` again")
     rates = {_link_rate(f"{prefix}-h{i}", IFACE) for i in have}
