@@ -14,6 +14,7 @@ import importlib
 import typer
 
 from hipress import __version__
+from hipress.quick_exit import quick_exit
 
 GROUP, ROOT = "group", "root"
 
@@ -68,7 +69,8 @@ def build() -> typer.Typer:
 
 
 def main() -> None:
-    build()()
+    with quick_exit():
+        build()()
 
 
 if __name__ == "__main__":

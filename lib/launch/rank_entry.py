@@ -15,6 +15,8 @@ from __future__ import annotations
 import runpy
 import sys
 
+from hipress.quick_exit import quick_exit
+
 
 def main(argv: list[str]) -> None:
     for stream in (sys.stdout, sys.stderr):
@@ -23,16 +25,17 @@ def main(argv: list[str]) -> None:
             reconfigure(line_buffering=True)
     if not argv:
         raise SystemExit("usage: python -m hipress.launch.rank_entry (-m MODULE | -c CODE | SCRIPT) [ARGS...]")
-    if argv[0] == "-m" and len(argv) > 1:
-        sys.argv = [argv[1], *argv[2:]]
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    elif argv[0] == "-c" and len(argv) > 1:
-        sys.argv = ["-c", *argv[2:]]
-        # the caller's own command line, exactly what `python -c CODE` would run
-        exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
-    else:
-        sys.argv = list(argv)
-        runpy.run_path(argv[0], run_name="__main__")
+    with quick_exit():  # a rank that loaded torch leaves without the interpreter's last collection
+        if argv[0] == "-m" and len(argv) > 1:
+            sys.argv = [argv[1], *argv[2:]]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        elif argv[0] == "-c" and len(argv) > 1:
+            sys.argv = ["-c", *argv[2:]]
+            # the caller's own command line, exactly what `python -c CODE` would run
+            exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+        else:
+            sys.argv = list(argv)
+            runpy.run_path(argv[0], run_name="__main__")
 
 
 if __name__ == "__main__":

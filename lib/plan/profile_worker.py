@@ -22,6 +22,7 @@ import sys
 import numpy as np
 
 from hipress.files import write_atomic
+from hipress.quick_exit import quick_exit
 
 
 def _ops(comm, size: int, rank: int):
@@ -92,4 +93,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    with quick_exit():
+        main(sys.argv[1:])

@@ -30,6 +30,7 @@ from mpi4py import MPI
 from hipress.compress import create_from_spec
 from hipress.compress.kernels import set_threads
 from hipress.files import write_atomic
+from hipress.quick_exit import quick_exit
 from hipress.stats import median_ci
 
 from .device import DEVICES, bind_rank
@@ -177,5 +178,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    with abort_on_error():
+    with quick_exit(), abort_on_error():
         main(sys.argv[1:])

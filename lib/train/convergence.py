@@ -37,6 +37,7 @@ import torch
 from hipress import lr_schedules
 from hipress.compress import Compressor, ErrorFeedback, create_from_spec
 from hipress.models import get
+from hipress.quick_exit import quick_exit
 from hipress.topology_names import ALLGATHER, DEFAULT_ENGINE, PS, RING, choice_of_engine
 
 from .data import Digits
@@ -219,4 +220,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with quick_exit():
+        sys.exit(main())

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from hipress.quick_exit import quick_exit
 from hipress.topology_names import DDP_RUNNER, ENGINE_RUNNER, RING
 
 RUNS = ("torch", ENGINE_RUNNER, DDP_RUNNER)
@@ -167,4 +168,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with quick_exit():
+        sys.exit(main())

@@ -26,6 +26,7 @@ import torch
 from hipress.launch.heartbeat import STARTUP_S, Heartbeat, stall_timeout_s, watch_launcher
 from hipress.lr_schedules import set_rate
 from hipress.models import get
+from hipress.quick_exit import quick_exit
 from hipress.sync.device import bind_rank
 
 from . import checkpoint
@@ -367,4 +368,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with quick_exit():
+        sys.exit(main())
