@@ -27,10 +27,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
+import stat
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .procs import alive
 
 HEARTBEAT_DIR = "HIPRESS_HEARTBEAT_DIR"
 LAUNCHER_PID = "HIPRESS_LAUNCHER_PID"
@@ -67,6 +72,40 @@ def stall_timeout_s() -> float:
     if value == 0:
         return NEVER_S
     return value if math.isfinite(value) and value > 0 else DEFAULT_STALL_S
+
+
+#: A job's heartbeat directory is ``<tmp>/hipress-heartbeat-<launcher PID>-<random>``.
+DIR_PREFIX = "hipress-heartbeat-"
+#: How long nothing must have beaten into a dead launcher's heartbeat directory before another
+#: launcher removes it: a launcher in another PID namespace that shares ``/tmp`` looks dead from here.
+STALE_S = 3600.0
+
+
+def make_dir() -> Path:
+    """A new private heartbeat directory for one job, named for this launcher's PID; stale ones go first.
+
+    ``follow`` removes the directory when the job ends, but a launcher killed with SIGKILL runs no
+    cleanup, so its directory would stay in ``/tmp`` for good: each new one sweeps them (``sweep``).
+    """
+    sweep()
+    return Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))
+
+
+def sweep(root: Path | None = None, older_than_s: float = STALE_S) -> list[Path]:
+    """Remove this user's heartbeat directories in ``root`` (default: the temporary directory) whose
+    launcher is gone and that nothing changed for ``older_than_s``; return those removed."""
+    removed = []
+    for d in Path(root or tempfile.gettempdir()).glob(f"{DIR_PREFIX}*-*"):
+        pid = d.name[len(DIR_PREFIX):].split("-", 1)[0]
+        try:
+            st = d.lstat()
+        except OSError:
+            continue
+        if (pid.isdigit() and stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+                and time.time() - st.st_mtime >= older_than_s and not alive(int(pid))):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
 
 
 def beat_file(directory: Path, rank: int) -> Path:

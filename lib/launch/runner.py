@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -86,7 +85,7 @@ def start(np: int, argv: Sequence[str], run_dir: Path, where: Where | None = Non
     env = {str(k): str(v) for k, v in (env or {}).items()}
     env[heartbeat.STALL_TIMEOUT] = str(stall_timeout_s)
     tail_from = {name: (run_dir / name).stat().st_size if (run_dir / name).is_file() else 0 for name in mirror}
-    beats = Path(tempfile.mkdtemp(prefix="hipress-heartbeat-"))
+    beats = heartbeat.make_dir()
     job: Any
     try:
         if where.cluster is not None:

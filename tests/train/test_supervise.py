@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hipress.launch import heartbeat
 from hipress.launch.heartbeat import StallWatch
 from hipress.train.results import append_error
 from hipress.train.supervise import alive, failure_message, thread_env, threads_per_rank
@@ -136,6 +137,41 @@ def test_ranks_die_with_a_killed_launcher(results):
     proc.communicate(timeout=30)
     assert _gone_within(job, 15), f"left running: {[p for p in job if alive(p)]}"
     print(f"launcher SIGKILLed: {len(job)} job processes gone after {time.monotonic() - t0:.2f} s")
+    # its heartbeat directory stayed behind (no cleanup ran); the next launcher's sweep removes it
+    # once it is stale: here at once
+    left = [d.name for d in heartbeat.sweep(older_than_s=0)]
+    assert any(name.startswith(f"{heartbeat.DIR_PREFIX}{proc.pid}-") for name in left), left
+
+
+def test_a_dead_launchers_stale_heartbeat_directory_is_swept_and_no_other(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    old = time.time() - 2 * heartbeat.STALE_S
+
+    def made(name: str, mtime: float | None = old) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        if mtime is not None:
+            os.utime(d, (mtime, mtime))
+        return d
+
+    stale = made(f"{heartbeat.DIR_PREFIX}{dead.pid}-x1")
+    kept = [made(f"{heartbeat.DIR_PREFIX}{os.getpid()}-x2"),  # its launcher runs
+            made(f"{heartbeat.DIR_PREFIX}{dead.pid}-x3", mtime=None),  # beaten into lately
+            made(f"{heartbeat.DIR_PREFIX}x4")]  # not named for a launcher
+    link = tmp_path / f"{heartbeat.DIR_PREFIX}{dead.pid}-x5"
+    link.symlink_to(kept[0])  # only directories are removed, never what a link points at
+    os.utime(link, (old, old), follow_symlinks=False)
+    assert heartbeat.sweep(tmp_path) == [stale]
+    assert not stale.exists() and all(d.is_dir() for d in kept) and link.is_symlink()
+
+
+def test_a_launchers_heartbeat_directory_is_named_for_it():
+    d = heartbeat.make_dir()
+    try:
+        assert d.is_dir() and d.name.startswith(f"{heartbeat.DIR_PREFIX}{os.getpid()}-")
+    finally:
+        d.rmdir()
 
 
 @pytest.mark.mpi
