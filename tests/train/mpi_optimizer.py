@@ -7,6 +7,7 @@ prints ``OK <scenario>`` at the end.
 from __future__ import annotations
 
 import copy
+import io
 import pickle
 import sys
 import zlib
@@ -115,8 +116,10 @@ def compressed(topology: str, alg: str) -> None:
     assert losses[-1] < losses[0], losses
     sd = opt.state_dict()
     assert set(sd["compression"]["gradients"]), "compressor state is checkpointed"
-    torch.save(sd, f"/tmp/hipress-opt-{rank}.pt")
-    back = torch.load(f"/tmp/hipress-opt-{rank}.pt", weights_only=True)
+    saved = io.BytesIO()  # a checkpoint's round trip: torch.save, then a load that unpickles nothing
+    torch.save(sd, saved)
+    saved.seek(0)
+    back = torch.load(saved, weights_only=True)
     opt.load_state_dict(back)
     opt.close()
 
