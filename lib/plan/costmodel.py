@@ -236,7 +236,9 @@ class CostModel:
         prims = {}
         for k in ("encode", "decode", "merge", "send"):
             if k not in d:
-                raise PlanError(f"{source}: no cost constants for {k!r}",) from None
+                raise PlanError(f"{source}: no cost constants for {k!r}: a cost model holds encode, decode, merge "
+                                f"and send, each {{\"A\": ms, \"B\": ms per fp32 element}}; write a whole one with "
+                                f"`hipress profile --output FILE`, or name a built-in ({', '.join(BUILTIN)})")
             prims[k] = Linear.from_json(d[k], f"{source}: {k}")
         colls: dict[str, dict[int, Linear]] = {}
         for k in ("gather", "broadcast"):
