@@ -362,31 +362,33 @@ def _launch_and_watch(cfg: Any, run_dir: Path, out: Any, cluster: Any = None, in
                       emulated: Any = None, stall_timeout: float = 120.0) -> Any:
     """Start the ranks (here, emulated, or on ``cluster``'s hosts) and render progress from rank 0's events
     until the run ends; returns the ``Outcome`` (summary written)."""
+    from hipress.launch.runner import signals_noted
     from hipress.train.supervise import Where, follow, start
 
-    job = start(cfg, run_dir, Where(emulated=emulated, cluster=cluster, interface=interface),
-                stall_timeout_s=stall_timeout)
-    progress = Progress(
-        TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
-        TextColumn("iter {task.completed:.0f}/{task.total:.0f}"), TextColumn("{task.fields[rate]}", markup=False),
-        TextColumn("{task.fields[sync]}", markup=False), TimeElapsedColumn(),
-        console=out, transient=False,
-    )
-    task = progress.add_task("starting", total=cfg.warmup + cfg.iters, rate="", sync="")
+    with signals_noted():  # from before the ranks start: a signal in the moment after is noted, not fatal
+        job = start(cfg, run_dir, Where(emulated=emulated, cluster=cluster, interface=interface),
+                    stall_timeout_s=stall_timeout)
+        progress = Progress(
+            TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
+            TextColumn("iter {task.completed:.0f}/{task.total:.0f}"), TextColumn("{task.fields[rate]}", markup=False),
+            TextColumn("{task.fields[sync]}", markup=False), TimeElapsedColumn(),
+            console=out, transient=False,
+        )
+        task = progress.add_task("starting", total=cfg.warmup + cfg.iters, rate="", sync="")
 
-    def show(e: dict[str, Any]) -> None:
-        if e.get("event") == "start":
-            progress.update(task, description=f"{cfg.model} x{cfg.np}")
-        elif e.get("event") == "iteration":
-            rate = cfg.units_per_iteration / e["iter_s"] if e["iter_s"] else 0.0
-            sync = "" if e.get("sync_s") is None else f"sync {100 * e['sync_s'] / e['iter_s']:.0f}%"
-            progress.update(task, completed=e["iter"] + 1, rate=f"{rate:.1f} {cfg.unit}/s"
-                            + (" (warm-up)" if e.get("warmup") else ""), sync=sync)
-        elif e.get("event") == "evaluation":
-            progress.console.print(f"  test accuracy {100 * e['accuracy']:.1f}% after {e['iter']} iteration(s)",
-                                   highlight=False)
-        elif e.get("event") == "stall_warning":
-            progress.console.print(styled("[yellow]warning:[/] {}", e["message"]))
+        def show(e: dict[str, Any]) -> None:
+            if e.get("event") == "start":
+                progress.update(task, description=f"{cfg.model} x{cfg.np}")
+            elif e.get("event") == "iteration":
+                rate = cfg.units_per_iteration / e["iter_s"] if e["iter_s"] else 0.0
+                sync = "" if e.get("sync_s") is None else f"sync {100 * e['sync_s'] / e['iter_s']:.0f}%"
+                progress.update(task, completed=e["iter"] + 1, rate=f"{rate:.1f} {cfg.unit}/s"
+                                + (" (warm-up)" if e.get("warmup") else ""), sync=sync)
+            elif e.get("event") == "evaluation":
+                progress.console.print(f"  test accuracy {100 * e['accuracy']:.1f}% after {e['iter']} iteration(s)",
+                                       highlight=False)
+            elif e.get("event") == "stall_warning":
+                progress.console.print(styled("[yellow]warning:[/] {}", e["message"]))
 
-    with progress:
-        return follow(job, run_dir, show, stall_timeout_s=stall_timeout)
+        with progress:
+            return follow(job, run_dir, show, stall_timeout_s=stall_timeout)

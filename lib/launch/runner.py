@@ -4,8 +4,9 @@ Every command that runs ranks it follows goes through here: ``hipress run``, ``h
 and ``hipress reproduce --mode real`` (through ``hipress.train.supervise``, which adds the training
 worker's configuration and summary), and ``hipress profile`` (``hipress.plan.profile``)::
 
-    job = start(np, [sys.executable, "-m", "pkg.rank_program", RUN_DIR], run_dir, Where(emulated=...))
-    ended = follow(job, run_dir, on_event, events="events.jsonl", timeout_s=600)
+    with signals_noted():  # a signal from before the ranks start on is a note that follow acts on
+        job = start(np, [sys.executable, "-m", "pkg.rank_program", RUN_DIR], run_dir, Where(emulated=...))
+        ended = follow(job, run_dir, on_event, events="events.jsonl", timeout_s=600)
 
 ``start`` returns a ``LocalJob`` (this machine, or an emulated cluster's namespaces), a ``RemoteJob``
 (``Where(cluster=...)``: SSH hosts), or a ``FailedStart`` carrying why the hosts refused it: the
@@ -92,11 +93,15 @@ def start(np: int, argv: Sequence[str], run_dir: Path, where: Where | None = Non
             from .remote import RemoteJob, RemoteLaunchError
 
             try:
-                job = RemoteJob(where.cluster, _argv_for(argv, "."), run_dir=run_dir, env=env,
-                                interface=where.interface, log=log, mirror=list(mirror), heartbeat_dir=beats)
+                with _signals_raised():  # a start over SSH can take long; RemoteJob stops what it started
+                    job = RemoteJob(where.cluster, _argv_for(argv, "."), run_dir=run_dir, env=env,
+                                    interface=where.interface, log=log, mirror=list(mirror), heartbeat_dir=beats)
             except RemoteLaunchError as e:
                 shutil.rmtree(beats, ignore_errors=True)
                 return FailedStart(f"the ranks could not be started on the hosts: {e}")
+            except Interrupted as e:  # noted: the caller's follow ends the run as interrupted
+                shutil.rmtree(beats, ignore_errors=True)
+                return FailedStart(str(e))
         else:
             env.update({heartbeat.HEARTBEAT_DIR: str(beats), heartbeat.LAUNCHER_PID: str(os.getpid())})
             job = LocalJob(np, _argv_for(argv, str(run_dir.resolve())), log=log, env=env, emulated=where.emulated)
@@ -164,23 +169,66 @@ class Ended:
         return self.status == "ok"
 
 
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: The notes of the outermost ``signals_noted`` of the main thread while it lasts; nested ones share it.
+_noting: list[int] | None = None
+
+
 @contextmanager
 def signals_noted() -> Iterator[list[int]]:
     """Ctrl-C, SIGTERM and SIGHUP become a note the follower checks between polls, never an exception raised
     at a random point (inside rich's locks, or half way through stopping the ranks); again while stopping too.
     Once a signal was noted, Ctrl-C stays ignored afterwards: the job is stopped and the process is on its
-    way out, so a second Ctrl-C must not kill it half way through writing its summary and exit code."""
-    seen: list[int] = []
+    way out, so a second Ctrl-C must not kill it half way through writing its summary and exit code.
+
+    A command holds one from before ``start`` to after ``follow``: a signal in the moment after ``start``
+    spawned ``mpiexec`` and before ``follow`` polls is noted too (without it, SIGTERM there ended the
+    launcher with no summary), and ``follow`` acts on it at once. Nested, the inner one shares the
+    outer's notes and leaves the handlers to it.
+    """
+    global _noting
     if threading.current_thread() is not threading.main_thread():
-        yield seen
+        yield []
         return
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, lambda signum, _f: seen.append(signum)) for s in sigs}
+    if _noting is not None:
+        yield _noting
+        return
+    seen: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _f: seen.append(signum)) for s in _SIGNALS}
+    _noting = seen
     try:
         yield seen
     finally:
+        _noting = None
         for s, h in previous.items():
             signal.signal(s, signal.SIG_IGN if seen and s == signal.SIGINT else h)
+
+
+@contextmanager
+def _signals_raised() -> Iterator[None]:
+    """Inside ``signals_noted``: a signal is noted and also raised here, as ``Interrupted``, for a step
+    that can take long and cleans up after itself when interrupted (starting ranks on SSH hosts)."""
+    noted = _noting
+    if noted is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def note_and_raise(signum: int, _frame: Any) -> None:
+        noted.append(signum)
+        if len(noted) == 1:  # once: a second Ctrl-C must not break into the step's own cleanup
+            raise Interrupted(_interrupted_by(signum), 128 + signum)
+
+    previous = {s: signal.signal(s, note_and_raise) for s in _SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _interrupted_by(signum: int) -> str:
+    return ("interrupted by the user (Ctrl-C); all ranks were stopped" if signum == signal.SIGINT
+            else f"interrupted by {signal.Signals(signum).name}; all ranks were stopped")
 
 
 def _stop(job: Any, interrupted: bool) -> None:
@@ -233,10 +281,7 @@ def follow(job: Any, run_dir: Path, on_event: Callable[[dict[str, Any]], None] |
                     break
                 time.sleep(poll_s)
             if signals:
-                first = signals[0]
-                status, code = "interrupted", 128 + first
-                failure = ("interrupted by the user (Ctrl-C); all ranks were stopped" if first == signal.SIGINT
-                           else f"interrupted by {signal.Signals(first).name}; all ranks were stopped")
+                status, code, failure = "interrupted", 128 + signals[0], _interrupted_by(signals[0])
             _stop(job, interrupted=bool(signals))
     except KeyboardInterrupt:  # follow() outside the main thread: Ctrl-C is not ours to turn into a note
         _stop(job, interrupted=True)

@@ -148,7 +148,7 @@ def measure_transport(
     the result comes back by SFTP). Either way a timeout or a failed rank stops every process and
     raises ``PlanError`` with the job's output; a signal stops them too and raises ``Interrupted``.
     """
-    from hipress.launch.runner import RUN_DIR, FailedStart, Interrupted, Where, follow, start
+    from hipress.launch.runner import RUN_DIR, FailedStart, Interrupted, Where, follow, signals_noted, start
 
     args = ["--sizes", ",".join(map(str, sizes)), "--repeat", str(repeat), "--warmup", str(warmup)]
     argv = [sys.executable, "-m", "hipress.plan.profile_worker", *args, "--output", f"{RUN_DIR}/transport.json"]
@@ -173,15 +173,16 @@ def measure_transport(
             what = f"with {nprocs} local processes" + (
                 f" in emulated cluster {emulated.prefix!r} ({emulated.rate})" if emulated else "")
             where = Where(emulated=emulated)
-        try:
-            job = start(nprocs, argv, run_dir, where, stall_timeout_s=0)  # output in run_dir/output.log
-        except Exception as e:  # noqa: BLE001 - LaunchError, EmulationError
-            raise PlanError(f"transport profiling {what} could not start: {e}") from None
-        if isinstance(job, FailedStart):
-            raise PlanError(f"transport profiling {what} could not start: {job.message}")
-        ended = follow(job, run_dir, timeout_s=timeout, stall_timeout_s=0)
+        with signals_noted():  # from before the ranks start: a signal in the moment after is noted, not fatal
+            try:
+                job = start(nprocs, argv, run_dir, where, stall_timeout_s=0)  # output in run_dir/output.log
+            except Exception as e:  # noqa: BLE001 - LaunchError, EmulationError
+                raise PlanError(f"transport profiling {what} could not start: {e}") from None
+            ended = follow(job, run_dir, timeout_s=timeout, stall_timeout_s=0)
         if ended.status == "interrupted":  # the user's Ctrl-C (or a SIGTERM), not a failed profile
             raise Interrupted(ended.failure, ended.returncode)
+        if isinstance(job, FailedStart):
+            raise PlanError(f"transport profiling {what} could not start: {job.message}")
         out = run_dir / "transport.json"
         if not ended.ok or not out.exists():
             why = ended.failure.split("\n", 1)[0] if ended.failure else "no result written"

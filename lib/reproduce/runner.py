@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hipress.launch.runner import Interrupted
+from hipress.launch.runner import Interrupted, signals_noted
 from hipress.sim.experiments import Point
 from hipress.sim.fields import Field
 from hipress.sim.store import Warn, bad_entry, read_cached, warn_stderr, write_output
@@ -256,16 +256,17 @@ class RealRunner:
             run_dir.rename(prev)
         run_dir.mkdir(parents=True)
         cfg.write(run_dir)
-        job = start(cfg, run_dir, Where(emulated=self.emulated))
-        total = cfg.warmup + cfg.iters
-        seen = [0]
+        with signals_noted():  # from before the ranks start: a signal in the moment after is noted, not fatal
+            job = start(cfg, run_dir, Where(emulated=self.emulated))
+            total = cfg.warmup + cfg.iters
+            seen = [0]
 
-        def progress(event: dict[str, Any]) -> None:
-            if event.get("event") == "iteration":
-                seen[0] += 1
-                if self.on_iteration:
-                    self.on_iteration(f"iter {seen[0]}/{total}")
-        ended = follow(job, run_dir, progress, timeout_s=self.timeout_s)
+            def progress(event: dict[str, Any]) -> None:
+                if event.get("event") == "iteration":
+                    seen[0] += 1
+                    if self.on_iteration:
+                        self.on_iteration(f"iter {seen[0]}/{total}")
+            ended = follow(job, run_dir, progress, timeout_s=self.timeout_s)
         if ended.status == "interrupted":  # the signal was this process's: stop, do not report a failed point
             raise Interrupted(ended.failure, ended.returncode)
         try:

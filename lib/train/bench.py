@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hipress.launch.runner import signals_noted
 from hipress.stats import median_ci
 from hipress.topology_names import choice
 
@@ -133,13 +134,13 @@ def bench_train(
             cfg.write(run_dir)
             if on_event:
                 on_event("start", {"variant": v.label, "round": r, "run_dir": str(run_dir)})
-            job = start(cfg, run_dir, Where(emulated=emulated))
 
             def show(e: dict[str, Any], label: str = v.label) -> None:
                 if on_event and e.get("event") in ("iteration", "evaluation"):
                     on_event(e["event"], {"variant": label, **e})
             try:
-                summary = follow(job, run_dir, show).check()
+                with signals_noted():  # from before the ranks start: a signal in the moment after is noted
+                    summary = follow(start(cfg, run_dir, Where(emulated=emulated)), run_dir, show).check()
             except RunFailed as e:
                 raise RuntimeError(f"variant {v.label} (round {r}) failed: {e}; see {run_dir}") from None
             measured = [e for e in read_events(run_dir / EVENTS) if e.get("event") == "iteration" and not e["warmup"]]

@@ -451,8 +451,7 @@ def test_an_interrupted_profile_exits_as_interrupted_and_writes_nothing(tmp_path
     try:
         deadline = time.monotonic() + 120
         # the transport job's processes carry the launcher's PID in their environment; wait for the ranks
-        # themselves (mpiexec appears the moment it is spawned, a little before the launcher follows it and
-        # takes signals as notes: a SIGTERM in between ends the launcher with the default action)
+        # themselves, whose end the test checks (mpiexec appears first)
         while not (ranks := _ranks_of(proc.pid)) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert ranks, f"the transport job never started: {proc.poll()} {proc.stderr.read() if proc.poll() else ''}"

@@ -127,6 +127,30 @@ def test_a_signal_to_the_launcher_stops_the_whole_job(results, signals, code):
 
 
 @pytest.mark.mpi
+def test_a_signal_as_mpiexec_starts_is_noted_not_fatal(results):
+    """SIGTERM the moment mpiexec exists, before the launcher follows the job: still 143 with a summary.
+
+    The launcher takes signals as notes from before it starts the ranks; it used to do so only once it
+    followed them, and a SIGTERM in between ended it with the default action (exit -15, no summary).
+    """
+    proc = _start_run(results, "early")
+    try:
+        deadline = time.monotonic() + 120
+        while not _job_processes(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert proc.poll() is None, proc.communicate()[1]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "interrupted by SIGTERM" in " ".join(err.split()) and "Traceback" not in err, err
+    assert json.loads((results / "early" / "summary.json").read_text())["status"] == "interrupted"
+    assert _gone_within(_job_processes(proc.pid), 15)
+
+
+@pytest.mark.mpi
 def test_ranks_die_with_a_killed_launcher(results):
     """SIGKILL leaves the launcher no cleanup: mpiexec gets the parent-death signal, ranks watch the launcher."""
     proc = _start_run(results, "orphans")
