@@ -54,6 +54,17 @@ def resolve_device(device: str) -> str:
     except DeviceError as e:
         raise fail(str(e)) from None
 
+
+def resolve_device_on_hosts(device: str, cluster: Any) -> tuple[str, str | None]:
+    """``--device`` for ranks on ``cluster``'s hosts, from the GPUs pre-flight found on each; a clear exit 2
+    if impossible. Returns the device and a note to print (or None)."""
+    from hipress.sync.device import DeviceError, resolve_on_hosts
+
+    try:
+        return resolve_on_hosts(device, {r.host.name: r.gpus for r in cluster.reports})
+    except DeviceError as e:
+        raise fail(str(e)) from None
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?[bB])?\s*$", re.ASCII)
 _MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 #: The largest size any option takes: 16 GiB of fp32 is 4 G elements, beyond any one gradient and

@@ -69,8 +69,8 @@ def check(
 def _render(reports: list, pairs: list, local: dict) -> None:
     yes, no = styled("[green]yes[/]"), styled("[red]no[/]")
     t = Table(title=f"hosts (here: Python {local['python']}, hipress {local['hipress']})")
-    for col in ("host", "slots", "reachable", "auth", "hostname", "python", "hipress", "cores", "status"):
-        t.add_column(col, justify="right" if col in ("slots", "cores") else "left", no_wrap=True)
+    for col in ("host", "slots", "reachable", "auth", "hostname", "python", "hipress", "cores", "GPUs", "status"):
+        t.add_column(col, justify="right" if col in ("slots", "cores", "GPUs") else "left", no_wrap=True)
     for r in reports:
         f = r.facts
         if r.ok:
@@ -81,7 +81,7 @@ def _render(reports: list, pairs: list, local: dict) -> None:
             status = styled("[red]{} problem(s)[/]", len(r.problems))
         t.add_row(r.host.name, str(r.host.slots), yes if r.reachable else no, yes if r.authenticated else no,
                   str(f.get("hostname", "-")), str(f.get("python", "-")), str(f.get("hipress", "-")),
-                  str(f.get("cpus", "-")), status)
+                  str(f.get("cpus", "-")), "-" if r.gpus is None else str(r.gpus), status)
     console.print(t)
     for r in reports:
         for msg in ([r.error] if r.error else [f"{r.host.name}: {p}" for p in r.problems]):

@@ -211,7 +211,13 @@ def register(app: typer.Typer) -> None:
         check_emulate(emulate, prefix, hosts or hostfile)  # before any side effect (SSH, the run directory)
         host_list = hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
         np_ = sum(h.slots for h in host_list) if host_list else np_
-        dev = opt.resolve_device(device)  # before any side effect: --device cuda without a GPU is refused here
+        cluster, device_note = None, None
+        if host_list:  # pre-flight first: the hosts' GPUs decide --device, not this machine's (often a login node)
+            cluster = ssh.connect(host_list)
+            dev, device_note = opt.resolve_device_on_hosts(device, cluster)
+            device_note = None if resumed else device_note  # a resumed run keeps the device it had
+        else:
+            dev = opt.resolve_device(device)  # before any side effect: --device cuda without a GPU is refused here
         if paper_size is None:
             paper_size = dev == "cuda"  # the paper's input sizes are the default on a GPU
         # --plan auto's quick profile measures the transport where the ranks will run: the emulated
@@ -250,14 +256,17 @@ def register(app: typer.Typer) -> None:
                 )
             except ConfigError as e:
                 raise fail(str(e)) from None
-            cluster = ssh.connect(host_list) if host_list else None
-            if cluster is None and cfg.device == "cuda":
-                from hipress.sync.device import cuda_device_count
+            if cfg.device == "cuda":
                 from hipress.train.config import share_gpus
 
-                gpu_note = share_gpus(cfg, cuda_device_count())
-                if gpu_note:
-                    (err_console if json_ else console).print(styled("[yellow]note:[/] {}", gpu_note))
+                if cluster is not None:
+                    device_note = share_gpus(cfg, {r.host.name: (r.host.slots, r.gpus or 0) for r in cluster.reports})
+                else:
+                    from hipress.sync.device import cuda_device_count
+
+                    device_note = share_gpus(cfg, cuda_device_count())
+            if device_note:
+                (err_console if json_ else console).print(styled("[yellow]note:[/] {}", device_note))
             run_dir = resume if resume is not None else results / cfg.run_id
             try:
                 run_dir.mkdir(parents=True, exist_ok=resume is not None)

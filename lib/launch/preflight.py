@@ -3,9 +3,11 @@
 For each host, in parallel (one thread and one SSH connection per host): can it be reached, does
 it authenticate us, does its Python (``SSHOptions.python``) run the same Python version and the
 same hipress version as this machine, are the MPI programs the job will start there present, and
-does it have at least as many CPU cores as the slots asked of it. The answer is a list of
-``HostReport`` (what ``hipress cluster check`` prints) and, for a run, a ``PreflightError`` naming
-every host that is not ready and why, so a user fixes all of them in one go.
+does it have at least as many CPU cores as the slots asked of it; and how many GPUs its torch sees
+(``HostReport.gpus``: ``hipress run --hosts`` decides ``--device`` from them, not from this machine,
+which may have none). The answer is a list of ``HostReport`` (what ``hipress cluster check``
+prints) and, for a run, a ``PreflightError`` naming every host that is not ready and why, so a
+user fixes all of them in one go.
 
 The probe is a short Python program passed as one quoted argument (``python -c PROGRAM PATHS...``);
 it prints one line of JSON after a marker, which is parsed with ``json.loads`` only, so a login
@@ -47,6 +49,13 @@ try:
 except Exception:
     out["mpi4py"] = None
 out["missing"] = [p for p in sys.argv[1:] if not os.access(p, os.X_OK)]
+try:  # the GPUs the ranks' torch will see there (counted without creating a CUDA context)
+    import torch
+    out["cuda"] = torch.version.cuda
+    out["gpus"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
+except Exception as e:
+    out["gpus"] = None
+    out["gpus_error"] = type(e).__name__ + ": " + str(e)[:200]
 out["ifaces"] = sorted(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else None
 print("HIPRESS-PROBE " + json.dumps(out), flush=True)
 """
@@ -78,6 +87,12 @@ class HostReport:
     def ok(self) -> bool:
         return self.error is None and not self.problems
 
+    @property
+    def gpus(self) -> int | None:
+        """The GPUs torch sees on the host (0 with a CPU build of torch), None if the probe could not tell."""
+        n = self.facts.get("gpus")
+        return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+
     def summary(self) -> str:
         if self.error:
             return self.error
@@ -87,7 +102,8 @@ class HostReport:
         return {"host": self.host.name, "slots": self.host.slots, "reachable": self.reachable,
                 "authenticated": self.authenticated, "ok": self.ok, "error": self.error,
                 "error_kind": self.error_kind, "problems": self.problems, "elapsed_s": round(self.elapsed_s, 3),
-                **{k: self.facts.get(k) for k in ("hostname", "python", "hipress", "mpi4py", "cpus")}}
+                **{k: self.facts.get(k) for k in ("hostname", "python", "hipress", "mpi4py", "cpus", "cuda")},
+                "gpus": self.gpus}
 
 
 class PreflightError(RuntimeError):

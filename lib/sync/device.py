@@ -15,6 +15,7 @@ GPU and NCCL refuses it (``hipress.train.torchdist.check_nccl``). It lives in ``
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +115,31 @@ def resolve(requested: str) -> str:
             raise DeviceError(_no_gpu())
         return "cpu"
     return "cuda"
+
+
+def resolve_on_hosts(requested: str, gpus: Mapping[str, int | None]) -> tuple[str, str | None]:
+    """``resolve`` for ranks on SSH hosts, from the GPUs each host's torch sees (``gpus``: host -> count,
+    None where pre-flight could not tell), not from this machine's: the launcher is often a login node
+    with none. Returns the device and a note for the user (or None); ``DeviceError`` for "cuda" when a
+    host has no GPU, naming every such host. "auto" takes CUDA only if every host has a GPU: the ranks
+    of one run train on one kind of device."""
+    req = str(requested).strip().lower()
+    if req not in DEVICES:
+        raise DeviceError(f"unknown device {requested!r}; use one of: {', '.join(DEVICES)}")
+    if req == "cpu":
+        return "cpu", None
+    without = [h for h, n in gpus.items() if not n]
+    if not without:
+        return "cuda", None
+    listed = ", ".join(f"{h} ({'could not tell' if gpus[h] is None else 'none'})" for h in without)
+    if req == "cuda":
+        raise DeviceError(f"--device cuda was requested but torch sees no GPU on {len(without)} of {len(gpus)} "
+                          f"host(s): {listed}; `hipress cluster check` shows each host's GPUs; use --device cpu "
+                          "(or auto, which falls back to the CPU)")
+    if len(without) < len(gpus):
+        return "cpu", (f"--device auto: no GPU on {listed}, so every rank trains on the CPU; --device cuda "
+                       "would refuse those hosts")
+    return "cpu", None
 
 
 def _no_gpu() -> str:

@@ -15,7 +15,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -393,14 +393,22 @@ def check_device(device: str, collective: str | None, topology: str) -> None:
         raise ConfigError("--collective nccl needs --device cuda; on the CPU --topo allreduce uses MPI")
 
 
-def share_gpus(cfg: RunConfig, gpus: int) -> str | None:
-    """For a run whose ranks all start on this machine (local or emulated): if they outnumber its
-    ``gpus`` on CUDA, the line to tell the user, and ``--topo allreduce`` without ``--collective``
-    takes the MPI Allreduce (NCCL refuses ranks sharing a GPU). Decided here, not by each rank,
-    because emulated hosts do not see each other as local and would pick NCCL."""
-    if cfg.device != "cuda" or cfg.np <= gpus:
+def share_gpus(cfg: RunConfig, gpus: int | Mapping[str, tuple[int, int]]) -> str | None:
+    """If ranks outnumber the GPUs where they run on CUDA, the line to tell the user, and ``--topo
+    allreduce`` without ``--collective`` takes the MPI Allreduce (NCCL refuses ranks sharing a GPU).
+
+    ``gpus``: this machine's GPU count, for a run whose ranks all start here (local or emulated: decided
+    here, not by each rank, because emulated hosts do not see each other as local and would pick NCCL);
+    or, for ``--hosts``, each host's (ranks, GPUs).
+    """
+    if cfg.device != "cuda":
         return None
-    note = f"{cfg.np} ranks share {gpus} GPU(s): each gets part of one, and NCCL cannot be used"
+    places = {"": (cfg.np, gpus)} if isinstance(gpus, int) else dict(gpus)
+    crowded = [f"{ranks} ranks share {n} GPU(s)" + (f" on {where}" if where else "")
+               for where, (ranks, n) in places.items() if ranks > n]
+    if not crowded:
+        return None
+    note = ", ".join(crowded) + ": each gets part of one, and NCCL cannot be used"
     if cfg.topology == ALLREDUCE.name and cfg.collective is None:
         cfg.collective = "mpi"
         note += "; --topo allreduce runs the MPI Allreduce (--collective mpi)"

@@ -34,6 +34,10 @@ def test_check_two_hosts_json(sshd, known_hosts):
         ("127.0.0.1", 1, True, True, True), ("127.0.0.2", 2, True, True, True)]
     assert all(h["python"] == data["local"]["python"] and h["hipress"] == data["local"]["hipress"]
                for h in data["hosts"])
+    import torch  # the hosts are this machine: their torch is this one; a CPU build counts no GPU
+
+    assert all(isinstance(h["gpus"], int) and (h["gpus"] == 0 or torch.version.cuda is not None)
+               for h in data["hosts"]), data["hosts"]
     (pair,) = data["bandwidth"]
     assert (pair["src"], pair["dst"], pair["error"]) == ("127.0.0.1", "127.0.0.2", None)
     assert pair["gbit_per_s"] > 0 and pair["bytes"] > 0

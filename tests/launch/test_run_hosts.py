@@ -97,6 +97,21 @@ def test_bad_host_options_fail_before_anything_starts(sshd, known_hosts, tmp_pat
     assert not (results / "never").exists()
 
 
+def test_the_hosts_gpus_decide_the_device(sshd, known_hosts, tmp_path):
+    """Pre-flight counts each host's GPUs; --device cuda names the hosts without one (not this machine's
+    torch build), before anything starts there."""
+    import torch
+
+    if torch.version.cuda is not None:  # (this process is kept from the GPU; the sshd's sessions are not)
+        pytest.skip("the test's hosts are this machine, whose torch has CUDA: they may see a GPU")
+    results = tmp_path / "results"
+    r = CliRunner().invoke(build(), ["run", "mlp", "--results", str(results), *_ssh_args(sshd, known_hosts),
+                                     "--hosts", "127.0.0.1,127.0.0.2", "--device", "cuda", "--run-id", "never"])
+    assert r.exit_code == 2, r.output
+    assert "torch sees no GPU on 2 of 2 host(s): 127.0.0.1 (none), 127.0.0.2 (none)" in _text(r.output)
+    assert not (results / "never").exists()
+
+
 def _events(run_dir: Path) -> list[tuple[str, object]]:
     return [(e["event"], e.get("iter")) for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines())]
 

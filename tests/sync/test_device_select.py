@@ -10,7 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hipress.sync.device import DeviceError, local_rank, local_rank_from_env, resolve, select_device
+from hipress.sync.device import (
+    DeviceError,
+    local_rank,
+    local_rank_from_env,
+    resolve,
+    resolve_on_hosts,
+    select_device,
+)
 from hipress.train.torchdist import check_nccl
 
 from .conftest import run_mpi
@@ -38,6 +45,21 @@ def test_cuda_without_a_gpu_is_a_clear_error():
     with pytest.raises(DeviceError, match=r"--device cuda was requested"):
         resolve("cuda")
     assert resolve("auto") == "cpu" and resolve("cpu") == "cpu"
+
+
+def test_the_hosts_gpus_decide_the_device_of_a_run_on_hosts_not_this_machines():
+    """Whatever this machine has (a login node often has no GPU): every host with a GPU is CUDA."""
+    assert resolve_on_hosts("auto", {"a": 8, "b": 1}) == ("cuda", None)
+    assert resolve_on_hosts("cuda", {"a": 8, "b": 1}) == ("cuda", None)
+    assert resolve_on_hosts(" CPU ", {"a": 8}) == ("cpu", None)
+    assert resolve_on_hosts("auto", {"a": 0, "b": None}) == ("cpu", None)  # no GPU anywhere: the CPU, as here
+    dev, note = resolve_on_hosts("auto", {"a": 0, "b": 4})  # one kind of device for every rank of a run
+    assert dev == "cpu" and "no GPU on a (none)" in note and "every rank trains on the CPU" in note
+    with pytest.raises(DeviceError, match=r"no GPU on 2 of 3 host\(s\): a \(none\), c \(could not tell\); "
+                                          r"`hipress cluster check`.*--device cpu"):
+        resolve_on_hosts("cuda", {"a": 0, "b": 2, "c": None})
+    with pytest.raises(DeviceError, match="unknown device 'gpu'"):
+        resolve_on_hosts("gpu", {"a": 1})
 
 
 def test_bad_requests():

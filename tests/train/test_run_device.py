@@ -154,6 +154,11 @@ def test_ranks_outnumbering_the_gpus_take_the_mpi_allreduce_and_are_told():
     ring = make_config("mlp", "ring", "tbq", 2, 1, device="cuda")
     assert "share" in share_gpus(ring, 1) and ring.collective is None
     assert share_gpus(make_config("mlp", "allreduce", "none", 4, 1), 0) is None  # the CPU: nothing to share
+    # --hosts: each host's ranks against its own GPUs, not the run's ranks against this machine's
+    hosts = make_config("mlp", "allreduce", "none", 6, 1, device="cuda")
+    assert share_gpus(hosts, {"a": (2, 2), "b": (4, 4)}) is None and hosts.collective is None
+    note = share_gpus(hosts, {"a": (2, 2), "b": (4, 1)})
+    assert note.startswith("4 ranks share 1 GPU(s) on b:") and hosts.collective == "mpi"
 
 
 @no_gpu
