@@ -55,6 +55,16 @@ def resolve_device(device: str) -> str:
         raise fail(str(e)) from None
 
 
+def device_name(device: str) -> str:
+    """``--device`` checked as a name only (auto, cuda, cpu), for a step that the hosts resolve; exit 2 if unknown."""
+    from hipress.sync.device import DEVICES
+
+    name = str(device).strip().lower()
+    if name not in DEVICES:
+        raise fail(f"unknown device {device!r}; use one of: {', '.join(DEVICES)}")
+    return name
+
+
 def resolve_device_on_hosts(device: str, cluster: Any) -> tuple[str, str | None]:
     """``--device`` for ranks on ``cluster``'s hosts, from the GPUs pre-flight found on each; a clear exit 2
     if impossible. Returns the device and a note to print (or None)."""

@@ -80,15 +80,17 @@ def profile(
     device: options.DeviceOpt = "auto",
     json_: JsonOpt = False,
 ) -> None:
-    """Time encode/decode/merge here and send/gather/broadcast over MPI; fit max(overhead, A + B*x)."""
+    """Time encode/decode/merge here (with --hosts: on the first host) and send/gather/broadcast over MPI;
+    fit max(overhead, A + B*x)."""
     from hipress.plan import PlanError
 
-    dev = options.resolve_device(device)
+    remote = bool(hosts or hostfile)
+    # with --hosts the codec is timed on the first host, which decides --device auto; here only the name
+    dev = options.device_name(device) if remote else options.resolve_device(device)
     from hipress.plan.profile import profile as run_profile
     from hipress.plan.profile import save_profile
 
     host_list, ssh_options, cluster = None, None, None
-    remote = bool(hosts or hostfile)
     if remote and emulated:
         raise fail("give --hosts/--hostfile or --emulated, not both")
     if remote:
@@ -131,7 +133,8 @@ def profile(
     if json_:
         print_json({"output": str(output), "profile": d})
         return
-    t = Table(title=f"profile of {alg} on {model.meta.get('host')}, {model.meta.get('nprocs')} MPI processes "
+    t = Table(title=f"profile of {alg} on {model.meta.get('compute_host') or model.meta.get('host')} "
+              f"({model.meta.get('device')}), {model.meta.get('nprocs')} MPI processes "
               f"({model.meta.get('seconds')} s): cost = max(overhead, A + B*x) ms, x fp32 elements")
     for col in ("primitive", "B ns/elem", "GB/s", "A ms", "overhead ms", "R²", "max |rel residual|"):
         t.add_column(col, justify="left" if col == "primitive" else "right")

@@ -221,8 +221,8 @@ def register(app: typer.Typer) -> None:
         if paper_size is None:
             paper_size = dev == "cuda"  # the paper's input sizes are the default on a GPU
         # --plan auto's quick profile measures the transport where the ranks will run: the emulated
-        # cluster (borrowed then, and kept for the run) or the hosts; this machine's loopback would cost
-        # every message as if free and plan for the wrong network.
+        # cluster (borrowed then, and kept for the run) or the hosts (and the codec on the first of them);
+        # this machine's loopback would cost every message as if free and plan for the wrong network.
         borrowed: list[tuple[Any, Any]] = []  # (the emulated cluster, how to give it back)
         profiled_on: list[str] = []  # where --plan auto's quick profile measured the transport, said with the plan
 
@@ -235,7 +235,8 @@ def register(app: typer.Typer) -> None:
                 profiled_on.append(f"emulated cluster {borrowed[0][0].prefix!r} ({borrowed[0][0].rate})")
                 return {"emulated": borrowed[0][0]}
             if host_list:
-                profiled_on.append(f"hosts {', '.join(h.spec for h in host_list)}")
+                profiled_on.append(f"hosts {', '.join(h.spec for h in host_list)}, the codec timed on "
+                                   f"{host_list[0].name}")
                 return {"hosts": host_list, "ssh_options": ssh.ssh_options(), "interface": ssh.interface}
             profiled_on.append("this machine")
             return {}

@@ -37,6 +37,7 @@ def auto_plan(
     shapes: Mapping[str, Sequence[int]] | None = None,
     device: str = "cpu",
     transport: Callable[[], Mapping[str, Any]] | None = None,
+    compll: Mapping[str, str] | None = None,
 ) -> Plan:
     """A SeCoPa plan for ``gradient_sizes`` (``[(name, fp32 elements)]``, backward order).
 
@@ -48,12 +49,14 @@ def auto_plan(
     ``device`` ("cpu" or "cuda"): where the quick profile times encode/decode, i.e. where the run's
     codecs will run. ``transport``: called (once) when the quick profile is taken, for where its MPI
     transport run goes: ``profile.profile``'s ``emulated``, or ``hosts``, ``ssh_options`` and
-    ``interface`` (the cluster the run will use; None: this machine).
+    ``interface`` (the cluster the run will use; None: this machine; on hosts the codec is timed on
+    the first). ``compll``: the run's CompLL spec texts, for a quick profile on hosts (``alg`` may be one).
     """
     if profile is None:
         from .profile import quick_profile
 
-        model = quick_profile(alg, device=device, **(transport() if transport is not None else {}))
+        model = quick_profile(alg, device=device, compll=dict(compll or {}),
+                              **(transport() if transport is not None else {}))
     else:
         model = load_cost_model(profile)
     result = plan_gradients(gradient_sizes, nnodes, topology, model, default_payload(model, alg), alg=alg,

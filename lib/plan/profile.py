@@ -94,12 +94,9 @@ def measure_compute(alg: str, sizes: Sequence[int], repeat: int = 5, warmup: int
     """
     import torch
 
-    from hipress.compress import StateStore, UnknownAlgorithm, create_from_spec
+    from hipress.compress import StateStore
 
-    try:
-        comp = create_from_spec(alg)
-    except (UnknownAlgorithm, ValueError) as e:
-        raise PlanError(str(e)) from None
+    comp = _codec(alg)
     states = StateStore()
     gen = torch.Generator().manual_seed(0)
     dev = torch.device(device)
@@ -129,6 +126,16 @@ def measure_compute(alg: str, sizes: Sequence[int], repeat: int = 5, warmup: int
     return out
 
 
+def _codec(alg: str) -> Any:
+    """The compressor ``alg`` names (a spec string), or ``PlanError`` saying why not."""
+    from hipress.compress import UnknownAlgorithm, create_from_spec
+
+    try:
+        return create_from_spec(alg)
+    except (UnknownAlgorithm, ValueError) as e:
+        raise PlanError(str(e)) from None
+
+
 def measure_transport(
     nprocs: int,
     sizes: Sequence[int],
@@ -139,8 +146,12 @@ def measure_transport(
     emulated: EmulatedCluster | None = None,
     timeout: float = 300.0,
     interface: str | None = None,
+    compute: dict[str, Any] | None = None,
 ) -> dict:
     """Run ``profile_worker`` as an MPI job and return rank 0's JSON result.
+
+    ``compute`` (``{"alg", "device", "compll"}``): rank 0 also times that codec on its host, after the
+    transport (``"compute"`` in the result, ``measure_compute``'s form; ``"compute_host"``).
 
     Started and followed by the job runner (``hipress.launch.runner``), as training runs are: on this
     machine (inside an ``emulated`` cluster's shaped network namespaces if one is given), or with
@@ -154,6 +165,9 @@ def measure_transport(
     argv = [sys.executable, "-m", "hipress.plan.profile_worker", *args, "--output", f"{RUN_DIR}/transport.json"]
     with tempfile.TemporaryDirectory(prefix="hipress-profile-") as tmp:
         run_dir = Path(tmp)
+        if compute is not None:  # in the run directory, which goes to the hosts with the job
+            write_atomic(run_dir / "compute.json", json.dumps(compute))
+            argv += ["--compute", f"{RUN_DIR}/compute.json"]
         if hosts:
             from hipress.launch.remote import Cluster
             from hipress.launch.ssh import SSHOptions
@@ -212,6 +226,7 @@ def profile(
     stat: str = "median",
     interface: str | None = None,
     device: str = "cpu",
+    compll: dict[str, str] | None = None,
 ) -> CostModel:
     """Measure and fit every primitive; the result plugs into ``plan_gradients`` like ``sosp21``.
 
@@ -219,6 +234,11 @@ def profile(
     useful to look at encode/decode alone, not for planning. ``stat``: what summarizes the repeated
     times of a size, ``median`` (typical, the default on a dedicated cluster) or ``min`` (the cost
     without interference, on a machine others share: contention only ever adds time).
+
+    Encode/decode/merge are timed where the ranks run: here, or with ``hosts`` on the first host, by
+    the transport job's rank 0 (this machine may be a login node with another CPU and no GPU), where
+    ``device`` may be ``auto`` (that host's GPU if it has one); ``compll``: the run's CompLL spec
+    texts, installed there first (``alg`` may name one of them).
     """
     if stat not in STATS:
         raise PlanError(f"unknown statistic {stat!r}; use one of: {', '.join(STATS)}")
@@ -226,8 +246,12 @@ def profile(
     if len(sizes) < 2 or sizes[0] < 1:
         raise PlanError(f"profile sizes must be at least two positive element counts, got {sizes}")
     t0 = time.perf_counter()
-    comp = measure_compute(alg, sizes, repeat, warmup, device=device)
-    fits = {k: fit_linear(_summarize(v, stat)) for k, v in comp.items()}
+    on_hosts = bool(hosts) and transport
+    comp: dict[str, list] = {}
+    if on_hosts:
+        _codec(alg)  # a typo fails here, not after a job on the hosts
+    else:
+        comp = measure_compute(alg, sizes, repeat, warmup, device=device)
     meta: dict = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": platform.node(),
@@ -242,7 +266,13 @@ def profile(
     gather: dict[int, Linear] = {}
     bcast: dict[int, Linear] = {}
     if transport:
-        tr = measure_transport(nprocs, sizes, repeat, warmup, hosts, ssh_options, emulated, interface=interface)
+        tr = measure_transport(nprocs, sizes, repeat, warmup, hosts, ssh_options, emulated, interface=interface,
+                               compute={"alg": alg, "device": device, "compll": dict(compll or {})} if on_hosts
+                               else None)
+        if on_hosts:
+            comp = tr["compute"]
+            meta.update(compute_host=tr.get("compute_host"), device=tr.get("compute_device", device))
+        fits = {k: fit_linear(_summarize(v, stat)) for k, v in comp.items()}
         nprocs = tr["nprocs"]
         fits["send"] = fit_linear(_summarize(tr["ops"]["send"], stat))
         gather[nprocs] = fit_linear(_summarize(tr["ops"]["gather"], stat))
@@ -250,6 +280,7 @@ def profile(
         meta.update(nprocs=nprocs, mpi=tr["mpi"], hosts=[h.spec for h in hosts] if hosts else None,
                     emulated=emulated.as_dict() if emulated else None)
     else:
+        fits = {k: fit_linear(_summarize(v, stat)) for k, v in comp.items()}
         fits["send"] = Linear(0.0, 0.0, 0.0, {"note": "transport not measured"})
     meta["seconds"] = round(time.perf_counter() - t0, 2)
     return CostModel(encode=fits["encode"], decode=fits["decode"], merge=fits["merge"], send=fits["send"],
@@ -257,11 +288,14 @@ def profile(
                      meta=meta)
 
 
-def quick_profile(alg: str, nprocs: int = 2, device: str = "cpu", **where: Any) -> CostModel:
+def quick_profile(alg: str, nprocs: int = 2, device: str = "cpu", compll: dict[str, str] | None = None,
+                  **where: Any) -> CostModel:
     """A few-second profile for ``run --plan auto`` when no saved one is given; ``device``: where the
-    run's codecs will run (its encode/decode/merge are timed there); ``where``: where the transport
-    runs, ``profile``'s ``hosts``, ``ssh_options``, ``emulated``, ``interface`` (default: here)."""
-    return profile(alg, nprocs=nprocs, sizes=QUICK_SIZES, repeat=3, warmup=1, device=device, **where)
+    run's codecs will run (its encode/decode/merge are timed there); ``compll``: the run's CompLL spec
+    texts; ``where``: where the ranks run, ``profile``'s ``hosts``, ``ssh_options``, ``emulated``,
+    ``interface`` (default: here)."""
+    return profile(alg, nprocs=nprocs, sizes=QUICK_SIZES, repeat=3, warmup=1, device=device, compll=compll,
+                   **where)
 
 
 def save_profile(model: CostModel, path: str | os.PathLike) -> None:

@@ -11,12 +11,18 @@ broadcast  rank 0 sends x elements to every other rank (the PS pull), point to p
 Each trial starts after a barrier; its time is the slowest rank's (a max-Allreduce of the local
 times), in ms. Rank 0 writes ``{"nprocs", "mpi", "ops": {op: [[x, [ms, ...]], ...]}}`` as JSON.
 Imports only numpy and mpi4py, so that N ranks start in well under a second.
+
+With ``--compute FILE`` (``{"alg", "device", "compll": {file name: spec text}}``) rank 0 also times
+encode/decode/merge on its host afterwards (``profile.measure_compute``, torch imported then), with
+the run's CompLL algorithms installed as its ranks will have them, and adds ``"compute"`` and
+``"compute_host"``: on ``--hosts`` the codec is timed where the ranks run, not on the launcher.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
 import sys
 
 import numpy as np
@@ -85,11 +91,36 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--output", required=True, help="JSON file rank 0 writes")
+    ap.add_argument("--compute", help="JSON file: rank 0 also times this algorithm's encode/decode/merge here")
     a = ap.parse_args(argv)
     sizes = [int(s) for s in a.sizes.split(",") if s]
     out = run(sizes, a.repeat, a.warmup)
     if out is not None:
+        if a.compute:
+            out.update(_compute(a.compute, sizes, a.repeat, a.warmup))
         write_atomic(a.output, json.dumps(out))
+
+
+def _compute(request: str, sizes: list[int], repeat: int, warmup: int) -> dict:
+    """``{"compute", "compute_host", "compute_device"}``: the request's codec timed on this host, its
+    ``--device`` decided here (``auto``: this host's GPU if its torch sees one)."""
+    from hipress.compll import CompLLError, install_builtins, load_texts
+    from hipress.sync.device import DeviceError, resolve
+
+    from .errors import PlanError
+    from .profile import measure_compute
+
+    with open(request, encoding="utf-8") as f:
+        req = json.load(f)
+    try:
+        device = resolve(req.get("device", "cpu"))
+        install_builtins()  # as make_config and every rank of a run do
+        if req.get("compll"):
+            load_texts(req["compll"])
+        times = measure_compute(req["alg"], sizes, repeat, warmup, device=device)
+    except (DeviceError, CompLLError, PlanError) as e:
+        raise SystemExit(f"profile_worker on {platform.node()}: cannot time {req['alg']!r}: {e}") from None
+    return {"compute": times, "compute_host": platform.node(), "compute_device": device}
 
 
 if __name__ == "__main__":

@@ -312,7 +312,8 @@ def make_config(
             f"--alg {alg} keeps a velocity of its own (momentum {own:g}) and SGD applies --momentum "
             f"{sgd_momentum:g} as well: momentum twice. Give --momentum 0 to leave momentum to the algorithm, or "
             f"drop its momentum parameter (the default momentum correction then moves SGD's before compression)")
-    plan_entries = resolve_plan(plan, sizes, np, alg, eng, forward, shapes, device, plan_transport) if plan else None
+    plan_entries = (resolve_plan(plan, sizes, np, alg, eng, forward, shapes, device, plan_transport, compll_specs)
+                    if plan else None)
     if comp_threshold == "default":
         comp_threshold = DEFAULT_COMP_THRESHOLD if eng in CASYNC_ENGINES and not plan else None
     if comp_threshold is not None:
@@ -450,6 +451,7 @@ def resolve_plan(
     shapes: Callable[[], dict[str, tuple[int, ...]]] | None = None,
     device: str = "cpu",
     transport: Callable[[], dict[str, Any]] | None = None,
+    compll: dict[str, str] | None = None,
 ) -> list[list[Any]]:
     """``--plan FILE|auto`` -> plan entries ``[name, size, compress, partitions]`` in gradient order.
 
@@ -463,7 +465,8 @@ def resolve_plan(
     codec costs are not the CPU's, and SeCoPa's decisions follow them). ``transport``: called once,
     when ``auto`` takes its quick profile, for where the run's ranks will talk (``hipress.plan.profile``'s
     ``emulated``, or ``hosts``, ``ssh_options`` and ``interface``): the plan is costed on the links
-    the run uses, not on this machine's loopback; None: this machine.
+    the run uses, not on this machine's loopback; None: this machine. ``compll``: the run's CompLL
+    spec texts, for a quick profile that times the codec on a host.
     """
     c = choice_of_engine(eng)[0]
     if c.plan is None or eng != c.engine:
@@ -476,7 +479,7 @@ def resolve_plan(
     try:
         if plan == "auto":
             entries = auto_plan(sizes, nnodes=np, alg=alg, topology=c.plan, shapes=shapes() if shapes else None,
-                                device=device, transport=transport)
+                                device=device, transport=transport, compll=compll)
         else:
             path = Path(plan)
             if path.is_dir():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -51,18 +52,45 @@ def test_run_on_two_hosts(sshd, known_hosts, tmp_path):
 
 def test_plan_auto_on_hosts_profiles_the_transport_between_them(sshd, known_hosts, tmp_path):
     """--plan auto --hosts: the quick profile's MPI transport runs on the hosts, over SSH, as the run's ranks
-    will talk (it used to run on this machine's loopback); the plan it gives is the run's."""
+    will talk (it used to run on this machine's loopback), and its codec on the first host, with the run's
+    own CompLL algorithm installed there from its spec (it was timed on this machine); the plan it gives is
+    the run's."""
+    spec = Path(__file__).parents[1] / "compll" / "data" / "user" / "scaledsign.pse"
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "scaledsign.pse").write_text(spec.read_text())
     results = tmp_path / "results"
-    r = _hipress(["run", "mlp", "--iters", "1", "--topo", "ps", "--alg", "onebit", "--plan", "auto",
-                  "--hosts", "127.0.0.1:1,127.0.0.2:1", *_ssh_args(sshd, known_hosts), "--results", str(results),
-                  "--run-id", "planned", "--json"])
+    r = _hipress(["run", "mlp", "--iters", "1", "--topo", "ps", "--alg", "scaledsign", "--compll-dir", str(specs),
+                  "--plan", "auto", "--hosts", "127.0.0.1:1,127.0.0.2:1", *_ssh_args(sshd, known_hosts),
+                  "--results", str(results), "--run-id", "planned", "--json"])
     assert r.returncode == 0, r.stderr
     text = _text(r.stderr)
-    assert "the transport measured on hosts 127.0.0.1:1, 127.0.0.2:1" in text, text
+    assert "the transport measured on hosts 127.0.0.1:1, 127.0.0.2:1, the codec timed on 127.0.0.1" in text, text
     assert text.count("pre-flight on 2 host(s)") == 1, text  # the run's own; the profile's runs quietly
     assert json.loads(r.stdout)["status"] == "ok"
     assert (results / "planned" / "plan.txt").is_file()
     assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_profile_on_hosts_times_the_codec_on_the_first_host(sshd, known_hosts, tmp_path):
+    out = tmp_path / "p.json"
+    r = _hipress(["profile", "--alg", "onebit", "--sizes", "1K,16K", "--repeat", "2", "--hosts",
+                  "127.0.0.1:1,127.0.0.2:1", *_ssh_args(sshd, known_hosts), "--output", str(out)])
+    assert r.returncode == 0, r.stderr
+    p = json.loads(out.read_text())
+    assert p["meta"]["compute_host"] == platform.node()  # the hosts are this machine: their name is its
+    assert p["meta"]["hosts"] == ["127.0.0.1:1", "127.0.0.2:1"] and p["encode"]["fit"]["points"]
+    r = _hipress(["profile", "--alg", "nope", "--sizes", "1K,16K", "--hosts", "127.0.0.1:1,127.0.0.2:1",
+                  *_ssh_args(sshd, known_hosts), "--output", str(tmp_path / "x.json")])
+    assert r.returncode == 2 and "nope" in r.stderr and "transport" not in r.stderr, r.stderr  # before any job
+    import torch
+
+    if torch.version.cuda is None:  # the first host decides --device: its torch sees no GPU, and says so
+        r = _hipress(["profile", "--alg", "onebit", "--sizes", "1K,16K", "--device", "cuda", "--hosts",
+                      "127.0.0.1:1,127.0.0.2:1", *_ssh_args(sshd, known_hosts), "--output", str(tmp_path / "x.json")])
+        assert r.returncode == 2, r.stderr
+        assert f"profile_worker on {platform.node()}: cannot time 'onebit': --device cuda was requested" in \
+            _text(r.stderr), r.stderr
 
 
 def test_rank_failure_on_a_remote_host_is_reported(sshd, known_hosts, tmp_path):
