@@ -211,10 +211,14 @@ def register(app: typer.Typer) -> None:
         check_emulate(emulate, prefix, hosts or hostfile)  # before any side effect (SSH, the run directory)
         host_list = hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
         np_ = sum(h.slots for h in host_list) if host_list else np_
-        cluster, device_note = None, None
+        cluster, device_note, handed = None, None, False  # handed: the job owns the hosts' connections
         if host_list:  # pre-flight first: the hosts' GPUs decide --device, not this machine's (often a login node)
             cluster = ssh.connect(host_list)
-            dev, device_note = opt.resolve_device_on_hosts(device, cluster)
+            try:
+                dev, device_note = opt.resolve_device_on_hosts(device, cluster)
+            except BaseException:
+                cluster.close()  # no session left open on the hosts (nor in an in-process caller)
+                raise
             device_note = None if resumed else device_note  # a resumed run keeps the device it had
         else:
             dev = opt.resolve_device(device)  # before any side effect: --device cuda without a GPU is refused here
@@ -298,8 +302,11 @@ def register(app: typer.Typer) -> None:
             if emulated is not None:
                 out.print(styled("[dim]emulated cluster {}: rank i on host i, links {}[/]", repr(emulated.prefix),
                                  emulated.rate))
+            handed = True
             outcome = _launch_and_watch(cfg, run_dir, out, cluster, ssh.interface, emulated, stall_timeout)
         finally:
+            if cluster is not None and not handed:  # a refusal between pre-flight and the start
+                cluster.close()
             if borrowed:
                 try:
                     borrowed[0][1]()

@@ -212,10 +212,12 @@ def _signals_raised() -> Iterator[None]:
     if noted is None or threading.current_thread() is not threading.main_thread():
         yield
         return
+    raised: list[int] = []
 
     def note_and_raise(signum: int, _frame: Any) -> None:
         noted.append(signum)
-        if len(noted) == 1:  # once: a second Ctrl-C must not break into the step's own cleanup
+        if not raised:  # once: a second Ctrl-C must not break into the step's own cleanup
+            raised.append(signum)
             raise Interrupted(_interrupted_by(signum), 128 + signum)
 
     previous = {s: signal.signal(s, note_and_raise) for s in _SIGNALS}

@@ -138,6 +138,7 @@ def test_the_hosts_gpus_decide_the_device(sshd, known_hosts, tmp_path):
     assert r.exit_code == 2, r.output
     assert "torch sees no GPU on 2 of 2 host(s): 127.0.0.1 (none), 127.0.0.2 (none)" in _text(r.output)
     assert not (results / "never").exists()
+    assert wait_until(lambda: not sshd_children(sshd), 10), "pre-flight's connections were left open"
 
 
 def _events(run_dir: Path) -> list[tuple[str, object]]:
