@@ -92,6 +92,15 @@ def test_gen_refuses_to_overwrite_its_own_spec(tmp_path, spec_file, flags):
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.parametrize("flags", [[], ["-f", "cpu"], ["-f", "cupy", "-w"]])
+def test_gen_ptx_without_cuda_body_is_refused(tmp_path, flags):
+    # --ptx compiles the generated .cu: with the CPU flavor or a wrapper alone there is none to compile
+    r = hipress("compll", "gen", str(USER / "scaledsign.pse"), "--ptx", *flags, "-o", str(tmp_path))
+    assert r.returncode == 2
+    assert "--ptx compiles the generated CUDA kernels" in " ".join(r.stderr.split())
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 def test_stats_json():
     r = hipress("compll", "stats", "--json")
     assert r.returncode == 0, r.stderr
