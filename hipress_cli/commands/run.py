@@ -209,6 +209,8 @@ def register(app: typer.Typer) -> None:
         np_ = resumed.np if resumed else np_
         topo = pick_topology(topo, horovodrun)
         check_emulate(emulate, prefix, hosts or hostfile)  # before any side effect (SSH, the run directory)
+        if resumed is None:
+            _check_results(results)  # before SSH pre-flight or a --plan auto profile, not after them
         host_list = hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
         np_ = sum(h.slots for h in host_list) if host_list else np_
         dev = opt.resolve_device(device)  # before any side effect: --device cuda without a GPU is refused here
@@ -264,7 +266,7 @@ def register(app: typer.Typer) -> None:
             except FileExistsError:
                 raise fail(f"run directory {run_dir} already exists; choose another --run-id") from None
             except OSError as e:
-                raise fail(f"cannot create the run directory {run_dir}: {e}") from None
+                raise fail(f"cannot create the run directory {run_dir}: {e.strerror or e}") from None
             cfg.write(run_dir)
             if cfg.plan is not None:
                 from hipress.plan import write_plan
@@ -307,6 +309,20 @@ def register(app: typer.Typer) -> None:
             print_json(summary)
         else:
             _render_summary(summary)
+
+
+def _check_results(results: Path) -> None:
+    """Exit 2 unless the run directory can be made under ``--results``: checked before the SSH pre-flight
+    and a ``--plan auto`` profile (which takes seconds to minutes), since the run directory itself is
+    made after them. ``results`` may not exist yet (it is created with its parents): its nearest
+    existing ancestor must then be a writable directory."""
+    existing = results
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise fail(f"--results {results}: {existing} is not a directory; give a directory for the run "
+                   "directories (created if missing)")
+    opt.check_writable_dir(existing, f"--results {results}")
 
 
 #: What ``--resume`` accepts besides itself: the length of the run and how (where) it is launched; the rest

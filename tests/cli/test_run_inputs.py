@@ -227,3 +227,27 @@ def test_plan_auto_names_the_emulated_cluster_it_could_not_borrow(tmp_path, monk
     assert "--plan auto profiles the transport on the emulated cluster: emulated cluster 'qa' has 1 hosts, 2 are " \
            "needed" in _text(r), r.output
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+
+
+@pytest.mark.parametrize("sub", ["", "runs/today"])
+def test_results_that_cannot_hold_a_run_directory_is_refused_before_the_plan_profile(tmp_path, monkeypatch, sub):
+    """--results naming a file (or a path under one): refused before --plan auto's profile borrows the emulated
+    cluster and measures (seconds to minutes), not after it, when the run directory is made."""
+    from hipress.launch import emulate
+
+    borrowed = []
+
+    def borrow(hosts, rate, prefix):  # the profile's first step: recorded, and no cluster in this test
+        borrowed.append(prefix)
+        raise emulate.EmulationError("no emulated cluster in this test")
+
+    monkeypatch.setattr(emulate, "borrow", borrow)
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("not a directory\n")
+    results = a_file / sub if sub else a_file
+    r = _invoke(["run", "mlp", "--np", "2", "--iters", "1", "--topo", "ps", "--alg", "onebit", "--plan", "auto",
+                 "--emulate", "1gbit", "--prefix", "qa", "--results", str(results)])
+    assert r.exit_code == 2, r.output
+    assert f"--results {results}: {a_file} is not a directory; give a directory" in _text(r), r.output
+    assert borrowed == [], "the profile started before --results was checked"
+    assert a_file.read_text() == "not a directory\n"
