@@ -210,7 +210,7 @@ def register(app: typer.Typer) -> None:
         topo = pick_topology(topo, horovodrun)
         check_emulate(emulate, prefix, hosts or hostfile)  # before any side effect (SSH, the run directory)
         if resumed is None:
-            _check_results(results)  # before SSH pre-flight or a --plan auto profile, not after them
+            _check_results(results, run_id)  # before SSH pre-flight or a --plan auto profile, not after them
         host_list = hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
         np_ = sum(h.slots for h in host_list) if host_list else np_
         dev = opt.resolve_device(device)  # before any side effect: --device cuda without a GPU is refused here
@@ -311,11 +311,14 @@ def register(app: typer.Typer) -> None:
             _render_summary(summary)
 
 
-def _check_results(results: Path) -> None:
+def _check_results(results: Path, run_id: str | None) -> None:
     """Exit 2 unless the run directory can be made under ``--results``: checked before the SSH pre-flight
     and a ``--plan auto`` profile (which takes seconds to minutes), since the run directory itself is
     made after them. ``results`` may not exist yet (it is created with its parents): its nearest
-    existing ancestor must then be a writable directory."""
+    existing ancestor must then be a writable directory; a ``--run-id`` must not name an existing
+    directory (the later ``mkdir`` still refuses one made in between)."""
+    from hipress.train.validate import ConfigError, check_run_id
+
     existing = results
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -323,6 +326,12 @@ def _check_results(results: Path) -> None:
         raise fail(f"--results {results}: {existing} is not a directory; give a directory for the run "
                    "directories (created if missing)")
     opt.check_writable_dir(existing, f"--results {results}")
+    try:
+        check_run_id(run_id)
+    except ConfigError as e:
+        raise fail(str(e)) from None
+    if run_id is not None and (results / run_id).exists():
+        raise fail(f"run directory {results / run_id} already exists; choose another --run-id")
 
 
 #: What ``--resume`` accepts besides itself: the length of the run and how (where) it is launched; the rest

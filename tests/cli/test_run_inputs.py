@@ -229,19 +229,26 @@ def test_plan_auto_names_the_emulated_cluster_it_could_not_borrow(tmp_path, monk
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
 
 
-@pytest.mark.parametrize("sub", ["", "runs/today"])
-def test_results_that_cannot_hold_a_run_directory_is_refused_before_the_plan_profile(tmp_path, monkeypatch, sub):
-    """--results naming a file (or a path under one): refused before --plan auto's profile borrows the emulated
-    cluster and measures (seconds to minutes), not after it, when the run directory is made."""
+def _no_cluster(monkeypatch) -> list:
+    """``emulate.borrow`` (--plan auto --emulate's profile starts there) recorded in the list returned, and
+    failing: no emulated cluster in these tests."""
     from hipress.launch import emulate
 
     borrowed = []
 
-    def borrow(hosts, rate, prefix):  # the profile's first step: recorded, and no cluster in this test
+    def borrow(hosts, rate, prefix):
         borrowed.append(prefix)
         raise emulate.EmulationError("no emulated cluster in this test")
 
     monkeypatch.setattr(emulate, "borrow", borrow)
+    return borrowed
+
+
+@pytest.mark.parametrize("sub", ["", "runs/today"])
+def test_results_that_cannot_hold_a_run_directory_is_refused_before_the_plan_profile(tmp_path, monkeypatch, sub):
+    """--results naming a file (or a path under one): refused before --plan auto's profile borrows the emulated
+    cluster and measures (seconds to minutes), not after it, when the run directory is made."""
+    borrowed = _no_cluster(monkeypatch)
     a_file = tmp_path / "results.txt"
     a_file.write_text("not a directory\n")
     results = a_file / sub if sub else a_file
@@ -251,3 +258,16 @@ def test_results_that_cannot_hold_a_run_directory_is_refused_before_the_plan_pro
     assert f"--results {results}: {a_file} is not a directory; give a directory" in _text(r), r.output
     assert borrowed == [], "the profile started before --results was checked"
     assert a_file.read_text() == "not a directory\n"
+
+
+def test_an_existing_run_id_is_refused_before_the_plan_profile(tmp_path, monkeypatch):
+    """--run-id naming a run directory that exists: refused before --plan auto's profile, and left as it was."""
+    borrowed = _no_cluster(monkeypatch)
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "config.json").write_text("{}")
+    r = _invoke(["run", "mlp", "--np", "2", "--iters", "1", "--topo", "ps", "--alg", "onebit", "--plan", "auto",
+                 "--emulate", "1gbit", "--prefix", "qa", "--results", str(tmp_path), "--run-id", "r1"])
+    assert r.exit_code == 2, r.output
+    assert f"run directory {tmp_path / 'r1'} already exists; choose another --run-id" in _text(r), r.output
+    assert borrowed == [], "the profile started before --run-id was checked"
+    assert [p.name for p in (tmp_path / "r1").iterdir()] == ["config.json"]
