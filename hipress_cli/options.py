@@ -7,6 +7,7 @@ import inspect
 import json
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -151,6 +152,24 @@ def check_writable_dir(directory: Path, what: str) -> None:
                    "give a path in a writable directory") from None
     os.close(fd)
     Path(probe).unlink(missing_ok=True)
+
+
+def check_output_beside_json(output: Path | None, json_: bool) -> None:
+    """Exit 2 if ``--output`` is this process's standard output (``/dev/stdout``, or the file stdout is
+    redirected to) while ``--json`` prints there too: the file's text and the JSON would arrive one after
+    the other in one stream, which no JSON reader takes. Compared as files (device and inode); where
+    stdout has no file descriptor (captured in a test) or is ``/dev/null``, nothing is mixed."""
+    if output is None or not json_:
+        return
+    try:
+        out_st, std_st = os.stat(output), os.fstat(sys.stdout.fileno())
+        null_st = os.stat(os.devnull)
+    except (OSError, ValueError):  # no such file yet, or no descriptor behind sys.stdout
+        return
+    same = (out_st.st_dev, out_st.st_ino) == (std_st.st_dev, std_st.st_ino)
+    if same and (out_st.st_dev, out_st.st_ino) != (null_st.st_dev, null_st.st_ino):
+        raise fail(f"--output {output} is standard output, where --json prints: the two would be mixed in one "
+                   "stream; write the file elsewhere, or leave out --json")
 
 
 def on_command_line(ctx: typer.Context, name: str) -> bool:

@@ -12,6 +12,7 @@ from hipress_cli import options
 from hipress_cli.options import (
     MAX_SIZE,
     JsonOpt,
+    check_output_beside_json,
     check_writable_dir,
     console,
     fail,
@@ -115,6 +116,7 @@ def profile(
     nprocs = np_ if np_ is not None else (cluster.hosts if cluster else 2)
     size_list = _sizes(sizes)
     check_output(output)
+    check_output_beside_json(output, json_)
     try:
         model = run_profile(alg, nprocs=nprocs, sizes=size_list, repeat=repeat, warmup=warmup, hosts=host_list,
                             ssh_options=ssh_options, emulated=cluster, stat=stat, interface=ssh.interface,
