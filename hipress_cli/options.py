@@ -376,8 +376,10 @@ def with_ssh_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def hosts_for_run(hosts: str | None, hostfile: Path | None, np_: int) -> list | None:
-    """``hipress run``'s host list (None without ``--hosts``/``--hostfile``): the slots decide the ranks."""
-    if not hosts and not hostfile:
+    """``hipress run``'s host list (None without ``--hosts``/``--hostfile``): the slots decide the ranks.
+
+    An empty ``--hosts ''`` is given (an unset ``$HOSTS``): refused as an empty list, not run on this machine."""
+    if hosts is None and hostfile is None:
         return None
     host_list = hosts_from_cli(hosts, hostfile)
     total = sum(h.slots for h in host_list)

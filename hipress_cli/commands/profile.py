@@ -89,7 +89,7 @@ def profile(
     from hipress.plan.profile import save_profile
 
     host_list, ssh_options, cluster = None, None, None
-    remote = bool(hosts or hostfile)
+    remote = hosts is not None or hostfile is not None  # an empty --hosts '' is refused, not run here
     if remote and emulated:
         raise fail("give --hosts/--hostfile or --emulated, not both")
     if remote:

@@ -208,7 +208,8 @@ def register(app: typer.Typer) -> None:
         model = resumed.model if resumed else pick_model(model, model_opt)
         np_ = resumed.np if resumed else np_
         topo = pick_topology(topo, horovodrun)
-        check_emulate(emulate, prefix, hosts or hostfile)  # before any side effect (SSH, the run directory)
+        # before any side effect (SSH, the run directory); an empty --hosts '' counts as given (refused later)
+        check_emulate(emulate, prefix, hosts is not None or hostfile is not None)
         if resumed is None:
             _check_results(results, run_id)  # before SSH pre-flight or a --plan auto profile, not after them
         host_list = hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks

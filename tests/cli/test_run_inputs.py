@@ -271,3 +271,15 @@ def test_an_existing_run_id_is_refused_before_the_plan_profile(tmp_path, monkeyp
     assert f"run directory {tmp_path / 'r1'} already exists; choose another --run-id" in _text(r), r.output
     assert borrowed == [], "the profile started before --run-id was checked"
     assert [p.name for p in (tmp_path / "r1").iterdir()] == ["config.json"]
+
+
+@pytest.mark.parametrize("command", [["run", "mlp", "--iters", "1"], ["profile"], ["cluster", "check"]])
+def test_an_empty_hosts_is_refused_not_taken_for_this_machine(tmp_path, command):
+    """--hosts '' (a `--hosts "$HOSTS"` with $HOSTS unset): hipress run trained on this machine instead, exit 0;
+    now, as --hosts ',' was, the host list is empty, before anything runs."""
+    results = tmp_path / "results"  # where run's and profile's files would go
+    extra = {"run": ["--results", str(results)], "profile": ["--output", str(results / "profile.json")]}
+    r = _invoke([*command, "--hosts", "", *extra.get(command[0], [])])
+    assert r.exit_code == 2, r.output
+    assert "the host list is empty" in _text(r), r.output
+    assert not results.exists()
