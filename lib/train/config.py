@@ -408,11 +408,20 @@ def share_gpus(cfg: RunConfig, gpus: int) -> str | None:
 
 
 def read_compll_dir(path: str | Path) -> dict[str, str]:
-    """The ``*.pse`` texts of a ``--compll-dir``, to travel in ``config.json`` to every rank."""
+    """The ``*.pse`` texts of a ``--compll-dir``, to travel in ``config.json`` to every rank.
+
+    Read as CompLL reads a spec (``spec_text``): a file that is not UTF-8 text, or cannot be read,
+    is an error naming it, as ``hipress compll check`` gives, not a traceback."""
+    from hipress.compll import CompLLError
+    from hipress.compll.loader import spec_text
+
     d = Path(path)
     if not d.is_dir():
         raise ConfigError(f"--compll-dir {d}: not a directory")
-    specs = {p.name: p.read_text() for p in sorted(d.glob("*.pse"))}
+    try:
+        specs = {p.name: spec_text(p) for p in sorted(d.glob("*.pse"))}
+    except CompLLError as e:
+        raise ConfigError(f"--compll-dir: {e}") from None
     if not specs:
         raise ConfigError(f"--compll-dir {d}: no *.pse spec files in it")
     return specs
