@@ -312,6 +312,9 @@ def make_config(
             f"--alg {alg} keeps a velocity of its own (momentum {own:g}) and SGD applies --momentum "
             f"{sgd_momentum:g} as well: momentum twice. Give --momentum 0 to leave momentum to the algorithm, or "
             f"drop its momentum parameter (the default momentum correction then moves SGD's before compression)")
+    if plan is not None and not plan.strip():  # a --plan "$PLAN" with PLAN unset: not a run without a plan
+        raise ConfigError("--plan is empty; give a SeCoPaPlan.txt path or 'auto', or leave --plan out to run "
+                          "without a plan")
     plan_entries = resolve_plan(plan, sizes, np, alg, eng, forward, shapes, device, plan_transport) if plan else None
     if comp_threshold == "default":
         comp_threshold = DEFAULT_COMP_THRESHOLD if eng in CASYNC_ENGINES and not plan else None

@@ -43,6 +43,8 @@ HUGE = "9" * 5000
     (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
     (["--lr-schedule", "bogus"], "unknown --lr-schedule 'bogus'; use one of: constant, cosine, step"),
     (["--plan", "/"], "--plan '/' is a directory; give a SeCoPaPlan.txt file"),
+    (["--plan", ""], "--plan is empty; give a SeCoPaPlan.txt path or 'auto', or leave --plan out"),
+    (["--comprplan", " "], "--plan is empty; give a SeCoPaPlan.txt path or 'auto'"),
     (["--stall-timeout", "-1"], "--stall-timeout must be a number of seconds from 0 (never"),
     (["--stall-timeout", "nan"], "--stall-timeout must be a number of seconds from 0"),
     (["--stall-timeout", "1e9"], "to 604800 (a week), got 1000000000.0"),
