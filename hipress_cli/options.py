@@ -7,6 +7,7 @@ import inspect
 import json
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -172,6 +173,24 @@ def check_writable_dir(directory: Path, what: str) -> None:
                    "give a path in a writable directory") from None
     os.close(fd)
     Path(probe).unlink(missing_ok=True)
+
+
+def check_output_beside_json(output: Path | None, json_: bool) -> None:
+    """Exit 2 if ``--output`` is this process's standard output (``/dev/stdout``, or the file stdout is
+    redirected to) while ``--json`` prints there too: the file's text and the JSON would arrive one after
+    the other in one stream, which no JSON reader takes. Compared as files (device and inode); where
+    stdout has no file descriptor (captured in a test) or is ``/dev/null``, nothing is mixed."""
+    if output is None or not json_:
+        return
+    try:
+        out_st, std_st = os.stat(output), os.fstat(sys.stdout.fileno())
+        null_st = os.stat(os.devnull)
+    except (OSError, ValueError):  # no such file yet, or no descriptor behind sys.stdout
+        return
+    same = (out_st.st_dev, out_st.st_ino) == (std_st.st_dev, std_st.st_ino)
+    if same and (out_st.st_dev, out_st.st_ino) != (null_st.st_dev, null_st.st_ino):
+        raise fail(f"--output {output} is standard output, where --json prints: the two would be mixed in one "
+                   "stream; write the file elsewhere, or leave out --json")
 
 
 def on_command_line(ctx: typer.Context, name: str) -> bool:
@@ -378,8 +397,10 @@ def with_ssh_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def hosts_for_run(hosts: str | None, hostfile: Path | None, np_: int) -> list | None:
-    """``hipress run``'s host list (None without ``--hosts``/``--hostfile``): the slots decide the ranks."""
-    if not hosts and not hostfile:
+    """``hipress run``'s host list (None without ``--hosts``/``--hostfile``): the slots decide the ranks.
+
+    An empty ``--hosts ''`` is given (an unset ``$HOSTS``): refused as an empty list, not run on this machine."""
+    if hosts is None and hostfile is None:
         return None
     host_list = hosts_from_cli(hosts, hostfile)
     total = sum(h.slots for h in host_list)

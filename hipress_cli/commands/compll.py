@@ -52,6 +52,9 @@ def gen(
         raise fail(f"--flavor must be one of {', '.join(FLAVORS)}, got {flavor!r}")
     if not (body or wrapper or register):
         body = True
+    if ptx and (flavor != "cupy" or not body):
+        # else nothing is compiled and no .ptx written, though the user asked for one
+        raise fail("--ptx compiles the generated CUDA kernels: give it with -f cupy and the body (-b, the default)")
     if name:
         try:
             check_name(name)
@@ -67,7 +70,7 @@ def gen(
     except OSError as e:
         raise fail(f"cannot write to {out}: {e.strerror or e}") from None
     ptx_files = []
-    if ptx and flavor == "cupy" and body:
+    if ptx:
         ptx_files = _nvcc_ptx([p for p in paths if p.suffix == ".cu"])
     if json_:
         print_json({"spec": " ".join(str(s) for s in specs), "files": [str(p) for p in paths + ptx_files]})

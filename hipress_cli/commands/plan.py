@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from hipress.topology_names import PS
-from hipress_cli.options import JsonOpt, console, fail, styled
+from hipress_cli.options import JsonOpt, check_output_beside_json, console, fail, styled
 
 #: ``--compute-ms``: one iteration's compute, at most 10^9 ms (11.6 days). Beyond it the number is a
 #: typo, and ``lambda * compute`` stays far inside float64's range (no inf, no NaN printed). Here, not
@@ -140,6 +140,7 @@ def plan(
     if output is not None and output.is_dir():  # typer reads an empty --output '' as Path('.')
         raise fail(f"--output {output} is a directory" + (" (an empty --output is read as .)" if str(output) == "."
                                                          else "") + ": give the plan's file name, e.g. SeCoPaPlan.txt")
+    check_output_beside_json(output, json_)
     if not 1 <= nnodes <= MAX_NODES:
         raise fail(f"--nnodes {nnodes} is out of range: give 1..{MAX_NODES} nodes (machines; K ranges over 1..N)")
     check_bounded("--compute-ms", compute_ms, MAX_COMPUTE_MS, "one iteration's compute time in milliseconds")

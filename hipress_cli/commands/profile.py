@@ -12,6 +12,7 @@ from hipress_cli import options
 from hipress_cli.options import (
     MAX_SIZE,
     JsonOpt,
+    check_output_beside_json,
     check_writable_dir,
     console,
     fail,
@@ -84,7 +85,7 @@ def profile(
     fit max(overhead, A + B*x)."""
     from hipress.plan import PlanError
 
-    remote = bool(hosts or hostfile)
+    remote = hosts is not None or hostfile is not None  # an empty --hosts '' is refused, not run here
     # with --hosts the codec is timed on the first host, which decides --device auto; here only the name
     dev = options.device_name(device) if remote else options.resolve_device(device)
     from hipress.plan.profile import profile as run_profile
@@ -117,6 +118,7 @@ def profile(
     nprocs = np_ if np_ is not None else (cluster.hosts if cluster else 2)
     size_list = _sizes(sizes)
     check_output(output)
+    check_output_beside_json(output, json_)
     try:
         model = run_profile(alg, nprocs=nprocs, sizes=size_list, repeat=repeat, warmup=warmup, hosts=host_list,
                             ssh_options=ssh_options, emulated=cluster, stat=stat, interface=ssh.interface,

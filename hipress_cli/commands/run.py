@@ -208,7 +208,10 @@ def register(app: typer.Typer) -> None:
         model = resumed.model if resumed else pick_model(model, model_opt)
         np_ = resumed.np if resumed else np_
         topo = pick_topology(topo, horovodrun)
-        check_emulate(emulate, prefix, hosts or hostfile)  # before any side effect (SSH, the run directory)
+        # before any side effect (SSH, the run directory); an empty --hosts '' counts as given (refused later)
+        check_emulate(emulate, prefix, hosts is not None or hostfile is not None)
+        if resumed is None:
+            _check_results(results, run_id)  # before SSH pre-flight or a --plan auto profile, not after them
         host_list = hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
         np_ = sum(h.slots for h in host_list) if host_list else np_
         cluster, device_note, handed = None, None, False  # handed: the job owns the hosts' connections
@@ -278,7 +281,7 @@ def register(app: typer.Typer) -> None:
             except FileExistsError:
                 raise fail(f"run directory {run_dir} already exists; choose another --run-id") from None
             except OSError as e:
-                raise fail(f"cannot create the run directory {run_dir}: {e}") from None
+                raise fail(f"cannot create the run directory {run_dir}: {e.strerror or e}") from None
             cfg.write(run_dir)
             if cfg.plan is not None:
                 from hipress.plan import write_plan
@@ -324,6 +327,29 @@ def register(app: typer.Typer) -> None:
             print_json(summary)
         else:
             _render_summary(summary)
+
+
+def _check_results(results: Path, run_id: str | None) -> None:
+    """Exit 2 unless the run directory can be made under ``--results``: checked before the SSH pre-flight
+    and a ``--plan auto`` profile (which takes seconds to minutes), since the run directory itself is
+    made after them. ``results`` may not exist yet (it is created with its parents): its nearest
+    existing ancestor must then be a writable directory; a ``--run-id`` must not name an existing
+    directory (the later ``mkdir`` still refuses one made in between)."""
+    from hipress.train.validate import ConfigError, check_run_id
+
+    existing = results
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise fail(f"--results {results}: {existing} is not a directory; give a directory for the run "
+                   "directories (created if missing)")
+    opt.check_writable_dir(existing, f"--results {results}")
+    try:
+        check_run_id(run_id)
+    except ConfigError as e:
+        raise fail(str(e)) from None
+    if run_id is not None and (results / run_id).exists():
+        raise fail(f"run directory {results / run_id} already exists; choose another --run-id")
 
 
 #: What ``--resume`` accepts besides itself: the length of the run and how (where) it is launched; the rest

@@ -180,6 +180,7 @@ def write_modules(
                 raise CompLLError(f"unknown flavor {flavor!r}; use cpu or cupy", checked.file)
     if wrapper or register:
         files[f"{name}.py"] = generate_wrapper(checked, name=name, wire_id=wire_id, register=register)
+    _refuse_overwriting_specs(checked, [out / fname for fname in files])
     paths = []
     for fname, text in files.items():
         path = out / fname
@@ -188,6 +189,28 @@ def write_modules(
             continue  # unchanged: keep its mtime, and numba's cache of it valid
         write_atomic(path, text)
     return paths
+
+
+def _refuse_overwriting_specs(checked: CheckedSpec, outputs: list[Path]) -> None:
+    """A CompLLError, before anything is written, if a generated file would replace a spec it came from.
+
+    Output names come from the algorithm's name, so a spec called ``mine.py`` (or ``mine.cu`` with
+    ``-f cupy``) generated into its own directory would be overwritten by its own wrapper (body), and
+    the user's only copy of the algorithm lost. Compared as files (``samefile``), so a link or another
+    spelling of the same path is caught too.
+    """
+    for src in checked.source_files or (checked.file,):
+        for path in outputs:
+            try:
+                same = path.exists() and os.path.samefile(path, src)
+            except OSError:
+                same = False
+            if same:
+                raise CompLLError(
+                    f"the generated {path.name} would overwrite the spec file itself ({path})",
+                    src,
+                    hint="give the spec a .pse name, or generate into another directory with -o DIR",
+                )
 
 
 def load_spec(path: str | Path, *, register: bool = True, cache: Path | None = None):

@@ -194,12 +194,13 @@ def parse_hostfile(path: str | Path) -> list[Host]:
 
 
 def resolve_host_options(hosts: str | None, hostfile: str | Path | None) -> list[Host]:
-    """Exactly one of ``--hosts`` and ``--hostfile``, parsed."""
-    if hosts and hostfile:
+    """Exactly one of ``--hosts`` and ``--hostfile``, parsed. Given means not None: an empty ``--hosts ''``
+    (a shell variable left unset) is an empty host list, refused as such, not "no hosts given"."""
+    if hosts is not None and hostfile is not None:
         raise HostListError("give either --hosts or --hostfile, not both")
-    if hosts:
+    if hosts is not None:
         return parse_hosts(hosts)
-    if hostfile:
+    if hostfile is not None:
         return parse_hostfile(hostfile)
     raise HostListError("no hosts given; pass --hosts node1:2,node2:2 or --hostfile FILE")
 

@@ -312,6 +312,9 @@ def make_config(
             f"--alg {alg} keeps a velocity of its own (momentum {own:g}) and SGD applies --momentum "
             f"{sgd_momentum:g} as well: momentum twice. Give --momentum 0 to leave momentum to the algorithm, or "
             f"drop its momentum parameter (the default momentum correction then moves SGD's before compression)")
+    if plan is not None and not plan.strip():  # a --plan "$PLAN" with PLAN unset: not a run without a plan
+        raise ConfigError("--plan is empty; give a SeCoPaPlan.txt path or 'auto', or leave --plan out to run "
+                          "without a plan")
     plan_entries = (resolve_plan(plan, sizes, np, alg, eng, forward, shapes, device, plan_transport, compll_specs)
                     if plan else None)
     if comp_threshold == "default":
@@ -417,11 +420,20 @@ def share_gpus(cfg: RunConfig, gpus: int | Mapping[str, tuple[int, int]]) -> str
 
 
 def read_compll_dir(path: str | Path) -> dict[str, str]:
-    """The ``*.pse`` texts of a ``--compll-dir``, to travel in ``config.json`` to every rank."""
+    """The ``*.pse`` texts of a ``--compll-dir``, to travel in ``config.json`` to every rank.
+
+    Read as CompLL reads a spec (``spec_text``): a file that is not UTF-8 text, or cannot be read,
+    is an error naming it, as ``hipress compll check`` gives, not a traceback."""
+    from hipress.compll import CompLLError
+    from hipress.compll.loader import spec_text
+
     d = Path(path)
     if not d.is_dir():
         raise ConfigError(f"--compll-dir {d}: not a directory")
-    specs = {p.name: p.read_text() for p in sorted(d.glob("*.pse"))}
+    try:
+        specs = {p.name: spec_text(p) for p in sorted(d.glob("*.pse"))}
+    except CompLLError as e:
+        raise ConfigError(f"--compll-dir: {e}") from None
     if not specs:
         raise ConfigError(f"--compll-dir {d}: no *.pse spec files in it")
     return specs

@@ -43,6 +43,8 @@ HUGE = "9" * 5000
     (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
     (["--lr-schedule", "bogus"], "unknown --lr-schedule 'bogus'; use one of: constant, cosine, step"),
     (["--plan", "/"], "--plan '/' is a directory; give a SeCoPaPlan.txt file"),
+    (["--plan", ""], "--plan is empty; give a SeCoPaPlan.txt path or 'auto', or leave --plan out"),
+    (["--comprplan", " "], "--plan is empty; give a SeCoPaPlan.txt path or 'auto'"),
     (["--stall-timeout", "-1"], "--stall-timeout must be a number of seconds from 0 (never"),
     (["--stall-timeout", "nan"], "--stall-timeout must be a number of seconds from 0"),
     (["--stall-timeout", "1e9"], "to 604800 (a week), got 1000000000.0"),
@@ -227,3 +229,59 @@ def test_plan_auto_names_the_emulated_cluster_it_could_not_borrow(tmp_path, monk
     assert "--plan auto profiles the transport on the emulated cluster: emulated cluster 'qa' has 1 hosts, 2 are " \
            "needed" in _text(r), r.output
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+
+
+def _no_cluster(monkeypatch) -> list:
+    """``emulate.borrow`` (--plan auto --emulate's profile starts there) recorded in the list returned, and
+    failing: no emulated cluster in these tests."""
+    from hipress.launch import emulate
+
+    borrowed = []
+
+    def borrow(hosts, rate, prefix):
+        borrowed.append(prefix)
+        raise emulate.EmulationError("no emulated cluster in this test")
+
+    monkeypatch.setattr(emulate, "borrow", borrow)
+    return borrowed
+
+
+@pytest.mark.parametrize("sub", ["", "runs/today"])
+def test_results_that_cannot_hold_a_run_directory_is_refused_before_the_plan_profile(tmp_path, monkeypatch, sub):
+    """--results naming a file (or a path under one): refused before --plan auto's profile borrows the emulated
+    cluster and measures (seconds to minutes), not after it, when the run directory is made."""
+    borrowed = _no_cluster(monkeypatch)
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("not a directory\n")
+    results = a_file / sub if sub else a_file
+    r = _invoke(["run", "mlp", "--np", "2", "--iters", "1", "--topo", "ps", "--alg", "onebit", "--plan", "auto",
+                 "--emulate", "1gbit", "--prefix", "qa", "--results", str(results)])
+    assert r.exit_code == 2, r.output
+    assert f"--results {results}: {a_file} is not a directory; give a directory" in _text(r), r.output
+    assert borrowed == [], "the profile started before --results was checked"
+    assert a_file.read_text() == "not a directory\n"
+
+
+def test_an_existing_run_id_is_refused_before_the_plan_profile(tmp_path, monkeypatch):
+    """--run-id naming a run directory that exists: refused before --plan auto's profile, and left as it was."""
+    borrowed = _no_cluster(monkeypatch)
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "config.json").write_text("{}")
+    r = _invoke(["run", "mlp", "--np", "2", "--iters", "1", "--topo", "ps", "--alg", "onebit", "--plan", "auto",
+                 "--emulate", "1gbit", "--prefix", "qa", "--results", str(tmp_path), "--run-id", "r1"])
+    assert r.exit_code == 2, r.output
+    assert f"run directory {tmp_path / 'r1'} already exists; choose another --run-id" in _text(r), r.output
+    assert borrowed == [], "the profile started before --run-id was checked"
+    assert [p.name for p in (tmp_path / "r1").iterdir()] == ["config.json"]
+
+
+@pytest.mark.parametrize("command", [["run", "mlp", "--iters", "1"], ["profile"], ["cluster", "check"]])
+def test_an_empty_hosts_is_refused_not_taken_for_this_machine(tmp_path, command):
+    """--hosts '' (a `--hosts "$HOSTS"` with $HOSTS unset): hipress run trained on this machine instead, exit 0;
+    now, as --hosts ',' was, the host list is empty, before anything runs."""
+    results = tmp_path / "results"  # where run's and profile's files would go
+    extra = {"run": ["--results", str(results)], "profile": ["--output", str(results / "profile.json")]}
+    r = _invoke([*command, "--hosts", "", *extra.get(command[0], [])])
+    assert r.exit_code == 2, r.output
+    assert "the host list is empty" in _text(r), r.output
+    assert not results.exists()

@@ -24,9 +24,9 @@ CACHE = DATA.parent / ".cache"
 USER = DATA / "user"
 
 
-def hipress(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def hipress(*args: str, timeout: int = 600, cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "hipress_cli.app", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "hipress_cli.app", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
     )
 
 
@@ -74,6 +74,31 @@ def test_gen_reports_spec_errors_with_position(tmp_path):
     assert r.returncode == 2 and "cannot read spec" in r.stderr
     r = hipress("compll", "gen", str(USER / "scaledsign.pse"), "-f", "opencl")
     assert r.returncode == 2 and "--flavor" in r.stderr
+
+
+@pytest.mark.parametrize(("spec_file", "flags"), [("mine.py", ["-w"]), ("mine.cu", ["-f", "cupy"])])
+def test_gen_refuses_to_overwrite_its_own_spec(tmp_path, spec_file, flags):
+    # a spec not named *.pse, generated into its own directory: its wrapper (or .cu) has its file name
+    spec = tmp_path / spec_file
+    text = (USER / "scaledsign.pse").read_text()
+    spec.write_text(text)
+    r = hipress("compll", "gen", spec_file, *flags, "-o", ".", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "would overwrite the spec file itself" in " ".join(r.stderr.split())
+    assert spec.read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == [spec_file]  # nothing written
+    # elsewhere, the same spec generates as before
+    r = hipress("compll", "gen", str(spec), *flags, "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("flags", [[], ["-f", "cpu"], ["-f", "cupy", "-w"]])
+def test_gen_ptx_without_cuda_body_is_refused(tmp_path, flags):
+    # --ptx compiles the generated .cu: with the CPU flavor or a wrapper alone there is none to compile
+    r = hipress("compll", "gen", str(USER / "scaledsign.pse"), "--ptx", *flags, "-o", str(tmp_path))
+    assert r.returncode == 2
+    assert "--ptx compiles the generated CUDA kernels" in " ".join(r.stderr.split())
+    assert list(tmp_path.iterdir()) == []  # nothing written
 
 
 def test_stats_json():

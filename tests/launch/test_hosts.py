@@ -84,6 +84,11 @@ def test_resolve_options(tmp_path):
         resolve_host_options(None, None)
     with pytest.raises(HostListError, match="does not exist"):
         resolve_host_options(None, tmp_path / "missing")
+    # an empty --hosts '' (an unset shell variable) is an empty list, not no option at all
+    with pytest.raises(HostListError, match="the host list is empty"):
+        resolve_host_options("", None)
+    with pytest.raises(HostListError, match="not both"):
+        resolve_host_options("", tmp_path / "f")
 
 
 @given(st.text(alphabet=string.ascii_letters + string.digits, min_size=1, max_size=8),

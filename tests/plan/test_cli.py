@@ -383,6 +383,28 @@ def test_plan_output_through_a_link_to_a_device_and_not_a_directory(tmp_path):
     assert r.returncode == 2 and "--output . is a directory (an empty --output is read as .)" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("output", ["/dev/stdout", "stdout-file"])
+def test_plan_json_and_output_to_stdout_are_refused_together(tmp_path, output):
+    """--json prints on stdout: an --output that is stdout too (/dev/stdout, or the file stdout goes to) mixed
+    the plan's lines and the JSON into one stream that no JSON reader takes, and exited 0."""
+    inp = tmp_path / "in.txt"
+    inp.write_text("a,1\nb,4000000\n")
+    captured = tmp_path / "stdout-file"
+    path = output if output.startswith("/") else str(captured)
+    with captured.open("w") as stdout:
+        r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", str(inp), "--json",
+                            "--output", path], stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == 2, (r.stderr, captured.read_text())
+    assert f"--output {path} is standard output, where --json prints" in " ".join(r.stderr.split())
+    assert captured.read_text() == ""
+    with captured.open("w") as stdout:  # into another file, the JSON alone on stdout, as before
+        r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", str(inp), "--json",
+                            "--output", str(tmp_path / "plan.txt")], stdout=stdout, stderr=subprocess.PIPE,
+                           text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(captured.read_text())["output"] == str(tmp_path / "plan.txt")
+
+
 def test_plan_explain_keeps_whole_gradient_names_at_80_columns(vgg_input):
     """Piped into grep, the table is 80 columns wide: the names must not be cut to 'vgg0_conv10_weig…'."""
     r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", str(vgg_input), "--nnodes", "4",

@@ -99,6 +99,25 @@ def test_compll_dir_errors(results, tmp_path):
     assert res.returncode != 0 and "oops.pse" in res.stderr
 
 
+@pytest.mark.parametrize("make", ["latin1", "directory"])
+def test_compll_dir_with_an_unreadable_spec_is_an_error_naming_it(results, tmp_path, make):
+    """A *.pse in --compll-dir that is not UTF-8 text (or not a file): a UnicodeDecodeError (IsADirectoryError)
+    traceback; now the error `hipress compll check` gives, naming the file, exit 2."""
+    d = tmp_path / "specs"
+    d.mkdir()
+    spec = d / "mine.pse"
+    if make == "latin1":
+        spec.write_bytes("// gr\xfc\xdfe\nvoid MineEncode(float* g, uint8* c) { c = concat(g); }\n".encode("latin-1"))
+    else:
+        spec.mkdir()
+    res = hipress("run", "mlp", "--alg", "tbq", "--compll-dir", str(d), "--results", str(results))
+    assert res.returncode == 2, res.stderr
+    text = " ".join(res.stderr.split())
+    assert "Traceback" not in res.stderr and "Error:" not in text, res.stderr
+    assert f"--compll-dir: {spec}" in text and ("spec is not UTF-8 text" in text or "cannot read spec" in text), text
+    assert not results.exists() or not any(results.iterdir())
+
+
 @pytest.mark.parametrize("topo", ["ring", "ddp"])
 def test_compress_after_runs_the_first_iterations_uncompressed(results, topo):
     """--compress-after 2: the first two iterations (the warm-up one included) send fp32, the rest tbq."""
