@@ -133,9 +133,14 @@ def check_emulate(rate: str | None, prefix: str | None, hosts: object = None, *,
     from, named in the error (``--emulate``; ``reproduce --mode real`` takes it as ``--rate``);
     ``prefix``: None when the command chooses it itself. ``hosts``: the ``--hosts``/``--hostfile``
     given (falsy when none): an emulated cluster runs on this machine, so the two are refused together
-    here, before SSH pre-flight or the run directory.
+    here, before SSH pre-flight or the run directory. A ``--prefix`` other than the default without a
+    rate is refused too: it names the emulated cluster to run on, and silently running on this
+    machine's loopback instead is not what was asked.
     """
     if rate is None:
+        if prefix is not None and prefix != DEFAULT_PREFIX:
+            raise fail(f"--prefix {prefix} names the emulated cluster to run on; give {option} RATE too (e.g. "
+                       f"{option} 1gbit), or leave --prefix out to run on this machine")
         return None
     if hosts:
         raise fail(f"{option} runs on this machine; it cannot be combined with --hosts/--hostfile")

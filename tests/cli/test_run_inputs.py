@@ -55,6 +55,7 @@ HUGE = "9" * 5000
     (["--emulate", HUGE + "gbit"], "5004 characters long"),
     (["--emulate", "fast"], "is not understood"),
     (["--emulate", "1gbit", "--prefix", "Bad Prefix"], "--prefix"),
+    (["--prefix", "mine"], "--prefix mine names the emulated cluster to run on; give --emulate RATE too"),
     (["--emulate", "1gbit", "--hosts", "127.0.0.1:2"], "cannot be combined with --hosts"),
     (["--emulate", "1gbit", "--servers", "127.0.0.1:2"], "cannot be combined with --hosts"),
     (["--comp-threshold", "-1"], "--comp-threshold must be at least 0"),

@@ -66,6 +66,7 @@ def test_bench_sync_says_when_alg_does_not_apply_and_takes_names_in_any_case():
         (["--alg", "zip"], "unknown compression algorithm 'zip'"),
         (["--size", "lots"], "is not a size"),
         (["--emulate", "fast"], "rate 'fast' is not understood"),
+        (["--prefix", "mine"], "--prefix mine names the emulated cluster to run on"),  # not run on loopback
     ],
 )
 def test_bench_sync_bad_input(args, match):
