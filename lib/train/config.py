@@ -15,7 +15,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -281,6 +281,12 @@ def make_config(
                           f"CaSync engine's topologies ({engine_choices}) only")
     overrides = {"batch_size": batch_size, "input_size": input_size, "seq_len": seq_len}
     given = {k: v for k, v in overrides.items() if v is not None}
+    if unknown := sorted(set(given) - set(spec.paper)):  # said in the flags typed, not the library's names
+
+        def flags(keys: Iterable[str]) -> str:
+            return ", ".join(f"--{k.replace('_', '-')}" for k in sorted(keys))
+
+        raise ConfigError(f"model {model!r} takes no {flags(unknown)}; it takes {flags(spec.paper)}")
     try:
         opts = spec.options(preset, **given)
     except BadModelOption as e:

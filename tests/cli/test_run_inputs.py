@@ -56,6 +56,7 @@ HUGE = "9" * 5000
     (["--emulate", "fast"], "is not understood"),
     (["--emulate", "1gbit", "--prefix", "Bad Prefix"], "--prefix"),
     (["--prefix", "mine"], "--prefix mine names the emulated cluster to run on; give --emulate RATE too"),
+    (["--seq-len", "5"], "model 'vgg19' takes no --seq-len; it takes --batch-size, --input-size"),
     (["--emulate", "1gbit", "--hosts", "127.0.0.1:2"], "cannot be combined with --hosts"),
     (["--emulate", "1gbit", "--servers", "127.0.0.1:2"], "cannot be combined with --hosts"),
     (["--comp-threshold", "-1"], "--comp-threshold must be at least 0"),
