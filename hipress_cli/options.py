@@ -58,12 +58,13 @@ def resolve_device(device: str) -> str:
 
 def device_name(device: str) -> str:
     """``--device`` checked as a name only (auto, cuda, cpu), for a step that the hosts resolve; exit 2 if unknown."""
-    from hipress.sync.device import DEVICES
+    from hipress.sync.device import DeviceError
+    from hipress.sync.device import device_name as checked
 
-    name = str(device).strip().lower()
-    if name not in DEVICES:
-        raise fail(f"unknown device {device!r}; use one of: {', '.join(DEVICES)}")
-    return name
+    try:
+        return checked(device)
+    except DeviceError as e:
+        raise fail(str(e)) from None
 
 
 def resolve_device_on_hosts(device: str, cluster: Any) -> tuple[str, str | None]:

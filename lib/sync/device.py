@@ -101,13 +101,19 @@ def cuda_device_count() -> int:
         return 0
 
 
+def device_name(requested: str) -> str:
+    """A ``--device`` value as a name (auto, cuda, cpu; any case, spaces around), or ``DeviceError``."""
+    req = str(requested).strip().lower()
+    if req not in DEVICES:
+        raise DeviceError(f"unknown device {requested!r}; use one of: {', '.join(DEVICES)}")
+    return req
+
+
 def resolve(requested: str) -> str:
     """"cuda" or "cpu" for a ``--device`` value, without binding a GPU or creating a CUDA context:
     for the launching process, which must decide defaults (the paper's input sizes on a GPU) and
     refuse ``--device cuda`` without a GPU before it starts any rank. Raises ``DeviceError``."""
-    req = str(requested).strip().lower()
-    if req not in DEVICES:
-        raise DeviceError(f"unknown device {requested!r}; use one of: {', '.join(DEVICES)}")
+    req = device_name(requested)
     if req == "cpu":
         return "cpu"
     if cuda_device_count() == 0:
@@ -123,9 +129,7 @@ def resolve_on_hosts(requested: str, gpus: Mapping[str, int | None]) -> tuple[st
     with none. Returns the device and a note for the user (or None); ``DeviceError`` for "cuda" when a
     host has no GPU, naming every such host. "auto" takes CUDA only if every host has a GPU: the ranks
     of one run train on one kind of device."""
-    req = str(requested).strip().lower()
-    if req not in DEVICES:
-        raise DeviceError(f"unknown device {requested!r}; use one of: {', '.join(DEVICES)}")
+    req = device_name(requested)
     if req == "cpu":
         return "cpu", None
     without = [h for h, n in gpus.items() if not n]
