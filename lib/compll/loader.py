@@ -165,9 +165,11 @@ def write_modules(
     """Write the generated files of a spec into ``out_dir``; returns their paths."""
     from .gen_cuda import generate_cuda, generate_cuda_source
 
+    name = check_name(name) if name else spec_name(checked.file)
+    if register:
+        _refuse_builtin_name(checked, name)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    name = check_name(name) if name else spec_name(checked.file)
     files: dict[str, str] = {}
     if body:
         for flavor in flavors:
@@ -189,6 +191,24 @@ def write_modules(
             continue  # unchanged: keep its mtime, and numba's cache of it valid
         write_atomic(path, text)
     return paths
+
+
+def _refuse_builtin_name(checked: CheckedSpec, name: str) -> None:
+    """A CompLLError, before anything is written, if ``-r`` would register a built-in's name.
+
+    The module registers itself on import, after hipress has registered its built-ins, so a module
+    generated under a built-in's name (``onebit.pse -r``, as HiPress users type it) could be written
+    but never imported. Said here, with the way out, rather than on every import.
+    """
+    import hipress.compress  # noqa: F401  (registers the built-ins)
+    from hipress.compress.registry import available
+
+    if name in available():
+        raise CompLLError(
+            f"-r would register {name!r}, which is a built-in compressor: the generated module could not be imported",
+            checked.file,
+            hint=f"give the generated one its own name, e.g. --name {name}_gen, or leave out -r (-w)",
+        )
 
 
 def _refuse_overwriting_specs(checked: CheckedSpec, outputs: list[Path]) -> None:

@@ -92,6 +92,21 @@ def test_gen_refuses_to_overwrite_its_own_spec(tmp_path, spec_file, flags):
     assert r.returncode == 0, r.stderr
 
 
+def test_gen_register_under_a_builtins_name_is_refused(tmp_path):
+    # HiPress's own onebit.pse with -r: the module would register 'onebit' on import, which the
+    # built-in holds, so it could be written but never imported; refused, with --name as the way out
+    spec = spec_path("onebit")
+    r = hipress("compll", "gen", str(spec), "-r", "-o", str(tmp_path / "out"))
+    assert r.returncode == 2
+    assert "'onebit', which is a built-in compressor" in " ".join(r.stderr.split()) and "--name" in r.stderr
+    assert not (tmp_path / "out").exists()  # nothing written, not even the directory
+    r = hipress("compll", "gen", str(spec), "-r", "--name", "onebit_gen", "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    script = f"import sys; sys.path.insert(0, {str(tmp_path / 'out')!r}); import onebit_gen; print('ok')"
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
 @pytest.mark.parametrize("flags", [[], ["-f", "cpu"], ["-f", "cupy", "-w"]])
 def test_gen_ptx_without_cuda_body_is_refused(tmp_path, flags):
     # --ptx compiles the generated .cu: with the CPU flavor or a wrapper alone there is none to compile
