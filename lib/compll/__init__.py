@@ -15,6 +15,8 @@ The layering: ``compll`` imports ``compress`` and registers into it; ``compress`
 ``compll``. The language is described in ``docs`` of ``grammar.py``, ``checker.py`` and ``types.py``.
 """
 
+from os import PathLike
+
 from .errors import CompLLError
 from .generate import VERSION, compile_spec, generate_cpu, generate_wrapper, spec_name
 from .loader import load_dir, load_spec, load_texts
@@ -34,6 +36,21 @@ def install_builtins(names=None):
     return _i(names)
 
 
+def install_for_run(specs: dict[str, str] | None = None, source: str | PathLike[str] | None = None) -> list[str]:
+    """The registry a run's processes share: the generated built-ins that replace hand-written ones
+    (``builtins.REPLACE``), then the run's own specs; returns the specs' algorithm names.
+
+    One recipe for every process that builds compressors for a run (the launcher's ``make_config``,
+    each rank, the profiler timing a codec on a host), so that ``--alg`` means the same class in all
+    of them. ``source``, a directory, loads the user's own files (errors then name them); else the
+    texts carried in a run's ``config.json`` or profile request.
+    """
+    install_builtins()
+    if source is not None:
+        return load_dir(source)
+    return load_texts(specs) if specs else []
+
+
 __all__ = [
     "VERSION",
     "CompLLError",
@@ -43,6 +60,7 @@ __all__ = [
     "generate_cuda",
     "generate_wrapper",
     "install_builtins",
+    "install_for_run",
     "load_dir",
     "load_spec",
     "spec_name",

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
 def _compute(request: str, sizes: list[int], repeat: int, warmup: int) -> dict:
     """``{"compute", "compute_host", "compute_device"}``: the request's codec timed on this host, its
     ``--device`` decided here (``auto``: this host's GPU if its torch sees one)."""
-    from hipress.compll import CompLLError, install_builtins, load_texts
+    from hipress.compll import CompLLError, install_for_run
     from hipress.sync.device import DeviceError, resolve
 
     from .errors import PlanError
@@ -114,9 +114,7 @@ def _compute(request: str, sizes: list[int], repeat: int, warmup: int) -> dict:
         req = json.load(f)
     try:
         device = resolve(req.get("device", "cpu"))
-        install_builtins()  # as make_config and every rank of a run do
-        if req.get("compll"):
-            load_texts(req["compll"])
+        install_for_run(req.get("compll"))  # as make_config and every rank of a run do
         times = measure_compute(req["alg"], sizes, repeat, warmup, device=device)
     except (DeviceError, CompLLError, PlanError) as e:
         raise SystemExit(f"profile_worker on {platform.node()}: cannot time {req['alg']!r}: {e}") from None

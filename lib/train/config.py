@@ -452,13 +452,10 @@ def install_compll(specs: dict[str, str], source: str | Path | None = None) -> l
     Called by ``make_config`` (so ``--alg`` can name a spec's algorithm; with ``source``, errors name
     the user's own files) and by every rank (from the texts in ``config.json``).
     """
-    from hipress.compll import CompLLError, install_builtins, load_dir, load_texts
+    from hipress.compll import CompLLError, install_for_run
 
-    install_builtins()
-    if not specs:
-        return []
     try:
-        return load_dir(source) if source is not None else load_texts(specs)
+        return install_for_run(specs, source if specs else None)
     except CompLLError as e:
         raise ConfigError(f"--compll-dir: {e}") from None
 
