@@ -215,18 +215,6 @@ def register(app: typer.Typer) -> None:
         host_list = hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
         np_ = sum(h.slots for h in host_list) if host_list else np_
         cluster, device_note, handed = None, None, False  # handed: the job owns the hosts' connections
-        if host_list:  # pre-flight first: the hosts' GPUs decide --device, not this machine's (often a login node)
-            cluster = ssh.connect(host_list)
-            try:
-                dev, device_note = opt.resolve_device_on_hosts(device, cluster)
-            except BaseException:
-                cluster.close()  # no session left open on the hosts (nor in an in-process caller)
-                raise
-            device_note = None if resumed else device_note  # a resumed run keeps the device it had
-        else:
-            dev = opt.resolve_device(device)  # before any side effect: --device cuda without a GPU is refused here
-        if paper_size is None:
-            paper_size = dev == "cuda"  # the paper's input sizes are the default on a GPU
         # --plan auto's quick profile measures the transport where the ranks will run: the emulated
         # cluster (borrowed then, and kept for the run) or the hosts (and the codec on the first of them);
         # this machine's loopback would cost every message as if free and plan for the wrong network.
@@ -248,7 +236,15 @@ def register(app: typer.Typer) -> None:
             profiled_on.append("this machine")
             return {}
 
-        try:
+        try:  # from pre-flight on: the hosts' connections are closed on any way out before the job takes them
+            if host_list:  # pre-flight first: the hosts' GPUs decide --device, not this machine's (a login node)
+                cluster = ssh.connect(host_list)
+                dev, device_note = opt.resolve_device_on_hosts(device, cluster)
+                device_note = None if resumed else device_note  # a resumed run keeps the device it had
+            else:
+                dev = opt.resolve_device(device)  # before any side effect: --device cuda without a GPU is refused
+            if paper_size is None:
+                paper_size = dev == "cuda"  # the paper's input sizes are the default on a GPU
             try:
                 cfg = resumed or make_config(
                     model, topo, alg, np_, iters, batch_size=batch_size, input_size=input_size, seq_len=seq_len,
@@ -308,8 +304,8 @@ def register(app: typer.Typer) -> None:
             handed = True
             outcome = _launch_and_watch(cfg, run_dir, out, cluster, ssh.interface, emulated, stall_timeout)
         finally:
-            if cluster is not None and not handed:  # a refusal between pre-flight and the start
-                cluster.close()
+            if cluster is not None and not handed:  # refused during or after pre-flight, before the start
+                cluster.close()  # no session left open on the hosts (nor in an in-process caller)
             if borrowed:
                 try:
                     borrowed[0][1]()
