@@ -83,8 +83,13 @@ def naming(checked: CheckedSpec, name: str | None) -> tuple[str, tuple[str, ...]
     must say that name and give the command that writes it again under that name, not the name the
     spec's file would give.
     """
-    own = spec_name(checked.file)
-    name = check_name(name) if name else own
+    if not name:
+        return spec_name(checked.file), ()
+    name = check_name(name)
+    try:
+        own = spec_name(checked.file)
+    except CompLLError:  # a file whose name cannot name an algorithm (``class.pse``): --name is the way
+        own = None
     return name, () if name == own else ("--name", name)
 
 

@@ -19,6 +19,9 @@ _PLAIN = re.compile(r"[A-Za-z0-9_.+-]+")
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 # names a generated constructor cannot take as keyword arguments, or that break its body
 RESERVED_PARAMS = frozenset({"self", "super"})
+#: The longest algorithm name: it names files (``NAME_cupy.py``) and cache directories (``NAME-KEY``,
+#: a 64-character key) whose names a file system limits to 255 bytes; 64 leaves room and reads well.
+MAX_NAME = 64
 
 
 def spec_name(file: str) -> str:
@@ -31,6 +34,13 @@ def spec_name(file: str) -> str:
     name = re.sub(r"[^a-z0-9_]", "_", stem)
     if not name or not name[0].isalpha():
         name = "spec_" + name
+    if keyword.iskeyword(name) or len(name) > MAX_NAME:
+        why = "is a Python keyword" if keyword.iskeyword(name) else f"is longer than {MAX_NAME} characters"
+        raise CompLLError(
+            f"the spec's file name gives the algorithm name {name!r}, which {why}",
+            file,
+            hint="rename the file (its name is the algorithm's), or give compll gen another with --name",
+        )
     return name
 
 
@@ -49,6 +59,11 @@ def check_name(name: str, what: str = "--name") -> str:
         raise CompLLError(
             f"{what} must be an identifier (a letter, then letters, digits or _), got {name!r}",
             hint="it names the generated files, the compressor class and the algorithm, e.g. my_alg",
+        )
+    if len(name) > MAX_NAME:
+        raise CompLLError(
+            f"{what} must be at most {MAX_NAME} characters, got {len(name)}",
+            hint="it names the generated files and their cache directories, e.g. my_alg",
         )
     return name
 

@@ -77,6 +77,33 @@ def test_gen_name_must_be_one_identifier(tmp_path, bad):
         write_modules(compile_spec(spec.read_text(), str(spec)), out, name=bad)
 
 
+def test_gen_name_too_long_is_refused_before_any_file(tmp_path):
+    spec = tmp_path / "tbq.pse"
+    spec.write_text(spec_path("tbq").read_text())
+    r = cli("compll", "gen", str(spec), "-w", "-o", "out", "--name", "a" * 300, cwd=tmp_path)
+    assert r.returncode == 2 and "--name must be at most 64 characters, got 300" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("file", ["class.pse", "a" * 65 + ".pse"])
+def test_a_spec_file_whose_name_cannot_name_an_algorithm_is_said_so(tmp_path, file):
+    # the file's name is the algorithm's: a keyword (or a name too long for the cache's directories)
+    # was reported as a bad --name that the user never gave; --name is the way out for gen
+    spec = tmp_path / file
+    spec.write_text(spec_path("tbq").read_text())
+    r = cli("compll", "gen", file, "-w", "-o", "out", cwd=tmp_path)
+    assert r.returncode == 2 and "the spec's file name gives the algorithm name" in " ".join(r.stderr.split())
+    assert "--name must" not in r.stderr and "Traceback" not in r.stderr
+    r = cli("compll", "gen", file, "-b", "-w", "-o", "out", "--name", "mine", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["mine.py", "mine_cpu.py"]
+    d = tmp_path / "specs"
+    d.mkdir()
+    (d / file).write_text(spec.read_text())
+    with pytest.raises(CompLLError, match="rename the file"):
+        load_dir(d, cache=tmp_path / "cache")
+
+
 def test_cache_key_follows_generator_and_spec(monkeypatch):
     from hipress.compll import loader
 
