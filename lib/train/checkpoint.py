@@ -158,7 +158,9 @@ def load(run_dir: Path, rank: int, cfg: Any) -> dict[str, Any]:
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file
-        raise CheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); it is "
+        why = str(e).split(". ")[0].strip()  # torch's first sentence says it; the rest is advice for its own users
+        why = why if len(why) <= 200 else why[:199] + "…"
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {why}); it is "
                               f"damaged or not a hipress checkpoint: resume from an intact copy or start "
                               f"the run again") from None
     if (not isinstance(blob, dict) or not {"identity", "iteration", "model", "sync", "rng"} <= set(blob)
