@@ -141,6 +141,26 @@ def test_the_hosts_gpus_decide_the_device(sshd, known_hosts, tmp_path):
     assert wait_until(lambda: not sshd_children(sshd), 10), "pre-flight's connections were left open"
 
 
+@pytest.mark.gpu
+def test_a_run_on_hosts_with_a_gpu_trains_on_it(sshd, known_hosts, tmp_path):
+    """On the GPU machine (``.ci/gpu-check``'s ``-m gpu``): pre-flight counts the hosts' GPU, --device auto
+    is CUDA there although the launcher decides nothing from its own torch, and the two ranks (one per
+    "host", the same machine) share the one GPU over the MPI transport."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU is visible to torch (torch.cuda.is_available() is False)")
+    results = tmp_path / "results"
+    r = _hipress(["run", "mlp", "--iters", "2", "--hosts", "127.0.0.1:1,127.0.0.2:1", *_ssh_args(sshd, known_hosts),
+                  "--device", "auto", "--results", str(results), "--run-id", "gpu-hosts", "--json"],
+                 env={"CUDA_VISIBLE_DEVICES": ""})  # the launcher sees no GPU, as on a login node
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert (summary["status"], summary["device"], summary["np"]) == ("ok", "cuda", 2), summary
+    assert summary["gpu_name"] and summary["ranks_per_gpu"] == 2, summary
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
 def _events(run_dir: Path) -> list[tuple[str, object]]:
     return [(e["event"], e.get("iter")) for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines())]
 
