@@ -279,6 +279,18 @@ def test_bad_cost_model_files(tmp_path, content, what):
         load_cost_model(tmp_path / "missing.json")
 
 
+@pytest.mark.parametrize("key", ["\u00b2", "1" * 5000, "4097", "1"], ids=["superscript", "5000-digits", "4097", "1"])
+def test_cost_model_node_count_keys_are_checked_before_int(tmp_path, key):
+    """QA: a gather key of a superscript digit ('\u00b2'.isdigit() is True) or of 5000 digits passed
+    ``isdigit`` and crashed ``int()`` with a traceback; one above MAX_NODES was taken as a node count."""
+    d = sosp21().to_json()
+    d["gather"] = {key: d["send"]}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(PlanError, match=rf"{path}: gather key '.*' is not a node count in 2\.\.4096"):
+        load_cost_model(path)
+
+
 # ---------------------------------------------------------------------------- runtime API
 def test_auto_plan_with_saved_profile():
     grads = [("fc.weight", 10**8), ("fc.bias", 1000)]
