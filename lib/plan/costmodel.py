@@ -295,7 +295,7 @@ def load_cost_model(spec: str | Path | CostModel) -> CostModel:
         raise PlanError(f"cost model {str(spec)!r}: no such file and not a built-in "
                         f"(built-ins: {', '.join(BUILTIN)}); make one with `hipress profile --output FILE`")
     try:
-        d = json.loads(p.read_text("utf-8"))
+        d = json.loads(p.read_text("utf-8-sig"))  # a byte order mark (a Windows editor's) is not JSON text
     except (OSError, UnicodeDecodeError) as e:
         raise PlanError(f"{p}: cannot read: {e}") from None
     except json.JSONDecodeError as e:

@@ -262,6 +262,15 @@ def test_profile_json_round_trip(tmp_path):
     assert load_cost_model(path) == m
 
 
+def test_profile_json_with_a_byte_order_mark_is_read(tmp_path):
+    """QA: a profile saved by a Windows editor (UTF-8 with a BOM) was refused as 'not valid JSON:
+    Unexpected UTF-8 BOM (decode using utf-8-sig)', though input.txt and SeCoPaPlan.txt take one."""
+    m = sosp21()
+    path = tmp_path / "p.json"
+    path.write_text("\ufeff" + json.dumps(m.to_json(), indent=2).replace("\n", "\r\n"), encoding="utf-8")
+    assert load_cost_model(path) == m
+
+
 @pytest.mark.parametrize(("content", "what"), [
     ("{", "not valid JSON"),
     ("[]", "is a JSON object"),
