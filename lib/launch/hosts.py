@@ -182,10 +182,11 @@ def parse_hostfile_text(text: str, source: str = "hostfile") -> list[Host]:
 
 
 def parse_hostfile(path: str | Path) -> list[Host]:
-    """Read and parse a hostfile (UTF-8)."""
+    """Read and parse a hostfile (UTF-8; a byte order mark, as a Windows editor writes it, is skipped,
+    not read as part of the first host's name)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise HostListError(f"hostfile {p} does not exist") from None
     except (OSError, UnicodeDecodeError) as e:
