@@ -51,6 +51,16 @@ def test_hostfile_with_a_byte_order_mark_and_crlf_is_read(tmp_path):
     assert [h.spec for h in parse_hostfile(f)] == ["node1:2", "node2:2"]
 
 
+def test_hostfile_that_is_not_utf8_is_refused_at_its_line(tmp_path):
+    """QA: the error was Python's codec text ('can't decode byte 0xff in position 14: invalid start
+    byte'), a byte offset where every other hostfile error names the line."""
+    f = tmp_path / "hosts"
+    f.write_bytes(b"node1:2\nn\xf6de2:2\n")
+    with pytest.raises(HostListError) as e:
+        parse_hostfile(f)
+    assert str(e.value) == f"hostfile {f} line 2: byte 0xf6 is not UTF-8 text; save the hostfile as UTF-8"
+
+
 @pytest.mark.parametrize("text, match", [
     ("node1:0", "between 1 and"),
     ("node1:99999", "between 1 and"),
