@@ -295,9 +295,14 @@ def load_cost_model(spec: str | Path | CostModel) -> CostModel:
         raise PlanError(f"cost model {str(spec)!r}: no such file and not a built-in "
                         f"(built-ins: {', '.join(BUILTIN)}); make one with `hipress profile --output FILE`")
     try:
-        d = json.loads(p.read_text("utf-8-sig"))  # a byte order mark (a Windows editor's) is not JSON text
-    except (OSError, UnicodeDecodeError) as e:
+        data = p.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a byte order mark (a Windows editor's) is not JSON
+    except OSError as e:
         raise PlanError(f"{p}: cannot read: {e}") from None
+    try:
+        d = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:  # by line, as a JSON error is, not by Python's byte offset
+        line = data[: e.start].count(b"\n") + 1
+        raise PlanError(f"{p}:{line}: byte {data[e.start]:#04x} is not UTF-8 text; save the profile as UTF-8") from None
     except json.JSONDecodeError as e:
         raise PlanError(f"{p}:{e.lineno}: not valid JSON: {e.msg}") from None
     if isinstance(d, Mapping) and "secopa_cost_model" in d:  # the whole sosp21.json

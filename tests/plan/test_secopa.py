@@ -271,6 +271,16 @@ def test_profile_json_with_a_byte_order_mark_is_read(tmp_path):
     assert load_cost_model(path) == m
 
 
+def test_profile_json_that_is_not_utf8_is_refused_at_its_line(tmp_path):
+    """QA: the error was Python's codec text ('can't decode byte 0xe9 in position 31'), a byte offset
+    where a JSON error names the line."""
+    path = tmp_path / "p.json"
+    path.write_bytes(b'{\n  "name": "caf\xe9",\n  "encode": {}\n}\n')
+    with pytest.raises(PlanError) as e:
+        load_cost_model(path)
+    assert str(e.value) == f"{path}:2: byte 0xe9 is not UTF-8 text; save the profile as UTF-8"
+
+
 @pytest.mark.parametrize(("content", "what"), [
     ("{", "not valid JSON"),
     ("[]", "is a JSON object"),
