@@ -383,6 +383,25 @@ def test_plan_output_through_a_link_to_a_device_and_not_a_directory(tmp_path):
     assert r.returncode == 2 and "--output . is a directory (an empty --output is read as .)" in r.stderr, r.stderr
 
 
+def test_plan_output_that_is_its_input_or_profile_is_refused(tmp_path):
+    """QA: --output naming the --input file (or the --profile) replaced the gradients the plan was
+    made from with the plan, exit 0; the file was then refused as input ('expected 2 fields, got 4')."""
+    inp = tmp_path / "in.txt"
+    inp.write_text("a,1\nb,4000000\n")
+    (tmp_path / "link.txt").symlink_to(inp.name)
+    for out in (inp, tmp_path / "link.txt", tmp_path / "." / "in.txt"):
+        r = hipress("plan", "--input", inp, "--output", out)
+        assert r.returncode == 2, r.stderr
+        assert (f"--output {out} is the --input file: the plan would replace the gradients it is made from; "
+                "give the plan another file, e.g. SeCoPaPlan.txt") in r.stderr, r.stderr
+        assert inp.read_text() == "a,1\nb,4000000\n"
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(sosp21().to_json()))
+    r = hipress("plan", "--input", inp, "--profile", prof, "--output", prof)
+    assert r.returncode == 2 and f"--output {prof} is the --profile file" in r.stderr, r.stderr
+    assert load_cost_model(prof) == sosp21()
+
+
 @pytest.mark.parametrize("output", ["/dev/stdout", "stdout-file"])
 def test_plan_json_and_output_to_stdout_are_refused_together(tmp_path, output):
     """--json prints on stdout: an --output that is stdout too (/dev/stdout, or the file stdout goes to) mixed
