@@ -106,6 +106,19 @@ def test_gen_refuses_an_output_that_is_a_directory_before_writing(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["scaledsign.cu"]  # nothing written
 
 
+def test_gen_out_that_is_a_file_is_refused_by_name(tmp_path):
+    """QA: -o naming an existing file said 'cannot write to FILE: File exists', as if the generated
+    code were refused for overwriting; -o takes the directory to write into."""
+    out = tmp_path / "notes.txt"
+    out.write_text("keep\n")
+    r = hipress("compll", "gen", str(USER / "scaledsign.pse"), "-o", str(out))
+    assert r.returncode == 2
+    assert f"-o {out} is a file, not a directory: give the directory to generate into" in " ".join(r.stderr.split()), (
+        r.stderr
+    )
+    assert out.read_text() == "keep\n" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
 def test_gen_register_under_a_builtins_name_is_refused(tmp_path):
     # HiPress's own onebit.pse with -r: the module would register 'onebit' on import, which the
     # built-in holds, so it could be written but never imported; refused, with --name as the way out
