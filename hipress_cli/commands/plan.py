@@ -167,6 +167,12 @@ def plan(
     cm = load_model(profile, cost_model)
     try:
         payload = default_payload(cm, alg)
+    except PlanError as e:
+        if alg is None and cm.alg and profile is not None:  # the file's alg, not one typed: say which file
+            raise fail(f"{profile}: the profile's alg {cm.alg!r} cannot be planned: {e}; give --alg to plan for "
+                       "an algorithm this installation has") from None
+        raise fail(str(e)) from None
+    try:
         shapes = None
         if model is not None:
             from hipress.plan import parameter_shapes

@@ -279,6 +279,20 @@ def _profile_json(path: Path, **encode) -> Path:
     return path
 
 
+def test_plan_names_the_profile_whose_alg_it_cannot_build(tmp_path):
+    """QA: a profile whose alg this installation does not know (a hand edit, a CompLL algorithm not
+    loaded here) said only "unknown compression algorithm 'mine'", though no --alg was typed."""
+    path = _profile_json(tmp_path / "p.json")
+    path.write_text(path.read_text().replace('"alg": "tbq"', '"alg": "mine"'))
+    r = hipress("plan", "--model", "mlp", "--profile", path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(f"error: {path}: the profile's alg 'mine' cannot be planned: unknown compression "
+                               "algorithm 'mine'"), r.stderr
+    assert r.stderr.endswith("; give --alg to plan for an algorithm this installation has"), r.stderr
+    r = hipress("plan", "--model", "mlp", "--profile", path, "--alg", "tbq")
+    assert r.returncode == 0, r.stderr
+
+
 @pytest.mark.parametrize(("encode", "msg"), [
     ({"B": 1e308, "A": 1e308}, "encode.B: 1e+308 is beyond the largest cost constant taken, 1000 ms per element"),
     ({"A": 1e308}, "encode.A: 1e+308 is beyond the largest cost constant taken, 3.6e+06 ms"),
