@@ -87,7 +87,8 @@ MAX_SIZE = 16 << 30
 def parse_size(text: str, *, what: str = "size", maximum: int = MAX_SIZE, unit: str = "bytes") -> int:
     """``"64M"`` -> 67108864 (binary multiples, as gradient sizes are quoted).
 
-    Exact (no float rounding, no overflow on 5,000 digits): bad or out-of-range input raises
+    Exact (no float rounding, no overflow on 5,000 digits; a fraction of a byte or element, as
+    ``4.9``, is refused rather than truncated): bad or out-of-range input raises
     ``typer.BadParameter`` naming ``what`` and the bound. ``unit``: what the number counts (``bytes``,
     or ``elements`` for an option that takes element counts), named with the bound so that the
     message does not speak of bytes where the option means elements.
@@ -99,9 +100,13 @@ def parse_size(text: str, *, what: str = "size", maximum: int = MAX_SIZE, unit: 
     m = _SIZE.match(text)
     if not m:
         raise typer.BadParameter(f"{what} {text[:40]!r} is not a size; use e.g. 4096, 512K, 64M or 1G")
-    value = int(Fraction(m.group(1)) * _MULT[m.group(2).lower()])
+    exact = Fraction(m.group(1)) * _MULT[m.group(2).lower()]
+    value = int(exact)
     if value > maximum:
         raise typer.BadParameter(f"{what} {text.strip()!r} is too large: at most {bound}")
+    if exact != value:  # truncated, '--size 4.9' measured 4 bytes and said nothing
+        raise typer.BadParameter(f"{what} {text.strip()!r} is {float(exact):.5g} {unit}, not a whole number of "
+                                 f"{unit}: give a whole number, e.g. {max(value, 1)}")
     return value
 
 

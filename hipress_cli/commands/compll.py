@@ -55,6 +55,8 @@ def gen(
     if ptx and (flavor != "cupy" or not body):
         # else nothing is compiled and no .ptx written, though the user asked for one
         raise fail("--ptx compiles the generated CUDA kernels: give it with -f cupy and the body (-b, the default)")
+    if out.exists() and not out.is_dir():  # mkdir's own error, 'File exists', read as a refused overwrite
+        raise fail(f"-o {out} is a file, not a directory: give the directory to generate into, e.g. -o generated")
     if name:
         try:
             check_name(name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -78,6 +79,22 @@ def load_model(profile: Path | None, cost_model: str | None):
         raise fail(str(e)) from None
 
 
+def check_output_is_not_a_source(output: Path | None, sources: dict[str, Path | None]) -> None:
+    """Refuse an ``--output`` that is the ``--input`` or ``--profile`` file (by any path: a link, ``./``):
+    the plan would replace what it was made from, and the input then fails to parse as one."""
+    if output is None:
+        return
+    for option, source in sources.items():
+        try:
+            same = source is not None and os.path.samefile(output, source)
+        except OSError:  # either does not exist (yet): not the same file
+            same = False
+        if same:
+            raise fail(f"--output {output} is the {option} file: the plan would replace the "
+                       f"{'gradients' if option == '--input' else 'cost model'} it is made from; "
+                       "give the plan another file, e.g. SeCoPaPlan.txt")
+
+
 def check_bounded(option: str, value: float | None, maximum: float, what: str) -> None:
     """Refuse a non-finite or absurd ``value``: ``inf`` made the iteration prediction inf and the
     speed-up inf/inf = NaN (printed as ``nanx``, or ``Infinity`` in JSON, which is not JSON)."""
@@ -141,6 +158,7 @@ def plan(
         raise fail(f"--output {output} is a directory" + (" (an empty --output is read as .)" if str(output) == "."
                                                          else "") + ": give the plan's file name, e.g. SeCoPaPlan.txt")
     check_output_beside_json(output, json_)
+    check_output_is_not_a_source(output, {"--input": input_, "--profile": profile})
     if not 1 <= nnodes <= MAX_NODES:
         raise fail(f"--nnodes {nnodes} is out of range: give 1..{MAX_NODES} nodes (machines; K ranges over 1..N)")
     check_bounded("--compute-ms", compute_ms, MAX_COMPUTE_MS, "one iteration's compute time in milliseconds")
@@ -149,6 +167,12 @@ def plan(
     cm = load_model(profile, cost_model)
     try:
         payload = default_payload(cm, alg)
+    except PlanError as e:
+        if alg is None and cm.alg and profile is not None:  # the file's alg, not one typed: say which file
+            raise fail(f"{profile}: the profile's alg {cm.alg!r} cannot be planned: {e}; give --alg to plan for "
+                       "an algorithm this installation has") from None
+        raise fail(str(e)) from None
+    try:
         shapes = None
         if model is not None:
             from hipress.plan import parameter_shapes

@@ -183,6 +183,7 @@ def write_modules(
     if wrapper or register:
         files[f"{name}.py"] = generate_wrapper(checked, name=name, wire_id=wire_id, register=register)
     _refuse_overwriting_specs(checked, [out / fname for fname in files])
+    _refuse_directories(checked, [out / fname for fname in files])
     paths = []
     for fname, text in files.items():
         path = out / fname
@@ -231,6 +232,21 @@ def _refuse_overwriting_specs(checked: CheckedSpec, outputs: list[Path]) -> None
                     src,
                     hint="give the spec a .pse name, or generate into another directory with -o DIR",
                 )
+
+
+def _refuse_directories(checked: CheckedSpec, outputs: list[Path]) -> None:
+    """A CompLLError, before anything is written, if a generated file's path is a directory.
+
+    Found only at its own write, it failed after the files before it were written (``-f cupy`` left
+    the ``_cupy.py`` without its ``.cu``), with an error naming the output directory, not the path.
+    """
+    for path in outputs:
+        if path.is_dir():
+            raise CompLLError(
+                f"{path} is a directory, not a file the generated code can replace",
+                checked.file,
+                hint="move it away, or generate into another directory with -o DIR",
+            )
 
 
 def load_spec(path: str | Path, *, register: bool = True, cache: Path | None = None):

@@ -57,7 +57,9 @@ def check_name(name: str, what: str = "--name") -> str:
     """``name`` if it can name an algorithm (one path component, a Python identifier), else a CompLLError."""
     if not isinstance(name, str) or not _IDENT.fullmatch(name) or keyword.iskeyword(name):
         raise CompLLError(
-            f"{what} must be an identifier (a letter, then letters, digits or _), got {name!r}",
+            f"{what} must be an identifier (a letter, then letters, digits or _), got {name!r}"
+            # 'class' is letters: without this the message did not say what was wrong with it
+            + (", which is a Python keyword" if isinstance(name, str) and keyword.iskeyword(name) else ""),
             hint="it names the generated files, the compressor class and the algorithm, e.g. my_alg",
         )
     if len(name) > MAX_NAME:

@@ -254,15 +254,20 @@ def _too_deep(file: str) -> CompLLError:
 def _num(tok: Token, file: str) -> ast.Num:
     text = str(tok)
     pos = _pos(tok)
+    # a refused literal of thousands of digits is named by its start and length, not printed whole
+    shown = text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
     if tok.type == "INT_LIT":
-        value = int(text, 16) if text[:2].lower() == "0x" else int(text)
-        if value >= 1 << 63:
-            raise CompLLError(f"integer literal {text} does not fit in 64 bits", file, pos.line, pos.col)
-        return ast.Num(pos, value, False, text)
+        hexa = text[:2].lower() == "0x"
+        digits = (text[2:] if hexa else text).lstrip("0")
+        # 2**63 has 19 decimal or 16 hex digits: a longer literal never fits, and int() would refuse
+        # one of more than 4300 decimal digits with a ValueError of its own (a traceback, no position)
+        if len(digits) > (16 if hexa else 19) or int(digits or "0", 16 if hexa else 10) >= 1 << 63:
+            raise CompLLError(f"integer literal {shown} does not fit in 64 bits", file, pos.line, pos.col)
+        return ast.Num(pos, int(digits or "0", 16 if hexa else 10), False, text)
     body = text[:-1] if text[-1] in "fF" else text
     value = float(body)
     if not math.isfinite(value):
-        raise CompLLError(f"number {text} is out of range", file, pos.line, pos.col)
+        raise CompLLError(f"number {shown} is out of range", file, pos.line, pos.col)
     return ast.Num(pos, value, True, text)
 
 

@@ -182,14 +182,21 @@ def parse_hostfile_text(text: str, source: str = "hostfile") -> list[Host]:
 
 
 def parse_hostfile(path: str | Path) -> list[Host]:
-    """Read and parse a hostfile (UTF-8)."""
+    """Read and parse a hostfile (UTF-8; a byte order mark, as a Windows editor writes it, is skipped,
+    not read as part of the first host's name)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        data = p.read_bytes().removeprefix(b"\xef\xbb\xbf")
     except FileNotFoundError:
         raise HostListError(f"hostfile {p} does not exist") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise HostListError(f"cannot read hostfile {p}: {e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:  # by line, as every other hostfile error, not by Python's byte offset
+        line = data[: e.start].count(b"\n") + 1
+        raise HostListError(f"hostfile {p} line {line}: byte {data[e.start]:#04x} is not UTF-8 text; "
+                            "save the hostfile as UTF-8") from None
     return parse_hostfile_text(text, source=str(p))
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -47,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from .errors import PlanError
-from .limits import MAX_A_MS, MAX_B_MS
+from .limits import MAX_A_MS, MAX_B_MS, MAX_NODES
 
 COMPUTE = ("encode", "decode", "merge")
 ALIASES = {"aggregate": "merge", "ring_send_one_step": "send"}
@@ -56,6 +57,9 @@ PROFILE_FORMAT = "hipress-profile"
 #: (``secopa_sosp21``, HiPress's constants), "casync" = hipress's pipeline formulas (``secopa``, profiles).
 PLANNERS = ("hipress", "casync")
 HIPRESS_RATIO = 1 / 16  # HiPress's planner assumes every compressed gradient shrinks 16x
+#: A gather/broadcast key: ASCII digits only (``str.isdigit`` takes '²', which ``int`` refuses), and
+#: few enough that ``int`` never meets its 4300-digit limit.
+_NODE_KEY = re.compile(rf"[0-9]{{1,{len(str(MAX_NODES))}}}")
 
 
 @dataclass(frozen=True)
@@ -247,8 +251,9 @@ class CostModel:
                 raise PlanError(f"{source}: {k} must map node counts to constants, got {type(table).__name__}")
             colls[k] = {}
             for n, v in table.items():
-                if not str(n).isdigit() or int(n) < 2:
-                    raise PlanError(f"{source}: {k} key {n!r} is not a node count >= 2")
+                if not _NODE_KEY.fullmatch(str(n)) or not 2 <= int(n) <= MAX_NODES:
+                    shown = str(n) if len(str(n)) <= 40 else f"{str(n)[:20]}...({len(str(n))} characters)"
+                    raise PlanError(f"{source}: {k} key {shown!r} is not a node count in 2..{MAX_NODES}")
                 colls[k][int(n)] = Linear.from_json(v, f"{source}: {k}[{n}]")
         ratio = d.get("ratio")
         if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float))
@@ -290,9 +295,14 @@ def load_cost_model(spec: str | Path | CostModel) -> CostModel:
         raise PlanError(f"cost model {str(spec)!r}: no such file and not a built-in "
                         f"(built-ins: {', '.join(BUILTIN)}); make one with `hipress profile --output FILE`")
     try:
-        d = json.loads(p.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
+        data = p.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a byte order mark (a Windows editor's) is not JSON
+    except OSError as e:
         raise PlanError(f"{p}: cannot read: {e}") from None
+    try:
+        d = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:  # by line, as a JSON error is, not by Python's byte offset
+        line = data[: e.start].count(b"\n") + 1
+        raise PlanError(f"{p}:{line}: byte {data[e.start]:#04x} is not UTF-8 text; save the profile as UTF-8") from None
     except json.JSONDecodeError as e:
         raise PlanError(f"{p}:{e.lineno}: not valid JSON: {e.msg}") from None
     if isinstance(d, Mapping) and "secopa_cost_model" in d:  # the whole sosp21.json

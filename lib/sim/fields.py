@@ -50,7 +50,8 @@ def read_toml(path: str | Path, error: type[FieldError], unreadable_hint: str = 
     """
     where = str(path)
     try:
-        return tomllib.loads(Path(path).read_text())
+        # UTF-8 as TOML is, whatever the locale; a byte order mark (a Windows editor's) is not TOML
+        return tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
     except OSError as e:
         raise error(f"cannot read {where}: {e.strerror}{unreadable_hint}") from None
     except UnicodeDecodeError as e:

@@ -101,6 +101,26 @@ def test_known_values():
     assert parse_rate("0.1mbit") == MIN_RATE_BITS
 
 
+def test_parse_size_refuses_a_fraction_of_its_unit():
+    """QA: ``bench compress --size 4.9`` measured 4 bytes and ``profile --sizes 1.5,2.5`` 1 and 2
+    elements: a fractional count was truncated without a word; a fraction that is whole stays taken."""
+    for text, what, unit, want in [
+        ("4.9", "--size", "bytes", "--size '4.9' is 4.9 bytes, not a whole number of bytes: "
+         "give a whole number, e.g. 4"),
+        ("1.0001K", "--size", "bytes", "--size '1.0001K' is 1024.1 bytes, not a whole number of bytes: "
+         "give a whole number, e.g. 1024"),
+        ("1.5", "element count", "elements", "element count '1.5' is 1.5 elements, not a whole number of "
+         "elements: give a whole number, e.g. 1"),
+    ]:
+        try:
+            parse_size(text, what=what, unit=unit)
+        except typer.BadParameter as e:
+            assert str(e) == want, str(e)
+        else:
+            raise AssertionError(f"{text} was taken")
+    assert parse_size("0.5K") == 512 and parse_size("4.0") == 4 and parse_size("1.25M") == 1310720
+
+
 def test_parse_size_names_its_unit():
     """QA: ``profile --sizes 99999T`` spoke of bytes though it takes element counts; bytes stay the default."""
     try:

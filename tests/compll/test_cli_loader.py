@@ -92,6 +92,33 @@ def test_gen_refuses_to_overwrite_its_own_spec(tmp_path, spec_file, flags):
     assert r.returncode == 0, r.stderr
 
 
+def test_gen_refuses_an_output_that_is_a_directory_before_writing(tmp_path):
+    """QA: with a directory where scaledsign.cu goes, -f cupy wrote scaledsign_cupy.py, then failed
+    with 'cannot write to OUT: Is a directory', naming the output directory (which is meant to be one)
+    rather than the path in the way, and leaving half of the generated code behind."""
+    out = tmp_path / "out"
+    (out / "scaledsign.cu").mkdir(parents=True)
+    r = hipress("compll", "gen", str(USER / "scaledsign.pse"), "-f", "cupy", "-o", str(out))
+    assert r.returncode == 2
+    assert f"{out / 'scaledsign.cu'} is a directory, not a file the generated code can replace" in " ".join(
+        r.stderr.split()
+    ), r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["scaledsign.cu"]  # nothing written
+
+
+def test_gen_out_that_is_a_file_is_refused_by_name(tmp_path):
+    """QA: -o naming an existing file said 'cannot write to FILE: File exists', as if the generated
+    code were refused for overwriting; -o takes the directory to write into."""
+    out = tmp_path / "notes.txt"
+    out.write_text("keep\n")
+    r = hipress("compll", "gen", str(USER / "scaledsign.pse"), "-o", str(out))
+    assert r.returncode == 2
+    assert f"-o {out} is a file, not a directory: give the directory to generate into" in " ".join(r.stderr.split()), (
+        r.stderr
+    )
+    assert out.read_text() == "keep\n" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
 def test_gen_register_under_a_builtins_name_is_refused(tmp_path):
     # HiPress's own onebit.pse with -r: the module would register 'onebit' on import, which the
     # built-in holds, so it could be written but never imported; refused, with --name as the way out

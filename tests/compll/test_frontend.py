@@ -92,6 +92,28 @@ def test_errors_point_at_the_problem(body, line, col, words):
     assert re.match(r"t\.pse:\d+:\d+: ", str(e))
 
 
+@pytest.mark.parametrize(
+    "literal, words",
+    [
+        ("9" * 6000, "integer literal 99999999999999999999...(6000 characters) does not fit in 64 bits"),
+        ("0x" + "f" * 6000, "integer literal 0xffffffffffffffffff...(6002 characters) does not fit in 64 bits"),
+        ("9" * 6000 + ".0", "number 99999999999999999999...(6002 characters) is out of range"),
+        ("0" * 30 + "7", None),  # leading zeros are not magnitude
+    ],
+    ids=["decimal", "hex", "float", "leading-zeros"],
+)
+def test_a_literal_of_thousands_of_digits_is_refused_at_its_place(literal, words):
+    """QA: a 6000-digit integer literal crashed ``int()`` (Python's 4300-digit limit) with a traceback
+    and no file:line; a refused literal was printed whole, thousands of characters on one line."""
+    src = ENC.format(f"    int x = {literal};\n    out = concat(g);")
+    if words is None:
+        compile_spec(src, "t.pse")
+        return
+    e = _error(src)
+    assert (e.line, e.col) == (2, 13), str(e)
+    assert e.message == words and len(str(e)) < 200
+
+
 def test_syntax_error_position_and_hint():
     e = _error("void Encode(float* g, uint8* out) {\n    out = concat(g)\n}\n")
     assert (e.line, e.col) == (3, 1) and "unexpected '}'" in e.message

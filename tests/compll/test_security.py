@@ -104,6 +104,17 @@ def test_a_spec_file_whose_name_cannot_name_an_algorithm_is_said_so(tmp_path, fi
         load_dir(d, cache=tmp_path / "cache")
 
 
+@pytest.mark.parametrize("kw", ["class", "None", "lambda"])
+def test_gen_name_that_is_a_keyword_says_so(kw):
+    """QA: --name class was refused as 'must be an identifier (a letter, then letters, digits or _)',
+    which 'class' is: the message did not say what was wrong with it."""
+    with pytest.raises(CompLLError) as e:
+        write_modules(compile_spec(spec_path("tbq").read_text(), "tbq.pse"), Path("unused"), name=kw)
+    assert e.value.message == (
+        f"--name must be an identifier (a letter, then letters, digits or _), got {kw!r}, which is a Python keyword"
+    )
+
+
 def test_cache_key_follows_generator_and_spec(monkeypatch):
     from hipress.compll import loader
 

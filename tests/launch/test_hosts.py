@@ -43,6 +43,24 @@ def test_hostfile_comments_blank_lines_and_line_numbers(tmp_path):
         parse_hostfile(f)
 
 
+def test_hostfile_with_a_byte_order_mark_and_crlf_is_read(tmp_path):
+    """QA: a hostfile saved by a Windows editor (UTF-8 with a BOM) was refused: its first host
+    'contains \\ufeff', a character the user never typed and cannot see."""
+    f = tmp_path / "hosts"
+    f.write_bytes(b"\xef\xbb\xbfnode1:2\r\nnode2:2\r\n")
+    assert [h.spec for h in parse_hostfile(f)] == ["node1:2", "node2:2"]
+
+
+def test_hostfile_that_is_not_utf8_is_refused_at_its_line(tmp_path):
+    """QA: the error was Python's codec text ('can't decode byte 0xff in position 14: invalid start
+    byte'), a byte offset where every other hostfile error names the line."""
+    f = tmp_path / "hosts"
+    f.write_bytes(b"node1:2\nn\xf6de2:2\n")
+    with pytest.raises(HostListError) as e:
+        parse_hostfile(f)
+    assert str(e.value) == f"hostfile {f} line 2: byte 0xf6 is not UTF-8 text; save the hostfile as UTF-8"
+
+
 @pytest.mark.parametrize("text, match", [
     ("node1:0", "between 1 and"),
     ("node1:99999", "between 1 and"),

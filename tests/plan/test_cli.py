@@ -279,6 +279,20 @@ def _profile_json(path: Path, **encode) -> Path:
     return path
 
 
+def test_plan_names_the_profile_whose_alg_it_cannot_build(tmp_path):
+    """QA: a profile whose alg this installation does not know (a hand edit, a CompLL algorithm not
+    loaded here) said only "unknown compression algorithm 'mine'", though no --alg was typed."""
+    path = _profile_json(tmp_path / "p.json")
+    path.write_text(path.read_text().replace('"alg": "tbq"', '"alg": "mine"'))
+    r = hipress("plan", "--model", "mlp", "--profile", path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(f"error: {path}: the profile's alg 'mine' cannot be planned: unknown compression "
+                               "algorithm 'mine'"), r.stderr
+    assert r.stderr.endswith("; give --alg to plan for an algorithm this installation has"), r.stderr
+    r = hipress("plan", "--model", "mlp", "--profile", path, "--alg", "tbq")
+    assert r.returncode == 0, r.stderr
+
+
 @pytest.mark.parametrize(("encode", "msg"), [
     ({"B": 1e308, "A": 1e308}, "encode.B: 1e+308 is beyond the largest cost constant taken, 1000 ms per element"),
     ({"A": 1e308}, "encode.A: 1e+308 is beyond the largest cost constant taken, 3.6e+06 ms"),
@@ -381,6 +395,25 @@ def test_plan_output_through_a_link_to_a_device_and_not_a_directory(tmp_path):
     assert r.returncode == 0 and "a,1,n,4\nb,4000000,y,4\n" in r.stdout, r.stderr
     r = hipress("plan", "--input", inp, "--output", "")
     assert r.returncode == 2 and "--output . is a directory (an empty --output is read as .)" in r.stderr, r.stderr
+
+
+def test_plan_output_that_is_its_input_or_profile_is_refused(tmp_path):
+    """QA: --output naming the --input file (or the --profile) replaced the gradients the plan was
+    made from with the plan, exit 0; the file was then refused as input ('expected 2 fields, got 4')."""
+    inp = tmp_path / "in.txt"
+    inp.write_text("a,1\nb,4000000\n")
+    (tmp_path / "link.txt").symlink_to(inp.name)
+    for out in (inp, tmp_path / "link.txt", tmp_path / "." / "in.txt"):
+        r = hipress("plan", "--input", inp, "--output", out)
+        assert r.returncode == 2, r.stderr
+        assert (f"--output {out} is the --input file: the plan would replace the gradients it is made from; "
+                "give the plan another file, e.g. SeCoPaPlan.txt") in r.stderr, r.stderr
+        assert inp.read_text() == "a,1\nb,4000000\n"
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(sosp21().to_json()))
+    r = hipress("plan", "--input", inp, "--profile", prof, "--output", prof)
+    assert r.returncode == 2 and f"--output {prof} is the --profile file" in r.stderr, r.stderr
+    assert load_cost_model(prof) == sosp21()
 
 
 @pytest.mark.parametrize("output", ["/dev/stdout", "stdout-file"])

@@ -262,6 +262,25 @@ def test_profile_json_round_trip(tmp_path):
     assert load_cost_model(path) == m
 
 
+def test_profile_json_with_a_byte_order_mark_is_read(tmp_path):
+    """QA: a profile saved by a Windows editor (UTF-8 with a BOM) was refused as 'not valid JSON:
+    Unexpected UTF-8 BOM (decode using utf-8-sig)', though input.txt and SeCoPaPlan.txt take one."""
+    m = sosp21()
+    path = tmp_path / "p.json"
+    path.write_text("\ufeff" + json.dumps(m.to_json(), indent=2).replace("\n", "\r\n"), encoding="utf-8")
+    assert load_cost_model(path) == m
+
+
+def test_profile_json_that_is_not_utf8_is_refused_at_its_line(tmp_path):
+    """QA: the error was Python's codec text ('can't decode byte 0xe9 in position 31'), a byte offset
+    where a JSON error names the line."""
+    path = tmp_path / "p.json"
+    path.write_bytes(b'{\n  "name": "caf\xe9",\n  "encode": {}\n}\n')
+    with pytest.raises(PlanError) as e:
+        load_cost_model(path)
+    assert str(e.value) == f"{path}:2: byte 0xe9 is not UTF-8 text; save the profile as UTF-8"
+
+
 @pytest.mark.parametrize(("content", "what"), [
     ("{", "not valid JSON"),
     ("[]", "is a JSON object"),
@@ -277,6 +296,18 @@ def test_bad_cost_model_files(tmp_path, content, what):
         load_cost_model(path)
     with pytest.raises(PlanError, match="not a built-in"):
         load_cost_model(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("key", ["\u00b2", "1" * 5000, "4097", "1"], ids=["superscript", "5000-digits", "4097", "1"])
+def test_cost_model_node_count_keys_are_checked_before_int(tmp_path, key):
+    """QA: a gather key of a superscript digit ('\u00b2'.isdigit() is True) or of 5000 digits passed
+    ``isdigit`` and crashed ``int()`` with a traceback; one above MAX_NODES was taken as a node count."""
+    d = sosp21().to_json()
+    d["gather"] = {key: d["send"]}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(PlanError, match=rf"{path}: gather key '.*' is not a node count in 2\.\.4096"):
+        load_cost_model(path)
 
 
 # ---------------------------------------------------------------------------- runtime API

@@ -47,6 +47,16 @@ def test_bad_figure_definitions(tmp_path, text, match):
     assert str(f) in str(e.value)
 
 
+def test_figure_definition_with_a_byte_order_mark_and_crlf_loads(tmp_path, experiments_dir):
+    """QA: a fig*.toml saved by a Windows editor (UTF-8 with a BOM) was refused as 'not valid TOML
+    (Invalid statement (at line 1, column 1))', pointing at nothing the user can see."""
+    text = (experiments_dir / "fig7.toml").read_text()
+    f = tmp_path / "fig7.toml"
+    f.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+    got, want = load_figure(f, REF), load_figure(experiments_dir / "fig7.toml", REF)
+    assert got.points == want.points and got.raw == want.raw
+
+
 _RATE = """figure = 12
 kind = "rate"
 cluster = "aws"
