@@ -1,4 +1,5 @@
-"""Writing a file so that no reader and no crash ever sees half of it: the one recipe every layer uses.
+"""Writing a file so that no reader and no crash ever sees half of it: the one recipe every layer uses;
+and reading the text files users edit (specs, plans, profiles, hostfiles) as UTF-8, the one decoding.
 
 Results, plans, profiles, generated modules, plots and caches are all written here: to a temporary
 file beside the target, fsynced, then renamed over it (readers see the old file or the whole new one),
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-__all__ = ["fsync_dir", "umask", "write_atomic"]
+__all__ = ["NotUtf8", "decode_text", "fsync_dir", "umask", "write_atomic"]
 
 
 def umask() -> int:
@@ -89,3 +90,23 @@ def _write_into(f: IO[bytes], data: str | bytes | Callable[[IO[bytes]], None]) -
         data(f)
     else:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+class NotUtf8(ValueError):
+    """A file's bytes are not UTF-8 text: ``line`` (1-based) and ``byte`` (its value) say where, as the
+    file's other errors do, rather than Python's byte offset into the whole file."""
+
+    def __init__(self, line: int, byte: int) -> None:
+        self.line, self.byte = line, byte
+        super().__init__(f"line {line}: byte {byte:#04x} is not UTF-8 text")
+
+
+def decode_text(data: bytes) -> str:
+    """The text of a file a user edits: UTF-8, one leading byte order mark dropped (Windows editors
+    save one; it is no part of the first name, host or token, and takes no column, so every position
+    after it is as the editor shows it); :class:`NotUtf8` if it is not UTF-8."""
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise NotUtf8(data[: e.start].count(b"\n") + 1, data[e.start]) from None

@@ -8,7 +8,6 @@ run finds the cached modules (and numba's cache beside them) and compiles nothin
 
 from __future__ import annotations
 
-import codecs
 import functools
 import hashlib
 import os
@@ -17,7 +16,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from hipress.files import write_atomic
+from hipress.files import NotUtf8, decode_text, write_atomic
 
 from . import ast
 from .checker import check
@@ -104,13 +103,10 @@ def spec_text(path: str | Path) -> str:
         raw = p.read_bytes()
     except OSError as e:
         raise CompLLError(f"cannot read spec: {e.strerror or e}", str(p)) from None
-    raw = raw.removeprefix(codecs.BOM_UTF8)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise CompLLError("spec is not UTF-8 text", str(p), line, 1) from None
-    return text
+        return decode_text(raw)
+    except NotUtf8 as e:
+        raise CompLLError("spec is not UTF-8 text", str(p), e.line, 1) from None
 
 
 def pair_specs(first: CheckedSpec, second: CheckedSpec) -> CheckedSpec:

@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hipress.files import NotUtf8, decode_text
+
 MAX_SLOTS = 4096
 _LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
 _ZONE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -186,17 +188,15 @@ def parse_hostfile(path: str | Path) -> list[Host]:
     not read as part of the first host's name)."""
     p = Path(path)
     try:
-        data = p.read_bytes().removeprefix(b"\xef\xbb\xbf")
+        data = p.read_bytes()
     except FileNotFoundError:
         raise HostListError(f"hostfile {p} does not exist") from None
     except OSError as e:
         raise HostListError(f"cannot read hostfile {p}: {e}") from None
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:  # by line, as every other hostfile error, not by Python's byte offset
-        line = data[: e.start].count(b"\n") + 1
-        raise HostListError(f"hostfile {p} line {line}: byte {data[e.start]:#04x} is not UTF-8 text; "
-                            "save the hostfile as UTF-8") from None
+        text = decode_text(data)
+    except NotUtf8 as e:  # by line, as every other hostfile error
+        raise HostListError(f"hostfile {p} {e}; save the hostfile as UTF-8") from None
     return parse_hostfile_text(text, source=str(p))
 
 

@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from hipress.files import NotUtf8, decode_text
+
 from .errors import PlanError
 from .limits import MAX_A_MS, MAX_B_MS, MAX_NODES
 
@@ -295,14 +297,13 @@ def load_cost_model(spec: str | Path | CostModel) -> CostModel:
         raise PlanError(f"cost model {str(spec)!r}: no such file and not a built-in "
                         f"(built-ins: {', '.join(BUILTIN)}); make one with `hipress profile --output FILE`")
     try:
-        data = p.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a byte order mark (a Windows editor's) is not JSON
+        data = p.read_bytes()
     except OSError as e:
         raise PlanError(f"{p}: cannot read: {e}") from None
     try:
-        d = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as e:  # by line, as a JSON error is, not by Python's byte offset
-        line = data[: e.start].count(b"\n") + 1
-        raise PlanError(f"{p}:{line}: byte {data[e.start]:#04x} is not UTF-8 text; save the profile as UTF-8") from None
+        d = json.loads(decode_text(data))  # a byte order mark (a Windows editor's) dropped: it is not JSON
+    except NotUtf8 as e:  # by line, as a JSON error is
+        raise PlanError(f"{p}:{e.line}: byte {e.byte:#04x} is not UTF-8 text; save the profile as UTF-8") from None
     except json.JSONDecodeError as e:
         raise PlanError(f"{p}:{e.lineno}: not valid JSON: {e.msg}") from None
     if isinstance(d, Mapping) and "secopa_cost_model" in d:  # the whole sosp21.json

@@ -31,7 +31,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from hipress.files import write_atomic
+from hipress.files import NotUtf8, decode_text, write_atomic
 from hipress.sync.plan import Plan, PlanEntry
 
 from .errors import PlanError, PlanFormatError
@@ -64,10 +64,9 @@ def _read_text(path: str | os.PathLike) -> tuple[str, str]:
     except OSError as e:
         raise PlanError(f"{p}: cannot read: {e.strerror or e}") from None
     try:
-        return data.decode("utf-8"), str(p)
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise PlanFormatError(str(p), line, f"byte {data[e.start]:#04x} is not UTF-8 text",
+        return decode_text(data), str(p)
+    except NotUtf8 as e:
+        raise PlanFormatError(str(p), e.line, f"byte {e.byte:#04x} is not UTF-8 text",
                               "is this really a text file?") from None
 
 
