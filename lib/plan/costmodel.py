@@ -55,6 +55,8 @@ from .limits import MAX_A_MS, MAX_B_MS, MAX_NODES
 COMPUTE = ("encode", "decode", "merge")
 ALIASES = {"aggregate": "merge", "ring_send_one_step": "send"}
 PROFILE_FORMAT = "hipress-profile"
+#: The profile layout this code writes and the newest it reads (HiPress's own objects carry neither).
+PROFILE_VERSION = 1
 #: Which formulas a cost model is meant for: "hipress" = HiPress's own SeCoPa planner
 #: (``secopa_sosp21``, HiPress's constants), "casync" = hipress's pipeline formulas (``secopa``, profiles).
 PLANNERS = ("hipress", "casync")
@@ -218,7 +220,7 @@ class CostModel:
 
     # ---------------------------------------------------------------- (de)serialization
     def to_json(self) -> dict:
-        d: dict[str, Any] = {"format": PROFILE_FORMAT, "version": 1, "name": self.name}
+        d: dict[str, Any] = {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "name": self.name}
         if self.alg is not None:
             d["alg"] = self.alg
         if self.ratio is not None:
@@ -238,6 +240,14 @@ class CostModel:
         """Read a saved profile or HiPress's ``secopa_cost_model`` object (its key names accepted)."""
         if not isinstance(d, Mapping):
             raise PlanError(f"{source}: a cost model is a JSON object, got {type(d).__name__}")
+        fmt, version = d.get("format", PROFILE_FORMAT), d.get("version", PROFILE_VERSION)
+        if fmt != PROFILE_FORMAT:  # another tool's JSON that happens to hold the same keys
+            raise PlanError(f"{source}: format {str(fmt)[:40]!r} is not a hipress profile ({PROFILE_FORMAT!r}); "
+                            f"make one with `hipress profile --output FILE`")
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= PROFILE_VERSION:
+            # a newer layout's fields may mean something this code would misread: said, not guessed
+            raise PlanError(f"{source}: profile version {str(version)[:20]} is not one this hipress reads "
+                            f"(1..{PROFILE_VERSION}); profile again with this hipress, or use the one that wrote it")
         d = {ALIASES.get(k, k): v for k, v in d.items()}
         prims = {}
         for k in ("encode", "decode", "merge", "send"):

@@ -1,6 +1,7 @@
 """SeCoPa's decisions: pinned on HiPress's VGG19 input, checked against brute force and by hand."""
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -269,6 +270,23 @@ def test_profile_json_with_a_byte_order_mark_is_read(tmp_path):
     path = tmp_path / "p.json"
     path.write_text("\ufeff" + json.dumps(m.to_json(), indent=2).replace("\n", "\r\n"), encoding="utf-8")
     assert load_cost_model(path) == m
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"version": 2}, "profile version 2 is not one this hipress reads (1..1)"),
+    ({"version": "1"}, "profile version 1 is not one this hipress reads"),
+    ({"format": "torch-profile"}, "format 'torch-profile' is not a hipress profile"),
+])
+def test_profile_of_another_format_or_a_newer_version_is_refused(tmp_path, change, said):
+    """A profile's format and version were never read: a newer layout, whose fields may mean something
+    else, was planned from as if it were this one."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**sosp21().to_json(), **change}))
+    with pytest.raises(PlanError, match=re.escape(said)):
+        load_cost_model(path)
+    d = sosp21().to_json()
+    del d["format"], d["version"]  # HiPress's secopa_cost_model carries neither: still read
+    assert CostModel.from_json(d) == sosp21()
 
 
 def test_profile_json_that_is_not_utf8_is_refused_at_its_line(tmp_path):
