@@ -39,10 +39,10 @@ CostModelOpt = Annotated[str | None, typer.Option(
 OutputOpt = Annotated[Path | None, typer.Option("--output", help="Write the plan here (HiPress SeCoPaPlan.txt).")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-gradient costs and a whole-iteration prediction.")]
 ComputeOpt = Annotated[float | None, typer.Option(
-    "--compute-ms", min=0,
+    "--compute-ms",  # no min=: Typer's says 'greater than or equal to 0' of a NaN; check_bounded says what to give
     help=f"Per-iteration compute time (ms) for the iteration prediction, 0..{MAX_COMPUTE_MS:g}.")]
 LambdaOpt = Annotated[float, typer.Option(
-    "--lambda", min=0, help=f"Compute slow-down factor in max(lambda*compute, sync), 0..{MAX_LAMBDA:g}.")]
+    "--lambda", help=f"Compute slow-down factor in max(lambda*compute, sync), 0..{MAX_LAMBDA:g}.")]
 
 
 def load_gradients(input_: Path | None, model: str | None) -> tuple[list[tuple[str, int]], str]:

@@ -253,6 +253,9 @@ def _strict_json(text: str):
     (["--compute-ms", "1e9", "--lambda", "1e308"], "--lambda 1e+308 is out of range"),
     (["--lambda", "inf"], "--lambda inf is out of range"),
     (["--compute-ms", "1e10"], "between 0 and 1e+09"),
+    (["--compute-ms", "nan"], "--compute-ms nan is out of range: give one iteration's compute time"),
+    (["--compute-ms", "-1"], "--compute-ms -1 is out of range"),
+    (["--lambda", "-0.5"], "--lambda -0.5 is out of range: give a compute slow-down factor"),
 ])
 @pytest.mark.parametrize("mode", ["--explain", "--json"])
 def test_plan_refuses_non_finite_compute_and_lambda(vgg_input, args, msg, mode):
