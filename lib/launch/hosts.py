@@ -30,7 +30,7 @@ from hipress.files import NotUtf8, decode_text
 MAX_SLOTS = 4096
 _LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
 _ZONE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_SLOTS = re.compile(r"^[0-9]{1,6}$")
+_SLOTS = re.compile(r"^[0-9]+$")
 _HINT = ("write one host as name[:slots], e.g. node1:4, 10.0.0.2:4 or [2001:db8::2]:4 "
          "(the user goes in --ssh-user, not user@host)")
 
@@ -115,6 +115,10 @@ def _slots(text: str, entry: str, where: str) -> int:
     at = f" ({where})" if where else ""
     if not _SLOTS.match(text):
         raise HostListError(f"{entry!r}{at}: slots {text!r} is not a whole number; {_HINT}")
+    digits = text.lstrip("0")
+    if len(digits) > len(str(MAX_SLOTS)):  # a whole number, too large: said so, without int() of its digits
+        shown = text if len(text) <= 40 else f"a number of {len(text)} digits"
+        raise HostListError(f"{entry!r}{at}: slots must be between 1 and {MAX_SLOTS}, got {shown}")
     n = int(text)
     if not 1 <= n <= MAX_SLOTS:
         raise HostListError(f"{entry!r}{at}: slots must be between 1 and {MAX_SLOTS}, got {n}")

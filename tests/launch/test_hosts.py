@@ -64,6 +64,8 @@ def test_hostfile_that_is_not_utf8_is_refused_at_its_line(tmp_path):
 @pytest.mark.parametrize("text, match", [
     ("node1:0", "between 1 and"),
     ("node1:99999", "between 1 and"),
+    ("node1:99999999999999999999999", "between 1 and 4096, got 99999999999999999999999"),  # was 'not a whole number'
+    ("node1:" + "9" * 5000, "between 1 and 4096, got a number of 5000 digits"),
     ("node1:-1", "not a whole number"),
     ("node1:", "not a whole number"),
     ("root@node1", "--ssh-user"),
