@@ -29,6 +29,8 @@ from typing import Any
 
 import tomllib
 
+from hipress.files import NotUtf8, decode_text
+
 #: How each accepted type is named in a message, singular and plural.
 _NOUNS: dict[type, tuple[str, str]] = {
     bool: ("true or false", "booleans (true or false)"),
@@ -51,11 +53,11 @@ def read_toml(path: str | Path, error: type[FieldError], unreadable_hint: str = 
     where = str(path)
     try:
         # UTF-8 as TOML is, whatever the locale; a byte order mark (a Windows editor's) is not TOML
-        return tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
+        return tomllib.loads(decode_text(Path(path).read_bytes()))
     except OSError as e:
         raise error(f"cannot read {where}: {e.strerror}{unreadable_hint}") from None
-    except UnicodeDecodeError as e:
-        raise error(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except NotUtf8 as e:  # (a ValueError: before the TOML errors)
+        raise error(f"{where}:{e.line}: byte {e.byte:#04x} is not UTF-8 text") from None
     except ValueError as e:  # TOMLDecodeError, or an integer past Python's 4300 digits
         raise error(f"{where}: not valid TOML ({e})") from None
 

@@ -57,6 +57,14 @@ def test_figure_definition_with_a_byte_order_mark_and_crlf_loads(tmp_path, exper
     assert got.points == want.points and got.raw == want.raw
 
 
+def test_figure_definition_that_is_not_utf8_is_refused_at_its_line(tmp_path):
+    f = tmp_path / "fig7.toml"
+    f.write_bytes(b'figure = 7\nkind = "caf\xe9"\n')
+    with pytest.raises(ExperimentError) as e:
+        load_figure(f, REF)
+    assert str(e.value) == f"{f}:2: byte 0xe9 is not UTF-8 text"
+
+
 _RATE = """figure = 12
 kind = "rate"
 cluster = "aws"
