@@ -1,4 +1,4 @@
-"""Sizes and gradient order of a model, found without allocating it.
+"""Sizes and gradient order of a model, found without allocating it (a big one).
 
 The network is built on PyTorch's ``meta`` device (shapes only, no memory, no arithmetic) and one
 forward/backward pass on a meta batch records the order in which autograd finishes each parameter's
@@ -8,6 +8,11 @@ to the synchronization engine, so a planner sees them as they will arrive: the l
 Recurrent layers are the exception: the CPU kernel of ``nn.LSTM`` finishes its weights in another
 order than the meta kernel does, so models holding one are run for real, on the CPU, with a
 two-token batch (cheap: the zoo's only such model has 86 M parameters).
+
+Small models are run on the CPU too: the first arithmetic on meta tensors goes through PyTorch's
+Python decompositions, which import ``torch._dynamo`` (about 2 s of a ``hipress run``'s start), while
+a real step of a network of ``CPU_ELEMENTS`` or fewer parameters takes milliseconds. Building the
+big ones on the meta device does the import anyway, so for them nothing is saved by the CPU.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ import torch
 from torch import nn
 
 from .registry import get
+
+#: Models of at most this many parameters (fp32 elements: 4 MiB) are introspected on the CPU (see above).
+CPU_ELEMENTS = 1 << 20
 
 
 def gradient_sizes(model: str, **opts: int) -> list[tuple[str, int]]:
@@ -39,21 +47,23 @@ def _ready_order(model: str, build_key: tuple[tuple[str, int], ...]) -> tuple[tu
     opts = spec.options("paper", **dict(build_key))
     with torch.device("meta"):
         net = spec.build(**opts)
-    device = torch.device("meta")
-    if any(isinstance(m, nn.RNNBase) for m in net.modules()):
-        device = torch.device("cpu")
-        opts = {**opts, "seq_len": 2}
-        net = spec.build(**opts)
-    net.train()
-    named = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
-    order: list[str] = []
-    handles = [p.register_post_accumulate_grad_hook(lambda _p, n=n: order.append(n)) for n, p in named]
-    try:
-        batch = spec.make_batch(1, opts, device, None)
-        spec.loss(net, batch).backward()
-    finally:
-        for h in handles:
-            h.remove()
+    recurrent = any(isinstance(m, nn.RNNBase) for m in net.modules())
+    on_cpu = recurrent or sum(p.numel() for p in net.parameters()) <= CPU_ELEMENTS
+    # A CPU build and batch draw from torch's global generator: the caller's random stream is left as it was.
+    with torch.random.fork_rng(devices=[], enabled=on_cpu):
+        if on_cpu:
+            opts = {**opts, "seq_len": 2} if recurrent else opts
+            net = spec.build(**opts)
+        net.train()
+        named = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
+        order: list[str] = []
+        handles = [p.register_post_accumulate_grad_hook(lambda _p, n=n: order.append(n)) for n, p in named]
+        try:
+            batch = spec.make_batch(1, opts, torch.device("cpu" if on_cpu else "meta"), None)
+            spec.loss(net, batch).backward()
+        finally:
+            for h in handles:
+                h.remove()
     sizes = {n: p.numel() for n, p in named}
     seen = set(order)
     rest = [n for n, _ in reversed(named) if n not in seen]

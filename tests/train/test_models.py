@@ -70,6 +70,26 @@ def test_gradient_sizes_is_the_order_a_real_cpu_backward_finishes_them(name, opt
     assert _backward_order(name, **opts) == [n for n, _ in gradient_sizes(name)]
 
 
+def test_small_models_are_introspected_on_the_cpu_in_the_meta_order(monkeypatch):
+    """A small model's ready order is found by a real CPU step (no meta arithmetic, whose decompositions
+    import torch._dynamo); forced onto the meta device it is the same, and the caller's random stream
+    is not consumed by the CPU build."""
+    from hipress.models import introspect
+
+    introspect._ready_order.cache_clear()
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    on_cpu = gradient_sizes("mlp")
+    assert torch.equal(torch.rand(3), expected)
+    monkeypatch.setattr(introspect, "CPU_ELEMENTS", 0)
+    introspect._ready_order.cache_clear()
+    try:
+        assert gradient_sizes("mlp") == on_cpu
+    finally:
+        introspect._ready_order.cache_clear()
+
+
 def test_last_layer_first():
     assert gradient_sizes("vgg19")[0] == ("classifier.6.bias", 1000)
     assert gradient_sizes("resnet50")[-1][0] == "conv1.weight"
