@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from hipress.topology_names import PS
-from hipress_cli.options import JsonOpt, check_output_beside_json, console, fail, styled
+from hipress_cli.options import JsonOpt, check_output_beside_json, console, err_console, fail, styled
 
 #: ``--compute-ms``: one iteration's compute, at most 10^9 ms (11.6 days). Beyond it the number is a
 #: typo, and ``lambda * compute`` stays far inside float64's range (no inf, no NaN printed). Here, not
@@ -36,7 +36,10 @@ ProfileOpt = Annotated[Path | None, typer.Option(
 CostModelOpt = Annotated[str | None, typer.Option(
     "--cost-model", help="A built-in cost model: sosp21 (default): HiPress's constants and HiPress's own planner, "
     "line for line; gather/broadcast are measured at N=4, 8, 16 only and interpolated in N elsewhere.")]
-OutputOpt = Annotated[Path | None, typer.Option("--output", help="Write the plan here (HiPress SeCoPaPlan.txt).")]
+OutputOpt = Annotated[Path | None, typer.Option(
+    "--output", help="Write the plan here (HiPress SeCoPaPlan.txt); - prints it (the tables then go to stderr).")]
+#: ``--output -``: the plan on standard output, for a pipe or a redirection.
+STDOUT = Path("-")
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-gradient costs and a whole-iteration prediction.")]
 ComputeOpt = Annotated[float | None, typer.Option(
     "--compute-ms",  # no min=: Typer's says 'greater than or equal to 0' of a NaN; check_bounded says what to give
@@ -148,7 +151,15 @@ def plan(
     json_: JsonOpt = False,
 ) -> None:
     """Decide, per gradient, whether to compress it and into how many partitions (SeCoPa, SOSP'21)."""
-    from hipress.plan import MAX_NODES, PlanError, default_payload, normalize_topology, plan_gradients, write_plan
+    from hipress.plan import (
+        MAX_NODES,
+        PlanError,
+        default_payload,
+        format_plan,
+        normalize_topology,
+        plan_gradients,
+        write_plan,
+    )
 
     try:
         topology = normalize_topology(topology)
@@ -157,6 +168,9 @@ def plan(
     if output is not None and output.is_dir():  # typer reads an empty --output '' as Path('.')
         raise fail(f"--output {output} is a directory" + (" (an empty --output is read as .)" if str(output) == "."
                                                          else "") + ": give the plan's file name, e.g. SeCoPaPlan.txt")
+    if output == STDOUT and json_:
+        raise fail("--output - prints the plan where --json prints its JSON: the two would be mixed in one "
+                   "stream; give the plan a file, or leave out --json (the JSON carries the plan too)")
     check_output_beside_json(output, json_)
     check_output_is_not_a_source(output, {"--input": input_, "--profile": profile})
     if not 1 <= nnodes <= MAX_NODES:
@@ -179,7 +193,9 @@ def plan(
 
             shapes = parameter_shapes(model)
         result = plan_gradients(gradients, nnodes, topology, cm, payload, alg=alg, shapes=shapes)
-        if output is not None:
+        if output == STDOUT:
+            typer.echo(format_plan(result.to_plan()), nl=False)
+        elif output is not None:
             write_plan(output, result.to_plan())
     except PlanError as e:
         raise fail(str(e)) from None
@@ -219,6 +235,7 @@ def plan(
         })
         return
 
+    out = err_console if output == STDOUT else console  # stdout carries the plan itself
     if explain:
         t = Table(title=f"per-gradient costs (ms), {topology} N={nnodes}: best K uncompressed / compressed")
         summed_cols = ("P step ms", "Q step ms") if steps is not None else ()
@@ -232,7 +249,7 @@ def plan(
             t.add_row(n, f"{result.sizes[i]:,}", f"{result.raw_cost[i]:.3f}", str(result.raw_k[i]),
                       _cell(result.cpr_cost[i]), str(result.cpr_k[i]), *extra,
                       f"{'y' if result.compress[i] else 'n'},{result.partitions[i]}")
-        console.print(t)
+        out.print(t)
 
     ks = result.partitions
     hist = ", ".join(f"K={k}: {int((ks == k).sum())}" for k in sorted(set(ks.tolist())))
@@ -249,19 +266,19 @@ def plan(
         if compute_ms is not None:
             row.append(f"{iters[name]:.2f}")
         t.add_row(*row)
-    console.print(t)
-    console.print(f"compressed {tot['compressed']} of {tot['gradients']} gradients "
+    out.print(t)
+    out.print(f"compressed {tot['compressed']} of {tot['gradients']} gradients "
                   f"({tot['compressed_elements'] / max(tot['elements'], 1):.1%} of {tot['elements']:,} elements); "
                   f"partitions: {hist}")
-    console.print(f"decided by: {decided_by}")
+    out.print(f"decided by: {decided_by}")
     if derived:
         how = "; ".join(f"{k} {v}" for k, v in origins.items())
-        console.print(styled("[yellow]note:[/] no measured {} constants for N={} in {} (measured for N in {}): {}",
+        out.print(styled("[yellow]note:[/] no measured {} constants for N={} in {} (measured for N in {}): {}",
                              " and ".join(derived), nnodes, cm.name, cm.fitted_nodes("gather"), how))
     if explain:
         best = min(strategies, key=lambda k: strategies[k])
         if compute_ms is None:
-            console.print(f"sync alone: {best} is fastest; pass --compute-ms to ask whether it shows in the iteration")
+            out.print(f"sync alone: {best} is fastest; pass --compute-ms to ask whether it shows in the iteration")
         else:
             # both 0 with one node and --compute-ms 0: nothing to gain, not a division by zero
             gain = iters["compress nothing"] / iters["secopa"] if iters["secopa"] > 0 else 1.0
@@ -271,9 +288,9 @@ def plan(
                 verdict = "no: uncompressed sync already hides behind compute"
             else:
                 verdict = "no"
-            console.print(f"does compression help on this cluster? {verdict} (iteration {iters['secopa']:.1f} ms with "
+            out.print(f"does compression help on this cluster? {verdict} (iteration {iters['secopa']:.1f} ms with "
                           f"SeCoPa against {iters['compress nothing']:.1f} ms uncompressed, {gain:.2f}x)")
-        console.print("sync times are the sum of per-gradient costs: an upper bound that ignores overlap between "
+        out.print("sync times are the sum of per-gradient costs: an upper bound that ignores overlap between "
                       "gradients")
-    if output is not None:
-        console.print(f"wrote {output}")
+    if output is not None and output != STDOUT:
+        out.print(f"wrote {output}")

@@ -15,7 +15,7 @@ primitives' costs,
 from .api import auto_plan, definition_order, load_plan, parameter_shapes
 from .costmodel import CostModel, Linear, load_cost_model, sosp21
 from .errors import PlanError, PlanFormatError, PlanMismatchError
-from .formats import parse_input, parse_plan, read_input, read_plan, write_input, write_plan
+from .formats import format_plan, parse_input, parse_plan, read_input, read_plan, write_input, write_plan
 from .limits import MAX_ELEMENTS, MAX_NODES
 from .payload import PayloadModel
 from .secopa import TOPOLOGIES, PlanResult, default_payload, normalize_topology, plan_gradients
@@ -34,6 +34,7 @@ __all__ = [
     "auto_plan",
     "default_payload",
     "definition_order",
+    "format_plan",
     "load_cost_model",
     "load_plan",
     "normalize_topology",

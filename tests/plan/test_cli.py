@@ -400,6 +400,22 @@ def test_plan_output_through_a_link_to_a_device_and_not_a_directory(tmp_path):
     assert r.returncode == 2 and "--output . is a directory (an empty --output is read as .)" in r.stderr, r.stderr
 
 
+def test_plan_output_dash_prints_the_plan_alone_on_stdout(tmp_path):
+    """--output - (a pipe's convention) printed nothing: it wrote a file named '-'. Now the plan is standard
+    output, alone (the tables go to stderr), so `hipress plan ... --output - > SeCoPaPlan.txt` is the file;
+    with --json, which prints there too, it is refused."""
+    inp = tmp_path / "in.txt"
+    inp.write_text("a,1\nb,4000000\n")
+    r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", str(inp), "--output", "-"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "a,1,n,4\nb,4000000,y,4\n" and "SeCoPa plan for" in r.stderr
+    assert not (tmp_path / "-").exists()
+    r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", str(inp), "--output", "-",
+                        "--json"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 2 and "--output - prints the plan where --json prints" in r.stderr and not r.stdout
+
+
 def test_plan_output_that_is_its_input_or_profile_is_refused(tmp_path):
     """QA: --output naming the --input file (or the --profile) replaced the gradients the plan was
     made from with the plan, exit 0; the file was then refused as input ('expected 2 fields, got 4')."""
