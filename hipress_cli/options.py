@@ -172,6 +172,17 @@ def styled(template: str, *values: object) -> Text:
     return Text.from_markup(template.format(*(escape(str(v)) for v in values)))
 
 
+def path_option(value: str | Path) -> Path:
+    """Typer's ``parser=`` for every path option: an empty value (``--results "$RESULTS"`` with the variable
+    unset) is refused. Typer reads it as ``.``, so a run or a plan went into whatever directory the
+    command was typed in, and an input option read that directory."""
+    if isinstance(value, Path):  # a default, already a path
+        return value
+    if not value:
+        raise typer.BadParameter("is empty (an unset variable?): give a path; . is this directory")
+    return Path(value)
+
+
 def check_writable_dir(directory: Path, what: str) -> None:
     """Exit 2 unless a new file can be made in ``directory``, tried with a real temporary file (which
     also catches a read-only mount, or ACLs that permission bits do not show): before minutes of
@@ -294,13 +305,14 @@ def pick_model(argument: str | None, option: str | None) -> str:
 HostsOpt = Annotated[str | None, typer.Option(
     "--hosts", help="Hosts and their slots (ranks), comma-separated: node1:2,node2:2 (IPv6: [2001:db8::2]:2).")]
 HostfileOpt = Annotated[Path | None, typer.Option(
-    "--hostfile", help="File with one host[:slots] a line; '#' comments and blank lines allowed.")]
+    "--hostfile", parser=path_option, help="File with one host[:slots] a line; '#' comments and blank lines allowed.")]
 SshUserOpt = Annotated[str | None, typer.Option("--ssh-user", help="SSH user on the hosts (default: yours).")]
 SshPortOpt = Annotated[int, typer.Option("--ssh-port", min=1, max=65535, help="SSH port of the hosts.")]
 SshKeyOpt = Annotated[Path | None, typer.Option(
-    "--ssh-key", help="Private key file (default: ssh-agent, then ~/.ssh/id_*).")]
+    "--ssh-key", parser=path_option, help="Private key file (default: ssh-agent, then ~/.ssh/id_*).")]
 KnownHostsOpt = Annotated[Path | None, typer.Option(
-    "--known-hosts", help="known_hosts file to verify host keys against (default: ~/.ssh/known_hosts).")]
+    "--known-hosts", parser=path_option,
+    help="known_hosts file to verify host keys against (default: ~/.ssh/known_hosts).")]
 AcceptNewOpt = Annotated[bool, typer.Option(
     "--accept-new-host-keys", help="Accept and record keys of hosts not yet in known_hosts (a changed key is "
                                    "always refused).")]

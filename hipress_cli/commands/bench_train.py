@@ -23,6 +23,7 @@ from hipress_cli.options import (
     console,
     err_console,
     fail,
+    path_option,
     print_json,
     resolve_device,
     styled,
@@ -50,7 +51,8 @@ def train(
     emulate: Annotated[str | None, typer.Option("--emulate", help="Emulated cluster link rate, e.g. 1gbit "
                                                 "(needs root).")] = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
-    results: Annotated[Path, typer.Option("--results", help="Where run directories go.")] = Path("results"),
+    results: Annotated[Path, typer.Option("--results", parser=path_option,
+                                          help="Where run directories go.")] = Path("results"),
     target_accuracy: Annotated[float | None, typer.Option("--target-accuracy", help="Time to accuracy instead "
                                "of throughput: train mlp on scikit-learn's digits until the test accuracy "
                                "reaches this fraction (e.g. 0.95); a table of time, iterations and bytes to it, "

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.options import JsonOpt, console, err_console, fail, parse_fp32_size, print_json, styled
+from hipress_cli.options import JsonOpt, console, err_console, fail, parse_fp32_size, path_option, print_json, styled
 
 app = typer.Typer(
     help="CompLL: compression algorithms written in a DSL, compiled to CPU and GPU code.", no_args_is_help=True
@@ -34,7 +34,7 @@ def gen(
         bool, typer.Option("-r", "--register", help="The wrapper registers itself under the spec's name.")
     ] = False,
     flavor: Annotated[str, typer.Option("-f", "--flavor", help="cpu (numba) or cupy (CUDA C via CuPy).")] = "cpu",
-    out: Annotated[Path, typer.Option("-o", "--out", help="Output directory.")] = Path("."),
+    out: Annotated[Path, typer.Option("-o", "--out", parser=path_option, help="Output directory.")] = Path("."),
     name: Annotated[str, typer.Option("--name", help="Algorithm name (default: the spec's file name).")] = "",
     ptx: Annotated[bool, typer.Option("--ptx", help="With -f cupy: also compile the CUDA with nvcc -ptx.")] = False,
     json_: JsonOpt = False,

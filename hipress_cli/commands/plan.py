@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from hipress.topology_names import PS
-from hipress_cli.options import JsonOpt, check_output_beside_json, console, err_console, fail, styled
+from hipress_cli.options import JsonOpt, check_output_beside_json, console, err_console, fail, path_option, styled
 
 #: ``--compute-ms``: one iteration's compute, at most 10^9 ms (11.6 days). Beyond it the number is a
 #: typo, and ``lambda * compute`` stays far inside float64's range (no inf, no NaN printed). Here, not
@@ -22,7 +22,8 @@ MAX_COMPUTE_MS = 1e9
 #: generous. With ``MAX_COMPUTE_MS``, the predicted iteration is at most 10^12 ms.
 MAX_LAMBDA = 1e3
 
-InputOpt = Annotated[Path | None, typer.Option("--input", help="HiPress input.txt: 'name,num_floats' a line.")]
+InputOpt = Annotated[Path | None, typer.Option("--input", parser=path_option,
+                                               help="HiPress input.txt: 'name,num_floats' a line.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A model of the zoo (e.g. vgg19) instead.")]
 TopologyOpt = Annotated[str, typer.Option(
     "--topology", help="ps (CaSync-PS) or ring (CaSync-Ring), any case (PS, Ring as in HiPress).")]
@@ -32,12 +33,14 @@ AlgOpt = Annotated[str | None, typer.Option(
     "--alg", help="Compressor spec; with a profile its payload size sets the ratio (default: the profile's). "
     "sosp21 plans as HiPress does, with its fixed 1/16, whatever the algorithm.")]
 ProfileOpt = Annotated[Path | None, typer.Option(
-    "--profile", help="A profile JSON from `hipress profile`: planned with hipress's CaSync pipeline formulas.")]
+    "--profile", parser=path_option,
+    help="A profile JSON from `hipress profile`: planned with hipress's CaSync pipeline formulas.")]
 CostModelOpt = Annotated[str | None, typer.Option(
     "--cost-model", help="A built-in cost model: sosp21 (default): HiPress's constants and HiPress's own planner, "
     "line for line; gather/broadcast are measured at N=4, 8, 16 only and interpolated in N elsewhere.")]
 OutputOpt = Annotated[Path | None, typer.Option(
-    "--output", help="Write the plan here (HiPress SeCoPaPlan.txt); - prints it (the tables then go to stderr).")]
+    "--output", parser=path_option,
+    help="Write the plan here (HiPress SeCoPaPlan.txt); - prints it (the tables then go to stderr).")]
 #: ``--output -``: the plan on standard output, for a pipe or a redirection.
 STDOUT = Path("-")
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-gradient costs and a whole-iteration prediction.")]
@@ -165,9 +168,8 @@ def plan(
         topology = normalize_topology(topology)
     except PlanError as e:
         raise fail(str(e)) from None
-    if output is not None and output.is_dir():  # typer reads an empty --output '' as Path('.')
-        raise fail(f"--output {output} is a directory" + (" (an empty --output is read as .)" if str(output) == "."
-                                                         else "") + ": give the plan's file name, e.g. SeCoPaPlan.txt")
+    if output is not None and output.is_dir():
+        raise fail(f"--output {output} is a directory: give the plan's file name, e.g. SeCoPaPlan.txt")
     if output == STDOUT and json_:
         raise fail("--output - prints the plan where --json prints its JSON: the two would be mixed in one "
                    "stream; give the plan a file, or leave out --json (the JSON carries the plan too)")

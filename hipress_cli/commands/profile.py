@@ -17,6 +17,7 @@ from hipress_cli.options import (
     console,
     fail,
     parse_size,
+    path_option,
     print_json,
     styled,
 )
@@ -63,7 +64,8 @@ def check_output(output: Path) -> None:
 
 def profile(
     alg: Annotated[str, typer.Option("--alg", help="Compressor spec whose encode/decode to measure.")] = "onebit",
-    output: Annotated[Path, typer.Option("--output", help="Where to save the profile JSON.")] = Path("profile.json"),
+    output: Annotated[Path, typer.Option("--output", parser=path_option,
+                                         help="Where to save the profile JSON.")] = Path("profile.json"),
     np_: Annotated[int | None, typer.Option("--np", min=2, help="MPI processes for the transport (default 2, "
                                                    "or one per host).")] = None,
     hosts: options.HostsOpt = None,

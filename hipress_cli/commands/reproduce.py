@@ -32,6 +32,7 @@ from hipress_cli.options import (
     err_console,
     fail,
     on_command_line,
+    path_option,
     print_json,
     styled,
 )
@@ -40,7 +41,8 @@ app = typer.Typer(no_args_is_help=True, help="Reproduce a paper's figures (simul
 
 FigureOpt = Annotated[int | None, typer.Option("--figure", help="Only this figure (7, 8, 11 or 12).")]
 ModeOpt = Annotated[str, typer.Option("--mode", help="sim (calibrated simulator) or real (emulated cluster).")]
-OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory (default: results/sosp21-MODE).")]
+OutOpt = Annotated[Path | None, typer.Option("--out", parser=path_option,
+                                             help="Output directory (default: results/sosp21-MODE).")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print every simulator parameter and its source.")]
 RefitOpt = Annotated[bool, typer.Option(
     "--refit", help="Fit each cluster's parameters again on its baseline curves in sosp21.json (many minutes) and "
@@ -49,7 +51,7 @@ ValidateOpt = Annotated[bool, typer.Option(
     "--validate", help="sim: leave-one-out check instead of the figures: refit without each model's curves and "
                        "predict them (many minutes); writes validate.md/.json in the output directory.")]
 ExperimentsOpt = Annotated[Path | None, typer.Option(
-    "--experiments", help="Directory of fig*.toml (default: the checkout's experiments/sosp21).")]
+    "--experiments", parser=path_option, help="Directory of fig*.toml (default: the checkout's experiments/sosp21).")]
 HostsOpt = Annotated[int, typer.Option("--hosts", min=1, max=4, help="real: largest emulated cluster (1-4 hosts).")]
 RateOpt = Annotated[str, typer.Option("--rate", help="real: link rate of the emulated cluster, e.g. 1gbit.")]
 ItersOpt = Annotated[int | None, typer.Option(

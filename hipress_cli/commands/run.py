@@ -31,6 +31,7 @@ from hipress_cli.options import (
     fail,
     hosts_for_run,
     on_command_line,
+    path_option,
     pick_model,
     pick_topology,
     print_json,
@@ -156,7 +157,8 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option("--seed")] = 0,
         threads: Annotated[int, typer.Option("--threads", help="Threads per rank (0: this host's cores / "
                                              "ranks on it).")] = 0,
-        results: Annotated[Path, typer.Option("--results", help="Where run directories go.")] = Path("results"),
+        results: Annotated[Path, typer.Option("--results", parser=path_option,
+                                              help="Where run directories go.")] = Path("results"),
         run_id: Annotated[str | None, typer.Option("--run-id", help="Name of the run directory.")] = None,
         hosts: Annotated[str | None, typer.Option("--hosts", "--servers", help="Hosts and their slots (ranks), "
                                                   "comma-separated: node1:2,node2:2 (HiPress: --servers).")] = None,
@@ -166,8 +168,9 @@ def register(app: typer.Typer) -> None:
                                                     "(rank i in network-namespace host i) with this link rate, "
                                                     "e.g. 1gbit; needs root.")] = None,
         prefix: opt.PrefixOpt = opt.DEFAULT_PREFIX,
-        compll_dir: Annotated[Path | None, typer.Option("--compll-dir", help="A directory of CompLL specs "
-                                                       "(*.pse): their algorithms can be named by --alg.")] = None,
+        compll_dir: Annotated[Path | None, typer.Option("--compll-dir", parser=path_option,
+                                                        help="A directory of CompLL specs (*.pse): their "
+                                                        "algorithms can be named by --alg.")] = None,
         compress_after: Annotated[int, typer.Option("--compress-after", help="Synchronize the first N iterations "
                                                     "uncompressed (warm-up), then compress.")] = 0,
         no_momentum_correction: Annotated[bool, typer.Option("--no-momentum-correction", help="Let SGD apply "
@@ -183,7 +186,8 @@ def register(app: typer.Typer) -> None:
         checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Write every rank's model, "
                                                       "optimizer and compressor state to RUN_DIR/checkpoint/ every N "
                                                       "iterations and at the end (0: never).")] = 0,
-        resume: Annotated[Path | None, typer.Option("--resume", help="Continue the run in this run directory from "
+        resume: Annotated[Path | None, typer.Option("--resume", parser=path_option,
+                                                    help="Continue the run in this run directory from "
                                                     "its checkpoint, with its config.json (--iters may extend it), "
                                                     "bit for bit as if uninterrupted.")] = None,
         target_accuracy: Annotated[float | None, typer.Option("--target-accuracy", help="Time to accuracy: evaluate "

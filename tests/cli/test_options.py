@@ -1,5 +1,6 @@
 """Shared CLI helpers: errors print plain text, whatever brackets the message holds."""
 
+import pytest
 import typer
 
 from hipress_cli import options
@@ -96,3 +97,24 @@ def test_no_help_text_holds_what_rich_would_take_for_markup():
     bad = [f"{where}: {m.group(0)}" for where, text in texts
            for m in RE_TAGS.finditer(text) if not m.group(2)]  # group 2: backslashes escaping the tag
     assert not bad, bad
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "mlp", "--results"], ["run", "mlp", "--compll-dir"], ["run", "--resume"], ["run", "mlp", "--hostfile"],
+    ["run", "mlp", "--known-hosts"], ["run", "mlp", "--ssh-key"], ["bench", "train", "--results"],
+    ["plan", "--model", "mlp", "--output"], ["plan", "--input"], ["plan", "--model", "mlp", "--profile"],
+    ["profile", "--output"], ["reproduce", "sosp21", "--out"], ["reproduce", "sosp21", "--experiments"],
+    ["compll", "gen", "x.pse", "-o"],
+])
+def test_an_empty_path_is_refused_not_read_as_this_directory(args, tmp_path, monkeypatch):
+    """``--results "$RESULTS"`` with the variable unset: Typer read '' as '.', so the run went into the
+    directory the command was typed in (and an input option read that directory)."""
+    from typer.testing import CliRunner
+
+    from hipress_cli.app import build
+
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(build(), [*args, ""], env={"COLUMNS": "200"})
+    said = " ".join(r.output.replace("│", " ").split())
+    assert r.exit_code == 2 and f"'{args[-1]}'" in said and "is empty (an unset variable?): give a path" in said, said
+    assert not any(tmp_path.iterdir()), "nothing written here"

@@ -383,8 +383,9 @@ def test_profile_sizes_bound_speaks_of_elements(no_measuring):
 
 def test_plan_output_through_a_link_to_a_device_and_not_a_directory(tmp_path):
     """--output writes through a symbolic link (the target changes, the link stays) and straight into
-    a path that is no regular file (/dev/stdout, a pipe); a directory (an empty --output is '.') is
-    refused by name. Through the console script: /dev/stdout must be the process's real stdout."""
+    a path that is no regular file (/dev/stdout, a pipe); a directory is refused by name, and an empty
+    --output (an unset variable, which Typer reads as '.') as empty. Through the console script: /dev/stdout
+    must be the process's real stdout."""
     inp = tmp_path / "in.txt"
     inp.write_text("a,1\nb,4000000\n")
     target, link = tmp_path / "target.txt", tmp_path / "link.txt"
@@ -396,8 +397,10 @@ def test_plan_output_through_a_link_to_a_device_and_not_a_directory(tmp_path):
     r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", str(inp),
                         "--output", "/dev/stdout"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "a,1,n,4\nb,4000000,y,4\n" in r.stdout, r.stderr
+    r = hipress("plan", "--input", inp, "--output", tmp_path)
+    assert r.returncode == 2 and f"--output {tmp_path} is a directory: give the plan's file name" in r.stderr
     r = hipress("plan", "--input", inp, "--output", "")
-    assert r.returncode == 2 and "--output . is a directory (an empty --output is read as .)" in r.stderr, r.stderr
+    assert r.returncode == 2 and "'--output': is empty (an unset variable?)" in " ".join(r.stderr.split()), r.stderr
 
 
 def test_plan_output_dash_prints_the_plan_alone_on_stdout(tmp_path):
