@@ -180,8 +180,8 @@ def _params(run_dir, rank):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("topo,alg,schedule", [("ring", "tbq", "constant"), ("ps", "dgc:ratio=0.05", "constant"),
-                                               ("ring", "tbq", "cosine"), ("ddp", "dgc:ratio=0.05", "constant")])
+@pytest.mark.parametrize("topo,alg,schedule", [("ps", "dgc:ratio=0.05", "constant"), ("ring", "tbq", "cosine"),
+                                               ("ddp", "dgc:ratio=0.05", "constant")])
 def test_resume_continues_bit_for_bit(results, topo, alg, schedule):
     """6 iterations in one go == 3, then --resume to 6: the same parameters, bit for bit, on every rank.
 
@@ -191,6 +191,8 @@ def test_resume_continues_bit_for_bit(results, topo, alg, schedule):
     --iters; a cosine's rates depend on the run's length, so there the part is the same 6-iteration
     run, stopped by a failing rank after its checkpoint at 3, resumed as it is (and extending it is
     refused). DDP (its hook's bucket states) too: the resumed processes' DDP lays its bucket out anew.
+    Each topology once: ring's constant-rate case added nothing the ps and ddp ones do not test (and
+    took a minute of CI).
     """
     every = [] if topo == "ddp" else ["--comp-threshold", "0"]  # DDP's hook compresses every bucket
     common = ["mlp", "--np", "2", "--warmup", "1", "--checkpoint-every", "3", "--topo", topo, "--alg", alg,
