@@ -39,7 +39,9 @@ def _sizes(text: str) -> list[int]:
     except typer.BadParameter as e:
         raise fail(f"--sizes: {e}") from None
     if len(sizes) < 2 or sizes[0] < 1:
-        raise fail(f"--sizes needs two or more positive element counts, got {text!r}")
+        given = len([s for s in text.split(",") if s.strip()])
+        merged = f" ({given} sizes, {len(sizes)} different: a line needs two points)" if given > len(sizes) else ""
+        raise fail(f"--sizes needs two or more different positive element counts, got {text!r}{merged}")
     return sizes
 
 

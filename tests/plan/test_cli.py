@@ -175,6 +175,8 @@ def test_profile_then_plan(tmp_path):
     assert json.loads(r.raw)["payload"] == "onebit"
     r = hipress("profile", "--sizes", "1K", "--output", out)
     assert r.returncode != 0 and "two or more" in r.stderr
+    r = hipress("profile", "--sizes", "1K,1024", "--output", out)  # one size twice: said, not a bare 'got'
+    assert r.returncode != 0 and "got '1K,1024' (2 sizes, 1 different: a line needs two points)" in r.stderr
     r = hipress("profile", "--alg", "nope", "--sizes", "1K,2K", "--output", tmp_path / "x.json")
     assert r.returncode != 0 and "unknown compression algorithm" in r.stderr
 
