@@ -71,7 +71,15 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes | Callable[[IO[
     parent = path.parent
     if make_parents:
         parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    except OSError as e:
+        if not parent.is_dir():  # the usual reason: said as it is ("No such file or directory")
+            raise
+        # e.g. /proc/version: the file is there, its directory takes no new file, and "No such file"
+        # alone read as if the path were wrong
+        raise OSError(e.errno, f"{e.strerror} (the file is replaced through a new one beside it, and its "
+                               f"directory {parent} takes none)", e.filename) from e
     try:
         os.fchmod(fd, (0o666 & ~umask()) if mode is None else mode)
         with os.fdopen(fd, "wb") as f:

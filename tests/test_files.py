@@ -50,3 +50,14 @@ def test_the_mode_follows_the_umask_as_for_any_new_file(tmp_path, umask, want):
     assert (tmp_path / "a").stat().st_mode & 0o777 == want == (tmp_path / "b").stat().st_mode & 0o777
     write_atomic(tmp_path / "c", "x", mode=0o640)
     assert (tmp_path / "c").stat().st_mode & 0o777 == 0o640
+
+
+@pytest.mark.skipif(not os.path.isfile("/proc/version"), reason="needs Linux's /proc/version")
+def test_a_file_in_a_directory_that_takes_no_new_file_is_said_so():
+    """QA: --output /proc/version said 'No such file or directory' of a file that is there: the atomic
+    replace makes its new file beside it, and /proc takes none. Now the reason follows."""
+    before = open("/proc/version").read()
+    with pytest.raises(OSError, match=r"No such file or directory \(the file is replaced through a new one "
+                                      r"beside it, and its directory /proc takes none\)"):
+        write_atomic("/proc/version", "x")
+    assert open("/proc/version").read() == before
