@@ -376,7 +376,8 @@ def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> Any:
         raise fail(f"--resume {run_dir}: no config.json there; give the directory of a `hipress run` "
                    f"(results/<run-id>/)") from None
     except (OSError, ValueError, TypeError) as e:
-        raise fail(f"--resume {run_dir}: cannot read its config.json: {e}") from None
+        reason = (e.strerror or e) if isinstance(e, OSError) else e  # not the path again, inside errno's text
+        raise fail(f"--resume {run_dir}: cannot read its config.json: {reason}") from None
     try:
         done = checkpoint.check_resumable(run_dir, cfg)
     except ConfigError as e:

@@ -196,7 +196,7 @@ def parse_hostfile(path: str | Path) -> list[Host]:
     except FileNotFoundError:
         raise HostListError(f"hostfile {p} does not exist") from None
     except OSError as e:
-        raise HostListError(f"cannot read hostfile {p}: {e}") from None
+        raise HostListError(f"cannot read hostfile {p}: {e.strerror or e}") from None
     try:
         text = decode_text(data)
     except NotUtf8 as e:  # by line, as every other hostfile error

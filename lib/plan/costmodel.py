@@ -309,7 +309,7 @@ def load_cost_model(spec: str | Path | CostModel) -> CostModel:
     try:
         data = p.read_bytes()
     except OSError as e:
-        raise PlanError(f"{p}: cannot read: {e}") from None
+        raise PlanError(f"{p}: cannot read: {e.strerror or e}") from None
     try:
         d = json.loads(decode_text(data))  # a byte order mark (a Windows editor's) dropped: it is not JSON
     except NotUtf8 as e:  # by line, as a JSON error is

@@ -118,3 +118,22 @@ def test_an_empty_path_is_refused_not_read_as_this_directory(args, tmp_path, mon
     said = " ".join(r.output.replace("│", " ").split())
     assert r.exit_code == 2 and f"'{args[-1]}'" in said and "is empty (an unset variable?): give a path" in said, said
     assert not any(tmp_path.iterdir()), "nothing written here"
+
+
+@pytest.mark.parametrize("args,said", [
+    (["plan", "--input", "{in}", "--profile", "{dir}"], "{dir}: cannot read: Is a directory"),
+    (["run", "mlp", "--hostfile", "{dir}"], "cannot read hostfile {dir}: Is a directory"),
+    (["run", "--resume", "{run}"], "--resume {run}: cannot read its config.json: Is a directory"),
+])
+def test_an_unreadable_file_is_named_once_with_the_reason(args, said, tmp_path):
+    """QA: '{dir}: cannot read: [Errno 21] Is a directory: '{dir}'': the path again, inside Python's text."""
+    from typer.testing import CliRunner
+
+    from hipress_cli.app import build
+
+    (tmp_path / "in.txt").write_text("a,1\n")
+    (tmp_path / "run" / "config.json").mkdir(parents=True)
+    where = {"in": tmp_path / "in.txt", "dir": tmp_path, "run": tmp_path / "run"}
+    r = CliRunner().invoke(build(), [a.format(**where) for a in args], env={"COLUMNS": "400"})
+    text = " ".join(r.output.split())
+    assert r.exit_code != 0 and said.format(**where) in text and "Errno" not in text, text
