@@ -270,13 +270,13 @@ def plan(
         t.add_row(*row)
     out.print(t)
     out.print(f"compressed {tot['compressed']} of {tot['gradients']} gradients "
-                  f"({tot['compressed_elements'] / max(tot['elements'], 1):.1%} of {tot['elements']:,} elements); "
-                  f"partitions: {hist}")
+              f"({tot['compressed_elements'] / max(tot['elements'], 1):.1%} of {tot['elements']:,} elements); "
+              f"partitions: {hist}")
     out.print(f"decided by: {decided_by}")
     if derived:
         how = "; ".join(f"{k} {v}" for k, v in origins.items())
         out.print(styled("[yellow]note:[/] no measured {} constants for N={} in {} (measured for N in {}): {}",
-                             " and ".join(derived), nnodes, cm.name, cm.fitted_nodes("gather"), how))
+                         " and ".join(derived), nnodes, cm.name, cm.fitted_nodes("gather"), how))
     if explain:
         best = min(strategies, key=lambda k: strategies[k])
         if compute_ms is None:
@@ -291,8 +291,8 @@ def plan(
             else:
                 verdict = "no"
             out.print(f"does compression help on this cluster? {verdict} (iteration {iters['secopa']:.1f} ms with "
-                          f"SeCoPa against {iters['compress nothing']:.1f} ms uncompressed, {gain:.2f}x)")
+                      f"SeCoPa against {iters['compress nothing']:.1f} ms uncompressed, {gain:.2f}x)")
         out.print("sync times are the sum of per-gradient costs: an upper bound that ignores overlap between "
-                      "gradients")
+                  "gradients")
     if output is not None and output != STDOUT:
         out.print(f"wrote {output}")
