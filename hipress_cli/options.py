@@ -131,6 +131,18 @@ def _human(n: int) -> str:
     return str(n)
 
 
+def check_kernel_threads(threads: int, what: str = "--threads") -> None:
+    """Exit 2 if ``threads`` is more than numba runs (``NUMBA_NUM_THREADS``, this machine's cores by default):
+    ``hipress.compress.kernels.set_threads`` cuts it to that without a word, so a benchmark asked for 1000
+    threads measured 2 and reported 1000 (or timed plain torch on 1000 and the kernels on 2)."""
+    from numba import config
+
+    most = config.NUMBA_NUM_THREADS
+    if threads > most:
+        raise fail(f"{what} {threads} is more than the {most} kernel threads this machine runs (NUMBA_NUM_THREADS): "
+                   f"give 1..{most}")
+
+
 def check_emulate(rate: str | None, prefix: str | None, hosts: object = None, *,
                   option: str = "--emulate") -> int | None:
     """Everything about an emulated cluster's link rate and ``--prefix`` that can be checked before any side effect.

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.options import JsonOpt, console, fail, parse_fp32_size, print_json
+from hipress_cli.options import JsonOpt, check_kernel_threads, console, fail, parse_fp32_size, print_json
 
 app = typer.Typer(help="Benchmarks: compressors (and, as they land, sync and planning).", no_args_is_help=True)
 
@@ -35,6 +35,7 @@ def compress(
         raise fail(f"--alg {alg!r} names no algorithm: give one or more of {', '.join(available())} "
                    "(comma-separated), or all")
     nbytes = parse_fp32_size(size)
+    check_kernel_threads(threads)
     try:
         result = bench_compress(
             names, nbytes, repeat=repeat, warmup=warmup, threads=threads, reference=reference, device=device

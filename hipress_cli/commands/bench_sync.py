@@ -24,6 +24,7 @@ from hipress_cli.options import (
     JsonOpt,
     PrefixOpt,
     check_emulate,
+    check_kernel_threads,
     console,
     err_console,
     fail,
@@ -93,6 +94,7 @@ def sync(
             "names, and these move fp32" + (f"; the ones that compress: {', '.join(instead)}" if instead else ""),
             markup=False, highlight=False, soft_wrap=True)
     nbytes = parse_fp32_size(size)
+    check_kernel_threads(threads)
     pbytes = parse_size(partition_bytes, what="--partition-bytes")
     parts = math.ceil(nbytes / pbytes) if pbytes else 1
     if parts > MAX_PARTITIONS:

@@ -139,3 +139,18 @@ def test_bench_plan_bounds_the_gradient_count():
     r = hipress("bench", "plan", "--gradients", 10**12, "--repeat", 1)
     assert r.returncode == 2 and not r.stdout
     assert "--gradients" in r.stderr and "1000000" in r.stderr
+
+
+@pytest.mark.parametrize("command", ["compress", "sync"])
+def test_bench_refuses_more_threads_than_the_kernels_can_run(command):
+    """numba runs at most NUMBA_NUM_THREADS threads: --threads 1000 was silently cut to that (while
+    compress timed plain torch on 1000 threads, and sync's JSON said 1000)."""
+    import numba
+
+    most = numba.config.NUMBA_NUM_THREADS
+    r = hipress("bench", command, "--threads", most + 1, "--size", "1K",
+                *(["--alg", "tbq"] if command == "compress" else ["--np", 1]))
+    assert r.returncode == 2 and not r.stdout
+    assert (f"--threads {most + 1} is more than the {most} kernel threads this machine runs (NUMBA_NUM_THREADS): "
+            f"give 1..{most}") in r.stderr
+
