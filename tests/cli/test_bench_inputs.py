@@ -154,3 +154,20 @@ def test_bench_refuses_more_threads_than_the_kernels_can_run(command):
     assert (f"--threads {most + 1} is more than the {most} kernel threads this machine runs (NUMBA_NUM_THREADS): "
             f"give 1..{most}") in r.stderr
 
+
+@pytest.mark.parametrize("alg", [" all", "ALL", "All "])
+def test_bench_compress_takes_all_in_any_case(alg, monkeypatch):
+    """--alg ' all' or ALL was looked up as an algorithm: 'unknown compression algorithm 'all''."""
+    from hipress.compress import bench
+
+    seen = {}
+    monkeypatch.setattr(bench, "bench_compress", lambda names, *a, **k: seen.setdefault("names", names) and 1/0)
+    with pytest.raises(ZeroDivisionError):
+        hipress("bench", "compress", "--alg", alg, "--size", "1K")
+    assert seen["names"] == available()
+
+
+def test_bench_compress_refuses_all_beside_other_names():
+    r = hipress("bench", "compress", "--alg", "all,tbq", "--size", "1K")
+    assert r.returncode == 2 and not r.stdout
+    assert "--alg 'all,tbq': all means every algorithm; give all alone, or names without it" in r.stderr
