@@ -199,6 +199,27 @@ def test_bench_refuses_what_it_would_not_measure(args, words):
     assert "Traceback" not in r.stderr
 
 
+def test_bench_refuses_more_threads_than_the_kernels_can_run():
+    """set_threads cut --threads to NUMBA_NUM_THREADS without a word (torch got the number asked for)."""
+    import numba
+
+    most = numba.config.NUMBA_NUM_THREADS
+    r = hipress("compll", "bench", "--alg", "tbq", "--size", "1K", "--threads", str(most + 1))
+    assert r.returncode == 2 and not r.stdout
+    err = " ".join(r.stderr.split())
+    assert f"--threads {most + 1} is more than the {most} kernel threads this machine runs" in err
+
+
+@pytest.mark.parametrize("alg, words", [(" all", None), ("ALL", None),
+                                        ("all,tbq", "--alg 'all,tbq': all means every built-in; give all alone")])
+def test_bench_alg_all_in_any_case(alg, words):
+    """--alg ' all' or ALL was 'unknown built-in(s) all' (bench sync takes --topo ALL); all beside names too."""
+    r = hipress("compll", "bench", "--alg", alg, "--size", "0")  # all taken, then refused on the size alone
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "unknown built-in" not in err, err
+    assert (words or "--size '0' is smaller than one fp32 element") in err
+
+
 def test_bench_table_names_the_size_and_the_interval():
     """The title said "0 MiB fp32" for 1K; the footer's "[lo, hi]" was eaten as markup."""
     env = {**os.environ, "COLUMNS": "200"}
