@@ -160,6 +160,8 @@ def check_emulate(rate: str | None, prefix: str | None, hosts: object = None, *,
             raise fail(f"--prefix {prefix} names the emulated cluster to run on; give {option} RATE too (e.g. "
                        f"{option} 1gbit), or leave --prefix out to run on this machine")
         return None
+    if not rate.strip():  # parse_rate reads "" as unshaped: an unset "$RATE" built a cluster nobody asked for
+        raise fail(f"{option} is empty (an unset variable?): give a link rate, e.g. 1gbit, or unshaped for none")
     if hosts:
         raise fail(f"{option} runs on this machine; it cannot be combined with --hosts/--hostfile")
     from hipress.launch.emulate import EmulationError, parse_rate, validate_prefix

@@ -171,3 +171,14 @@ def test_bench_compress_refuses_all_beside_other_names():
     r = hipress("bench", "compress", "--alg", "all,tbq", "--size", "1K")
     assert r.returncode == 2 and not r.stdout
     assert "--alg 'all,tbq': all means every algorithm; give all alone, or names without it" in r.stderr
+
+
+@pytest.mark.parametrize("command", [["sync", "--np", 1], ["train", "mlp", "--np", 1]])
+@pytest.mark.parametrize("rate", ["", " "])
+def test_bench_refuses_an_empty_emulate_rate(command, rate, tmp_path):
+    """--emulate "$RATE" with the variable unset ran an unshaped emulated cluster, as if 'unshaped' were typed."""
+    r = hipress("bench", *command, "--emulate", rate, "--size" if command[0] == "sync" else "--results",
+                "1K" if command[0] == "sync" else tmp_path / "r")
+    assert r.returncode == 2 and not r.stdout
+    assert "--emulate is empty (an unset variable?): give a link rate, e.g. 1gbit, or unshaped for none" in r.stderr
+    assert not (tmp_path / "r").exists()
