@@ -182,3 +182,10 @@ def test_bench_refuses_an_empty_emulate_rate(command, rate, tmp_path):
     assert r.returncode == 2 and not r.stdout
     assert "--emulate is empty (an unset variable?): give a link rate, e.g. 1gbit, or unshaped for none" in r.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_bench_sync_refuses_all_beside_other_topologies():
+    """--topo all,ring was 'unknown topology 'all'', though all is what --help offers."""
+    r = hipress("bench", "sync", "--np", 1, "--topo", "ALL,ring", "--size", "1K")
+    assert r.returncode == 2 and not r.stdout
+    assert "--topo 'ALL,ring': all means every topology; give all alone, or names without it" in r.stderr
