@@ -34,6 +34,7 @@ def gen(
         typer.Argument(
             help="The .pse spec file; or HiPress's pair XEncode.pse XDecode.pse, generated as one compressor.",
             show_default=False,
+            parser=path_option,
         ),
     ],
     body: Annotated[
@@ -114,7 +115,8 @@ def _nvcc_ptx(sources: list[Path]) -> list[Path]:
 
 @app.command("check")
 def check(
-    specs: Annotated[list[Path], typer.Argument(help="Spec files to parse and type-check.", show_default=False)],
+    specs: Annotated[list[Path], typer.Argument(help="Spec files to parse and type-check.", show_default=False,
+                                                parser=path_option)],
     json_: JsonOpt = False,
 ) -> None:
     """Parse and check specs; report each problem as file:line:col (exit 1 if any spec has one)."""

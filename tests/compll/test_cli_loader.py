@@ -220,6 +220,15 @@ def test_bench_alg_all_in_any_case(alg, words):
     assert (words or "--size '0' is smaller than one fp32 element") in err
 
 
+@pytest.mark.parametrize("command", ["check", "gen"])
+def test_an_empty_spec_path_is_refused_as_empty(command, tmp_path):
+    """compll check '' (an unset "$SPEC") said '.: cannot read spec: Is a directory', a path nobody typed."""
+    r = hipress("compll", command, "", cwd=tmp_path)
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "is empty (an unset variable?): give a path" in err, err
+    assert "'.'" not in err and ".: " not in err and not list(tmp_path.iterdir())
+
+
 def test_bench_table_names_the_size_and_the_interval():
     """The title said "0 MiB fp32" for 1K; the footer's "[lo, hi]" was eaten as markup."""
     env = {**os.environ, "COLUMNS": "200"}
