@@ -143,6 +143,19 @@ def check_kernel_threads(threads: int, what: str = "--threads") -> None:
                    f"give 1..{most}")
 
 
+def out_of_memory(error: BaseException, size: str, nbytes: int) -> typer.Exit:
+    """The Exit (code 1) for a benchmark whose ``--size`` did not fit in memory (``MemoryError``, or torch's
+    "can't allocate memory" / CUDA "out of memory" RuntimeError); any other error is raised again. Without it
+    ``--size 16G`` on a smaller machine ended in torch's allocator traceback."""
+    text = str(error).lower()
+    if not (isinstance(error, MemoryError) or "can't allocate memory" in text or "out of memory" in text):
+        raise error
+    from hipress.compress.bench import human_bytes
+
+    return fail(f"--size {size.strip()}: not enough memory for the gradient and its copies ({human_bytes(nbytes)} "
+                "fp32 each); give a smaller --size", code=1)
+
+
 def check_emulate(rate: str | None, prefix: str | None, hosts: object = None, *,
                   option: str = "--emulate") -> int | None:
     """Everything about an emulated cluster's link rate and ``--prefix`` that can be checked before any side effect.

@@ -7,7 +7,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.options import JsonOpt, check_kernel_threads, console, fail, parse_fp32_size, print_json
+from hipress_cli.options import (
+    JsonOpt,
+    check_kernel_threads,
+    console,
+    fail,
+    out_of_memory,
+    parse_fp32_size,
+    print_json,
+)
 
 app = typer.Typer(help="Benchmarks: compressors (and, as they land, sync and planning).", no_args_is_help=True)
 
@@ -45,6 +53,8 @@ def compress(
         )
     except (UnknownAlgorithm, ValueError, CompressionError) as e:
         raise fail(str(e)) from None
+    except (MemoryError, RuntimeError) as e:
+        raise out_of_memory(e, size, nbytes) from None
     if json_:
         print_json(result)
         return

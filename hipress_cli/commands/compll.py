@@ -14,6 +14,7 @@ from hipress_cli.options import (
     console,
     err_console,
     fail,
+    out_of_memory,
     parse_fp32_size,
     path_option,
     print_json,
@@ -211,7 +212,10 @@ def bench(
         raise fail(f"unknown built-in(s) {', '.join(unknown)}; choose from {', '.join(BUILTINS)}")
     nbytes = parse_fp32_size(size)  # the same sizes as bench compress and sync
     check_kernel_threads(threads)
-    result = bench_builtins(names, nbytes, repeat=repeat, warmup=warmup, threads=threads)
+    try:
+        result = bench_builtins(names, nbytes, repeat=repeat, warmup=warmup, threads=threads)
+    except (MemoryError, RuntimeError) as e:
+        raise out_of_memory(e, size, nbytes) from None
     if json_:
         print_json(result)
         return

@@ -189,3 +189,22 @@ def test_bench_sync_refuses_all_beside_other_topologies():
     r = hipress("bench", "sync", "--np", 1, "--topo", "ALL,ring", "--size", "1K")
     assert r.returncode == 2 and not r.stdout
     assert "--topo 'ALL,ring': all means every topology; give all alone, or names without it" in r.stderr
+
+
+@pytest.mark.parametrize("command", [["bench", "compress"], ["compll", "bench"]])
+def test_bench_says_when_the_size_does_not_fit_in_memory(command):
+    """--size larger than the memory left ended in torch's 'DefaultCPUAllocator: can't allocate memory'
+    traceback. Run under a 6 GB address-space limit, so that 8G fails at once without using memory."""
+    import resource
+    import subprocess
+    import sys
+
+    limit = 6 * 10**9
+    r = subprocess.run(
+        [sys.executable, "-m", "hipress_cli.app", *command, "--alg", "tbq", "--size", "8G", "--repeat", "1",
+         "--warmup", "0"], capture_output=True, text=True, timeout=300,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 1 and "Traceback" not in err and "╭" not in err, err
+    assert "--size 8G: not enough memory for the gradient and its copies (8 GiB fp32 each); give a smaller --size" \
+        in err
