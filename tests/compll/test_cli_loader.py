@@ -229,6 +229,25 @@ def test_an_empty_spec_path_is_refused_as_empty(command, tmp_path):
     assert "'.'" not in err and ".: " not in err and not list(tmp_path.iterdir())
 
 
+def test_check_reads_no_more_of_a_file_than_a_spec_can_be(tmp_path):
+    """compll check /dev/zero read without end (a huge file: all of it) before the parser's 1 MiB limit was
+    looked at. Run under a 3 GB address-space limit: before the fix, a MemoryError traceback."""
+    import resource
+
+    from hipress.compll.parser import MAX_SOURCE
+
+    big = tmp_path / "big.pse"
+    big.write_bytes(b"// x\n" * (MAX_SOURCE // 5 * 4 + 10))  # more bytes than 4 per character of the limit
+    limit = 3 * 10**9
+    for path in ("/dev/zero", str(big)):
+        r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "compll", "check", path], capture_output=True,
+                           text=True, timeout=120,
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+        err = " ".join(r.stderr.split())
+        assert r.returncode == 1 and "Traceback" not in err, err
+        assert f"{path}: spec is larger than {4 * MAX_SOURCE} bytes" in err and "give the .pse spec file" in err, err
+
+
 def test_bench_table_names_the_size_and_the_interval():
     """The title said "0 MiB fp32" for 1K; the footer's "[lo, hi]" was eaten as markup."""
     env = {**os.environ, "COLUMNS": "200"}
