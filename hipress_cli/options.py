@@ -391,7 +391,11 @@ class SshOpts:
         from hipress.launch.ssh import SSHOptions
 
         if self.ssh_key is not None and not self.ssh_key.expanduser().is_file():
-            raise fail(f"--ssh-key {self.ssh_key}: no such file")
+            key = self.ssh_key.expanduser()
+            if not key.exists():
+                raise fail(f"--ssh-key {self.ssh_key}: no such file")
+            what = "a directory" if key.is_dir() else "not a regular file"  # it exists: 'no such file' misled
+            raise fail(f"--ssh-key {self.ssh_key} is {what}; give the private key file")
         if self.known_hosts is not None and self.known_hosts.expanduser().is_dir():
             raise fail(f"--known-hosts {self.known_hosts} is a directory; give the file")
         try:
