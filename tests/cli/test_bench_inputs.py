@@ -208,3 +208,22 @@ def test_bench_says_when_the_size_does_not_fit_in_memory(command):
     assert r.returncode == 1 and "Traceback" not in err and "╭" not in err, err
     assert "--size 8G: not enough memory for the gradient and its copies (8 GiB fp32 each); give a smaller --size" \
         in err
+
+
+def test_bench_train_ids_of_two_benches_started_in_one_second_differ(monkeypatch, tmp_path):
+    """The id was bench-<date>-<time>-<model>: a second bench started in the same second (a script, two
+    terminals) failed with '--results ...: cannot create ...: File exists'. Now the pid ends it, as run ids."""
+    import os
+
+    from hipress.train import bench
+
+    seen = {}
+
+    def record(model, variants, **kw):
+        seen.update(kw)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(bench, "bench_train", record)
+    r = hipress("bench", "train", "mlp", "--np", 1, "--variants", "ring+none", "--results", tmp_path)
+    assert r.returncode == 1 and "stop here" in r.stderr
+    assert seen["bench_id"].endswith(f"-mlp-{os.getpid()}")
