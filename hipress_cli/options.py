@@ -131,6 +131,31 @@ def _human(n: int) -> str:
     return str(n)
 
 
+def check_kernel_threads(threads: int, what: str = "--threads") -> None:
+    """Exit 2 if ``threads`` is more than numba runs (``NUMBA_NUM_THREADS``, this machine's cores by default):
+    ``hipress.compress.kernels.set_threads`` cuts it to that without a word, so a benchmark asked for 1000
+    threads measured 2 and reported 1000 (or timed plain torch on 1000 and the kernels on 2)."""
+    from numba import config
+
+    most = config.NUMBA_NUM_THREADS
+    if threads > most:
+        raise fail(f"{what} {threads} is more than the {most} kernel threads this machine runs (NUMBA_NUM_THREADS): "
+                   f"give 1..{most}")
+
+
+def out_of_memory(error: BaseException, size: str, nbytes: int) -> typer.Exit:
+    """The Exit (code 1) for a benchmark whose ``--size`` did not fit in memory (``MemoryError``, or torch's
+    "can't allocate memory" / CUDA "out of memory" RuntimeError); any other error is raised again. Without it
+    ``--size 16G`` on a smaller machine ended in torch's allocator traceback."""
+    text = str(error).lower()
+    if not (isinstance(error, MemoryError) or "can't allocate memory" in text or "out of memory" in text):
+        raise error
+    from hipress.compress.bench import human_bytes
+
+    return fail(f"--size {size.strip()}: not enough memory for the gradient and its copies ({human_bytes(nbytes)} "
+                "fp32 each); give a smaller --size", code=1)
+
+
 def check_emulate(rate: str | None, prefix: str | None, hosts: object = None, *,
                   option: str = "--emulate") -> int | None:
     """Everything about an emulated cluster's link rate and ``--prefix`` that can be checked before any side effect.
@@ -148,6 +173,8 @@ def check_emulate(rate: str | None, prefix: str | None, hosts: object = None, *,
             raise fail(f"--prefix {prefix} names the emulated cluster to run on; give {option} RATE too (e.g. "
                        f"{option} 1gbit), or leave --prefix out to run on this machine")
         return None
+    if not rate.strip():  # parse_rate reads "" as unshaped: an unset "$RATE" built a cluster nobody asked for
+        raise fail(f"{option} is empty (an unset variable?): give a link rate, e.g. 1gbit, or unshaped for none")
     if hosts:
         raise fail(f"{option} runs on this machine; it cannot be combined with --hosts/--hostfile")
     from hipress.launch.emulate import EmulationError, parse_rate, validate_prefix
@@ -364,7 +391,11 @@ class SshOpts:
         from hipress.launch.ssh import SSHOptions
 
         if self.ssh_key is not None and not self.ssh_key.expanduser().is_file():
-            raise fail(f"--ssh-key {self.ssh_key}: no such file")
+            key = self.ssh_key.expanduser()
+            if not key.exists():
+                raise fail(f"--ssh-key {self.ssh_key}: no such file")
+            what = "a directory" if key.is_dir() else "not a regular file"  # it exists: 'no such file' misled
+            raise fail(f"--ssh-key {self.ssh_key} is {what}; give the private key file")
         if self.known_hosts is not None and self.known_hosts.expanduser().is_dir():
             raise fail(f"--known-hosts {self.known_hosts} is a directory; give the file")
         try:

@@ -7,7 +7,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.options import JsonOpt, console, fail, parse_fp32_size, print_json
+from hipress_cli.options import (
+    JsonOpt,
+    check_kernel_threads,
+    console,
+    fail,
+    out_of_memory,
+    parse_fp32_size,
+    print_json,
+)
 
 app = typer.Typer(help="Benchmarks: compressors (and, as they land, sync and planning).", no_args_is_help=True)
 
@@ -30,17 +38,23 @@ def compress(
     from hipress.compress.bench import bench_compress, human_bytes
     from hipress.compress.registry import split_specs
 
-    names = available() if alg == "all" else split_specs(alg)
+    every = alg.strip().lower() == "all"  # any case, as bench sync's --topo all
+    names = available() if every else split_specs(alg)
+    if not every and any(n.strip().lower() == "all" for n in names):  # was 'unknown compression algorithm 'all''
+        raise fail(f"--alg {alg!r}: all means every algorithm; give all alone, or names without it")
     if not names:  # an empty table with exit 0 reads as "measured, nothing to report"
         raise fail(f"--alg {alg!r} names no algorithm: give one or more of {', '.join(available())} "
                    "(comma-separated), or all")
     nbytes = parse_fp32_size(size)
+    check_kernel_threads(threads)
     try:
         result = bench_compress(
             names, nbytes, repeat=repeat, warmup=warmup, threads=threads, reference=reference, device=device
         )
     except (UnknownAlgorithm, ValueError, CompressionError) as e:
         raise fail(str(e)) from None
+    except (MemoryError, RuntimeError) as e:
+        raise out_of_memory(e, size, nbytes) from None
     if json_:
         print_json(result)
         return

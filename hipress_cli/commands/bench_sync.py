@@ -24,6 +24,7 @@ from hipress_cli.options import (
     JsonOpt,
     PrefixOpt,
     check_emulate,
+    check_kernel_threads,
     console,
     err_console,
     fail,
@@ -76,6 +77,8 @@ def sync(
     dev = resolve_device(device)  # the ranks bind GPU local rank % GPUs (hipress.sync.device)
     names = (topologies.available() if topo.strip().lower() == "all"
              else [t.strip().lower() for t in topo.split(",") if t.strip()])
+    if topo.strip().lower() != "all" and "all" in names:  # was "unknown topology 'all'"
+        raise fail(f"--topo {topo!r}: all means every topology; give all alone, or names without it")
     if not names:  # the ranks would start, measure nothing and print an empty table with exit 0
         raise fail(f"--topo {topo!r} names no topology: give one or more of {', '.join(topologies.available())} "
                    "(comma-separated), or all")
@@ -93,6 +96,7 @@ def sync(
             "names, and these move fp32" + (f"; the ones that compress: {', '.join(instead)}" if instead else ""),
             markup=False, highlight=False, soft_wrap=True)
     nbytes = parse_fp32_size(size)
+    check_kernel_threads(threads)
     pbytes = parse_size(partition_bytes, what="--partition-bytes")
     parts = math.ceil(nbytes / pbytes) if pbytes else 1
     if parts > MAX_PARTITIONS:

@@ -4,6 +4,7 @@ variant's throughput by each uncompressed one's."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated
@@ -102,7 +103,7 @@ def train(
             cluster, restore = borrow(np_, emulate, prefix)
         except EmulationError as e:
             raise fail(str(e)) from None
-    bench_id = time.strftime("bench-%Y%m%d-%H%M%S-") + model
+    bench_id = time.strftime("bench-%Y%m%d-%H%M%S-") + f"{model}-{os.getpid()}"  # unique, as run ids (make_run_id)
 
     def show(kind: str, e: dict) -> None:
         if kind == "note":

@@ -8,7 +8,18 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.options import JsonOpt, console, err_console, fail, parse_fp32_size, path_option, print_json, styled
+from hipress_cli.options import (
+    JsonOpt,
+    check_kernel_threads,
+    console,
+    err_console,
+    fail,
+    out_of_memory,
+    parse_fp32_size,
+    path_option,
+    print_json,
+    styled,
+)
 
 app = typer.Typer(
     help="CompLL: compression algorithms written in a DSL, compiled to CPU and GPU code.", no_args_is_help=True
@@ -24,6 +35,7 @@ def gen(
         typer.Argument(
             help="The .pse spec file; or HiPress's pair XEncode.pse XDecode.pse, generated as one compressor.",
             show_default=False,
+            parser=path_option,
         ),
     ],
     body: Annotated[
@@ -104,7 +116,8 @@ def _nvcc_ptx(sources: list[Path]) -> list[Path]:
 
 @app.command("check")
 def check(
-    specs: Annotated[list[Path], typer.Argument(help="Spec files to parse and type-check.", show_default=False)],
+    specs: Annotated[list[Path], typer.Argument(help="Spec files to parse and type-check.", show_default=False,
+                                                parser=path_option)],
     json_: JsonOpt = False,
 ) -> None:
     """Parse and check specs; report each problem as file:line:col (exit 1 if any spec has one)."""
@@ -188,14 +201,21 @@ def bench(
     from hipress.compll.builtins import BUILTINS
     from hipress.compress.bench import human_bytes
 
-    names = list(BUILTINS) if alg == "all" else [a.strip() for a in alg.split(",") if a.strip()]
+    every = alg.strip().lower() == "all"  # any case, as bench sync's --topo all
+    names = list(BUILTINS) if every else [a.strip() for a in alg.split(",") if a.strip()]
+    if not every and any(n.lower() == "all" for n in names):  # was 'unknown built-in(s) all'
+        raise fail(f"--alg {alg!r}: all means every built-in; give all alone, or names without it")
     if not names:
         raise fail(f"--alg names no built-in; give some of {', '.join(BUILTINS)} (comma-separated) or 'all'")
     unknown = [n for n in names if n not in BUILTINS]
     if unknown:
         raise fail(f"unknown built-in(s) {', '.join(unknown)}; choose from {', '.join(BUILTINS)}")
     nbytes = parse_fp32_size(size)  # the same sizes as bench compress and sync
-    result = bench_builtins(names, nbytes, repeat=repeat, warmup=warmup, threads=threads)
+    check_kernel_threads(threads)
+    try:
+        result = bench_builtins(names, nbytes, repeat=repeat, warmup=warmup, threads=threads)
+    except (MemoryError, RuntimeError) as e:
+        raise out_of_memory(e, size, nbytes) from None
     if json_:
         print_json(result)
         return

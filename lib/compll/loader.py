@@ -24,7 +24,7 @@ from .errors import CompLLError
 from .generate import VERSION, compile_spec, generate_cpu, generate_wrapper
 from .limits import deep
 from .names import check_name, pair_prefix, spec_name
-from .parser import parse
+from .parser import MAX_SOURCE, parse
 from .runtime.modules import import_file
 from .symbols import CheckedSpec
 
@@ -99,10 +99,15 @@ def spec_text(path: str | Path) -> str:
     refused as such).
     """
     p = Path(path)
+    most = 4 * MAX_SOURCE  # UTF-8 bytes of the parser's most characters: more is refused unread (/dev/zero has no end)
     try:
-        raw = p.read_bytes()
+        with p.open("rb") as f:
+            raw = f.read(most + 1)
     except OSError as e:
         raise CompLLError(f"cannot read spec: {e.strerror or e}", str(p)) from None
+    if len(raw) > most:
+        raise CompLLError(f"spec is larger than {most} bytes (a spec is a few dozen lines): give the .pse spec file",
+                          str(p))
     try:
         return decode_text(raw)
     except NotUtf8 as e:

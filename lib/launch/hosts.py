@@ -187,16 +187,24 @@ def parse_hostfile_text(text: str, source: str = "hostfile") -> list[Host]:
     return _check_duplicates(hosts)
 
 
+#: A hostfile's most bytes: some 50,000 lines of host:slots, far more hosts than any cluster has.
+MAX_HOSTFILE_BYTES = 1 << 20
+
+
 def parse_hostfile(path: str | Path) -> list[Host]:
     """Read and parse a hostfile (UTF-8; a byte order mark, as a Windows editor writes it, is skipped,
     not read as part of the first host's name)."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        with p.open("rb") as f:
+            data = f.read(MAX_HOSTFILE_BYTES + 1)
     except FileNotFoundError:
         raise HostListError(f"hostfile {p} does not exist") from None
     except OSError as e:
         raise HostListError(f"cannot read hostfile {p}: {e.strerror or e}") from None
+    if len(data) > MAX_HOSTFILE_BYTES:  # /dev/zero, or the wrong file: not read to its end
+        raise HostListError(f"hostfile {p} is larger than {MAX_HOSTFILE_BYTES} bytes, more than any host list "
+                            "(one host[:slots] a line): give the hostfile")
     try:
         text = decode_text(data)
     except NotUtf8 as e:  # by line, as every other hostfile error

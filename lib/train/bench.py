@@ -56,8 +56,16 @@ def _gpu_figures(its: list[dict]) -> dict[str, Any]:
 def parse_variants(text: str) -> list[Variant]:
     """``"ring+tbq;ps+tbq;ring+none"`` (``,`` also separates when no spec holds one)."""
     sep = ";" if ";" in text else ","
-    out = []
+    items: list[str] = []
     for item in filter(None, (t.strip() for t in text.split(sep))):
+        # with ',' as the separator, 'key=value' without '+' continues the previous spec's parameters
+        # (ring+terngrad:bits=2,stochastic=false), as hipress.compress.registry.split_specs reads --alg
+        if sep == "," and items and "+" not in item and "=" in item and ":" in items[-1]:
+            items[-1] += "," + item
+        else:
+            items.append(item)
+    out = []
+    for item in items:
         topo, plus, alg = item.partition("+")
         if not plus or not topo or not alg:
             raise ConfigError(f"variant {item!r}: expected TOPO+ALG, e.g. ring+tbq or ddp+none")

@@ -139,3 +139,91 @@ def test_bench_plan_bounds_the_gradient_count():
     r = hipress("bench", "plan", "--gradients", 10**12, "--repeat", 1)
     assert r.returncode == 2 and not r.stdout
     assert "--gradients" in r.stderr and "1000000" in r.stderr
+
+
+@pytest.mark.parametrize("command", ["compress", "sync"])
+def test_bench_refuses_more_threads_than_the_kernels_can_run(command):
+    """numba runs at most NUMBA_NUM_THREADS threads: --threads 1000 was silently cut to that (while
+    compress timed plain torch on 1000 threads, and sync's JSON said 1000)."""
+    import numba
+
+    most = numba.config.NUMBA_NUM_THREADS
+    r = hipress("bench", command, "--threads", most + 1, "--size", "1K",
+                *(["--alg", "tbq"] if command == "compress" else ["--np", 1]))
+    assert r.returncode == 2 and not r.stdout
+    assert (f"--threads {most + 1} is more than the {most} kernel threads this machine runs (NUMBA_NUM_THREADS): "
+            f"give 1..{most}") in r.stderr
+
+
+@pytest.mark.parametrize("alg", [" all", "ALL", "All "])
+def test_bench_compress_takes_all_in_any_case(alg, monkeypatch):
+    """--alg ' all' or ALL was looked up as an algorithm: 'unknown compression algorithm 'all''."""
+    from hipress.compress import bench
+
+    seen = {}
+    monkeypatch.setattr(bench, "bench_compress", lambda names, *a, **k: seen.setdefault("names", names) and 1/0)
+    with pytest.raises(ZeroDivisionError):
+        hipress("bench", "compress", "--alg", alg, "--size", "1K")
+    assert seen["names"] == available()
+
+
+def test_bench_compress_refuses_all_beside_other_names():
+    r = hipress("bench", "compress", "--alg", "all,tbq", "--size", "1K")
+    assert r.returncode == 2 and not r.stdout
+    assert "--alg 'all,tbq': all means every algorithm; give all alone, or names without it" in r.stderr
+
+
+@pytest.mark.parametrize("command", [["sync", "--np", 1], ["train", "mlp", "--np", 1]])
+@pytest.mark.parametrize("rate", ["", " "])
+def test_bench_refuses_an_empty_emulate_rate(command, rate, tmp_path):
+    """--emulate "$RATE" with the variable unset ran an unshaped emulated cluster, as if 'unshaped' were typed."""
+    r = hipress("bench", *command, "--emulate", rate, "--size" if command[0] == "sync" else "--results",
+                "1K" if command[0] == "sync" else tmp_path / "r")
+    assert r.returncode == 2 and not r.stdout
+    assert "--emulate is empty (an unset variable?): give a link rate, e.g. 1gbit, or unshaped for none" in r.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_bench_sync_refuses_all_beside_other_topologies():
+    """--topo all,ring was 'unknown topology 'all'', though all is what --help offers."""
+    r = hipress("bench", "sync", "--np", 1, "--topo", "ALL,ring", "--size", "1K")
+    assert r.returncode == 2 and not r.stdout
+    assert "--topo 'ALL,ring': all means every topology; give all alone, or names without it" in r.stderr
+
+
+@pytest.mark.parametrize("command", [["bench", "compress"], ["compll", "bench"]])
+def test_bench_says_when_the_size_does_not_fit_in_memory(command):
+    """--size larger than the memory left ended in torch's 'DefaultCPUAllocator: can't allocate memory'
+    traceback. Run under a 6 GB address-space limit, so that 8G fails at once without using memory."""
+    import resource
+    import subprocess
+    import sys
+
+    limit = 6 * 10**9
+    r = subprocess.run(
+        [sys.executable, "-m", "hipress_cli.app", *command, "--alg", "tbq", "--size", "8G", "--repeat", "1",
+         "--warmup", "0"], capture_output=True, text=True, timeout=300,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 1 and "Traceback" not in err and "╭" not in err, err
+    assert "--size 8G: not enough memory for the gradient and its copies (8 GiB fp32 each); give a smaller --size" \
+        in err
+
+
+def test_bench_train_ids_of_two_benches_started_in_one_second_differ(monkeypatch, tmp_path):
+    """The id was bench-<date>-<time>-<model>: a second bench started in the same second (a script, two
+    terminals) failed with '--results ...: cannot create ...: File exists'. Now the pid ends it, as run ids."""
+    import os
+
+    from hipress.train import bench
+
+    seen = {}
+
+    def record(model, variants, **kw):
+        seen.update(kw)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(bench, "bench_train", record)
+    r = hipress("bench", "train", "mlp", "--np", 1, "--variants", "ring+none", "--results", tmp_path)
+    assert r.returncode == 1 and "stop here" in r.stderr
+    assert seen["bench_id"].endswith(f"-mlp-{os.getpid()}")

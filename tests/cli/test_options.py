@@ -137,3 +137,16 @@ def test_an_unreadable_file_is_named_once_with_the_reason(args, said, tmp_path):
     r = CliRunner().invoke(build(), [a.format(**where) for a in args], env={"COLUMNS": "400"})
     text = " ".join(r.output.split())
     assert r.exit_code != 0 and said.format(**where) in text and "Errno" not in text, text
+
+
+
+def test_ssh_key_that_exists_but_is_not_a_file_says_what_it_is(capsys, tmp_path):
+    """--ssh-key DIR said 'no such file', of a path that exists. Refused before any connection."""
+    from pathlib import Path
+
+    for key, said in ((tmp_path, "is a directory; give the private key file"),
+                      (Path("/dev/null"), "is not a regular file; give the private key file"),
+                      (tmp_path / "nokey", ": no such file")):
+        with pytest.raises(typer.Exit):
+            options.SshOpts(ssh_key=key).ssh_options()
+        assert f"--ssh-key {key}{'' if said[0] == ':' else ' '}{said}" in " ".join(capsys.readouterr().err.split())

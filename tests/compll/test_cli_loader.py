@@ -199,6 +199,55 @@ def test_bench_refuses_what_it_would_not_measure(args, words):
     assert "Traceback" not in r.stderr
 
 
+def test_bench_refuses_more_threads_than_the_kernels_can_run():
+    """set_threads cut --threads to NUMBA_NUM_THREADS without a word (torch got the number asked for)."""
+    import numba
+
+    most = numba.config.NUMBA_NUM_THREADS
+    r = hipress("compll", "bench", "--alg", "tbq", "--size", "1K", "--threads", str(most + 1))
+    assert r.returncode == 2 and not r.stdout
+    err = " ".join(r.stderr.split())
+    assert f"--threads {most + 1} is more than the {most} kernel threads this machine runs" in err
+
+
+@pytest.mark.parametrize("alg, words", [(" all", None), ("ALL", None),
+                                        ("all,tbq", "--alg 'all,tbq': all means every built-in; give all alone")])
+def test_bench_alg_all_in_any_case(alg, words):
+    """--alg ' all' or ALL was 'unknown built-in(s) all' (bench sync takes --topo ALL); all beside names too."""
+    r = hipress("compll", "bench", "--alg", alg, "--size", "0")  # all taken, then refused on the size alone
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "unknown built-in" not in err, err
+    assert (words or "--size '0' is smaller than one fp32 element") in err
+
+
+@pytest.mark.parametrize("command", ["check", "gen"])
+def test_an_empty_spec_path_is_refused_as_empty(command, tmp_path):
+    """compll check '' (an unset "$SPEC") said '.: cannot read spec: Is a directory', a path nobody typed."""
+    r = hipress("compll", command, "", cwd=tmp_path)
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "is empty (an unset variable?): give a path" in err, err
+    assert "'.'" not in err and ".: " not in err and not list(tmp_path.iterdir())
+
+
+def test_check_reads_no_more_of_a_file_than_a_spec_can_be(tmp_path):
+    """compll check /dev/zero read without end (a huge file: all of it) before the parser's 1 MiB limit was
+    looked at. Run under a 3 GB address-space limit: before the fix, a MemoryError traceback."""
+    import resource
+
+    from hipress.compll.parser import MAX_SOURCE
+
+    big = tmp_path / "big.pse"
+    big.write_bytes(b"// x\n" * (MAX_SOURCE // 5 * 4 + 10))  # more bytes than 4 per character of the limit
+    limit = 3 * 10**9
+    for path in ("/dev/zero", str(big)):
+        r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "compll", "check", path], capture_output=True,
+                           text=True, timeout=120,
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+        err = " ".join(r.stderr.split())
+        assert r.returncode == 1 and "Traceback" not in err, err
+        assert f"{path}: spec is larger than {4 * MAX_SOURCE} bytes" in err and "give the .pse spec file" in err, err
+
+
 def test_bench_table_names_the_size_and_the_interval():
     """The title said "0 MiB fp32" for 1K; the footer's "[lo, hi]" was eaten as markup."""
     env = {**os.environ, "COLUMNS": "200"}

@@ -143,3 +143,16 @@ def test_spec_roundtrip(entries):
     assert [(h.name, h.slots) for h in parse_hostfile_text(file_text)] == entries
     for h in parse_hosts(text):
         assert all(c.isalnum() or c in "._-" for c in h.label)
+
+
+def test_hostfile_larger_than_any_host_list_is_refused_unread(tmp_path):
+    """QA: --hostfile /dev/zero read without end (MemoryError traceback), and a huge file was read whole."""
+    from hipress.launch.hosts import MAX_HOSTFILE_BYTES
+
+    f = tmp_path / "hosts"
+    f.write_bytes(b"# comment\n" * (MAX_HOSTFILE_BYTES // 10 + 1))
+    for path in (f, "/dev/zero"):  # the file first: before the fix, /dev/zero never returned
+        with pytest.raises(HostListError) as e:
+            parse_hostfile(path)
+        assert str(e.value) == (f"hostfile {path} is larger than {MAX_HOSTFILE_BYTES} bytes, more than any host list "
+                                "(one host[:slots] a line): give the hostfile")

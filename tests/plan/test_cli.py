@@ -223,6 +223,18 @@ def test_bench_plan_turns_a_planner_error_into_a_message(monkeypatch):
     assert r.returncode == 2 and "error: the planner refuses this" in r.stderr and not r.stdout
 
 
+def test_bench_plan_says_that_sosp21_plans_with_a_fixed_ratio_whatever_alg():
+    """bench plan --alg none planned (and timed) HiPress's fixed 1/16 ratio, while its help said the alg's payload
+    sets the ratio and its title read 'sosp21 + none': the option was silently ignored."""
+    r = hipress("bench", "plan", "--gradients", 10, "--nnodes", 4, "--repeat", 1, "--warmup", 0, "--alg", "none")
+    assert r.returncode == 0, r.stderr
+    assert ("note: --alg none does not change the plans: the sosp21 cost model plans as HiPress does, with its "
+            "fixed 1/16 ratio, whatever the algorithm") in " ".join(r.stderr.split())
+    assert "+ none" not in r.stdout and "fixed 1/16" in " ".join(r.stdout.split())
+    quiet = hipress("bench", "plan", "--gradients", 10, "--nnodes", 4, "--repeat", 1, "--warmup", 0)
+    assert "note:" not in quiet.stderr
+
+
 def test_plan_explains_powersgd_summed_steps(vgg_input):
     r = hipress("plan", "--model", "vgg19", "--alg", "powersgd", "--topology", "ring", "--nnodes", 16, "--explain")
     assert r.returncode == 0, r.stderr

@@ -25,6 +25,17 @@ def test_variants():
             parse_variants(bad)
 
 
+def test_variants_separated_by_commas_keep_a_specs_own_commas():
+    """Without ';' a comma separates variants; one that begins no TOPO+ALG continues the spec before it.
+    'ring+terngrad:bits=2,stochastic=false' was 'variant 'stochastic=false': expected TOPO+ALG'."""
+    assert parse_variants("ring+terngrad:bits=2,stochastic=false") == [
+        Variant("ring", "terngrad:bits=2,stochastic=false")]
+    assert parse_variants("ring+dgc:ratio=0.01,momentum=0.9, ps+none") == [
+        Variant("ring", "dgc:ratio=0.01,momentum=0.9"), Variant("ps", "none")]
+    with pytest.raises(ConfigError, match="variant 'ring': expected TOPO"):
+        parse_variants("ring+tbq,ring")
+
+
 @given(st.lists(st.floats(0.001, 100), min_size=1, max_size=30))
 def test_median_ci_brackets_the_median(xs):
     med, lo, hi = median_ci(xs, reps=200)
