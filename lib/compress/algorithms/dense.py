@@ -55,6 +55,8 @@ class _Cast(Compressor):
         return payload
 
     def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
+        if body.storage_offset() % self.wire_dtype.itemsize:  # an odd-length extra section (a foreign payload):
+            body = body.clone()  # the bytes are reinterpreted in place only where aligned; torch refuses otherwise
         vals = body.view(self.wire_dtype)
         if not add:
             out.copy_(vals)
