@@ -131,6 +131,16 @@ def _human(n: int) -> str:
     return str(n)
 
 
+def all_or(option: str, text: str, names: list[str], every: list[str], what: str) -> list[str]:
+    """``every`` if ``text`` is ``all`` (any case, spaces around it), else ``names`` (``text`` split as the
+    option splits it); ``all`` beside names is refused, where it was called an unknown name."""
+    if text.strip().lower() == "all":
+        return list(every)
+    if any(n.strip().lower() == "all" for n in names):
+        raise fail(f"{option} {text!r}: all means every {what}; give all alone, or names without it")
+    return names
+
+
 def check_kernel_threads(threads: int, what: str = "--threads") -> None:
     """Exit 2 if ``threads`` is more than numba runs (``NUMBA_NUM_THREADS``, this machine's cores by default):
     ``hipress.compress.kernels.set_threads`` cuts it to that without a word, so a benchmark asked for 1000

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from hipress_cli.options import (
     JsonOpt,
+    all_or,
     check_kernel_threads,
     console,
     fail,
@@ -38,10 +39,7 @@ def compress(
     from hipress.compress.bench import bench_compress, human_bytes
     from hipress.compress.registry import split_specs
 
-    every = alg.strip().lower() == "all"  # any case, as bench sync's --topo all
-    names = available() if every else split_specs(alg)
-    if not every and any(n.strip().lower() == "all" for n in names):  # was 'unknown compression algorithm 'all''
-        raise fail(f"--alg {alg!r}: all means every algorithm; give all alone, or names without it")
+    names = all_or("--alg", alg, split_specs(alg), available(), "algorithm")
     if not names:  # an empty table with exit 0 reads as "measured, nothing to report"
         raise fail(f"--alg {alg!r} names no algorithm: give one or more of {', '.join(available())} "
                    "(comma-separated), or all")

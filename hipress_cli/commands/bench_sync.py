@@ -23,6 +23,7 @@ from hipress_cli.options import (
     DeviceOpt,
     JsonOpt,
     PrefixOpt,
+    all_or,
     check_emulate,
     check_kernel_threads,
     console,
@@ -75,10 +76,8 @@ def sync(
 
     check_emulate(emulate, prefix)
     dev = resolve_device(device)  # the ranks bind GPU local rank % GPUs (hipress.sync.device)
-    names = (topologies.available() if topo.strip().lower() == "all"
-             else [t.strip().lower() for t in topo.split(",") if t.strip()])
-    if topo.strip().lower() != "all" and "all" in names:  # was "unknown topology 'all'"
-        raise fail(f"--topo {topo!r}: all means every topology; give all alone, or names without it")
+    names = all_or("--topo", topo, [t.strip().lower() for t in topo.split(",") if t.strip()],
+                   topologies.available(), "topology")
     if not names:  # the ranks would start, measure nothing and print an empty table with exit 0
         raise fail(f"--topo {topo!r} names no topology: give one or more of {', '.join(topologies.available())} "
                    "(comma-separated), or all")

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from hipress_cli.options import (
     JsonOpt,
+    all_or,
     check_kernel_threads,
     console,
     err_console,
@@ -201,10 +202,7 @@ def bench(
     from hipress.compll.builtins import BUILTINS
     from hipress.compress.bench import human_bytes
 
-    every = alg.strip().lower() == "all"  # any case, as bench sync's --topo all
-    names = list(BUILTINS) if every else [a.strip() for a in alg.split(",") if a.strip()]
-    if not every and any(n.lower() == "all" for n in names):  # was 'unknown built-in(s) all'
-        raise fail(f"--alg {alg!r}: all means every built-in; give all alone, or names without it")
+    names = all_or("--alg", alg, [a.strip() for a in alg.split(",") if a.strip()], list(BUILTINS), "built-in")
     if not names:
         raise fail(f"--alg names no built-in; give some of {', '.join(BUILTINS)} (comma-separated) or 'all'")
     unknown = [n for n in names if n not in BUILTINS]

@@ -33,14 +33,15 @@ def register(root: typer.Typer) -> None:
 
 def _sizes(text: str) -> list[int]:
     """``"1K,64K,4M"`` -> element counts (binary multiples); the bound is said in elements, not bytes."""
+    given = [s for s in text.split(",") if s.strip()]
     try:
         sizes = sorted({parse_size(s, what="element count", maximum=MAX_PROFILE_ELEMENTS, unit="elements")
-                        for s in text.split(",") if s.strip()})
+                        for s in given})
     except typer.BadParameter as e:
         raise fail(f"--sizes: {e}") from None
     if len(sizes) < 2 or sizes[0] < 1:
-        given = len([s for s in text.split(",") if s.strip()])
-        merged = f" ({given} sizes, {len(sizes)} different: a line needs two points)" if given > len(sizes) else ""
+        merged = (f" ({len(given)} sizes, {len(sizes)} different: a line needs two points)"
+                  if len(given) > len(sizes) else "")
         raise fail(f"--sizes needs two or more different positive element counts, got {text!r}{merged}")
     return sizes
 
