@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-__all__ = ["NotUtf8", "decode_text", "fsync_dir", "umask", "write_atomic"]
+__all__ = ["NotUtf8", "TooLarge", "decode_text", "fsync_dir", "read_at_most", "umask", "write_atomic"]
 
 
 def umask() -> int:
@@ -98,6 +98,25 @@ def _write_into(f: IO[bytes], data: str | bytes | Callable[[IO[bytes]], None]) -
         data(f)
     else:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+class TooLarge(ValueError):
+    """A file has more than the ``most`` bytes its reader takes (``/dev/zero``, or the wrong file)."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        super().__init__(f"larger than {most} bytes")
+
+
+def read_at_most(path: str | os.PathLike[str], most: int) -> bytes:
+    """The bytes of a file a user names, if it has at most ``most`` (else :class:`TooLarge`); ``OSError``
+    as ``open`` raises it. Only ``most + 1`` bytes are ever read, so ``/dev/zero`` or a multi-gigabyte
+    file given by mistake is refused at once instead of read until memory runs out (or forever)."""
+    with open(path, "rb") as f:
+        data = f.read(most + 1)
+    if len(data) > most:
+        raise TooLarge(most)
+    return data
 
 
 class NotUtf8(ValueError):

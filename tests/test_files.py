@@ -1,4 +1,5 @@
-"""``hipress.files.write_atomic``: the one way results, plans, profiles and generated files are written."""
+"""``hipress.files``: ``write_atomic``, the one way results, plans, profiles and generated files are written, and
+``read_at_most``, the one bounded read of the files users name."""
 
 import os
 
@@ -61,3 +62,17 @@ def test_a_file_in_a_directory_that_takes_no_new_file_is_said_so():
                                       r"beside it, and its directory /proc takes none\)"):
         write_atomic("/proc/version", "x")
     assert open("/proc/version").read() == before
+
+
+def test_read_at_most_takes_a_file_of_the_bound_and_refuses_one_byte_more_unread(tmp_path):
+    from hipress.files import TooLarge, read_at_most
+
+    f = tmp_path / "f"
+    f.write_bytes(b"x" * 10)
+    assert read_at_most(f, 10) == b"x" * 10
+    for path in (f, "/dev/zero"):  # /dev/zero has no end: read whole, it never returned
+        with pytest.raises(TooLarge) as e:
+            read_at_most(path, 9)
+        assert e.value.most == 9 and str(e.value) == "larger than 9 bytes"
+    with pytest.raises(FileNotFoundError):
+        read_at_most(tmp_path / "missing", 9)

@@ -16,7 +16,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from hipress.files import NotUtf8, decode_text, write_atomic
+from hipress.files import NotUtf8, TooLarge, decode_text, read_at_most, write_atomic
 
 from . import ast
 from .checker import check
@@ -101,13 +101,12 @@ def spec_text(path: str | Path) -> str:
     p = Path(path)
     most = 4 * MAX_SOURCE  # UTF-8 bytes of the parser's most characters: more is refused unread (/dev/zero has no end)
     try:
-        with p.open("rb") as f:
-            raw = f.read(most + 1)
+        raw = read_at_most(p, most)
     except OSError as e:
         raise CompLLError(f"cannot read spec: {e.strerror or e}", str(p)) from None
-    if len(raw) > most:
+    except TooLarge:
         raise CompLLError(f"spec is larger than {most} bytes (a spec is a few dozen lines): give the .pse spec file",
-                          str(p))
+                          str(p)) from None
     try:
         return decode_text(raw)
     except NotUtf8 as e:

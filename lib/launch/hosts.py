@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hipress.files import NotUtf8, decode_text
+from hipress.files import NotUtf8, TooLarge, decode_text, read_at_most
 
 MAX_SLOTS = 4096
 _LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
@@ -196,15 +196,14 @@ def parse_hostfile(path: str | Path) -> list[Host]:
     not read as part of the first host's name)."""
     p = Path(path)
     try:
-        with p.open("rb") as f:
-            data = f.read(MAX_HOSTFILE_BYTES + 1)
+        data = read_at_most(p, MAX_HOSTFILE_BYTES)
     except FileNotFoundError:
         raise HostListError(f"hostfile {p} does not exist") from None
     except OSError as e:
         raise HostListError(f"cannot read hostfile {p}: {e.strerror or e}") from None
-    if len(data) > MAX_HOSTFILE_BYTES:  # /dev/zero, or the wrong file: not read to its end
+    except TooLarge:
         raise HostListError(f"hostfile {p} is larger than {MAX_HOSTFILE_BYTES} bytes, more than any host list "
-                            "(one host[:slots] a line): give the hostfile")
+                            "(one host[:slots] a line): give the hostfile") from None
     try:
         text = decode_text(data)
     except NotUtf8 as e:  # by line, as every other hostfile error

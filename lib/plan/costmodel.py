@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from hipress.files import NotUtf8, decode_text
+from hipress.files import NotUtf8, TooLarge, decode_text, read_at_most
 
 from .errors import PlanError
 from .limits import MAX_A_MS, MAX_B_MS, MAX_NODES
@@ -296,6 +296,10 @@ def sosp21() -> CostModel:
 BUILTIN = {"sosp21": sosp21}
 
 
+#: A profile's most bytes: ``hipress profile`` writes a few kilobytes of fitted constants and samples.
+MAX_PROFILE_BYTES = 16 << 20
+
+
 def load_cost_model(spec: str | Path | CostModel) -> CostModel:
     """``"sosp21"``, a path to a profile JSON written by ``hipress profile``, or a ``CostModel``."""
     if isinstance(spec, CostModel):
@@ -307,9 +311,12 @@ def load_cost_model(spec: str | Path | CostModel) -> CostModel:
         raise PlanError(f"cost model {str(spec)!r}: no such file and not a built-in "
                         f"(built-ins: {', '.join(BUILTIN)}); make one with `hipress profile --output FILE`")
     try:
-        data = p.read_bytes()
+        data = read_at_most(p, MAX_PROFILE_BYTES)
     except OSError as e:
         raise PlanError(f"{p}: cannot read: {e.strerror or e}") from None
+    except TooLarge as e:
+        raise PlanError(f"{p}: {e}, more than any profile (`hipress profile` writes a few kilobytes): "
+                        "give the profile JSON") from None
     try:
         d = json.loads(decode_text(data))  # a byte order mark (a Windows editor's) dropped: it is not JSON
     except NotUtf8 as e:  # by line, as a JSON error is

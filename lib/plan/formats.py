@@ -31,7 +31,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from hipress.files import NotUtf8, decode_text, write_atomic
+from hipress.files import NotUtf8, TooLarge, decode_text, read_at_most, write_atomic
 from hipress.sync.plan import Plan, PlanEntry
 
 from .errors import PlanError, PlanFormatError
@@ -53,16 +53,23 @@ def _lines(text: str) -> Iterable[tuple[int, str]]:
             yield no, line
 
 
+#: A gradient list's or plan's most bytes: some 100,000 gradients of a long name each, more than any model has.
+MAX_LIST_BYTES = 16 << 20
+
+
 def _read_text(path: str | os.PathLike) -> tuple[str, str]:
     p = Path(path)
     try:
-        data = p.read_bytes()
+        data = read_at_most(p, MAX_LIST_BYTES)
     except FileNotFoundError:
         raise PlanError(f"{p}: no such file") from None
     except IsADirectoryError:
         raise PlanError(f"{p}: is a directory, expected a text file") from None
     except OSError as e:
         raise PlanError(f"{p}: cannot read: {e.strerror or e}") from None
+    except TooLarge as e:
+        raise PlanError(f"{p}: {e}, more than any gradient list or plan (one gradient a line): "
+                        "give the HiPress input or plan file") from None
     try:
         return decode_text(data), str(p)
     except NotUtf8 as e:

@@ -29,7 +29,7 @@ from typing import Any
 
 import tomllib
 
-from hipress.files import NotUtf8, decode_text
+from hipress.files import NotUtf8, TooLarge, decode_text, read_at_most
 
 #: How each accepted type is named in a message, singular and plural.
 _NOUNS: dict[type, tuple[str, str]] = {
@@ -45,6 +45,10 @@ class FieldError(ValueError):
     """A field that cannot be used as written; the message names the file, the key and what to write."""
 
 
+#: A settings or experiment file's most bytes: they are a few dozen lines.
+MAX_TOML_BYTES = 1 << 20
+
+
 def read_toml(path: str | Path, error: type[FieldError], unreadable_hint: str = "") -> dict[str, Any]:
     """The table a TOML file holds; every way of failing is an ``error`` naming the file.
 
@@ -53,9 +57,11 @@ def read_toml(path: str | Path, error: type[FieldError], unreadable_hint: str = 
     where = str(path)
     try:
         # UTF-8 as TOML is, whatever the locale; a byte order mark (a Windows editor's) is not TOML
-        return tomllib.loads(decode_text(Path(path).read_bytes()))
+        return tomllib.loads(decode_text(read_at_most(path, MAX_TOML_BYTES)))
     except OSError as e:
         raise error(f"cannot read {where}: {e.strerror}{unreadable_hint}") from None
+    except TooLarge as e:  # (a ValueError: before the TOML errors)
+        raise error(f"{where}: {e}, more than any settings or experiment file (a few dozen lines)") from None
     except NotUtf8 as e:  # (a ValueError: before the TOML errors)
         raise error(f"{where}:{e.line}: byte {e.byte:#04x} is not UTF-8 text") from None
     except ValueError as e:  # TOMLDecodeError, or an integer past Python's 4300 digits

@@ -560,3 +560,20 @@ def test_an_interrupted_profile_exits_as_interrupted_and_writes_nothing(tmp_path
     while [p for p in ranks if alive(p)] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in ranks if alive(p)], "ranks left running"
+
+
+def test_an_endless_or_huge_input_or_profile_is_refused_unread(tmp_path):
+    """`plan --input /dev/zero` (or --profile) read without end until memory ran out; a huge file was read whole."""
+    from hipress.plan.costmodel import MAX_PROFILE_BYTES
+    from hipress.plan.formats import MAX_LIST_BYTES
+
+    big = tmp_path / "big.txt"
+    with big.open("wb") as f:
+        f.truncate(MAX_LIST_BYTES + 1)  # sparse: no 16 MiB written
+    for path in ("/dev/zero", big):
+        r = hipress("plan", "--input", path)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert f"{path}: larger than {MAX_LIST_BYTES} bytes, more than any gradient list or plan" in r.stderr, r.stderr
+        r = hipress("plan", "--model", "mlp", "--profile", path)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert f"{path}: larger than {MAX_PROFILE_BYTES} bytes, more than any profile" in r.stderr, r.stderr

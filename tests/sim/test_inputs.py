@@ -65,6 +65,18 @@ def test_figure_definition_that_is_not_utf8_is_refused_at_its_line(tmp_path):
     assert str(e.value) == f"{f}:2: byte 0xe9 is not UTF-8 text"
 
 
+def test_a_figure_definition_larger_than_any_is_refused_unread(tmp_path):
+    """A fig*.toml that is /dev/zero (a link to it) was read without end."""
+    from hipress.sim.fields import MAX_TOML_BYTES
+
+    f = tmp_path / "fig7.toml"
+    f.symlink_to("/dev/zero")
+    with pytest.raises(ExperimentError) as e:
+        load_figure(f, REF)
+    assert str(e.value) == f"{f}: larger than {MAX_TOML_BYTES} bytes, more than any settings or experiment file " \
+                           "(a few dozen lines)"
+
+
 _RATE = """figure = 12
 kind = "rate"
 cluster = "aws"
