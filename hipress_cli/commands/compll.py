@@ -48,7 +48,7 @@ def gen(
     ] = False,
     flavor: Annotated[str, typer.Option("-f", "--flavor", help="cpu (numba) or cupy (CUDA C via CuPy).")] = "cpu",
     out: Annotated[Path, typer.Option("-o", "--out", parser=path_option, help="Output directory.")] = Path("."),
-    name: Annotated[str, typer.Option("--name", help="Algorithm name (default: the spec's file name).")] = "",
+    name: Annotated[str | None, typer.Option("--name", help="Algorithm name (default: the spec's file name).")] = None,
     ptx: Annotated[bool, typer.Option("--ptx", help="With -f cupy: also compile the CUDA with nvcc -ptx.")] = False,
     json_: JsonOpt = False,
 ) -> None:
@@ -70,7 +70,7 @@ def gen(
         raise fail("--ptx compiles the generated CUDA kernels: give it with -f cupy and the body (-b, the default)")
     if out.exists() and not out.is_dir():  # mkdir's own error, 'File exists', read as a refused overwrite
         raise fail(f"-o {out} is a file, not a directory: give the directory to generate into, e.g. -o generated")
-    if name:
+    if name is not None:  # '' (a variable left unset) is refused, not read as "the file's name"
         try:
             check_name(name)
         except CompLLError as e:
@@ -78,7 +78,7 @@ def gen(
     try:
         checked = read_specs(list(specs))
         paths = write_modules(
-            checked, out, body=body, wrapper=wrapper, register=register, flavors=(flavor,), name=name or None
+            checked, out, body=body, wrapper=wrapper, register=register, flavors=(flavor,), name=name
         )
     except CompLLError as e:
         raise fail(str(e)) from None

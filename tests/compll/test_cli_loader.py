@@ -119,6 +119,14 @@ def test_gen_out_that_is_a_file_is_refused_by_name(tmp_path):
     assert out.read_text() == "keep\n" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+def test_gen_with_an_empty_name_is_refused_not_read_as_the_files_name(tmp_path):
+    """`--name "$UNSET"` generated under the spec's file name with exit 0, as if --name had not been given."""
+    r = hipress("compll", "gen", str(spec_path("tbq")), "--name", "", "-o", str(tmp_path / "out"))
+    assert r.returncode == 2, r.stdout
+    assert "--name must be an identifier (a letter, then letters, digits or _), got ''" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_gen_register_under_a_builtins_name_is_refused(tmp_path):
     # HiPress's own onebit.pse with -r: the module would register 'onebit' on import, which the
     # built-in holds, so it could be written but never imported; refused, with --name as the way out
