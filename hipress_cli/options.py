@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 import os
 import re
 import sys
@@ -220,6 +221,25 @@ def path_option(value: str | Path) -> Path:
     return Path(value)
 
 
+def seconds_option(least: float, most: float | None = None) -> Callable[[str | float], float]:
+    """Typer's ``parser=`` for an option in seconds: a finite number from ``least`` to ``most``. Typer's own
+    ``min=``/``max=`` said "Input should be less than or equal to 60" of ``nan``, which is no number."""
+    bounds = f"from {least:g} to {most:g}" if most is not None else f"of at least {least:g}"
+
+    def parse(value: str | float) -> float:
+        if isinstance(value, (int, float)):  # a default, already a number
+            return float(value)
+        try:
+            v = float(value)
+        except ValueError:
+            v = math.nan
+        if not (math.isfinite(v) and v >= least and (most is None or v <= most)):
+            raise typer.BadParameter(f"give a number of seconds {bounds}, got {value!r}")
+        return v
+
+    return parse
+
+
 def check_writable_dir(directory: Path, what: str) -> None:
     """Exit 2 unless a new file can be made in ``directory``, tried with a real temporary file (which
     also catches a read-only mount, or ACLs that permission bits do not show): before minutes of
@@ -359,7 +379,8 @@ InterfaceOpt = Annotated[str | None, typer.Option(
 RemotePythonOpt = Annotated[str | None, typer.Option(
     "--remote-python", help="Python interpreter on the hosts (default: this interpreter's path).")]
 ConnectTimeoutOpt = Annotated[float, typer.Option(
-    "--connect-timeout", min=0.1, help="Seconds to wait for each host to answer and authenticate.")]
+    "--connect-timeout", parser=seconds_option(0.1),
+    help="Seconds (at least 0.1) to wait for each host to answer and authenticate.")]
 
 
 def hosts_from_cli(hosts: str | None, hostfile: Path | None) -> list:

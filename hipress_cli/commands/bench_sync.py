@@ -34,6 +34,7 @@ from hipress_cli.options import (
     parse_size,
     print_json,
     resolve_device,
+    seconds_option,
     styled,
 )
 
@@ -64,7 +65,8 @@ def sync(
     partition_bytes: Annotated[str, typer.Option(
         "--partition-bytes", help="Target bytes per message when partitioning (0: one partition).")] = "4M",
     threads: Annotated[int, typer.Option("--threads", min=1, help="Compressor kernel threads per rank.")] = 1,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before the whole run is stopped.")] = 900,
+    timeout: Annotated[float, typer.Option("--timeout", parser=seconds_option(1),
+                                           help="Seconds (at least 1) before the whole run is stopped.")] = 900,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Echo the ranks' output.")] = False,
     device: DeviceOpt = "auto",

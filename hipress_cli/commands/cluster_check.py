@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from hipress_cli import options as opt
-from hipress_cli.options import JsonOpt, console, fail, hosts_from_cli, print_json, styled
+from hipress_cli.options import JsonOpt, console, fail, hosts_from_cli, print_json, seconds_option, styled
 
 
 def register(parent: typer.Typer) -> None:
@@ -24,8 +24,8 @@ def check(
     hostfile: opt.HostfileOpt = None,
     ssh: opt.SshOpts = opt.SshOpts(),
     bandwidth: Annotated[bool, typer.Option(help="Measure TCP bandwidth between every pair of hosts.")] = True,
-    seconds: Annotated[float, typer.Option("--seconds", min=0.05, max=60,
-                                           help="Seconds of streaming per measured pair.")] = 1.0,
+    seconds: Annotated[float, typer.Option("--seconds", parser=seconds_option(0.05, 60),
+                                           help="Seconds of streaming per measured pair (0.05 to 60).")] = 1.0,
     both_directions: Annotated[bool, typer.Option("--both-directions", help="Measure a->b and b->a.")] = False,
     json_: JsonOpt = False,
 ) -> None:

@@ -165,7 +165,7 @@ def write_modules(
     """Write the generated files of a spec into ``out_dir``; returns their paths."""
     from .gen_cuda import generate_cuda, generate_cuda_source
 
-    name = check_name(name) if name else spec_name(checked.file)
+    name = check_name(name) if name is not None else spec_name(checked.file)
     if register:
         _refuse_builtin_name(checked, name)
     out = Path(out_dir)

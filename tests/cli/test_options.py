@@ -120,6 +120,28 @@ def test_an_empty_path_is_refused_not_read_as_this_directory(args, tmp_path, mon
     assert not any(tmp_path.iterdir()), "nothing written here"
 
 
+@pytest.mark.parametrize("args,bounds", [
+    (["bench", "sync", "--timeout"], "of at least 1"),
+    (["cluster", "check", "--hosts", "127.0.0.1", "--seconds"], "from 0.05 to 60"),
+    (["cluster", "check", "--hosts", "127.0.0.1", "--connect-timeout"], "of at least 0.1"),
+    (["run", "mlp", "--hosts", "127.0.0.1:2", "--connect-timeout"], "of at least 0.1"),
+])
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "1e9", "soon"])
+def test_an_option_in_seconds_is_a_finite_number_in_its_range(args, bounds, value):
+    """``nan`` was refused by Typer's range check with "Input should be less than or equal to 60" (or greater
+    than or equal to 1), said of a value that is no number at all."""
+    from typer.testing import CliRunner
+
+    from hipress_cli.app import build
+
+    if value == "1e9" and "to 60" not in bounds:
+        value = "0.01"  # the options without a most: a value under their least
+    r = CliRunner().invoke(build(), [*args, value], env={"COLUMNS": "200"})
+    said = " ".join(r.output.replace("│", " ").split())
+    assert r.exit_code == 2, said
+    assert f"Invalid value for '{args[-1]}': give a number of seconds {bounds}, got '{value}'" in said, said
+
+
 @pytest.mark.parametrize("args,said", [
     (["plan", "--input", "{in}", "--profile", "{dir}"], "{dir}: cannot read: Is a directory"),
     (["run", "mlp", "--hostfile", "{dir}"], "cannot read hostfile {dir}: Is a directory"),
