@@ -4,8 +4,6 @@ variant's throughput by each uncompressed one's."""
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -75,7 +73,7 @@ def train(
     side; writes results/<bench-id>/bench.json."""
     from hipress.train.bench import bench_train, parse_variants
     from hipress.train.bench_tta import DEFAULT_MAX_ITERS
-    from hipress.train.config import ConfigError
+    from hipress.train.config import ConfigError, make_run_id
 
     tta = None
     if target_accuracy is not None:
@@ -103,7 +101,7 @@ def train(
             cluster, restore = borrow(np_, emulate, prefix)
         except EmulationError as e:
             raise fail(str(e)) from None
-    bench_id = time.strftime("bench-%Y%m%d-%H%M%S-") + f"{model}-{os.getpid()}"  # unique, as run ids (make_run_id)
+    bench_id = "bench-" + make_run_id(model)
 
     def show(kind: str, e: dict) -> None:
         if kind == "note":

@@ -181,10 +181,13 @@ class RunConfig:
         return {n: PlanEntry(n, int(s), bool(c), int(k)) for n, s, c, k in self.plan}
 
 
-def make_run_id(model: str, topology: str, alg: str) -> str:
+def make_run_id(*parts: str) -> str:
+    """``<date>-<time>-<parts...>-<pid>``: sorts by start, says what ran, and two started in the same
+    second differ (the pid); a character a directory name should not hold (``dgc:ratio=0.01``'s colon)
+    becomes ``_``. Run ids (model, topology, alg) and, behind ``bench-``, ``bench train``'s (model)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in alg)
-    return f"{stamp}-{model}-{topology}-{safe}-{os.getpid()}"
+    safe = ("".join(c if c.isalnum() or c in "-_." else "_" for c in part) for part in parts)
+    return "-".join((stamp, *safe, str(os.getpid())))
 
 
 def check_lr_schedule(name: str, where: str = "") -> None:

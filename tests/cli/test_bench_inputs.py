@@ -226,4 +226,4 @@ def test_bench_train_ids_of_two_benches_started_in_one_second_differ(monkeypatch
     monkeypatch.setattr(bench, "bench_train", record)
     r = hipress("bench", "train", "mlp", "--np", 1, "--variants", "ring+none", "--results", tmp_path)
     assert r.returncode == 1 and "stop here" in r.stderr
-    assert seen["bench_id"].endswith(f"-mlp-{os.getpid()}")
+    assert seen["bench_id"].startswith("bench-20") and seen["bench_id"].endswith(f"-mlp-{os.getpid()}")
