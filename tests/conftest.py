@@ -12,6 +12,28 @@ from hypothesis import HealthCheck, settings
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
 
+#: The most address space a test process (and whatever it starts: ranks, sshd, mpiexec) may map on a
+#: machine without NVIDIA devices. A fuzzed payload once made a pytest worker allocate 21 GB, and on this
+#: 24 GiB machine the kernel's OOM killer took the worker: xdist said only "node down: Not properly
+#: terminated". Under the cap the allocation fails in the test that made it, which then fails by name.
+#: The largest real process of the suite, a rank of `hipress run vgg19`, maps 3.7 GB (VmPeak). CUDA maps
+#: far more address space than it uses, so a machine with a GPU is left uncapped.
+ADDRESS_SPACE_CAP = 8 << 30
+
+
+def _cap_address_space() -> None:
+    import glob
+    import resource
+
+    if glob.glob("/dev/nvidia[0-9]*"):
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft > ADDRESS_SPACE_CAP:
+        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_CAP, hard))
+
+
+_cap_address_space()
+
 settings.register_profile(
     "ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
