@@ -38,6 +38,8 @@ def plan(
     import numpy as np
 
     from hipress.plan import MAX_NODES, PayloadModel, PlanError, plan_gradients, sosp21
+
+    alg = alg.strip()  # ' tbq' (a quoted list's space) is tbq, and said so in the table and the JSON
     from hipress.stats import median_ci
 
     # The planner's own bound (hipress.plan.limits), checked here, not as the option's max=: importing

@@ -233,6 +233,9 @@ def test_bench_plan_says_that_sosp21_plans_with_a_fixed_ratio_whatever_alg():
     assert "+ none" not in r.stdout and "fixed 1/16" in " ".join(r.stdout.split())
     quiet = hipress("bench", "plan", "--gradients", 10, "--nnodes", 4, "--repeat", 1, "--warmup", 0)
     assert "note:" not in quiet.stderr
+    spaced = hipress("bench", "plan", "--gradients", 10, "--nnodes", 4, "--repeat", 1, "--warmup", 0, "--alg", " tbq",
+                     "--json")
+    assert spaced.returncode == 0 and json.loads(spaced.raw)["alg"] == "tbq", spaced.stderr  # was ' tbq', echoed
 
 
 def test_plan_explains_powersgd_summed_steps(vgg_input):
