@@ -87,6 +87,9 @@ class DistributedOptimizer:
     compress_after: synchronize the first ``compress_after`` iterations uncompressed (warm-up, as
         PowerSGD's ``start_powerSGD_iter``), through the topology's uncompressed counterpart
         (``hipress.topology_names.uncompressed_counterpart``).
+    timeout: the engine's seconds without a completed message before it gives up naming the peers
+        it waits on (None: the engine's default). On a slow link one large message takes long:
+        ``hipress run`` passes the bound its other collectives have (from ``--stall-timeout``).
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class DistributedOptimizer:
         gpu_timing: bool = False,
         merge_sparse: bool = True,
         clip_grad_norm: float | None = None,
+        timeout: float | None = None,
     ) -> None:
         from hipress.sync import Engine
 
@@ -151,6 +155,8 @@ class DistributedOptimizer:
             raise ValueError(f"parameters not handled by the optimizer: {stray[:5]}; pass the same model to both")
         check_same_everywhere(comm, [(n, p.numel()) for n, p in self._params])
         kwargs: dict[str, Any] = {} if bulk_bytes is None else {"bulk_bytes": bulk_bytes}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
         # backward produces gradients roughly in reverse registration order (DDP's assumption too):
         # PowerSGD's buckets are cut from it and sync while backward goes on
         ready_order = [(n, p.numel()) for n, p in reversed(self._params)]

@@ -68,7 +68,7 @@ class EngineRunner:
                                         compress_after=cfg.compress_after,
                                         momentum_correction=cfg.momentum_correction,
                                         merge_sparse=cfg.merge_sparse,
-                                        gpu_timing=cfg.gpu_timing and cfg.device == "cuda")
+                                        gpu_timing=cfg.gpu_timing and cfg.device == "cuda", timeout=timeout_s)
 
     def step_stats(self) -> tuple[float, float, float]:
         stats = self.opt.last_stats

@@ -207,6 +207,7 @@ def train(comm: Any, cfg: RunConfig, run_dir: Path | None, beat: Heartbeat | Non
     beat.beat("building the model")
     model = spec.build(**opts).to(choice.device)
     model.train()
+    beat.beat("broadcasting rank 0's parameters")  # on a slow link, long: a stall said it was building the model
     _broadcast_parameters(comm, model)
 
     digits = None

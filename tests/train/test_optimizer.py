@@ -24,3 +24,23 @@ def test_optimizer_and_ddp_hook_scenarios():
 def test_three_ranks():
     res = run_mpi(3, "mpi_optimizer.py", "average-ring", "mismatch", timeout=300)
     assert res.ok, res.output
+
+
+def test_the_engine_waits_as_long_as_the_runs_other_collectives():
+    """``hipress run`` bounds its collectives by ``--stall-timeout`` (at least 120 s), but its CaSync engine kept
+    its default 60 s without a completed message: on a slow emulated link one large message takes longer
+    (vgg19 in fp32 at 10 Mbit/s: a 196 MB ring chunk, 157 s), and a raised --stall-timeout did not help."""
+    from mpi4py import MPI
+
+    from hipress.models import get
+    from hipress.train.config import make_config
+    from hipress.train.runners import EngineRunner
+
+    cfg = make_config("mlp", np=1, iters=4, compress_after=2)
+    runner = EngineRunner(MPI.COMM_SELF, cfg, get("mlp").build(**cfg.model_options), 345.0)
+    try:
+        assert runner.opt.engine.executor.timeout == 345.0
+        assert runner.opt._warm.executor.timeout == 345.0  # the uncompressed warm-up's engine too
+    finally:
+        runner.opt.engine.close()
+        runner.opt._warm.close()
