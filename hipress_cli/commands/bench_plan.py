@@ -38,9 +38,9 @@ def plan(
     import numpy as np
 
     from hipress.plan import MAX_NODES, PayloadModel, PlanError, plan_gradients, sosp21
+    from hipress.stats import median_ci
 
     alg = alg.strip()  # ' tbq' (a quoted list's space) is tbq, and said so in the table and the JSON
-    from hipress.stats import median_ci
 
     # The planner's own bound (hipress.plan.limits), checked here, not as the option's max=: importing
     # hipress.plan at start-up would load torch for every command. Without it the planner's PlanError
