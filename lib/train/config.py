@@ -24,6 +24,7 @@ import torch
 
 from hipress import __version__, lr_schedules
 from hipress.compress import AlgorithmSpec, UnknownAlgorithm
+from hipress.files import decode_text, read_at_most
 from hipress.lr_schedules import CONSTANT
 from hipress.models import BadModelOption, UnknownModel, get, gradient_sizes
 from hipress.topology_names import (
@@ -168,9 +169,11 @@ class RunConfig:
 
     @classmethod
     def read(cls, run_dir: Path) -> RunConfig:
+        """A run directory's configuration (``--resume DIR``): ``OSError`` as ``open`` raises it, else a
+        ``ValueError`` (``TooLarge``, ``NotUtf8``, or what ``from_json`` refuses)."""
         from .results import CONFIG
 
-        return cls.from_json((Path(run_dir) / CONFIG).read_text())
+        return cls.from_json(decode_text(read_at_most(Path(run_dir) / CONFIG, MAX_CONFIG_BYTES)))
 
     def plan_entries(self) -> dict | None:
         """The plan as the engine takes it, ``{name: PlanEntry}``, or None."""
@@ -179,6 +182,10 @@ class RunConfig:
         from hipress.sync.plan import PlanEntry
 
         return {n: PlanEntry(n, int(s), bool(c), int(k)) for n, s, c, k in self.plan}
+
+
+#: A config.json's most bytes: a few kilobytes and one plan entry per gradient (some 80 bytes each).
+MAX_CONFIG_BYTES = 64 << 20
 
 
 def make_run_id(*parts: str) -> str:

@@ -162,6 +162,18 @@ def test_an_unreadable_file_is_named_once_with_the_reason(args, said, tmp_path):
 
 
 
+def test_resume_of_a_directory_whose_config_json_has_no_end_is_refused_unread(tmp_path):
+    """`--resume DIR` read DIR/config.json whole: a link to /dev/zero there never returned."""
+    from typer.testing import CliRunner
+
+    from hipress.train.config import MAX_CONFIG_BYTES
+    from hipress_cli.app import build
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").symlink_to("/dev/zero")
+    r = CliRunner().invoke(build(), ["run", "--resume", str(tmp_path / "run")], env={"COLUMNS": "400"})
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and f"cannot read its config.json: larger than {MAX_CONFIG_BYTES} bytes" in text, text
 def test_ssh_key_that_exists_but_is_not_a_file_says_what_it_is(capsys, tmp_path):
     """--ssh-key DIR said 'no such file', of a path that exists. Refused before any connection."""
     from pathlib import Path
