@@ -121,6 +121,16 @@ def _max(comm: MPI.Comm, x: float) -> float:
     return float(buf[0])
 
 
+def engine_timeout(base: float, world: int, message_bytes: int, link_bits: float) -> float:
+    """Seconds the engine waits without a completed message: ``base``, or on a shaped link (``link_bits``
+    per second) 4x what the busiest link needs for one message from every peer (a parameter server's
+    link takes world - 1 at once). A 64 MB message at 10 Mbit/s takes 54 s, and 3 peers' 161 s: with
+    only ``base`` (120 s) such a run failed as if a peer had died."""
+    if not link_bits:
+        return base
+    return max(base, 4.0 * max(world - 1, 1) * message_bytes * 8 / link_bits)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m hipress.sync.bench", description=__doc__.splitlines()[0])
     p.add_argument("--topo", default="all", help="comma-separated topologies, or 'all'")
@@ -130,7 +140,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--partition-bytes", type=int, default=4 << 20)
     p.add_argument("--threads", type=int, default=1, help="compressor kernel threads per rank")
-    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds without a completed message before a rank gives up (longer on a slow link)")
     p.add_argument("--link-bits", type=float, default=0.0, help="link rate in bit/s (0: not shaped)")
     p.add_argument("--device", default="cpu", choices=DEVICES,
                    help="where the gradient lives (auto: CUDA when torch sees a GPU); rank i uses GPU i %% count")
@@ -146,8 +157,10 @@ def main(argv: list[str] | None = None) -> None:
     choice = bind_rank(comm, a.device)
     if choice.note and comm.Get_rank() == 0:
         print(f"hipress bench sync: {choice.note}", file=sys.stderr, flush=True)
+    message = min(a.partition_bytes, a.size) if a.partition_bytes else a.size  # fp32: no payload is larger
+    timeout = engine_timeout(a.timeout, comm.Get_size(), message, a.link_bits)
     rows = [
-        run_topology(comm, t, a.alg, numel, a.repeat, a.warmup, a.partition_bytes, a.timeout, a.trace, choice.device)
+        run_topology(comm, t, a.alg, numel, a.repeat, a.warmup, a.partition_bytes, timeout, a.trace, choice.device)
         for t in topos
     ]
     if comm.Get_rank() != 0:

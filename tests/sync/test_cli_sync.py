@@ -118,3 +118,15 @@ def test_cluster_emulate_up_status_down():
 def test_cluster_emulate_bad_rate():
     r = hipress("cluster", "emulate", "up", "--rate", "warp9", "--prefix", "hpbad")
     assert r.returncode == 2 and "warp9" in r.stderr
+
+
+def test_the_ranks_wait_for_a_message_as_long_as_the_shaped_link_needs():
+    """bench sync's ranks gave up after 120 s without a completed message whatever the link: at 10 Mbit/s
+    one unpartitioned 64 MB gradient from each of 3 peers takes 161 s to reach a parameter server."""
+    from hipress.sync.bench import engine_timeout
+
+    assert engine_timeout(120.0, 4, 64 << 20, 0.0) == 120.0  # not shaped: shared memory or loopback
+    assert engine_timeout(120.0, 4, 4 << 20, 10e9) == 120.0  # fast enough
+    slow = engine_timeout(120.0, 4, 64 << 20, 10e6)
+    assert slow == pytest.approx(4 * 3 * (64 << 20) * 8 / 10e6) and slow > 3 * (64 << 20) * 8 / 10e6 > 120
+    assert engine_timeout(120.0, 1, 64 << 20, 10e6) == pytest.approx(4 * (64 << 20) * 8 / 10e6)
