@@ -1,5 +1,6 @@
 """Suite-wide settings: a hypothesis profile that fits a 2-core CI machine, the CPU for every
-process a test starts unless the test is marked ``gpu``, and a terminal width tests can set."""
+process a test starts unless the test is marked ``gpu``, a terminal width tests can set, and an
+address-space cap per process where there is no GPU (``ADDRESS_SPACE_CAP``)."""
 
 import os
 
