@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hipress.compress.registry import split_specs
 from hipress.launch.runner import signals_noted
 from hipress.stats import median_ci
 from hipress.topology_names import choice
@@ -55,15 +56,10 @@ def _gpu_figures(its: list[dict]) -> dict[str, Any]:
 
 def parse_variants(text: str) -> list[Variant]:
     """``"ring+tbq;ps+tbq;ring+none"`` (``,`` also separates when no spec holds one)."""
-    sep = ";" if ";" in text else ","
-    items: list[str] = []
-    for item in filter(None, (t.strip() for t in text.split(sep))):
-        # with ',' as the separator, 'key=value' without '+' continues the previous spec's parameters
-        # (ring+terngrad:bits=2,stochastic=false), as hipress.compress.registry.split_specs reads --alg
-        if sep == "," and items and "+" not in item and "=" in item and ":" in items[-1]:
-            items[-1] += "," + item
-        else:
-            items.append(item)
+    if ";" in text:
+        items = [t.strip() for t in text.split(";") if t.strip()]
+    else:  # a 'key=value' continues the spec before it (ring+terngrad:bits=2,stochastic=false), as in --alg
+        items = split_specs(text)
     out = []
     for item in items:
         topo, plus, alg = item.partition("+")
