@@ -180,6 +180,7 @@ def _render(r: dict) -> None:
     console.print(t)
     console.print(
         "time = slowest rank, submit -> wait_all; MB/rank = sent per rank (MPI collectives estimated); link MB = "
-        "busiest link's bytes, wire ms = link MB / rate; vs AR/AG = speedup over allreduce/allgather; "
+        "busiest link's bytes, wire ms = link MB / rate (a floor, not a forecast); "
+        "vs AR/AG = speedup over allreduce/allgather; "
         f"load average at the end {', '.join(f'{x:.1f}' for x in r['load_avg'])}"
     )
