@@ -208,7 +208,7 @@ def register(app: typer.Typer) -> None:
             check_stall_timeout(stall_timeout)
         except ValueError as e:
             raise fail(str(e)) from None
-        resumed = _resume_config(ctx, resume, iters) if resume is not None else None
+        resumed, resume_at = _resume_config(ctx, resume, iters) if resume is not None else (None, 0)
         model = resumed.model if resumed else pick_model(model, model_opt)
         np_ = resumed.np if resumed else np_
         topo = pick_topology(topo, horovodrun)
@@ -282,6 +282,8 @@ def register(app: typer.Typer) -> None:
                 raise fail(f"run directory {run_dir} already exists; choose another --run-id") from None
             except OSError as e:
                 raise fail(f"cannot create the run directory {run_dir}: {e.strerror or e}") from None
+            if resumed is not None:  # only now, every option checked: a refused --resume leaves the run as it was
+                _rewind(run_dir, resume_at)
             cfg.write(run_dir)
             if cfg.plan is not None:
                 from hipress.plan import write_plan
@@ -358,10 +360,11 @@ _RESUME_OPTIONS = {"iters", "resume", "hosts", "hostfile", *opt.SshOpts.names(),
                    "json_"}
 
 
-def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> Any:
+def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> tuple[Any, int]:
     """The configuration of the run in ``run_dir``, checked resumable, for ``--resume``: its iteration
-    count extended to ``--iters`` if given, its ``resumed`` count advanced, its events rewound to the
-    checkpoint. Fails (exit 1, no traceback) on a bad directory, a damaged or missing checkpoint."""
+    count extended to ``--iters`` if given, its ``resumed`` count advanced; and the iteration of its
+    checkpoint. Writes nothing (``_rewind`` does, once the launch options are checked too). Fails
+    (exit 2, no traceback) on a bad directory, a damaged or missing checkpoint."""
     from hipress.train import checkpoint
     from hipress.train.config import ConfigError, RunConfig
 
@@ -394,12 +397,21 @@ def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> Any:
                    f"{cfg.warmup + cfg.iters} ({cfg.warmup} warm-up + --iters {cfg.iters}): nothing left to do; "
                    f"give a larger --iters to extend it")
     cfg.resumed += 1
+    return cfg, done
+
+
+def _rewind(run_dir: Path, done: int) -> None:
+    """Rewind a resumed run's events to its checkpoint at iteration ``done`` (``checkpoint.rewind_events``):
+    the first write into its directory, after every check of the command line, since it drops the
+    events after the checkpoint and the ``end`` and records a ``resume``; done earlier, an ``--emulate ''``
+    refused after it left a finished run without its ``end`` and one more ``resume`` per attempt."""
+    from hipress.train import checkpoint
+
     try:
         checkpoint.rewind_events(run_dir, done)
     except OSError as e:
         raise fail(f"--resume {run_dir}: cannot rewrite its events.jsonl ({e.strerror or e}); the run directory "
                    f"must be writable to continue the run in it") from None
-    return cfg
 
 
 def _launch_and_watch(cfg: Any, run_dir: Path, out: Any, cluster: Any = None, interface: str | None = None,

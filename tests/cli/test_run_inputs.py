@@ -287,3 +287,40 @@ def test_an_empty_hosts_is_refused_not_taken_for_this_machine(tmp_path, command)
     assert r.exit_code == 2, r.output
     assert "the host list is empty" in _text(r), r.output
     assert not results.exists()
+
+
+def _finished_run(run_dir) -> None:
+    """A run directory as a finished `hipress run mlp --np 2 --iters 3 --checkpoint-every 2` leaves it: its
+    config, events up to the end, and both ranks' checkpoints after its 4 iterations (1 warm-up + 3)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from hipress.models import get
+    from hipress.train import checkpoint
+    from hipress.train.config import make_config
+
+    cfg = make_config("mlp", "ring", "tbq", 2, 3, run_id=run_dir.name, checkpoint_every=2)
+    run_dir.mkdir()
+    cfg.write(run_dir)
+    lines = [{"event": "start", "time": 1.0}, *({"event": "iteration", "iter": i, "warmup": i == 0} for i in range(4)),
+             {"event": "end", "time": 2.0}]
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    model = get("mlp").build(**cfg.model_options)
+    runner = SimpleNamespace(opt=torch.optim.SGD(model.parameters(), lr=cfg.lr))
+    for rank in range(2):
+        checkpoint.save(run_dir, rank, cfg, 4, model, runner)
+
+
+@pytest.mark.parametrize("launch", [["--emulate", ""], ["--prefix", "mine"]])
+def test_a_refused_resume_leaves_the_run_as_it_was(tmp_path, launch):
+    """--resume with a launch option refused: exit 2, and the run's events.jsonl and config.json untouched.
+    The events were rewound to the checkpoint before those checks, so each refused attempt dropped a
+    finished run's `end` event (summary.json then disagreed with its events) and added a `resume`."""
+    run_dir = tmp_path / "r1"
+    _finished_run(run_dir)
+    before = {name: (run_dir / name).read_bytes() for name in ("events.jsonl", "config.json")}
+    r = _invoke(["run", "--resume", str(run_dir), "--iters", "5", *launch])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    assert {name: (run_dir / name).read_bytes() for name in before} == before
