@@ -96,20 +96,23 @@ def bench_train(
     threads: int = 0,
     on_event: Callable[[str, dict], None] | None = None,
     tta: dict[str, Any] | None = None,
+    momentum: float | None = None,
     device: str = "cpu",
     preset: str = "cpu",
 ) -> dict:
     """Run every variant ``rounds`` times; return the comparison (also written to ``bench.json``).
 
     ``tta``: ``make_config``'s options of the time-to-accuracy mode (``data``, ``target_accuracy``,
-    ``eval_every``, ``lr``, ``momentum``, ``lr_schedule``, ``seed``); the comparison is then
-    ``hipress.train.bench_tta``'s.
+    ``eval_every``, ``lr``, ``lr_schedule``, ``seed``); the comparison is then
+    ``hipress.train.bench_tta``'s. ``momentum``: SGD's (None: ``make_config``'s default), in either
+    mode: a variant whose algorithm keeps a velocity of its own (``dgc:momentum=0.9``) is refused
+    beside SGD's, so without it such a variant could not be measured at all.
     ``device``: "cuda" or "cpu" (resolved); on CUDA every iteration also records the GPU time of the
     engine's encode and decode and how much of it overlapped backward. ``preset``: the model's sizes.
     """
     # what `hipress run --topo T --alg A` would run: the same default --comp-threshold (None would
     # compress every gradient, biases too, and the variant would not be the run it stands for)
-    opts = {"comp_threshold": "default", **(model_opts or {}), **(tta or {})}
+    opts = {"comp_threshold": "default", **(model_opts or {}), **(tta or {}), "momentum": momentum}
     configs = {v.label: make_config(model, v.topo, v.alg, np_, iters, warmup=warmup, threads=threads, preset=preset,
                                     device=device, **opts)
                for v in variants}  # validates everything before anything starts

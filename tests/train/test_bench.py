@@ -62,3 +62,31 @@ def test_two_variants_side_by_side(tmp_path):
 
     cfg = json.loads((bench_dir / "ring+tbq-r0" / "config.json").read_text())
     assert cfg["comp_threshold"] == DEFAULT_COMP_THRESHOLD
+
+
+def test_a_variant_with_its_own_momentum_can_be_measured(tmp_path, monkeypatch):
+    """`ring+dgc:momentum=0.9` is refused beside SGD's momentum (momentum twice), and the refusal says to give
+    --momentum 0; bench train refused --momentum without --target-accuracy, so such a variant (the tests'
+    own example of a spec) could not be measured at all. Now --momentum reaches every variant's run.
+    The ranks are not started here: each run is one measured iteration written in its place."""
+    from typer.testing import CliRunner
+
+    from hipress.train import bench
+    from hipress.train.supervise import Outcome
+    from hipress_cli.app import build
+
+    def follow(cfg, run_dir, on_event):
+        (run_dir / "events.jsonl").write_text(json.dumps({
+            "event": "iteration", "iter": 0, "warmup": False, "iter_s": 0.5, "compute_s": 0.25, "sync_s": 0.25,
+            "bytes_sent": [100.0, 100.0]}) + "\n")
+        return Outcome("ok", 0, summary={"run_id": cfg.run_id})
+
+    monkeypatch.setattr(bench, "start", lambda cfg, run_dir, where: cfg)
+    monkeypatch.setattr(bench, "follow", follow)
+    r = CliRunner().invoke(build(), ["bench", "train", "mlp", "--np", "2", "--iters", "1", "--variants",
+                                     "ring+dgc:ratio=0.01,momentum=0.9;ring+none", "--momentum", "0",
+                                     "--results", str(tmp_path), "--json"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    (bench_dir,) = tmp_path.iterdir()
+    for run in ("ring+dgc_ratio-0.01_momentum-0.9-r0", "ring+none-r0"):
+        assert json.loads((bench_dir / run / "config.json").read_text())["momentum"] == 0.0
