@@ -78,9 +78,11 @@ def _what_runs(cfg: Any) -> Text:
     sync = choice_of_engine(cfg.engine_topology)[1]
     alg = "" if cfg.alg == "none" else f" + {cfg.alg}"
     plan = f", plan {cfg.plan_source}" if cfg.plan_source else ""
-    if cfg.comp_threshold is not None and cfg.plan:
+    if cfg.plan:  # a plan (SeCoPa's, or the threshold's) may leave gradients, even all of them, uncompressed
         n = sum(1 for e in cfg.plan if e[2])
-        plan += f", {n} of {len(cfg.plan)} gradients compressed (--comp-threshold {cfg.comp_threshold})"
+        plan += f", {n} of {len(cfg.plan)} gradients compressed"
+        if cfg.comp_threshold is not None:
+            plan += f" (--comp-threshold {cfg.comp_threshold})"
     lr = "" if cfg.lr_schedule == CONSTANT else f"; learning rate {cfg.lr:g}, {cfg.lr_schedule} schedule"
     return styled("[bold]{}[/]: {}", cfg.model,
                   f"{', '.join(shape)} ({scale}); {cfg.parameters / 1e6:.1f} M parameters, "

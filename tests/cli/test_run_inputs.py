@@ -324,3 +324,20 @@ def test_a_refused_resume_leaves_the_run_as_it_was(tmp_path, launch):
     assert r.exit_code == 2, r.output
     assert "Traceback" not in r.output
     assert {name: (run_dir / name).read_bytes() for name in before} == before
+
+
+@pytest.mark.parametrize("threshold,says", [
+    ("default", "CaSync-PS + onebit, plan FILE, 1 of 4 gradients compressed;"),
+    (2000, "CaSync-PS + onebit, plan FILE, 1 of 4 gradients compressed (--comp-threshold 2000);"),
+    (9000, "CaSync-PS + onebit, plan FILE, 0 of 4 gradients compressed (--comp-threshold 9000);")])
+def test_the_line_of_what_runs_says_how_many_gradients_a_plan_compresses(tmp_path, threshold, says):
+    """With --plan (a file, or auto: SeCoPa may decide to compress nothing), the line said only "+ onebit, plan
+    auto": a run whose plan compressed no gradient read as a onebit run. It counted them only with
+    --comp-threshold; now it counts them whenever there is a plan."""
+    from hipress.train.config import make_config
+    from hipress_cli.commands.run import _what_runs
+
+    plan = tmp_path / "SeCoPaPlan.txt"
+    plan.write_text("fc2.bias,10,n,1\nfc2.weight,1280,n,1\nfc1.bias,128,n,1\nfc1.weight,8192,y,2\n")
+    cfg = make_config("mlp", "ps", "onebit", 2, 1, plan=str(plan), comp_threshold=threshold)
+    assert says.replace("FILE", str(plan)) in " ".join(_what_runs(cfg).plain.split())
