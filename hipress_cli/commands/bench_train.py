@@ -159,6 +159,8 @@ def _render_tta(r: dict, bench_dir: Path) -> None:
 
 
 def _render(r: dict) -> None:
+    from hipress.compress.bench import human_bytes  # in MiB, mlp's 36 KiB (none) and 3 KiB (tbq) both read 0.0
+
     opts = ", ".join(f"{k}={v}" for k, v in r["model_options"].items())
     where = f"emulated {r['emulated']['rate']} links" if r["emulated"] else "this machine (shared memory)"
     if r.get("device") == "cuda":
@@ -166,7 +168,7 @@ def _render(r: dict) -> None:
     t = Table(title=f"{r['model']} ({opts}; {r['parameters'] / 1e6:.1f} M params) on {r['np']} ranks, {where}, "
                     f"{r['threads_per_rank']} thread(s)/rank; medians of {r['iters']}x{r['rounds']} iterations")
     base = [v["variant"] for v in r["variants"] if v["alg"] == "none"]
-    cols = ["variant", "engine", f"{r['unit']}", "95% CI", "iter s", "compute s", "sync wait s", "MiB/rank/it"]
+    cols = ["variant", "engine", f"{r['unit']}", "95% CI", "iter s", "compute s", "sync wait s", "sent/rank/it"]
     cols += [f"x {b}" for b in base]
     gpu = any("gpu_encode_s" in v for v in r["variants"])
     if gpu:  # CUDA: the engine's GPU time per iteration, and the share of it done before backward ended
@@ -178,7 +180,7 @@ def _render(r: dict) -> None:
         t.add_row(
             v["variant"], v["engine_topology"], f"{v['throughput']:.2f}", f"{lo:.2f}-{hi:.2f}", f"{v['iter_s']:.2f}",
             f"{v['compute_s']:.2f}", "-" if v["sync_s"] is None else f"{v['sync_s']:.2f}",
-            f"{v['bytes_sent_per_rank'] / 2**20:.1f}" + ("*" if v["bytes_sent_estimated"] else ""),
+            human_bytes(round(v["bytes_sent_per_rank"])) + ("*" if v["bytes_sent_estimated"] else ""),
             *[f"{v['speedup'][b]:.2f}" if b in v["speedup"] else "1" for b in base],
             *([] if not gpu else ["-", "-", "-"] if "gpu_encode_s" not in v else [
                 f"{1e3 * v['gpu_encode_s']:.2f}", f"{1e3 * v['gpu_decode_s']:.2f}",

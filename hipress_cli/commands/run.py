@@ -92,6 +92,8 @@ def _what_runs(cfg: Any) -> Text:
 
 
 def _render_summary(s: dict) -> None:
+    from hipress.compress.bench import human_bytes  # a compressed mlp's 3 KiB a step read "0.0 MiB" in MiB
+
     t = Table(title=f"{s['model']} {s['engine_topology']} {s['alg']} x{s['np']} ({s['measured_iterations']} "
               f"measured iterations, medians)")
     for col in ("throughput", "iteration", "compute", "sync wait", "sync share", "sent/rank/iter"):
@@ -103,7 +105,7 @@ def _render_summary(s: dict) -> None:
         f"{fmt(s['throughput'], '.1f')} {s['throughput_unit']}",
         f"{fmt(s['iter_s'], '.3f')} s", f"{fmt(s['compute_s'], '.3f')} s", f"{fmt(s['sync_s'], '.3f')} s",
         "-" if s["sync_share"] is None else f"{100 * s['sync_share']:.0f}%",
-        (f"{max(sent) / 2**20:.1f} MiB" + (" (est.)" if s.get("bytes_sent_estimated") else "")) if sent else "-",
+        (human_bytes(round(max(sent))) + (" (est.)" if s.get("bytes_sent_estimated") else "")) if sent else "-",
     )
     console.print(t)
     if s.get("test_accuracy") is not None:  # a fraction in summary.json, as every accuracy there

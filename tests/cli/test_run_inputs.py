@@ -341,3 +341,27 @@ def test_the_line_of_what_runs_says_how_many_gradients_a_plan_compresses(tmp_pat
     plan.write_text("fc2.bias,10,n,1\nfc2.weight,1280,n,1\nfc1.bias,128,n,1\nfc1.weight,8192,y,2\n")
     cfg = make_config("mlp", "ps", "onebit", 2, 1, plan=str(plan), comp_threshold=threshold)
     assert says.replace("FILE", str(plan)) in " ".join(_what_runs(cfg).plain.split())
+
+
+def test_the_tables_show_a_small_models_bytes_sent(monkeypatch):
+    """mlp, the model for quick runs, sends 36 KiB a step in fp32 and 3 KiB with tbq: the run's summary table
+    and bench train's showed both as "0.0 MiB" (bench train: "0.0" under MiB/rank/it), so the tables of a
+    compressed and an uncompressed run could not be told apart. Now sizes are shown in their own unit."""
+    from hipress_cli.commands import bench_train, run
+    from hipress_cli.options import console
+
+    monkeypatch.setattr(console, "width", 250)
+    summary = {"model": "mlp", "engine_topology": "casync-ring", "alg": "tbq", "np": 2, "measured_iterations": 3,
+               "throughput": 2315.0, "throughput_unit": "images/s", "iter_s": 0.0276, "compute_s": 0.0073,
+               "sync_s": 0.0145, "sync_share": 0.525, "bytes_sent_per_rank": [3264.0, 3264.0]}
+    with console.capture() as shown:
+        run._render_summary(summary)
+    assert "3.188 KiB" in shown.get(), shown.get()
+    row = {"variant": "ring+none", "engine_topology": "ring", "alg": "none", "throughput": 5000.0,
+           "throughput_ci95": [4900.0, 5100.0], "iter_s": 0.0128, "compute_s": 0.007, "sync_s": 0.005,
+           "bytes_sent_per_rank": 38440.0, "bytes_sent_estimated": False, "speedup": {}}
+    result = {"model": "mlp", "model_options": {"batch_size": 32}, "emulated": None, "parameters": 9610, "np": 2,
+              "threads_per_rank": 1, "iters": 2, "rounds": 1, "unit": "images/s", "variants": [row]}
+    with console.capture() as shown:
+        bench_train._render(result)
+    assert "37.54 KiB" in shown.get(), shown.get()
