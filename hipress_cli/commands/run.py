@@ -98,12 +98,12 @@ def _render_summary(s: dict) -> None:
               f"measured iterations, medians)")
     for col in ("throughput", "iteration", "compute", "sync wait", "sync share", "sent/rank/iter"):
         t.add_column(col, justify="right")
-    def fmt(x: float | None, f: str) -> str:
-        return "-" if x is None else format(x, f)
+    def fmt(x: float | None, f: str, unit: str = " s") -> str:  # no unit after "-" (DDP's sync wait is unknown)
+        return "-" if x is None else f"{format(x, f)}{unit}"
     sent = s.get("bytes_sent_per_rank") or []
     t.add_row(
-        f"{fmt(s['throughput'], '.1f')} {s['throughput_unit']}",
-        f"{fmt(s['iter_s'], '.3f')} s", f"{fmt(s['compute_s'], '.3f')} s", f"{fmt(s['sync_s'], '.3f')} s",
+        fmt(s["throughput"], ".1f", f" {s['throughput_unit']}"),
+        fmt(s["iter_s"], ".3f"), fmt(s["compute_s"], ".3f"), fmt(s["sync_s"], ".3f"),
         "-" if s["sync_share"] is None else f"{100 * s['sync_share']:.0f}%",
         (human_bytes(round(max(sent))) + (" (est.)" if s.get("bytes_sent_estimated") else "")) if sent else "-",
     )

@@ -365,3 +365,18 @@ def test_the_tables_show_a_small_models_bytes_sent(monkeypatch):
     with console.capture() as shown:
         bench_train._render(result)
     assert "37.54 KiB" in shown.get(), shown.get()
+
+
+def test_the_summary_table_shows_an_unknown_figure_as_a_dash_alone(monkeypatch):
+    """DDP synchronizes inside backward: its sync wait is unknown (None), shown as "- s" beside real seconds."""
+    from hipress_cli.commands import run
+    from hipress_cli.options import console
+
+    monkeypatch.setattr(console, "width", 250)
+    summary = {"model": "mlp", "engine_topology": "ddp", "alg": "none", "np": 2, "measured_iterations": 3,
+               "throughput": 5003.3, "throughput_unit": "images/s", "iter_s": 0.013, "compute_s": 0.010,
+               "sync_s": None, "sync_share": None, "bytes_sent_per_rank": [38440.0, 38440.0]}
+    with console.capture() as shown:
+        run._render_summary(summary)
+    cells = [c.strip() for c in shown.get().splitlines()[4].split("│")[1:-1]]
+    assert cells[:5] == ["5003.3 images/s", "0.013 s", "0.010 s", "-", "-"], cells
