@@ -227,3 +227,19 @@ def test_bench_train_ids_of_two_benches_started_in_one_second_differ(monkeypatch
     r = hipress("bench", "train", "mlp", "--np", 1, "--variants", "ring+none", "--results", tmp_path)
     assert r.returncode == 1 and "stop here" in r.stderr
     assert seen["bench_id"].startswith("bench-20") and seen["bench_id"].endswith(f"-mlp-{os.getpid()}")
+
+
+def test_bench_sync_says_nothing_of_alg_none_beside_fp32_topologies(monkeypatch):
+    """--alg dgc beside the fp32 'ring' gets a note (it does not apply there); --alg none applies to it as to
+    every fp32 topology, yet got the same note ("--alg none does not apply to ring"). The ranks are not started."""
+    from hipress import launch
+
+    def no_ranks(*args, **kwargs):
+        raise RuntimeError("no ranks in this test")
+
+    monkeypatch.setattr(launch, "launch_local", no_ranks)
+    for alg, noted in (("dgc", True), ("none", False)):
+        r = CliRunner().invoke(build(), ["bench", "sync", "--np", "2", "--topo", "ring,casync-ring", "--alg", alg,
+                                         "--size", "64K"], env={"COLUMNS": "200"})
+        assert isinstance(r.exception, RuntimeError), r.output
+        assert ("does not apply to ring" in r.output) is noted, r.output
