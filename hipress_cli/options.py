@@ -481,15 +481,21 @@ def with_ssh_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return typer_command
 
 
-def hosts_for_run(hosts: str | None, hostfile: Path | None, np_: int) -> list | None:
+def hosts_for_run(hosts: str | None, hostfile: Path | None, np_: int | None, resumed: bool = False) -> list | None:
     """``hipress run``'s host list (None without ``--hosts``/``--hostfile``): the slots decide the ranks.
 
-    An empty ``--hosts ''`` is given (an unset ``$HOSTS``): refused as an empty list, not run on this machine."""
+    ``np_``: the ranks asked for, None where ``--np`` was not typed (its default is no request: a
+    typed ``--np 2`` beside 4 slots is refused like any other count); ``resumed``: ``np_`` is the
+    resumed run's own, which its slots must match. An empty ``--hosts ''`` is given (an unset
+    ``$HOSTS``): refused as an empty list, not run on this machine."""
     if hosts is None and hostfile is None:
         return None
     host_list = hosts_from_cli(hosts, hostfile)
     total = sum(h.slots for h in host_list)
-    if np_ not in (2, total):  # 2 is --np's default
+    if np_ is not None and np_ != total:
+        if resumed:
+            raise fail(f"the resumed run has {np_} ranks but the host list has {total} slot(s); give hosts with "
+                       f"{np_} slots in all (a resume keeps its ranks: their checkpoints are per rank)")
         raise fail(f"--np {np_} disagrees with the {total} slot(s) of the host list; with --hosts or --hostfile "
                    f"the slots decide the number of ranks (leave --np out)")
     return host_list

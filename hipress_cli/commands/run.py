@@ -220,7 +220,8 @@ def register(app: typer.Typer) -> None:
         check_emulate(emulate, prefix, hosts is not None or hostfile is not None)
         if resumed is None:
             _check_results(results, run_id)  # before SSH pre-flight or a --plan auto profile, not after them
-        host_list = hosts_for_run(hosts, hostfile, np_)  # multi-node: the slots decide the ranks
+        asked = np_ if resumed or on_command_line(ctx, "np_") else None
+        host_list = hosts_for_run(hosts, hostfile, asked, resumed is not None)  # multi-node: the slots decide
         np_ = sum(h.slots for h in host_list) if host_list else np_
         cluster, device_note, handed = None, None, False  # handed: the job owns the hosts' connections
         # --plan auto's quick profile measures the transport where the ranks will run: the emulated

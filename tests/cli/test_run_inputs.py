@@ -326,6 +326,24 @@ def test_a_refused_resume_leaves_the_run_as_it_was(tmp_path, launch):
     assert {name: (run_dir / name).read_bytes() for name in before} == before
 
 
+@pytest.mark.parametrize("resume", [False, True])
+def test_ranks_asked_for_must_match_the_host_slots_even_when_two(tmp_path, resume):
+    """--np 2 beside 4 slots, and a resumed 2-rank run given 4 slots: 2, --np's default, was taken for "not
+    given", so the first ran 4 ranks without a word and the second started 4 ranks on 2 ranks' checkpoints.
+    Both are refused before any host is contacted (127.0.0.1 has no sshd here)."""
+    hosts = ["--hosts", "127.0.0.1:4"]
+    if resume:
+        run_dir = tmp_path / "r1"
+        _finished_run(run_dir)
+        r = _invoke(["run", "--resume", str(run_dir), "--iters", "5", *hosts])
+        says = "the resumed run has 2 ranks but the host list has 4 slot(s)"
+    else:
+        r = _invoke(["run", "mlp", "--np", "2", *hosts, "--results", str(tmp_path / "results")])
+        says = "--np 2 disagrees with the 4 slot(s) of the host list"
+    assert r.exit_code == 2 and says in _text(r), r.output
+    assert "Traceback" not in r.output
+
+
 @pytest.mark.parametrize("threshold,says", [
     ("default", "CaSync-PS + onebit, plan FILE, 1 of 4 gradients compressed;"),
     (2000, "CaSync-PS + onebit, plan FILE, 1 of 4 gradients compressed (--comp-threshold 2000);"),
