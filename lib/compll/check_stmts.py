@@ -215,10 +215,9 @@ class StmtChecks:
                 fake = ast.Binary(st.pos, op, ast.Name(name.pos, name.id), st.value)
                 fake.left.sym = sym  # type: ignore[attr-defined]
                 fake.left.ty = sym.ty
-                self._binary_types(fake, sym.ty, t)
+                t = fake.ty = self._binary_types(fake, sym.ty, t)
                 st.value = fake
                 st.op = "="
-                t = fake.ty
             self._convertible(st.value, t, sym.ty, f"value assigned to {name.id!r}")
         if id(sym) in self.assigned or sym.kind == "state":
             sym.writes += 1

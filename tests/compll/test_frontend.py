@@ -342,3 +342,37 @@ def test_a_uint_width_takes_a_sum_or_product_without_parentheses(tmp_path):
     for width in ("bits", "bits + 1", "(bits)", "2"):
         e = _error(WIDTH_PAIR.format(width="bits").replace("out = concat(", lam.format(width) + "out = concat(", 1))
         assert (e.line, e.col) == (3, 59) and "T must be float, double or int" in e.message, str(e)
+
+
+COMPOUND = """void CEncode(float* g, uint8* out) {
+    int k = 3;
+    k += 1; k *= 10; k -= 2; k /= 3; k %= 7; k <<= 4; k >>= 1; k |= 3; k &= 14; k ^= 5;
+    float s = 1.5;
+    s *= 2; s -= 0.5; s /= 2;
+    lambda_func f = [&](int i) -> float {
+        float x = g[i];
+        int j = i;
+        j += 1; j *= 3; j %= 5;
+        x += j;
+        return x;
+    }
+    out = concat(k, s, map(range(g.size), f));
+}
+void CDecode(uint8* out, float* g) {
+    int k;
+    float s;
+    float* v;
+    extract(out, k, s, v);
+    g = v;
+}
+"""
+
+
+def test_compound_assignment_computes_what_c_does(tmp_path):
+    """``k += 1`` (any of the grammar's op=) crashed ``check`` with an AttributeError traceback: the
+    checker rewrote it to ``k = k + 1`` but left the new expression untyped."""
+    (tmp_path / "c.pse").write_text(COMPOUND)
+    comp = load_spec(tmp_path / "c.pse", register=False, cache=tmp_path / "cache")()
+    payload = comp.encode(torch.arange(6, dtype=torch.float32))
+    assert payload[20:24].view(torch.int32).item() == 15 and payload[24:28].view(torch.float32).item() == 1.25
+    assert comp.decode(payload).tolist() == [i + (i + 1) * 3 % 5 for i in range(6)]
