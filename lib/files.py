@@ -120,11 +120,12 @@ def read_at_most(path: str | os.PathLike[str], most: int) -> bytes:
 
 
 class NotUtf8(ValueError):
-    """A file's bytes are not UTF-8 text: ``line`` (1-based) and ``byte`` (its value) say where, as the
-    file's other errors do, rather than Python's byte offset into the whole file."""
+    """A file's bytes are not UTF-8 text: ``line`` and ``col`` (1-based, ``col`` in characters as an
+    editor counts them) and ``byte`` (its value) say where, as the file's other errors do, rather than
+    Python's byte offset into the whole file."""
 
-    def __init__(self, line: int, byte: int) -> None:
-        self.line, self.byte = line, byte
+    def __init__(self, line: int, byte: int, col: int = 1) -> None:
+        self.line, self.byte, self.col = line, byte, col
         super().__init__(f"line {line}: byte {byte:#04x} is not UTF-8 text")
 
 
@@ -136,4 +137,6 @@ def decode_text(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise NotUtf8(data[: e.start].count(b"\n") + 1, data[e.start]) from None
+        line_start = data.rfind(b"\n", 0, e.start) + 1  # the bytes before e.start decode: count characters
+        col = len(data[line_start : e.start].decode("utf-8")) + 1
+        raise NotUtf8(data[: e.start].count(b"\n") + 1, data[e.start], col) from None

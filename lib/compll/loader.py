@@ -110,7 +110,8 @@ def spec_text(path: str | Path) -> str:
     try:
         return decode_text(raw)
     except NotUtf8 as e:
-        raise CompLLError("spec is not UTF-8 text", str(p), e.line, 1) from None
+        raise CompLLError(f"spec is not UTF-8 text: byte {e.byte:#04x} starts no UTF-8 character", str(p), e.line,
+                          e.col, "save the spec as UTF-8") from None
 
 
 def pair_specs(first: CheckedSpec, second: CheckedSpec) -> CheckedSpec:
