@@ -20,6 +20,8 @@ expressions in ``check_exprs.py``, the resulting model in ``symbols.py``. Every 
 
 from __future__ import annotations
 
+import struct
+
 from . import ast
 from . import types as T
 from .check_exprs import ExprChecks
@@ -195,6 +197,11 @@ class Checker(StmtChecks, ExprChecks):
             if not lo <= iv <= hi:
                 raise self.err(e, f"default {iv} does not fit in {ty}")
             return iv
+        if ty.kind == "float":
+            try:
+                struct.pack("<f", v)  # rounds to float32 as the compressor does; OverflowError past its range
+            except OverflowError:
+                raise self.err(e, f"default {e.text} does not fit in float (float32)", "use double") from None
         return float(v)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ functions

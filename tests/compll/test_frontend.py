@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -376,3 +377,28 @@ def test_compound_assignment_computes_what_c_does(tmp_path):
     payload = comp.encode(torch.arange(6, dtype=torch.float32))
     assert payload[20:24].view(torch.int32).item() == 15 and payload[24:28].view(torch.float32).item() == 1.25
     assert comp.decode(payload).tolist() == [i + (i + 1) * 3 % 5 for i in range(6)]
+
+
+FLOAT_PARAM = """param P {{ float x = {default}; double y = 1; }}
+void FEncode(float* g, uint8* out, P p) {{ out = concat(p.x, g); }}
+void FDecode(uint8* out, float* g) {{ float x; float* v; extract(out, x, v); g = v; }}
+"""
+
+
+def test_a_float_parameter_past_float32_is_refused_not_made_infinite(tmp_path):
+    """A float parameter is a float32: 1e39 (default or given) became inf, with a NumPy overflow
+    warning, though inf and NaN given as such are refused; now ``check`` refuses such a default and the
+    constructor such a value, as the hand-written tbq refuses tau=1e39."""
+    for default in ("1e39", "-1e39", "3.4028236e38"):
+        e = _error(FLOAT_PARAM.format(default=default))
+        assert (e.line, e.col) == (1, 21) and f"default {default} does not fit in float" in e.message, str(e)
+        assert e.hint == "use double"
+    assert compile_spec(FLOAT_PARAM.format(default="3.4028235e38"), "t.pse").params[0].default == 3.4028235e38
+    (tmp_path / "f.pse").write_text(FLOAT_PARAM.format(default="1"))
+    cls = load_spec(tmp_path / "f.pse", register=False, cache=tmp_path / "cache")
+    for x in (1e39, -1e39, float("inf"), 10**400):
+        with pytest.raises(ValueError, match="x must be finite in float32"):
+            cls(x=x)
+    with pytest.raises(ValueError, match="y must be finite, got"):
+        cls(y=10**400)
+    assert cls(y=1e39).params()["y"] == 1e39 and cls(x=3e38).params()["x"] == float(np.float32(3e38))

@@ -63,9 +63,15 @@ def convert_param(alg: str, p: ParamSpec, value) -> object:
         return iv
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{alg}: {p.name} must be a number, got {value!r}")
-    if not math.isfinite(float(value)):
-        raise ValueError(f"{alg}: {p.name} must be finite, got {value!r}")
-    return np.float32(value) if kind == "float" else np.float64(value)
+    try:
+        f = float(value)
+    except OverflowError:  # an int past float64's range
+        f = math.inf
+    with np.errstate(over="ignore"):  # past float32's range is inf, refused below (not a NumPy warning)
+        v = np.float32(f) if kind == "float" else np.float64(f)
+    if not math.isfinite(v):
+        raise ValueError(f"{alg}: {p.name} must be finite{' in float32' if kind == 'float' else ''}, got {value!r}")
+    return v
 
 
 def plain(v):
