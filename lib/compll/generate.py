@@ -153,7 +153,7 @@ def _doc(checked: CheckedSpec) -> str:
         if not s.startswith("//"):
             break
         lines.append(s[2:].strip())
-    text = " ".join(x for x in lines if x) or f"Generated from {doc_text(Path(checked.file).name)}."
+    text = " ".join(x for x in lines if x) or f"Generated from {' and '.join(map(doc_text, checked.file_names))}."
     text = "".join(c for c in text if c.isprintable()).replace("\\", "/").replace('"""', "'''")
     return text if not text.endswith('"') else text + " "
 

@@ -129,6 +129,7 @@ def test_a_pair_generated_under_another_name_says_that_name_in_every_file(tmp_pa
         command = f"hipress compll gen HpTernGradEncode.pse HpTernGradDecode.pse --name other {flags}"
         assert f"run `{command}`" in text, f
         assert "hpterngrad" not in text.replace("hpterngrad:", ""), f
+        assert "HpTernGrad.pse" not in text, f  # the class docstring named the merged name, no file
     for f in ("other_cpu.py", "other_cupy.py"):
         text = (tmp_path / f).read_text()
         assert 'SPEC = "other"' in text, f
