@@ -208,7 +208,7 @@ def _refuse_builtin_name(checked: CheckedSpec, name: str) -> None:
     if name in available():
         raise CompLLError(
             f"-r would register {name!r}, which is a built-in compressor: the generated module could not be imported",
-            checked.file,
+            checked.files,
             hint=f"give the generated one its own name, e.g. --name {name}_gen, or leave out -r (-w)",
         )
 
@@ -292,8 +292,11 @@ def _load_checked(checked: CheckedSpec, *, register: bool, cache: Path | None):
             try:
                 register_generated(cls)
             except ValueError as e:
+                pair = bool(checked.source_files)
                 raise CompLLError(
-                    str(e), checked.file, 1, 1, "rename the spec file (its name is the algorithm's)"
+                    str(e), checked.files, 0 if pair else 1, 0 if pair else 1,
+                    "rename the two files (XEncode.pse + XDecode.pse register as x)" if pair
+                    else "rename the spec file (its name is the algorithm's)",
                 ) from None
     return cls
 

@@ -93,6 +93,12 @@ class CheckedSpec:
         return self.spec.file
 
     @property
+    def files(self) -> str:
+        """What an error about the spec as a whole names: its file, or a pair's two files
+        (``file`` is then their merged name, ``HpTernGrad.pse``, which no file has)."""
+        return " + ".join(self.source_files) if self.source_files else self.file
+
+    @property
     def file_names(self) -> tuple[str, ...]:
         """The spec's file name(s) as ``hipress compll gen`` takes them: one, or the pair's two."""
         return tuple(Path(f).name for f in (self.source_files or (self.file,)))

@@ -220,7 +220,12 @@ def test_pair_named_like_a_builtin_is_a_clear_error(tmp_path):
     shutil.copy(DEC, d / "TernGradDecode.pse")
     with pytest.raises(CompLLError, match="terngrad") as e:
         load_dir(d, cache=tmp_path / "cache")
-    assert "rename" in str(e.value)
+    assert "rename the two files" in str(e.value)
+    # the error names the two files, not their merged name TernGrad.pse (no such file), here and in gen -r
+    assert e.value.file == f"{d / 'TernGradEncode.pse'} + {d / 'TernGradDecode.pse'}" and e.value.line == 0
+    r = cli("compll", "gen", "TernGradEncode.pse", "TernGradDecode.pse", "-w", "-r", "-o", str(tmp_path / "out"), cwd=d)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("error: TernGradEncode.pse + TernGradDecode.pse: -r would register 'terngrad'"), r.stderr
 
 
 def test_multi_name_declarations_and_rest_vector_errors():
