@@ -244,7 +244,8 @@ class Checker(StmtChecks, ExprChecks):
                 )
             else:
                 what = "the gradient and state (float*), the payload (uint8*) and scalar parameters"
-                raise self.err(tn, f"parameter {p.name!r} of type {tn.text()} has no role in a {role}r", f"use {what}")
+                where = "an encoder" if role == "encode" else "a decoder"
+                raise self.err(tn, f"parameter {p.name!r} of type {tn.text()} has no role in {where}", f"use {what}")
             p.sym = sym
             scope.names[p.name] = sym
             syms.append(sym)

@@ -402,3 +402,13 @@ def test_a_float_parameter_past_float32_is_refused_not_made_infinite(tmp_path):
     with pytest.raises(ValueError, match="y must be finite, got"):
         cls(y=10**400)
     assert cls(y=1e39).params()["y"] == 1e39 and cls(x=3e38).params()["x"] == float(np.float32(3e38))
+
+
+@pytest.mark.parametrize("fn, words", [("void XEncode(float* g, uint8* out, uint<2> b) { out = concat(g); }",
+                                         "has no role in an encoder"),
+                                        ("void XDecode(uint8* out, float* g, uint<2> b) { float* v; extract(out, v); "
+                                         "g = v; }", "has no role in a decoder")])
+def test_a_parameter_without_a_role_is_named_in_english(fn, words):
+    """The message said 'has no role in a encoder'."""
+    e = _error(fn)
+    assert e.message == f"parameter 'b' of type uint<2> {words}", str(e)
