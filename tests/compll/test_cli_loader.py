@@ -332,7 +332,6 @@ def test_a_spec_file_starting_with_a_bom_reads_as_without_it(user_dir, tmp_path)
         read_spec(bad)
 
 
-
 def test_a_spec_that_is_not_utf8_is_refused_at_the_byte_with_a_hint(tmp_path):
     """The error named the line of the bad byte but always column 1, not the byte, and no fix; now the
     column of the byte as the editor counts it (characters, a BOM taking none), the byte, and a hint."""
@@ -340,12 +339,14 @@ def test_a_spec_that_is_not_utf8_is_refused_at_the_byte_with_a_hint(tmp_path):
     for data, where in [
         (b"void X\xff(float* g) {}\n", "1:7"),
         (BOM + "// gr\u00fc\n".encode() + "// gr\u00fc".encode() + b"\xdf\n", "2:7"),
+        (BOM + b"void X\xff(float* g) {}\n", "1:7"),
     ]:
         bad.write_bytes(data)
         r = hipress("compll", "check", str(bad))
         assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
         assert f"{bad}:{where}: spec is not UTF-8 text: byte 0x" in r.stderr, r.stderr
         assert "(hint: save the spec as UTF-8)" in r.stderr, r.stderr
+
 
 def test_user_spec_cannot_take_a_builtin_name(tmp_path):
     d = tmp_path / "specs"
