@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from hipress.files import write_atomic
+from hipress.files import NotUtf8, decode_text, write_atomic
 
 
 def test_text_bytes_or_a_writer_and_no_temporary_left(tmp_path):
@@ -76,3 +76,14 @@ def test_read_at_most_takes_a_file_of_the_bound_and_refuses_one_byte_more_unread
         assert e.value.most == 9 and str(e.value) == "larger than 9 bytes"
     with pytest.raises(FileNotFoundError):
         read_at_most(tmp_path / "missing", 9)
+
+
+@pytest.mark.parametrize("data,line,col", [
+    (b"void X\xff(float* g)", 1, 7),
+    ("\ufeffvoid X".encode() + b"\xff", 1, 7),  # a BOM is not a column an editor shows
+    ("a\n// gr\u00fc".encode() + b"\xff", 2, 7),  # columns are characters, not bytes
+])
+def test_not_utf8_names_the_line_and_column_of_the_bad_byte(data, line, col):
+    with pytest.raises(NotUtf8) as e:
+        decode_text(data)
+    assert (e.value.line, e.value.col, e.value.byte) == (line, col, 0xFF)
