@@ -138,5 +138,5 @@ def decode_text(data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line_start = data.rfind(b"\n", 0, e.start) + 1  # the bytes before e.start decode: count characters
-        col = len(data[line_start : e.start].decode("utf-8").removeprefix("\ufeff" if not line_start else "")) + 1
+        col = len(data[line_start : e.start].decode("utf-8")) + 1
         raise NotUtf8(data[: e.start].count(b"\n") + 1, data[e.start], col) from None
