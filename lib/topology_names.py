@@ -93,8 +93,17 @@ def choice(name: str) -> Choice:
 
 
 def plan_topology(name: str) -> str:
-    """SeCoPa's topology for a user's name (any case, aliases too): ``ring`` or ``ps``; ``ValueError`` otherwise."""
-    c = choice(name)
+    """SeCoPa's topology for a user's name (any case, aliases too): ``ring`` or ``ps``; ``ValueError`` otherwise.
+
+    The one rule for ``hipress plan`` and ``bench plan`` alike. An unknown name is answered with the
+    names SeCoPa plans, not every ``--topo`` choice: those it would list (allgather, ddp) it then refuses.
+    """
+    try:
+        c = choice(name)
+    except ValueError:
+        planned = [c for c in CHOICES if c.plan is not None]
+        names = " or ".join(f"{c.plan} ({', '.join(c.aliases)})" if c.aliases else str(c.plan) for c in planned)
+        raise ValueError(f"unknown topology {name!r}; SeCoPa plans {names}, any case") from None
     if c.plan is None:
         raise ValueError(f"SeCoPa plans {' and '.join(PLAN_TOPOLOGIES)} only, not {c.name!r}")
     return c.plan

@@ -26,7 +26,8 @@ InputOpt = Annotated[Path | None, typer.Option("--input", parser=path_option,
                                                help="HiPress input.txt: 'name,num_floats' a line.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A model of the zoo (e.g. vgg19) instead.")]
 TopologyOpt = Annotated[str, typer.Option(
-    "--topology", help="ps (CaSync-PS) or ring (CaSync-Ring), any case (PS, Ring as in HiPress).")]
+    "--topology", help="ps (CaSync-PS, alias casync-ps) or ring (CaSync-Ring, alias casync-ring), any case (PS, Ring "
+    "as in HiPress).")]
 NodesOpt = Annotated[int, typer.Option("--nnodes", help="Number of nodes N, 1..4096 (K ranges over 1..N; a ring's K "
                                         "counts chunks, as in HiPress: K = N is one ring, P pipelined rings K = P*N).")]
 AlgOpt = Annotated[str | None, typer.Option(

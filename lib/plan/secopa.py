@@ -74,6 +74,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hipress.sync.plan import Plan, PlanEntry, ring_k
+from hipress.topology_names import PLAN_TOPOLOGIES, plan_topology
 
 from . import secopa_sosp21
 from .costmodel import HIPRESS_RATIO, CostModel
@@ -81,15 +82,19 @@ from .errors import PlanError
 from .limits import MAX_ELEMENTS, MAX_NODES
 from .payload import PayloadModel
 
-TOPOLOGIES = ("ps", "ring")
+TOPOLOGIES = PLAN_TOPOLOGIES
 
 
 def normalize_topology(topology: str) -> str:
-    """``PS``, ``Ring``, ``RING`` (HiPress's spellings) -> ``ps``/``ring``; anything else is an error."""
-    t = topology.strip().lower() if isinstance(topology, str) else topology
-    if t not in TOPOLOGIES:
+    """``PS``, ``Ring``, ``RING`` (HiPress's spellings), ``casync-ps`` (hipress's) -> ``ps``/``ring``;
+    anything else is an error. ``hipress.topology_names.plan_topology``'s rule, so that ``hipress plan``
+    takes the names ``bench plan`` and ``hipress run --topo`` take."""
+    if not isinstance(topology, str):
         raise PlanError(f"unknown topology {topology!r}; use one of: {', '.join(TOPOLOGIES)} (any case)")
-    return t
+    try:
+        return plan_topology(topology)
+    except ValueError as e:
+        raise PlanError(str(e)) from None
 
 
 def _check(topology: str, nnodes: int) -> str:

@@ -158,6 +158,26 @@ def test_plan_topology_any_case_and_bounds(tmp_path):
         assert r.returncode == 2 and msg in r.stderr, r.stderr
 
 
+def test_plan_and_bench_plan_take_the_same_topology_names(tmp_path):
+    """`bench plan` took casync-ps where `plan` refused it, and `bench plan --topology tree` listed
+    allgather, allreduce and ddp as names to use, then refused each: one rule, naming only SeCoPa's."""
+    path = tmp_path / "input.txt"
+    path.write_text("w,4000000\nb,10\n")
+    plans = {}
+    for topo in ("ps", "casync-ps", "CaSync-Ring", "ring"):
+        out = tmp_path / f"{topo}.txt"
+        r = hipress("plan", "--input", path, "--topology", topo, "--output", out)
+        assert r.returncode == 0, r.stderr
+        plans[topo] = out.read_text()
+    assert plans["ps"] == plans["casync-ps"] and plans["ring"] == plans["CaSync-Ring"]
+    for command in (["plan", "--input", path], ["bench", "plan", "--gradients", 5]):
+        r = hipress(*command, "--topology", "tree")
+        assert r.returncode == 2 and "unknown topology 'tree'" in r.stderr, r.stderr
+        assert "allgather" not in r.stderr and "ddp" not in r.stderr and "ring" in r.stderr, r.stderr
+        r = hipress(*command, "--topology", "allgather")
+        assert r.returncode == 2 and "SeCoPa plans ps and ring only, not 'allgather'" in r.stderr, r.stderr
+
+
 @pytest.mark.mpi
 @pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not installed")
 def test_profile_then_plan(tmp_path):
