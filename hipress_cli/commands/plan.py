@@ -25,6 +25,9 @@ MAX_LAMBDA = 1e3
 InputOpt = Annotated[Path | None, typer.Option("--input", parser=path_option,
                                                help="HiPress input.txt: 'name,num_floats' a line.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A model of the zoo (e.g. vgg19) instead.")]
+InputSizeOpt = Annotated[int | None, typer.Option(
+    "--input-size", help="With --model: the image size (px) of the run to plan for, where it changes the gradients "
+    "(ugatit's; default the paper's): `hipress run` trains smaller on a CPU (`hipress models`).")]
 TopologyOpt = Annotated[str, typer.Option(
     "--topology", help="ps (CaSync-PS, alias casync-ps) or ring (CaSync-Ring, alias casync-ring), any case (PS, Ring "
     "as in HiPress).")]
@@ -52,8 +55,31 @@ LambdaOpt = Annotated[float, typer.Option(
     "--lambda", help=f"Compute slow-down factor in max(lambda*compute, sync), 0..{MAX_LAMBDA:g}.")]
 
 
-def load_gradients(input_: Path | None, model: str | None) -> tuple[list[tuple[str, int]], str]:
-    """Gradients from a HiPress ``input.txt`` or the model zoo, and a label for them."""
+def model_options(model: str | None, input_size: int | None) -> dict[str, int]:
+    """The zoo options ``--input-size`` sets, checked as ``hipress run`` checks its own: UGATIT's gradients
+    grow with its input, so a plan for the paper's size does not fit a run at the CPU default."""
+    if input_size is None:
+        return {}
+    from hipress.models import get
+    from hipress.train.validate import MAX_INPUT_SIZE
+
+    if model is None:
+        raise fail("--input-size applies to --model (an input.txt has its sizes already)")
+    if not 1 <= input_size <= MAX_INPUT_SIZE:
+        raise fail(f"--input-size {input_size} is out of range: give 1..{MAX_INPUT_SIZE} pixels, as `hipress run` "
+                   "takes")
+    try:
+        takes = "input_size" in get(model).paper
+    except KeyError:  # an unknown model: load_gradients names it
+        return {}
+    if not takes:
+        raise fail(f"model {model!r} takes no --input-size (it has no image input)")
+    return {"input_size": input_size}
+
+
+def load_gradients(input_: Path | None, model: str | None,
+                   opts: dict[str, int] | None = None) -> tuple[list[tuple[str, int]], str]:
+    """Gradients from a HiPress ``input.txt`` or the model zoo (at ``opts``), and a label for them."""
     from hipress.plan import PlanError, read_input
 
     if (input_ is None) == (model is None):
@@ -69,7 +95,8 @@ def load_gradients(input_: Path | None, model: str | None) -> tuple[list[tuple[s
         raise fail(f"the model zoo (hipress.models) is not available in this installation ({e}); "
                    "use --input input.txt instead") from None
     try:
-        return gradient_sizes(model), f"model {model}"
+        shown = "".join(f" ({k.replace('_', ' ')} {v})" for k, v in (opts or {}).items())
+        return gradient_sizes(model, **(opts or {})), f"model {model}{shown}"
     except (KeyError, ValueError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         raise fail(str(msg)) from None
@@ -143,6 +170,7 @@ def register(root: typer.Typer) -> None:
 def plan(
     input_: InputOpt = None,
     model: ModelOpt = None,
+    input_size: InputSizeOpt = None,
     topology: TopologyOpt = str(PS.plan),
     nnodes: NodesOpt = 4,
     alg: AlgOpt = None,
@@ -180,7 +208,8 @@ def plan(
         raise fail(f"--nnodes {nnodes} is out of range: give 1..{MAX_NODES} nodes (machines; K ranges over 1..N)")
     check_bounded("--compute-ms", compute_ms, MAX_COMPUTE_MS, "one iteration's compute time in milliseconds")
     check_bounded("--lambda", lam, MAX_LAMBDA, "a compute slow-down factor (typically 1 to 2)")
-    gradients, source = load_gradients(input_, model)
+    opts = model_options(model, input_size)
+    gradients, source = load_gradients(input_, model, opts)
     cm = load_model(profile, cost_model)
     try:
         payload = default_payload(cm, alg)
@@ -194,7 +223,7 @@ def plan(
         if model is not None:
             from hipress.plan import parameter_shapes
 
-            shapes = parameter_shapes(model)
+            shapes = parameter_shapes(model, **opts)
         result = plan_gradients(gradients, nnodes, topology, cm, payload, alg=alg, shapes=shapes)
         if output == STDOUT:
             typer.echo(format_plan(result.to_plan()), nl=False)

@@ -156,7 +156,8 @@ def load_plan(
     return {n: plan[n] for n in names}
 
 
-_REMEDY = "Make a plan for this model with `hipress plan --model ...` or `--plan auto`."
+_REMEDY = ("Make a plan for this model with `hipress plan --model ...` (and the run's --input-size, where the "
+           "gradients grow with it: ugatit) or `--plan auto`.")
 
 
 def _check_world(source: str, plan: Plan, world_size: int, ring: bool = False) -> None:

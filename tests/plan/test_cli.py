@@ -178,6 +178,28 @@ def test_plan_and_bench_plan_take_the_same_topology_names(tmp_path):
         assert r.returncode == 2 and "SeCoPa plans ps and ring only, not 'allgather'" in r.stderr, r.stderr
 
 
+def test_plan_model_at_the_runs_input_size(tmp_path):
+    """UGATIT's gradients grow with its input size: `plan --model ugatit` plans the paper's 256 px,
+    `hipress run ugatit` trains 96 px on a CPU, and the run refused the plan, saying to make one with
+    `hipress plan --model ...`, which had no way to say 96. `--input-size` is that way."""
+    from hipress.train.config import ConfigError, make_config
+
+    paper, cpu = tmp_path / "paper.txt", tmp_path / "cpu.txt"
+    assert hipress("plan", "--model", "ugatit", "--output", paper).returncode == 0
+    r = hipress("plan", "--model", "ugatit", "--input-size", 96, "--output", cpu, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.raw)["source"] == "model ugatit (input size 96)"
+    with pytest.raises(ConfigError, match="another size in the plan.*the run's --input-size"):
+        make_config("ugatit", "ps", "tbq", 4, 1, plan=str(paper))
+    assert len(make_config("ugatit", "ps", "tbq", 4, 1, plan=str(cpu)).plan_entries()) == 148
+    for extra, msg in [(["--input", paper], "--input-size applies to --model"),
+                       (["--model", "bert"], "model 'bert' takes no --input-size"),
+                       (["--model", "ugatit", "--input-size", 0], "--input-size 0 is out of range: give 1..4096"),
+                       (["--model", "ugatit", "--input-size", 10**6], "--input-size 1000000 is out of range")]:
+        r = hipress("plan", *extra, *([] if "--input-size" in extra else ["--input-size", 96]))
+        assert r.returncode == 2 and msg in r.stderr, (extra, r.stderr)
+
+
 @pytest.mark.mpi
 @pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not installed")
 def test_profile_then_plan(tmp_path):
