@@ -60,10 +60,15 @@ def register(app: typer.Typer) -> None:
         if json_:
             print_json(rows)
             return
-        t = Table(title="model zoo (fp32 gradients; sizes at the paper's input)")
+        # At 80 columns (a pipe, CI's log) the table is some 20 too wide: the columns of words and two-word
+        # headers wrap, at least 7 wide ("params)"), and no outer edge. Only "run default" wrapped, and rich
+        # gave it no width at all: its header and every value were blank.
+        t = Table(title="model zoo (fp32 gradients; sizes at the paper's input)", show_edge=False)
+        wrapped = ("grad MiB", "max MiB", "paper", "run default")
         for col in ("model", "params", "tensors", "grad MiB", "max MiB", "unit", "paper", "run default"):
             left = col in ("model", "unit", "paper", "run default")
-            t.add_column(col, justify="left" if left else "right", no_wrap=col != "run default")
+            t.add_column(col, justify="left" if left else "right", no_wrap=col not in wrapped,
+                         min_width=7 if col in ("paper", "run default") else None)
         for r in rows:
             cpu = _fmt_opts(r["cpu_options"])
             if r["cpu_parameters"] != r["parameters"]:

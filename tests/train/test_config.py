@@ -242,6 +242,16 @@ def test_models_command_lists_real_sizes():
     assert "548.0" in table.output and "32px b4" in table.output
 
 
+def test_models_table_keeps_every_column_at_80_columns():
+    """In a pipe (80 columns) the 'run default' column came out blank, its header and every value."""
+    table = CliRunner().invoke(build(), ["models"], env={"COLUMNS": "80"})
+    assert table.exit_code == 0, table.output
+    lines = table.output.splitlines()
+    assert max(map(len, lines)) <= 80
+    words = table.output.split()
+    assert "default" in words and "32px" in words and "(209M" in words and "params)" in words
+
+
 def test_comp_threshold_becomes_the_plans_compress_flags(tmp_path):
     from hipress.sync import topologies
     from hipress.sync.program import DEFAULT_PARTITION_BYTES
