@@ -18,7 +18,8 @@ from hipress_cli.options import (
     print_json,
 )
 
-app = typer.Typer(help="Benchmarks: compressors (and, as they land, sync and planning).", no_args_is_help=True)
+app = typer.Typer(help="Benchmarks: compressors, synchronization, planning and training; medians side by side.",
+                  no_args_is_help=True)
 
 
 @app.command("compress")

@@ -17,6 +17,16 @@ def test_help_lists_commands():
     assert "bench" in r.stdout
 
 
+def test_bench_help_says_what_it_benchmarks():
+    """`bench --help` said sync and planning were to come, beside the `bench sync` and `bench plan` it lists."""
+    r = hipress("bench", "--help")
+    assert r.returncode == 0
+    first = r.stdout.split("Options")[0]
+    assert "as they land" not in first
+    for what in ("compressors", "synchronization", "planning", "training"):
+        assert what in " ".join(first.split()), first
+
+
 def test_version():
     r = hipress("--version")
     assert r.returncode == 0 and r.stdout.startswith("hipress ")
