@@ -69,8 +69,9 @@ def profile(
     alg: Annotated[str, typer.Option("--alg", help="Compressor spec whose encode/decode to measure.")] = "onebit",
     output: Annotated[Path, typer.Option("--output", parser=path_option,
                                          help="Where to save the profile JSON.")] = Path("profile.json"),
-    np_: Annotated[int | None, typer.Option("--np", min=2, help="MPI processes for the transport (default 2, "
-                                                   "or one per host).")] = None,
+    # 1024 is hipress.train.validate.MAX_RANKS, not imported here (torch, for every command's help): the tests check
+    np_: Annotated[int | None, typer.Option("--np", min=2, help="MPI processes for the transport, 2..1024 "
+                                                   "(default 2, or one per host).")] = None,
     hosts: options.HostsOpt = None,
     hostfile: options.HostfileOpt = None,
     ssh: options.SshOpts = options.SshOpts(),
@@ -89,7 +90,10 @@ def profile(
     """Time encode/decode/merge here (with --hosts: on the first host) and send/gather/broadcast over MPI;
     fit max(overhead, A + B*x)."""
     from hipress.plan import PlanError
+    from hipress.train.validate import MAX_RANKS
 
+    if np_ is not None and np_ > MAX_RANKS:  # hipress run's bound: beyond it a typo, a million processes started
+        raise fail(f"--np {np_} is out of range: give 2..{MAX_RANKS} MPI processes, as `hipress run --np` takes")
     remote = hosts is not None or hostfile is not None  # an empty --hosts '' is refused, not run here
     # with --hosts the codec is timed on the first host, which decides --device auto; here only the name
     dev = options.device_name(device) if remote else options.resolve_device(device)

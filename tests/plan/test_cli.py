@@ -440,6 +440,18 @@ def test_profile_sizes_bound_speaks_of_elements(no_measuring):
     assert "bytes" not in r.stderr and not no_measuring
 
 
+def test_profile_np_bounded_as_run_np(tmp_path, no_measuring):
+    """--np 1000000 went on to start a million local MPI processes; `hipress run --np` stops at 1024."""
+    r = hipress("profile", "--np", 1_000_000, "--output", tmp_path / "p.json", "--sizes", "1K,2K")
+    assert r.returncode == 2 and "--np 1000000 is out of range: give 2..1024" in r.stderr, r.stderr
+    assert not no_measuring
+    r = hipress("profile", "--np", 1024, "--output", tmp_path / "p.json", "--sizes", "1K,2K")
+    assert r.returncode == 2 and "measured" in r.stderr and len(no_measuring) == 1
+    from hipress.train.validate import MAX_RANKS
+
+    assert MAX_RANKS == 1024 and "2..1024" in hipress("profile", "--help").stdout  # the help's number is the bound
+
+
 def test_plan_output_through_a_link_to_a_device_and_not_a_directory(tmp_path):
     """--output writes through a symbolic link (the target changes, the link stays) and straight into
     a path that is no regular file (/dev/stdout, a pipe); a directory is refused by name, and an empty
