@@ -159,13 +159,13 @@ def _render_tta(r: dict, bench_dir: Path) -> None:
 
 
 def _render(r: dict) -> None:
-    from hipress.compress.bench import human_bytes  # in MiB, mlp's 36 KiB (none) and 3 KiB (tbq) both read 0.0
+    from hipress.compress.bench import human_bytes, human_count  # in MiB, mlp's 36 KiB and 3 KiB both read 0.0
 
     opts = ", ".join(f"{k}={v}" for k, v in r["model_options"].items())
     where = f"emulated {r['emulated']['rate']} links" if r["emulated"] else "this machine (shared memory)"
     if r.get("device") == "cuda":
         where += f", on {r.get('gpu_name') or 'CUDA'}"
-    t = Table(title=f"{r['model']} ({opts}; {r['parameters'] / 1e6:.1f} M params) on {r['np']} ranks, {where}, "
+    t = Table(title=f"{r['model']} ({opts}; {human_count(r['parameters'])} params) on {r['np']} ranks, {where}, "
                     f"{r['threads_per_rank']} thread(s)/rank; medians of {r['iters']}x{r['rounds']} iterations")
     base = [v["variant"] for v in r["variants"] if v["alg"] == "none"]
     cols = ["variant", "engine", f"{r['unit']}", "95% CI", "iter s", "compute s", "sync wait s", "sent/rank/it"]

@@ -73,6 +73,7 @@ def _what_runs(cfg: Any) -> Text:
         scale = "the paper's setting"
     else:
         scale = "paper: " + ", ".join(f"{k}={v}" for k, v in paper.items() if o.get(k) != v)
+    from hipress.compress.bench import human_bytes, human_count
     from hipress.topology_names import choice_of_engine
 
     sync = choice_of_engine(cfg.engine_topology)[1]
@@ -85,8 +86,8 @@ def _what_runs(cfg: Any) -> Text:
             plan += f" (--comp-threshold {cfg.comp_threshold})"
     lr = "" if cfg.lr_schedule == CONSTANT else f"; learning rate {cfg.lr:g}, {cfg.lr_schedule} schedule"
     return styled("[bold]{}[/]: {}", cfg.model,
-                  f"{', '.join(shape)} ({scale}); {cfg.parameters / 1e6:.1f} M parameters, "
-                  f"{cfg.gradient_bytes / 2**20:.1f} MiB of gradients in {cfg.meta['gradients']} tensors\n"
+                  f"{', '.join(shape)} ({scale}); {human_count(cfg.parameters)} parameters, "
+                  f"{human_bytes(cfg.gradient_bytes)} of gradients in {cfg.meta['gradients']} tensors\n"
                   f"{cfg.np} rank(s), {sync}{alg}{plan}; {cfg.iters} iteration(s) after {cfg.warmup} warm-up{lr}; "
                   f"data: {cfg.data}; device: {cfg.device}")
 

@@ -109,6 +109,16 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def human_count(n: int) -> str:
+    """A count of parameters as a title shows it: ``143.7 M``, ``9.4 k``, ``10``.
+
+    In millions with one decimal, the quick-run model's 9,418 parameters read "0.0 M"."""
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return str(n)
+
+
 def _gbps(nbytes: int, times: list[float]) -> dict:
     med, lo, hi = median_ci(times)
     return {"gbps": nbytes / med / 1e9, "ci95_gbps": [nbytes / hi / 1e9, nbytes / lo / 1e9], "median_s": med}

@@ -398,3 +398,12 @@ def test_the_summary_table_shows_an_unknown_figure_as_a_dash_alone(monkeypatch):
         run._render_summary(summary)
     cells = [c.strip() for c in shown.get().splitlines()[4].split("│")[1:-1]]
     assert cells[:5] == ["5003.3 images/s", "0.013 s", "0.010 s", "-", "-"], cells
+
+
+def test_the_line_of_what_runs_counts_a_small_model_in_its_own_unit():
+    """mlp (9.6 k parameters, 37.5 KiB of gradients) read "0.0 M parameters, 0.0 MiB of gradients"."""
+    from hipress.train.config import make_config
+    from hipress_cli.commands.run import _what_runs
+
+    line = " ".join(_what_runs(make_config("mlp", "ring", "tbq", 2, 1)).plain.split())
+    assert "9.6 k parameters, 37.54 KiB of gradients in 4 tensors" in line, line

@@ -66,7 +66,7 @@ def test_vgg19_with_no_flags_says_what_it_ran(results):
     assert res.returncode == 0, res.stdout + res.stderr
     out = " ".join(res.stdout.split())
     assert "vgg19: 32x32 input, batch 4/rank (paper: input_size=224, batch_size=32)" in out
-    assert "143.7 M parameters, 548.0 MiB of gradients in 38 tensors" in out
+    assert "143.7 M parameters, 548 MiB of gradients in 38 tensors" in out
     assert "2 rank(s), CaSync-Ring + tbq" in out and "images/s" in out
     s = json.loads((run_dir_of(results) / "summary.json").read_text())
     assert s["status"] == "ok" and s["np"] == 2
