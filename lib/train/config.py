@@ -269,6 +269,7 @@ def make_config(
     if data == "digits" and model != "mlp":
         raise ConfigError("--data digits needs --model mlp (the digits are 8x8 images with 10 classes)")
     eval_every = check_evaluation(target_accuracy, eval_every, data)
+    alg = alg.strip()  # ' tbq' (a pasted space) parses as tbq: recorded, shown and named in results without it
     try:
         algorithm = AlgorithmSpec.parse(alg)
         compressor = algorithm.create()  # the constructor checks the values (ranges) too

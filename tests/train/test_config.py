@@ -309,3 +309,9 @@ def test_plan_auto_profiles_the_codecs_where_the_run_trains(monkeypatch):
         entries = resolve_plan("auto", sizes, 2, "tbq", "casync-ring", device=device)
         assert [e[0] for e in entries] == ["b", "w"]
     assert seen == ["cuda", "cpu"]
+
+
+def test_stray_spaces_around_alg_are_not_recorded():
+    """--alg ' tbq' (a pasted space) ran tbq but config.json, the summary and the run directory said ' tbq'."""
+    cfg = make_config("mlp", "ring", " tbq:block=0 ", 2, 1)
+    assert cfg.alg == "tbq:block=0"
