@@ -84,10 +84,10 @@ def naming(checked: CheckedSpec, name: str | None) -> tuple[str, tuple[str, ...]
     spec's file would give.
     """
     if not name:
-        return spec_name(checked.file), ()
+        return checked.name, ()
     name = check_name(name)
     try:
-        own = spec_name(checked.file)
+        own = checked.name
     except CompLLError:  # a file whose name cannot name an algorithm (``class.pse``): --name is the way
         own = None
     return name, () if name == own else ("--name", name)

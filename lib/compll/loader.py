@@ -23,7 +23,7 @@ from .checker import check
 from .errors import CompLLError
 from .generate import VERSION, compile_spec, generate_cpu, generate_wrapper
 from .limits import deep
-from .names import check_name, pair_prefix, spec_name
+from .names import check_name, pair_prefix
 from .parser import MAX_SOURCE, parse
 from .runtime.modules import import_file
 from .symbols import CheckedSpec
@@ -166,7 +166,7 @@ def write_modules(
     """Write the generated files of a spec into ``out_dir``; returns their paths."""
     from .gen_cuda import generate_cuda, generate_cuda_source
 
-    name = check_name(name) if name is not None else spec_name(checked.file)
+    name = check_name(name) if name is not None else checked.name
     if register:
         _refuse_builtin_name(checked, name)
     out = Path(out_dir)
@@ -180,7 +180,7 @@ def write_modules(
                 files[f"{name}_cupy.py"] = generate_cuda(checked, name)
                 files[f"{name}.cu"] = generate_cuda_source(checked, name)
             else:
-                raise CompLLError(f"unknown flavor {flavor!r}; use cpu or cupy", checked.file)
+                raise CompLLError(f"unknown flavor {flavor!r}; use cpu or cupy", checked.files)
     if wrapper or register:
         files[f"{name}.py"] = generate_wrapper(checked, name=name, wire_id=wire_id, register=register)
     _refuse_overwriting_specs(checked, [out / fname for fname in files])
@@ -245,7 +245,7 @@ def _refuse_directories(checked: CheckedSpec, outputs: list[Path]) -> None:
         if path.is_dir():
             raise CompLLError(
                 f"{path} is a directory, not a file the generated code can replace",
-                checked.file,
+                checked.files,
                 hint="move it away, or generate into another directory with -o DIR",
             )
 
@@ -261,7 +261,7 @@ def _load_checked(checked: CheckedSpec, *, register: bool, cache: Path | None):
 
     from .runtime.compressor import register_generated
 
-    name = spec_name(checked.file)
+    name = checked.name
     checked.require_both("a spec loaded as a compressor")
     key = f"{name}-{cache_key(checked)}"
     root = private_cache(cache or cache_dir()) / key
@@ -279,7 +279,7 @@ def _load_checked(checked: CheckedSpec, *, register: bool, cache: Path | None):
     try:
         mod = import_file(root / f"{name}.py", f"hipress_compll_user_{name}_{cache_key(checked)}")
     except ImportError as e:  # pragma: no cover - the file was just written
-        raise CompLLError(f"cannot import generated module {root / name}.py: {e}", checked.file) from None
+        raise CompLLError(f"cannot import generated module {root / name}.py: {e}", checked.files) from None
     from .generate import class_name
 
     cls = getattr(mod, class_name(name))
@@ -314,7 +314,7 @@ def load_dir(path: str | Path, *, cache: Path | None = None) -> list[str]:
     if not specs:
         raise CompLLError(f"no *.pse specs in {d}", str(d))
     checked = [read_specs(group) for group in group_files(specs)]
-    names = [spec_name(c.file) for c in checked]
+    names = [c.name for c in checked]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise CompLLError(f"two specs would register as {sorted(dup)[0]!r}", str(d), hint="rename one of them")

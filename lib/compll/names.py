@@ -24,11 +24,12 @@ RESERVED_PARAMS = frozenset({"self", "super"})
 MAX_NAME = 64
 
 
-def spec_name(file: str) -> str:
+def spec_name(file: str, where: str | None = None) -> str:
     """The algorithm name a spec registers under: its file name, lower case (``TBQ.pse`` -> ``tbq``).
 
     Characters other than letters, digits and ``_`` become ``_`` (``my-alg.pse`` -> ``my_alg``), so the
-    result is always an identifier, whatever the file is called.
+    result is always an identifier, whatever the file is called. ``where``: what an error names, if
+    not ``file`` (a pair's two files, whose merged name ``file`` is no file's).
     """
     stem = Path(file).stem.lower()
     name = re.sub(r"[^a-z0-9_]", "_", stem)
@@ -38,7 +39,7 @@ def spec_name(file: str) -> str:
         why = "is a Python keyword" if keyword.iskeyword(name) else f"is longer than {MAX_NAME} characters"
         raise CompLLError(
             f"the spec's file name gives the algorithm name {name!r}, which {why}",
-            file,
+            where or file,
             hint="rename the file (its name is the algorithm's), or give compll gen another with --name",
         )
     return name

@@ -12,6 +12,7 @@ from pathlib import Path
 from . import ast
 from . import types as T
 from .errors import CompLLError
+from .names import spec_name
 
 VECTOR_OPS = ("map", "reduce", "filter", "sort", "scan", "concat", "extract", "scatter", "range")
 MATH_1 = ("floor", "ceil", "sqrt", "exp", "log")
@@ -97,6 +98,11 @@ class CheckedSpec:
         """What an error about the spec as a whole names: its file, or a pair's two files
         (``file`` is then their merged name, ``HpTernGrad.pse``, which no file has)."""
         return " + ".join(self.source_files) if self.source_files else self.file
+
+    @property
+    def name(self) -> str:
+        """The algorithm name it registers under (``names.spec_name`` of ``file``; errors name ``files``)."""
+        return spec_name(self.file, self.files)
 
     @property
     def file_names(self) -> tuple[str, ...]:

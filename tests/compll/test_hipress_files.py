@@ -228,6 +228,21 @@ def test_pair_named_like_a_builtin_is_a_clear_error(tmp_path):
     assert r.stderr.startswith("error: TernGradEncode.pse + TernGradDecode.pse: -r would register 'terngrad'"), r.stderr
 
 
+def test_a_pair_whose_name_is_no_algorithm_name_names_its_two_files(tmp_path):
+    """ClassEncode.pse + ClassDecode.pse register as 'class', a Python keyword: the error named their merged
+    name Class.pse, which no file has; now the two files, as every error about a pair as a whole does."""
+    d = tmp_path / "specs"
+    d.mkdir()
+    shutil.copy(ENC, d / "ClassEncode.pse")
+    shutil.copy(DEC, d / "ClassDecode.pse")
+    with pytest.raises(CompLLError, match="'class', which is a Python keyword") as e:
+        load_dir(d, cache=tmp_path / "cache")
+    assert e.value.file == f"{d / 'ClassEncode.pse'} + {d / 'ClassDecode.pse'}"
+    r = cli("compll", "gen", "ClassEncode.pse", "ClassDecode.pse", "-o", str(tmp_path / "out"), cwd=d)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("error: ClassEncode.pse + ClassDecode.pse: the spec's file name gives"), r.stderr
+
+
 def test_multi_name_declarations_and_rest_vector_errors():
     spec = """
     void ADecode(uint8* compressed, float* gradient) {
