@@ -23,7 +23,8 @@ MAX_COMPUTE_MS = 1e9
 MAX_LAMBDA = 1e3
 
 InputOpt = Annotated[Path | None, typer.Option("--input", parser=path_option,
-                                               help="HiPress input.txt: 'name,num_floats' a line.")]
+                                               help="HiPress input.txt: 'name,num_floats' a line ('-': standard "
+                                               "input).")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="A model of the zoo (e.g. vgg19) instead.")]
 InputSizeOpt = Annotated[int | None, typer.Option(
     "--input-size", help="With --model: the image size (px) of the run to plan for, where it changes the gradients "
@@ -46,7 +47,7 @@ OutputOpt = Annotated[Path | None, typer.Option(
     "--output", parser=path_option,
     help="Write the plan here (HiPress SeCoPaPlan.txt); - prints it (the tables then go to stderr).")]
 #: ``--output -``: the plan on standard output, for a pipe or a redirection.
-STDOUT = Path("-")
+STDOUT = Path("-")  # --output -; and --input - is standard input
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-gradient costs and a whole-iteration prediction.")]
 ComputeOpt = Annotated[float | None, typer.Option(
     "--compute-ms",  # no min=: Typer's says 'greater than or equal to 0' of a NaN; check_bounded says what to give
@@ -85,8 +86,8 @@ def load_gradients(input_: Path | None, model: str | None,
     if (input_ is None) == (model is None):
         raise fail("give exactly one of --input input.txt or --model NAME")
     if input_ is not None:
-        try:
-            return read_input(input_), str(input_)
+        try:  # '-' is standard input, as --output - is standard output
+            return read_input(Path("/dev/stdin") if input_ == STDOUT else input_), str(input_)
         except PlanError as e:
             raise fail(str(e)) from None
     try:

@@ -490,6 +490,18 @@ def test_plan_output_dash_prints_the_plan_alone_on_stdout(tmp_path):
     assert r.returncode == 2 and "--output - prints the plan where --json prints" in r.stderr and not r.stdout
 
 
+def test_plan_input_dash_is_standard_input(tmp_path):
+    """--input - said '-: no such file' (and a file named '-' would have been read), though --output - is
+    standard output: `... | hipress plan --input - --output - > SeCoPaPlan.txt` is a pipe both ways now."""
+    r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", "-", "--output", "-"],
+                       input="a,1\nb,4000000\n", capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "a,1,n,4\nb,4000000,y,4\n"
+    r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", "-"], input="a,x\n",
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 2 and "the size 'x' is not a whole number" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_plan_output_that_is_its_input_or_profile_is_refused(tmp_path):
     """QA: --output naming the --input file (or the --profile) replaced the gradients the plan was
     made from with the plan, exit 0; the file was then refused as input ('expected 2 fields, got 4')."""
