@@ -50,7 +50,7 @@ def plan(
     try:
         tops = list(PLAN_TOPOLOGIES) if topology.strip().lower() == "both" else [plan_topology(topology)]
     except ValueError as e:
-        raise fail(f"--topology: {e}; or both") from None
+        raise fail(f"--topology: {e} (or 'both', the default: ps and ring side by side)") from None
     try:
         payload = PayloadModel.from_alg(alg)
     except PlanError as e:

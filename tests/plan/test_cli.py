@@ -176,6 +176,9 @@ def test_plan_and_bench_plan_take_the_same_topology_names(tmp_path):
         assert "allgather" not in r.stderr and "ddp" not in r.stderr and "ring" in r.stderr, r.stderr
         r = hipress(*command, "--topology", "allgather")
         assert r.returncode == 2 and "SeCoPa plans ps and ring only, not 'allgather'" in r.stderr, r.stderr
+        assert "; or both" not in r.stderr, r.stderr  # a dangling alternative, tacked on after the reason
+    r = hipress("bench", "plan", "--gradients", 5, "--topology", "tree")
+    assert "(or 'both', the default: ps and ring side by side)" in " ".join(r.stderr.split()), r.stderr
 
 
 def test_plan_model_at_the_runs_input_size(tmp_path):
