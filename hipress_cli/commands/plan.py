@@ -218,6 +218,9 @@ def plan(
         if alg is None and cm.alg and profile is not None:  # the file's alg, not one typed: say which file
             raise fail(f"{profile}: the profile's alg {cm.alg!r} cannot be planned: {e}; give --alg to plan for "
                        "an algorithm this installation has") from None
+        if alg is None and profile is not None:  # the error names the profile by its own name ("profile vm")
+            raise fail(f"{profile}: the profile names no algorithm (its 'alg') and no fixed ratio; give the "
+                       "algorithm to plan for with --alg") from None
         raise fail(str(e)) from None
     try:
         shapes = None

@@ -356,6 +356,12 @@ def test_plan_names_the_profile_whose_alg_it_cannot_build(tmp_path):
     assert r.stderr.endswith("; give --alg to plan for an algorithm this installation has"), r.stderr
     r = hipress("plan", "--model", "mlp", "--profile", path, "--alg", "tbq")
     assert r.returncode == 0, r.stderr
+    # no alg at all: the error named the profile by its own name ('profile vm'), not the file given
+    path.write_text(path.read_text().replace('"alg": "mine", ', '"name": "profile vm", '))
+    r = hipress("plan", "--model", "mlp", "--profile", path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert " ".join(r.stderr.split()) == (f"error: {path}: the profile names no algorithm (its 'alg') and no fixed "
+                                          "ratio; give the algorithm to plan for with --alg"), r.stderr
 
 
 @pytest.mark.parametrize(("encode", "msg"), [
