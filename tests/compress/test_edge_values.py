@@ -317,3 +317,15 @@ def test_bench_reference_columns_for_a_spec_with_spaces():
     out = bench_compress([" terngrad :bits=4"], 4096, repeat=1, warmup=0)
     row = out["algorithms"][0]
     assert "speedup_encode" in row and "reference_decode_gbps" in row
+
+
+def test_powersgd_factors_that_overflow_are_refused_not_sent_as_nan():
+    """A finite gradient near float32's limit: M Q overflows. The payload held NaN (decoded as NaN)
+    and the residual kept it, so the next, ordinary gradient was refused as NaN."""
+    c = hc.create("powersgd")
+    st = hc.GradientState()
+    with pytest.raises(hc.CompressionError, match="overflow float32"):
+        c.encode(torch.full((100,), 3e38), st, name="w")
+    assert torch.equal(st.residual, torch.zeros(100))
+    x = randn(100, seed=1)
+    assert torch.isfinite(c.decode(c.encode(x, st, name="w"))).all()

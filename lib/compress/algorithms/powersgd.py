@@ -151,6 +151,10 @@ class PowerSGD(Compressor):
         torch.matmul(mat, q, out=p)
         orthogonalize(p, self.epsilon)
         torch.matmul(mat.t(), p, out=f[m * r :].view(n, r))
+        if not bool(torch.isfinite(f).all()):  # a finite M whose products M Q, M^T P overflow float32
+            if state is not None:
+                mat.zero_()  # else it kept M - NaN, and the next (finite) gradient was called NaN
+            raise CompressionError(name, "the rank-r factors overflow float32", "scale the gradient down first")
         if state is not None:
             mat.sub_(p @ f[m * r :].view(n, r).t())
             state.step += 1
