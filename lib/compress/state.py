@@ -40,14 +40,19 @@ class GradientState:
         ``residual`` and ``momentum`` are attributes; any other name (a wrapper's memory, a generated
         algorithm's state vector) lives in ``extra``. A buffer whose size no longer matches (a
         re-partitioned gradient) is reset, not reused; one on another device (a checkpoint is loaded
-        on the CPU, the gradients are on a GPU) is moved there, keeping its values.
+        on the CPU, the gradients are on a GPU) is moved there, and one of another shape, dtype or
+        layout (``GradientState(residual=torch.zeros_like(weight))``: the gradient's shape, or
+        float64) is made flat contiguous float32, keeping its values either way: the kernels read
+        and write it as such (they failed with a numba TypingError on a 2-D one).
         """
         own = name in ("residual", "momentum")
         cur = getattr(self, name) if own else self.extra.get(name)
-        moved = cur is not None and cur.numel() == like.numel() and cur.device != like.device
-        if cur is None or cur.numel() != like.numel() or moved:
-            if moved:
-                cur = cur.to(like.device, torch.float32).reshape(-1)
+        refit = cur is not None and cur.numel() == like.numel() and (
+            cur.device != like.device or cur.dtype != torch.float32 or cur.dim() != 1 or not cur.is_contiguous()
+        )
+        if cur is None or cur.numel() != like.numel() or refit:
+            if refit:
+                cur = cur.to(like.device, torch.float32).reshape(-1).contiguous()
             else:
                 cur = torch.zeros(like.numel(), dtype=torch.float32, device=like.device)
             if own:

@@ -140,3 +140,20 @@ def test_split_specs_keeps_parameters_together():
     assert split_specs("tbq,onebit,terngrad:bits=2,stochastic=false,dgc:ratio=0.01") == [
         "tbq", "onebit", "terngrad:bits=2,stochastic=false", "dgc:ratio=0.01"]
     assert split_specs(" tbq ,, ") == ["tbq"]
+
+
+@pytest.mark.parametrize("kind", ["shaped", "transposed", "float64"])
+def test_a_residual_given_in_the_gradients_shape_or_float64_is_used_as_flat_float32(alg, kind):
+    """GradientState(residual=...) of the gradient's numel but its 2-D shape, a non-contiguous view or
+    float64: the same payload as with the flat float32 residual. The kernels failed on it with a
+    numba TypingError (powersgd: a broadcasting error)."""
+    c = hc.create(alg)
+    x = randn(42, seed=1).reshape(6, 7)
+    r0 = randn(42, seed=2) * 0.1
+    given_ = {"shaped": r0.reshape(6, 7), "transposed": r0.reshape(7, 6).t(),
+              "float64": r0.double()}[kind]
+    want = c.encode(x, hc.GradientState(residual=given_.reshape(-1).float().clone()), name="w")
+    st_ = hc.GradientState(residual=given_.clone() if kind != "transposed" else given_)
+    assert torch.equal(c.encode(x, st_, name="w"), want)
+    if c.name in ("tbq", "onebit", "dgc", "graddrop", "powersgd"):  # those that keep ``residual``
+        assert st_.residual.dtype == torch.float32 and st_.residual.shape == (42,)
