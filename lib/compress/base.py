@@ -93,6 +93,11 @@ class Compressor(ABC):
                     "pass an `out` tensor of the gradient's size, or a larger `max_elements` if it is genuine",
                 )
             out = torch.empty(header.numel, dtype=header.dtype, device=payload.device)
+        elif not isinstance(out, torch.Tensor) or out.dtype not in DTYPE_CODES:
+            # as encode refuses such a gradient: an integer `out` silently truncated every value
+            what = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
+            raise CompressionError(name, f"cannot decode into a {what} output",
+                                   "decode into a float32, float16, bfloat16 or float64 tensor")
         elif out.numel() != header.numel:
             raise CompressionError(
                 name, f"payload holds {header.numel} elements but the output tensor has {out.numel()}"

@@ -33,6 +33,18 @@ def test_integer_dtypes_are_refused(alg, dtype):
         hc.create(alg).encode(x, name="emb")
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.uint8, torch.bool, torch.complex64])
+def test_decode_into_a_non_floating_output_is_refused(alg, dtype):
+    """Decoding into an integer tensor truncated every value silently (-2.6 read -2, or 254 in uint8)."""
+    c = hc.create(alg)
+    out = torch.zeros(257, dtype=dtype)
+    with pytest.raises(hc.CompressionError, match=r"gradient 'g': cannot decode into a torch\.\w+ output"):
+        c.decode(_payload(alg), out=out, add=True, name="g")
+    assert torch.equal(out, torch.zeros(257, dtype=dtype))
+    with pytest.raises(hc.CompressionError, match="cannot decode into a list output"):
+        c.decode(_payload(alg), out=[0.0] * 257, name="g")
+
+
 def test_not_a_tensor():
     with pytest.raises(hc.CompressionError, match="expected a torch.Tensor"):
         hc.create("tbq").encode([1.0, 2.0], name="g")
