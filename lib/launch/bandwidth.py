@@ -5,9 +5,12 @@ anything else (the paper's point), and a cluster's nominal link speed is often n
 hosts actually get. For each pair (a, b), over the SSH connections pre-flight opened: b starts a
 one-shot receiver (a Python program listening on an ephemeral port, all interfaces), a connects
 to b by the name given in the host list (so the route measured is the one MPI will use when it
-resolves the same name) and streams zeros for ``seconds``; b times from the first to the last
-byte received. A random token sent first guards against a stray connection being measured.
-Pairs are measured one after another so that they do not share links.
+resolves the same name) and streams zeros until b closes the connection: b counts the bytes that
+arrive in the ``seconds`` after its first one, then closes. The receiver ends the measurement, not
+the sender: a sender's ``seconds`` only time how fast the kernel takes its data into its send
+buffers (megabytes), and on a slow link draining them took far longer than asked (15 s for 1 s at
+1 Mbit/s, past the wait for the result). A random token sent first guards against a stray
+connection being measured. Pairs are measured one after another so that they do not share links.
 
 This is plain-Python TCP: one stream, ``sendall`` of 1 MiB buffers; it saturates 10-25 Gbit/s
 links but reads low on faster ones (the table says "TCP, 1 stream").
@@ -30,7 +33,7 @@ from .ssh import command
 
 RECEIVER = r"""
 import json, socket, sys, time
-token, timeout = sys.argv[1].encode(), float(sys.argv[2])
+token, timeout, seconds = sys.argv[1].encode(), float(sys.argv[2]), float(sys.argv[3])
 if socket.has_dualstack_ipv6():
     srv = socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
 else:
@@ -54,15 +57,16 @@ if head != token:
     sys.exit(1)
 buf = bytearray(1 << 20)
 got, t0, t1 = 0, None, None
-while True:
+while t0 is None or t1 - t0 < seconds:
     k = conn.recv_into(buf)
     if not k:
         break
     t1 = time.perf_counter()
     if t0 is None:
-        t0 = t1
-    got += k
-conn.close()
+        t0 = t1  # the first bytes start the clock: they arrived before it, so they are not counted
+    else:
+        got += k
+conn.close()  # ends the sender's stream
 print("HIPRESS-BW " + json.dumps({"bytes": got, "seconds": (t1 - t0) if t0 is not None else 0.0}), flush=True)
 """
 
@@ -79,11 +83,13 @@ s.settimeout(timeout)
 s.sendall(token)
 chunk = bytes(1 << 20)
 sent, t0 = 0, time.perf_counter()
-while time.perf_counter() - t0 < seconds:
-    s.sendall(chunk)
-    sent += len(chunk)
-s.shutdown(socket.SHUT_WR)
-s.recv(1)
+try:
+    while time.perf_counter() - t0 < seconds + timeout:  # the receiver closes after its seconds
+        s.sendall(chunk)
+        sent += len(chunk)
+except OSError:  # reset or broken pipe: the receiver has closed; what it counted is the measurement
+    pass
+s.close()
 print(sent)
 """
 
@@ -134,7 +140,7 @@ def measure_pair(src: Host, dst: Host, src_client: paramiko.SSHClient, dst_clien
     res = PairResult(src.name, dst.name)
     token = secrets.token_hex(16)
     try:
-        recv = _exec(dst_client, [python, "-c", RECEIVER, token, str(timeout)], timeout + seconds + 5)
+        recv = _exec(dst_client, [python, "-c", RECEIVER, token, str(timeout), str(seconds)], timeout + seconds + 5)
         f = recv.makefile("rb")
         line = f.readline().decode("utf-8", "replace")
         if not line.startswith("HIPRESS-PORT "):
