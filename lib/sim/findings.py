@@ -186,7 +186,9 @@ def findings_markdown(rows: list[dict[str, Any]]) -> str:
             out.append(f"| {r['cluster']} | {r['model']} | {r['gpus']} | {r['published_order']} | "
                        f"{r['predicted_order']} | {pairs} | {sp} |")
         out += ["", tallies(sc)[0]]
-        bad = [f"{r['model']} {r['gpus']}: {', '.join(r['violations'])}" for r in sc if r["violations"]]
+        # the cluster too: both have VGG19 and ResNet50 at 8, 16 and 32 GPUs
+        bad = [f"{r['cluster']} {r['model']} {r['gpus']} GPUs: {', '.join(r['violations'])}"
+               for r in sc if r["violations"]]
         if bad:
             out.append("violated: " + "; ".join(bad))
     bd = [r for r in rows if r["kind"] == "breakdown"]

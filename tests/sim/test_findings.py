@@ -61,3 +61,12 @@ def test_breakdown_directions():
     assert last["predicted"] == "flat" and not last["order_holds"]
     md = findings_markdown(findings(published_as_report(), REF, same))
     assert "figure 11 directions kept: 5/5" in md and "pairwise orders kept" in md
+
+
+def test_a_violation_names_its_cluster():
+    # both clusters have VGG19 at 16 GPUs: "violated: vgg19 16: ..." did not say which one broke
+    bad = published_as_report()
+    v = bad["local"]["vgg19"]
+    v["byteps"]["16"], v["ring"]["16"] = v["ring"]["16"], v["byteps"]["16"]
+    md = findings_markdown(scaling_rows(bad, REF))
+    assert "violated: local vgg19 16 GPUs: ring > byteps" in md, md
