@@ -166,6 +166,8 @@ def sosp21(
         raise fail(str(e), code=1) from None
     except OutputError as e:
         raise fail(_full_disk(e, out_dir), code=1) from None
+    except KeyboardInterrupt:  # Ctrl-C: as real mode, say what is kept (it ended with status 130 and no word)
+        raise fail(f"interrupted; {_resume(out_dir)}", code=130) from None
     if json_:
         print_json(report)
         return
@@ -181,6 +183,11 @@ def _full_disk(e: Exception, out_dir: Path) -> str:
     """A refused write (``OutputError``: the file, why, the free space) and what to do about it."""
     return (f"{e}: free some space or choose another --out, then run the same command again (the finished "
             f"points in {out_dir / 'points'} are kept)")
+
+
+def _resume(out_dir: Path) -> str:
+    """What an interrupted run (either mode) leaves and how to go on from it."""
+    return f"finished points are kept in {out_dir / 'points'}: run the same command again to resume"
 
 
 def _out_dir(out: Path | None, mode: str) -> Path:
@@ -248,8 +255,7 @@ def _real(ref: Any, exp_dir: Path, figs: list, figure: int | None, out: Path | N
     except OutputError as e:
         raise fail(_full_disk(e, out_dir), code=1) from None
     except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM: Interrupted carries 128 + the signal), as `hipress run`
-        raise fail(f"{e or 'interrupted'}; the emulated cluster was removed and finished points are kept in "
-                   f"{out_dir / 'points'}: run the same command again to resume",
+        raise fail(f"{e or 'interrupted'}; the emulated cluster was removed and {_resume(out_dir)}",
                    code=getattr(e, "returncode", 130)) from None
     if json_:
         print_json(report)

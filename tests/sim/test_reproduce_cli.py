@@ -93,3 +93,25 @@ def test_models_and_systems_filters(tmp_path):
     assert len(list((tmp_path / "points").iterdir())) == 2
     r = invoke("reproduce", "sosp21", "--figure", "12", "--systems", "byteps-onebit", "--out", str(tmp_path))
     assert r.exit_code == 2 and "in none of the chosen figures" in r.output
+
+
+def test_ctrl_c_says_the_finished_points_are_kept(tmp_path, monkeypatch):
+    """Sim mode ended on Ctrl-C with status 130 and not a word; real mode says what is kept and how to resume."""
+    from hipress.sim.runner import SimRunner
+
+    real_run, done = SimRunner.run, []
+
+    def run_then_interrupt(self, p):
+        if len(done) == 2:
+            raise KeyboardInterrupt
+        done.append(p)
+        return real_run(self, p)
+
+    monkeypatch.setattr(SimRunner, "run", run_then_interrupt)
+    out = tmp_path / "out"
+    r = invoke("reproduce", "sosp21", "--figure", "11", "--out", str(out))
+    said = " ".join(r.output.split())
+    assert r.exit_code == 130, r.output
+    assert f"interrupted; finished points are kept in {out / 'points'}: run the same command again to resume" \
+        in said, said
+    assert len(list((out / "points").iterdir())) == 2
