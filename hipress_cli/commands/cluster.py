@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.options import DEFAULT_PREFIX, JsonOpt, PrefixOpt, console, fail, print_json
+from hipress_cli.options import DEFAULT_PREFIX, JsonOpt, PrefixOpt, check_emulate, console, fail, print_json
 
 app = typer.Typer(help="Clusters: check real hosts over SSH, or emulate hosts on this machine.",
                   no_args_is_help=True)
@@ -46,8 +46,9 @@ def up(
     """Build the hosts (or only re-shape them if they exist with this size): idempotent."""
     from hipress.launch import emulate
 
+    bits = check_emulate(rate, None, option="--rate")  # an empty one (an unset "$RATE") is no 'unshaped'
     try:
-        cluster = emulate.up(hosts, rate, prefix)
+        cluster = emulate.up(hosts, bits, prefix)
     except emulate.EmulationError as e:
         raise fail(str(e)) from None
     _describe(cluster, json_, "up")

@@ -120,6 +120,20 @@ def test_cluster_emulate_bad_rate():
     assert r.returncode == 2 and "warp9" in r.stderr
 
 
+def test_cluster_emulate_up_refuses_an_empty_rate(monkeypatch):
+    """``--rate "$RATE"`` with the variable unset built an unshaped cluster, as ``--emulate ""`` once did."""
+    from typer.testing import CliRunner
+
+    from hipress_cli.app import build
+
+    built = []
+    monkeypatch.setattr(emulate, "up", lambda *a: built.append(a))
+    for empty in ("", "  "):
+        r = CliRunner().invoke(build(), ["cluster", "emulate", "up", "--rate", empty, "--prefix", "hpbad"])
+        assert r.exit_code == 2 and "--rate is empty (an unset variable?)" in r.output, r.output
+    assert built == []
+
+
 def test_the_ranks_wait_for_a_message_as_long_as_the_shaped_link_needs():
     """bench sync's ranks gave up after 120 s without a completed message whatever the link: at 10 Mbit/s
     one unpartitioned 64 MB gradient from each of 3 peers takes 161 s to reach a parameter server."""
