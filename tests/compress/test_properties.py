@@ -244,3 +244,17 @@ def test_tbq_blocks_match_reference(n, seed, block):
     # codes may differ only where |v| lies within a float32 step of its block's tau
     assert int((p[24 + 4 * nv :] != body).sum()) <= max(1, n // 1000)
     assert torch.allclose(c.decode(p), ref.tbq_blocks_decode(p[24 + 4 * nv :], got, block, n))
+
+
+@pytest.mark.parametrize("spec", ["dgc", "tbq", "onebit", "graddrop", "efsignsgd"])
+def test_error_feedback_around_one_that_has_its_own_is_refused(spec):
+    """Two residuals feed the same error back twice: ErrorFeedback(dgc) delivered, after 200 steps,
+    a sum 6.5e12 times the inputs' sum away from it. with_feedback leaves such a compressor as it is."""
+    inner = hc.create_from_spec(spec)
+    with pytest.raises(ValueError, match="keeps its own error-feedback residual"):
+        hc.ErrorFeedback(inner)
+    with pytest.raises(ValueError, match="keeps its own error-feedback residual"):
+        hc.ErrorFeedback(hc.ErrorFeedback(hc.create("topk")))
+    from hipress.compress.wrappers import with_feedback
+
+    assert with_feedback(inner) is inner
