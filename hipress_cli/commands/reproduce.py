@@ -194,6 +194,8 @@ def _out_dir(out: Path | None, mode: str) -> Path:
     out_dir = out or Path("results") / f"sosp21-{mode}"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # mkdir(exist_ok=True) says only "File exists" of a file in the way
+        raise fail(f"--out {out_dir} is a file, not a directory; give a directory for the figures") from None
     except OSError as e:
         raise fail(f"cannot create the output directory {out_dir}: {e.strerror}") from None
     check_writable_dir(out_dir, f"--out {out_dir}")  # an existing read-only one failed at its first point

@@ -53,6 +53,8 @@ def test_bad_options(tmp_path):
     (tmp_path / "afile").write_text("")
     r = invoke("reproduce", "sosp21", "--experiments", str(tmp_path / "afile"), "--out", str(tmp_path))
     assert r.exit_code == 2 and "afile is not a directory" in " ".join(r.output.split())
+    r = invoke("reproduce", "sosp21", "--figure", "11", "--out", str(tmp_path / "afile"))  # said "File exists"
+    assert r.exit_code == 2 and "afile is a file, not a directory; give a directory" in " ".join(r.output.split())
     # options that mean nothing where they were given are refused, not ignored
     r = invoke("reproduce", "sosp21", "--validate", "--figure", "99", "--models", "nope", "--out", str(tmp_path))
     assert r.exit_code == 2 and "do not apply to it" in " ".join(r.output.split())
