@@ -90,7 +90,9 @@ def _render(reports: list, pairs: list, local: dict) -> None:
         b = Table(title="bandwidth between hosts (TCP, 1 stream)")
         for col in ("from", "to", "Gbit/s", "note"):
             b.add_column(col, justify="right" if col == "Gbit/s" else "left", no_wrap=col != "note")
-        for p in pairs:
-            b.add_row(p.src, p.dst, "-" if p.gbps is None else f"{p.gbps:.2f}",
-                      styled("[red]{}[/]", p.error) if p.error else f"{p.bytes / 2**20:.0f} MiB in {p.seconds:.2f} s")
+        from hipress.compress.bench import human_bytes
+
+        for p in pairs:  # 3 significant digits: a 1 Mbit/s link read "0.00" (and its bytes "0 MiB") at 2 decimals
+            b.add_row(p.src, p.dst, "-" if p.gbps is None else f"{p.gbps:.3g}",
+                      styled("[red]{}[/]", p.error) if p.error else f"{human_bytes(p.bytes)} in {p.seconds:.2f} s")
         console.print(b)

@@ -106,7 +106,9 @@ class PairResult:
     error: str | None = None
 
     def as_dict(self) -> dict[str, object]:
-        return {"src": self.src, "dst": self.dst, "gbit_per_s": None if self.gbps is None else round(self.gbps, 3),
+        """The JSON row; the rate to 4 significant digits (to 3 decimals, 100 kbit/s read 0.0)."""
+        rate = None if self.gbps is None else float(f"{self.gbps:.4g}")
+        return {"src": self.src, "dst": self.dst, "gbit_per_s": rate,
                 "bytes": self.bytes, "seconds": round(self.seconds, 4), "error": self.error}
 
 

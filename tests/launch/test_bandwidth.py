@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from hipress.launch.bandwidth import RECEIVER, SENDER
+from hipress.launch.bandwidth import RECEIVER, SENDER, PairResult
 
 #: The slow link's rate: 12.5 kB every 0.1 s is 1 Mbit/s.
 SLICE, TICK = 12_500, 0.1
@@ -53,3 +53,17 @@ def test_a_slow_link_is_measured_in_the_seconds_asked():
     data = json.loads(out.split("HIPRESS-BW ", 1)[1])
     gbps = data["bytes"] * 8 / data["seconds"] / 1e9
     assert 0.0007 < gbps < 0.0013, data
+
+
+def test_a_slow_links_rate_is_not_shown_as_zero():
+    """A 100 kbit/s link was 0.0 Gbit/s in --json (3 decimals) and 1 Mbit/s 0.00 in the table (2 decimals),
+    its bytes '0 MiB': significant digits now."""
+    from hipress_cli.commands.cluster_check import _render
+    from hipress_cli.options import console
+
+    slow = PairResult("a", "b", gbps=0.0001, bytes=12_500, seconds=1.0)
+    assert slow.as_dict()["gbit_per_s"] == 0.0001
+    assert PairResult("a", "b", gbps=31.4159).as_dict()["gbit_per_s"] == 31.42
+    with console.capture() as shown:
+        _render([], [PairResult("a", "b", gbps=0.000998, bytes=124_750, seconds=1.0)], {"python": "3", "hipress": "0"})
+    assert "0.000998" in shown.get() and "121.8 KiB in 1.00 s" in shown.get(), shown.get()
