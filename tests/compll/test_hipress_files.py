@@ -115,6 +115,24 @@ def test_pair_generates_one_registered_compressor(tmp_path):
     assert r.returncode != 0 and "pair as an encoder and a decoder" in r.stderr
 
 
+def test_a_wrapper_generated_without_its_kernels_names_the_missing_file(tmp_path):
+    """``compll gen XEncode.pse XDecode.pse -w -r`` (no -b) writes the wrapper alone: encoding with it
+    raised a bare FileNotFoundError from the import machinery, naming neither the algorithm nor -b."""
+    from hipress.compll.runtime.modules import import_file
+    from hipress.compress import CompressionError
+
+    write_modules(read_specs([ENC, DEC]), tmp_path, body=False, wrapper=True, flavors=("cpu",), name="hpwrapperonly",
+                  register=True)
+    import_file(tmp_path / "hpwrapperonly.py", "hipress_test_wrapper_only")
+    try:
+        comp = create("hpwrapperonly", bitwidth=2)
+        with pytest.raises(CompressionError, match=r"hpwrapperonly_cpu\.py does not exist.*-b -f cpu"):
+            comp.encode(torch.ones(8), GradientState(), name="w")
+    finally:
+        unregister("hpwrapperonly")
+        sys.modules.pop("hipress_test_wrapper_only", None)
+
+
 def test_a_pair_generated_under_another_name_says_that_name_in_every_file(tmp_path):
     """With --name, the body modules' docstrings and SPEC said the pair's own name (hpterngrad), and
     their command to regenerate them lacked --name: it would write hpterngrad_cpu.py, not other_cpu.py."""

@@ -216,6 +216,15 @@ class GeneratedCompressor(Compressor):
                 )
             try:
                 cache[kind] = load_sibling(type(self).__module__, sibling)
+            except FileNotFoundError as e:
+                # a wrapper generated alone (`compll gen ... -w` without -b): the import raised a bare
+                # OSError naming no algorithm and no way out; say which file to generate, and how
+                raise CompressionError(
+                    "<unnamed>",
+                    f"cannot load the {kind} kernels of {self.name}: {e.filename} does not exist",
+                    f"generate them beside the wrapper: hipress compll gen with its spec files and -b "
+                    f"-f {'cupy' if kind == 'cuda' else 'cpu'} (the wrapper's docstring gives the command)",
+                ) from None
             except ImportError as e:
                 raise CompressionError(
                     "<unnamed>",
