@@ -73,7 +73,7 @@ def sync(
     json_: JsonOpt = False,
 ) -> None:
     """Median sync time, bytes sent per rank and the wire limit (busiest link bytes / rate) per topology."""
-    from hipress.compress import AlgorithmSpec, UnknownAlgorithm, create_from_spec
+    from hipress.compress import AlgorithmSpec, UnknownAlgorithm
     from hipress.sync import topologies
 
     check_emulate(emulate, prefix)
@@ -86,12 +86,13 @@ def sync(
     try:
         for t in names:
             topologies.get(t)
-        create_from_spec(alg)
+        spec = AlgorithmSpec.parse(alg)
+        spec.create()  # its values are checked by the constructor
     except (UnknownAlgorithm, ValueError) as e:
         raise fail(str(e)) from None
     fp32_only = [t for t in names if t in FP32_ONLY_ENGINES]
     # `run --topo ring --alg X` compresses; this 'ring' does not (with --alg none there is nothing to say)
-    if fp32_only and on_command_line(ctx, "alg") and AlgorithmSpec.parse(alg).compresses:
+    if fp32_only and on_command_line(ctx, "alg") and spec.compresses:
         instead = [f"{FP32_ONLY_ENGINES[t]} (for {t})" for t in fp32_only if FP32_ONLY_ENGINES[t]]
         err_console.print(
             f"note: --alg {alg} does not apply to {', '.join(fp32_only)}: bench sync takes engine topology "

@@ -46,8 +46,9 @@ CostModelOpt = Annotated[str | None, typer.Option(
 OutputOpt = Annotated[Path | None, typer.Option(
     "--output", parser=path_option,
     help="Write the plan here (HiPress SeCoPaPlan.txt); - prints it (the tables then go to stderr).")]
-#: ``--output -``: the plan on standard output, for a pipe or a redirection.
-STDOUT = Path("-")  # --output -; and --input - is standard input
+#: ``-``: ``--output -`` prints the plan on standard output (a pipe, a redirection); ``--input -``
+#: reads standard input.
+DASH = Path("-")
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-gradient costs and a whole-iteration prediction.")]
 ComputeOpt = Annotated[float | None, typer.Option(
     "--compute-ms",  # no min=: Typer's says 'greater than or equal to 0' of a NaN; check_bounded says what to give
@@ -87,7 +88,7 @@ def load_gradients(input_: Path | None, model: str | None,
         raise fail("give exactly one of --input input.txt or --model NAME")
     if input_ is not None:
         try:  # '-' is standard input, as --output - is standard output
-            return read_input(Path("/dev/stdin") if input_ == STDOUT else input_), str(input_)
+            return read_input(Path("/dev/stdin") if input_ == DASH else input_), str(input_)
         except PlanError as e:
             raise fail(str(e)) from None
     try:
@@ -200,7 +201,7 @@ def plan(
         raise fail(str(e)) from None
     if output is not None and output.is_dir():
         raise fail(f"--output {output} is a directory: give the plan's file name, e.g. SeCoPaPlan.txt")
-    if output == STDOUT and json_:
+    if output == DASH and json_:
         raise fail("--output - prints the plan where --json prints its JSON: the two would be mixed in one "
                    "stream; give the plan a file, or leave out --json (the JSON carries the plan too)")
     check_output_beside_json(output, json_)
@@ -229,7 +230,7 @@ def plan(
 
             shapes = parameter_shapes(model, **opts)
         result = plan_gradients(gradients, nnodes, topology, cm, payload, alg=alg, shapes=shapes)
-        if output == STDOUT:
+        if output == DASH:
             typer.echo(format_plan(result.to_plan()), nl=False)
         elif output is not None:
             write_plan(output, result.to_plan())
@@ -271,7 +272,7 @@ def plan(
         })
         return
 
-    out = err_console if output == STDOUT else console  # stdout carries the plan itself
+    out = err_console if output == DASH else console  # stdout carries the plan itself
     if explain:
         t = Table(title=f"per-gradient costs (ms), {topology} N={nnodes}: best K uncompressed / compressed")
         summed_cols = ("P step ms", "Q step ms") if steps is not None else ()
@@ -328,5 +329,5 @@ def plan(
                       f"SeCoPa against {iters['compress nothing']:.1f} ms uncompressed, {gain:.2f}x)")
         out.print("sync times are the sum of per-gradient costs: an upper bound that ignores overlap between "
                   "gradients")
-    if output is not None and output != STDOUT:
+    if output is not None and output != DASH:
         out.print(f"wrote {output}")
