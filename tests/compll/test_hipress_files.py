@@ -231,11 +231,17 @@ def test_grouping_and_names(tmp_path):
     assert Path(checked.file).name == "HpTernGrad.pse" and checked.roles == "encoder and decoder"
 
 
-def test_pair_named_like_a_builtin_is_a_clear_error(tmp_path):
+def _pair_dir(tmp_path: Path, stem: str) -> Path:
+    """A --compll-dir holding HiPress's pair as ``<stem>Encode.pse`` + ``<stem>Decode.pse``."""
     d = tmp_path / "specs"
     d.mkdir()
-    shutil.copy(ENC, d / "TernGradEncode.pse")
-    shutil.copy(DEC, d / "TernGradDecode.pse")
+    shutil.copy(ENC, d / f"{stem}Encode.pse")
+    shutil.copy(DEC, d / f"{stem}Decode.pse")
+    return d
+
+
+def test_pair_named_like_a_builtin_is_a_clear_error(tmp_path):
+    d = _pair_dir(tmp_path, "TernGrad")
     with pytest.raises(CompLLError, match="terngrad") as e:
         load_dir(d, cache=tmp_path / "cache")
     assert "rename the two files" in str(e.value)
@@ -249,10 +255,7 @@ def test_pair_named_like_a_builtin_is_a_clear_error(tmp_path):
 def test_a_pair_whose_name_is_no_algorithm_name_names_its_two_files(tmp_path):
     """ClassEncode.pse + ClassDecode.pse register as 'class', a Python keyword: the error named their merged
     name Class.pse, which no file has; now the two files, as every error about a pair as a whole does."""
-    d = tmp_path / "specs"
-    d.mkdir()
-    shutil.copy(ENC, d / "ClassEncode.pse")
-    shutil.copy(DEC, d / "ClassDecode.pse")
+    d = _pair_dir(tmp_path, "Class")
     with pytest.raises(CompLLError, match="'class', which is a Python keyword") as e:
         load_dir(d, cache=tmp_path / "cache")
     assert e.value.file == f"{d / 'ClassEncode.pse'} + {d / 'ClassDecode.pse'}"
