@@ -56,7 +56,8 @@ def up(
 
 @emulate_app.command("down")
 def down(prefix: PrefixOpt = DEFAULT_PREFIX, json_: JsonOpt = False) -> None:
-    """Remove the hosts (their links and bridge go with them); nothing to do is not an error."""
+    """Remove the hosts: stop what runs in them (SIGTERM, SIGKILL after 5 s), then delete them with their
+    links and bridge. Nothing to do is not an error."""
     from hipress.launch import emulate
 
     try:

@@ -4,7 +4,7 @@ Why: bandwidth is what gradient compression trades compute for, and a single mac
 memory is far faster than any network. Here every "host" is a network namespace
 ``{prefix}-h{i}`` with one interface ``eth0`` (address ``10.77.0.{i+1}/24``) whose veth peer sits
 on a bridge inside a switch namespace ``{prefix}-sw``, so nothing in the machine's own network
-namespace changes and ``down`` is just deleting namespaces. Each link is shaped in both
+namespace changes and ``down`` is stopping what runs in them and deleting them. Each link is shaped in both
 directions with ``tc qdisc ... tbf rate R burst B latency 50ms`` (host egress on ``eth0``, host
 ingress on the switch port's egress); B is 2 ms worth of bytes, at least 256 KiB (a smaller burst
 cannot reach 10 Gbit/s here). ``netem`` is not in this kernel: no delay or loss emulation.
@@ -27,7 +27,9 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -262,19 +264,85 @@ def _create(c: EmulatedCluster) -> None:
     _reshape(c)
 
 
+#: Seconds ``down`` gives the processes in the namespaces to end after SIGTERM before it sends SIGKILL.
+STOP_GRACE_S = 5.0
+
+
+def _own_lineage() -> set[int]:
+    """This process and its ancestors: ``down`` run inside a host (``ip netns exec ... hipress cluster
+    emulate down``) must not kill itself or the shell that waits for it."""
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
+def _pids_in(namespaces: list[str]) -> dict[int, str]:
+    """Process id -> namespace, for every process running in one of ``namespaces`` (``ip netns pids``)."""
+    found: dict[int, str] = {}
+    for ns in namespaces:
+        r = subprocess.run([_ip(), "netns", "pids", ns], capture_output=True, text=True, timeout=30)
+        found.update({int(p): ns for p in r.stdout.split() if p.isdigit()})
+    for pid in _own_lineage():
+        found.pop(pid, None)
+    return found
+
+
+def stop_processes(namespaces: list[str], grace: float | None = None) -> dict[int, str]:
+    """End every process running in ``namespaces``: SIGTERM, then SIGKILL after ``grace`` seconds.
+
+    Why: deleting a namespace only removes its name; whatever runs in it (an sshd, a rank of a run,
+    anything started with ``ip netns exec``) keeps running, unreachable, in the nameless namespace,
+    holding its ports and memory. Processes started meanwhile (a dying shell's children) get their
+    SIGTERM on the next look. Returns what was found (pid -> namespace).
+    """
+    grace = STOP_GRACE_S if grace is None else grace
+    seen: dict[int, str] = {}
+    deadline = time.monotonic() + grace
+    sig = signal.SIGTERM
+    while True:
+        now = _pids_in(namespaces)
+        if not now:
+            return seen
+        if sig == signal.SIGTERM and time.monotonic() >= deadline:
+            sig, deadline = signal.SIGKILL, time.monotonic() + 5.0
+            seen.clear()  # every one still here gets the SIGKILL
+        elif sig == signal.SIGKILL and time.monotonic() >= deadline:
+            return seen  # unkillable (uninterruptible sleep): down's check names the namespaces
+        for pid in now.keys() - seen.keys():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        seen.update(now)
+        time.sleep(0.05)
+
+
 def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
-    """Delete the cluster's namespaces (their veths and bridge go with them); return what was removed."""
+    """Stop the processes in the cluster's namespaces, then delete the namespaces (their veths and
+    bridge go with them); return the namespaces removed. Nothing up: nothing to do, no error."""
     check_support()
     validate_prefix(prefix)
     names = _namespaces()
     gone = [f"{prefix}-h{i}" for i in _host_indices(prefix, names)]
     if f"{prefix}-sw" in names:
         gone.append(f"{prefix}-sw")
+    stop_processes(gone)
+    stuck = _pids_in(gone)
+    if stuck:  # deleting the namespaces now would hide them: keep the names so that they can be found
+        raise EmulationError(f"processes {sorted(stuck)} in {', '.join(sorted(set(stuck.values())))} did not end on "
+                             "SIGKILL (stuck in the kernel?), so the namespaces are kept; check them with `ps -o "
+                             f"pid,stat,cmd -p PID`, then run `hipress cluster emulate down{cli_prefix(prefix)}` again")
     for ns in gone:
         subprocess.run([_ip(), "netns", "del", ns], capture_output=True, timeout=30)
     left = _namespaces() & set(gone)
     if left:
-        raise EmulationError(f"could not delete namespaces {sorted(left)}; are processes still running in them?")
+        raise EmulationError(f"could not delete namespaces {sorted(left)}; `ip netns del NAME` says why")
     return gone
 
 

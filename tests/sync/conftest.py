@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -24,3 +25,12 @@ def run_mpi(np: int, *args: str, timeout: float = 240, emulated=None, env=None) 
 @pytest.fixture
 def mpi():
     return run_mpi
+
+
+def netns_prefix(tag: str) -> str:
+    """An emulated cluster's prefix that no other test process uses (the pid): ``hp{tag}{pid}``.
+
+    ``HIPRESS_TEST_NETNS_PREFIX`` replaces the ``hp``, for a machine where the tests may only create
+    namespaces under a name of their own (at most 9 characters, so the prefix stays within 15).
+    """
+    return f"{os.environ.get('HIPRESS_TEST_NETNS_PREFIX', 'hp')}{tag}{os.getpid() % 100000}"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import pytest
 
 from hipress.launch import emulate
 from hipress.launch.emulate import EmulationError, parse_rate
 
-from .conftest import run_mpi
+from .conftest import netns_prefix, run_mpi
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +21,7 @@ def cluster():
         emulate.check_support()
     except EmulationError as e:
         pytest.skip(f"no emulated cluster here: {e}")
-    prefix = f"hpt{os.getpid() % 100000}"
+    prefix = netns_prefix("t")
     try:
         c = emulate.up(2, "1gbit", prefix)
     except EmulationError as e:
@@ -123,3 +124,51 @@ def test_messages_name_the_prefix_and_only_its_namespaces(monkeypatch):
     names.update({"hipress-h0", "hipress-sw"})
     with pytest.raises(EmulationError, match=r"emulate up --hosts 3` \(or down\)"):
         emulate.borrow(3, "1gbit")
+
+
+def _fresh_cluster(tag: str) -> emulate.EmulatedCluster:
+    try:
+        emulate.check_support()
+        return emulate.up(1, "10mbit", netns_prefix(tag))
+    except EmulationError as e:
+        emulate.down(netns_prefix(tag))
+        pytest.skip(f"no emulated cluster here: {e}")
+
+
+def test_down_stops_what_runs_in_the_namespaces(monkeypatch):
+    """`down` deleted the namespaces and left their processes running, unreachable, in nameless
+    namespaces; now it ends them first: a plain one on SIGTERM, one that ignores SIGTERM on SIGKILL."""
+    c = _fresh_cluster("d")
+    monkeypatch.setattr(emulate, "STOP_GRACE_S", 0.5, raising=False)
+    stubborn = "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ok', flush=True); " \
+               "time.sleep(600)"
+    procs = []
+    try:
+        procs.append(subprocess.Popen(c.wrap(0, ["sleep", "600"])))
+        procs.append(subprocess.Popen(c.wrap(0, [sys.executable, "-c", stubborn]), stdout=subprocess.PIPE, text=True))
+        procs.append(subprocess.Popen(_ns_exec(c.switch, ["sleep", "600"])))
+        assert procs[1].stdout.readline().strip() == "ok"  # its SIGTERM handler is in place
+        assert emulate.down(c.prefix) == [c.namespace(0), c.switch]
+        assert [p.wait(timeout=15) for p in procs] == [-15, -9, -15]
+        assert emulate.status(c.prefix) is None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        emulate.down(c.prefix)
+
+
+def _ns_exec(ns: str, argv: list[str]) -> list[str]:
+    return ["ip", "netns", "exec", ns, *argv]
+
+
+def test_up_down_twice_and_down_with_nothing_up():
+    c = _fresh_cluster("r")
+    try:
+        assert emulate.down(c.prefix) == [c.namespace(0), c.switch]
+        assert emulate.down(c.prefix) == []  # nothing up: nothing to do, no error
+        assert emulate.up(1, "10mbit", c.prefix) == c
+        assert emulate.down(c.prefix) == [c.namespace(0), c.switch]
+        assert emulate.status(c.prefix) is None
+    finally:
+        emulate.down(c.prefix)
