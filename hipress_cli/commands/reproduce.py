@@ -6,7 +6,8 @@ runs the same systems on the emulated cluster (``hipress cluster emulate up``) w
 Each finished point is cached under ``OUT/points/`` (atomic writes): an interrupted run resumes
 where it stopped. Then one PNG per figure with the paper's points overlaid, ``errors.md`` (the table
 of predicted against published) and ``summary.json``; ``--json`` prints the throughput per cluster,
-model, system and GPU count, plus the errors and the parameters.
+model, system and GPU count, plus the errors and the parameters, and ``by_figure``: each figure's own
+results (two figures of one kind from ``--experiments`` fill the same entries of the merged tables).
 
 The work is in ``hipress.reproduce`` (a layer above ``sim``, ``train``, ``launch`` and ``plan``):
 ``simulated`` for sim mode (parameters, runner, outputs, the leave-one-out ``--validate``), the
@@ -266,17 +267,21 @@ def _real(ref: Any, exp_dir: Path, figs: list, figure: int | None, out: Path | N
 
 
 def _render_real(report: dict[str, Any], out_dir: Path) -> None:
-    for cluster, models in report["throughput"].items():
-        t = Table(title=f"measured throughput, {cluster} (medians)")
-        for col in ("model", "system", "hosts", "throughput"):
-            t.add_column(col, justify="right" if col in ("hosts", "throughput") else "left")
-        for model, systems in models.items():
-            for system, pts in systems.items():
-                for h, v in sorted(pts.items(), key=lambda kv: int(kv[0])):
-                    t.add_row(model, system, h, f"{v:.2f}")
-        console.print(t)
-    for model, steps in report["breakdown_ms"].items():
-        t = Table(title=f"{model}: synchronization per iteration (ms, medians)")
+    # figure by figure: two figures of one kind (7 and 8 both run on the one emulated cluster) fill the
+    # same entries of the merged tables, which keep only the first's
+    for n, fig in report["by_figure"].items():
+        for cluster, models in fig.get("throughput", {}).items():
+            t = Table(title=f"figure {n}: measured throughput, {cluster} (medians)")
+            for col in ("model", "system", "hosts", "throughput"):
+                t.add_column(col, justify="right" if col in ("hosts", "throughput") else "left")
+            for model, systems in models.items():
+                for system, pts in systems.items():
+                    for h, v in sorted(pts.items(), key=lambda kv: int(kv[0])):
+                        t.add_row(model, system, h, f"{v:.2f}")
+            console.print(t)
+    for n, model, steps in [(n, m, st) for n, fig in report["by_figure"].items()
+                            for m, st in fig.get("breakdown_ms", {}).items()]:
+        t = Table(title=f"figure {n}, {model}: synchronization per iteration (ms, medians)")
         for col in ("step", "sync span", "exposed sync", "compute", "iteration"):
             t.add_column(col, justify="left" if col == "step" else "right")
         for step, v in steps.items():

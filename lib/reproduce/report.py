@@ -159,7 +159,7 @@ def _rates(plt: Any, fig: Figure, results: list[dict[str, Any]], rate: str) -> A
 def write_real_outputs(figs: list[Figure], results: dict[int, list[dict[str, Any]]], ref: Reference,
                        out_dir: Path, rate: str, extra: dict[str, Any]) -> dict[str, Any]:
     """PNGs, ``errors.md`` (the ratio table) and ``summary.json``; returns the report (``--json``)."""
-    throughput, breakdown, rates = collect(
+    throughput, breakdown, rates, by_figure = collect(
         figs, results, lambda p, r: {"hosts": p["gpus"], "run": r.get("run"), "plan": r.get("plan")})
     pngs = []
     for f in figs:
@@ -170,7 +170,7 @@ def write_real_outputs(figs: list[Figure], results: dict[int, list[dict[str, Any
     write_output(out_dir / "errors.md", ratios_markdown(ratios, rate))
     report = {
         "mode": "real", "throughput": throughput, "breakdown_ms": breakdown, "rate_sensitivity": rates,
-        "ratios": ratios, "errors": [], "figures": pngs,
+        "by_figure": by_figure, "ratios": ratios, "errors": [], "figures": pngs,
         "notes": [CPU_NOTE] if breakdown else [],
         **extra,
     }

@@ -58,7 +58,7 @@ def write_sim_outputs(
     params: dict[str, SimParams],
 ) -> dict[str, Any]:
     """PNGs, the error table, the paper's orderings checked, ``summary.json``; returns the report."""
-    throughput, breakdown, rates = collect(figs, results)
+    throughput, breakdown, rates, by_figure = collect(figs, results)
     errors: list[dict[str, Any]] = []
     pngs = []
     for f in figs:
@@ -77,6 +77,7 @@ def write_sim_outputs(
         "throughput": throughput,
         "breakdown_ms": breakdown,
         "rate_sensitivity": rates,
+        "by_figure": by_figure,
         "errors": errors,
         "findings": claims,
         "figures": pngs,

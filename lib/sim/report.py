@@ -54,34 +54,67 @@ def _row(fig: Figure, p: dict[str, Any], metric: str, pred: float, pub: float, u
     }
 
 
+#: Each kind of figure's table, by its name in the report (``summary.json``, ``--json``).
+TABLES = {"scaling": "throughput", "breakdown": "breakdown_ms", "rate": "rate_sensitivity"}
+
+
+def figure_table(
+    fig: Figure, results: list[dict[str, Any]],
+    breakdown_extra: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One figure's results in its kind's table (see :func:`collect` for the three shapes)."""
+    table: dict[str, Any] = {}
+    for r in results:
+        p = r["point"]
+        if fig.kind == "scaling":
+            (table.setdefault(p["cluster"], {}).setdefault(p["model"], {})
+             .setdefault(p["system"], {}))[str(p["gpus"])] = r["throughput"]
+        elif fig.kind == "breakdown":
+            table.setdefault(p["model"], {})[p["step"]] = {
+                "sync_span_ms": r.get("sync_span_ms"), "exposed_sync_ms": r.get("sync_ms"),
+                "iteration_ms": r.get("iteration_ms"), "compute_ms": r.get("compute_ms"),
+                **(breakdown_extra(p, r) if breakdown_extra else {})}
+        else:
+            key = "reference" if p["rate"] is None else f"{p['rate']:g}"
+            table.setdefault(p["model"], {}).setdefault(p["system"], {})[key] = r["throughput"]
+    return table
+
+
+def _merge_first(into: dict[str, Any], table: dict[str, Any], depth: int) -> None:
+    """``table``'s entries ``depth`` levels down added to ``into``'s, where ``into`` has none yet."""
+    for k, v in table.items():
+        if depth == 1:
+            into.setdefault(k, v)
+        else:
+            _merge_first(into.setdefault(k, {}), v, depth - 1)
+
+
 def collect(
     figs: list[Figure], results: dict[int, list[dict[str, Any]]],
     breakdown_extra: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None,
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """The report's three tables from the point results (simulated or measured, the same records).
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The report's three tables from the point results (simulated or measured, the same records),
+    and each figure's own.
 
     ``throughput[cluster][model][system][str(gpus)]``, ``breakdown[model][step]`` (sync span,
     exposed sync, iteration and compute in ms, plus ``breakdown_extra(point, result)``) and
-    ``rates[model][system][rate or "reference"]``.
+    ``rates[model][system][rate or "reference"]`` merge every figure of their kind: the sosp21 format
+    (one figure of each kind per cluster). Two figures of one kind can fill the same entry (a second
+    breakdown of vgg19 at another GPU count, a rate sweep at another size; in real mode, figures 7
+    and 8 on one emulated cluster): there the lower-numbered figure's value stands, and
+    ``by_figure[str(figure)]`` (kind, title, cluster and the figure's own table under its kind's
+    name) keeps every figure's results whole; before it, the later figure silently replaced them.
     """
-    throughput: dict[str, Any] = {}
-    breakdown: dict[str, Any] = {}
-    rates: dict[str, Any] = {}
-    for f in figs:
-        for r in results[f.figure]:
-            p = r["point"]
-            if f.kind == "scaling":
-                (throughput.setdefault(p["cluster"], {}).setdefault(p["model"], {})
-                 .setdefault(p["system"], {}))[str(p["gpus"])] = r["throughput"]
-            elif f.kind == "breakdown":
-                breakdown.setdefault(p["model"], {})[p["step"]] = {
-                    "sync_span_ms": r.get("sync_span_ms"), "exposed_sync_ms": r.get("sync_ms"),
-                    "iteration_ms": r.get("iteration_ms"), "compute_ms": r.get("compute_ms"),
-                    **(breakdown_extra(p, r) if breakdown_extra else {})}
-            else:
-                key = "reference" if p["rate"] is None else f"{p['rate']:g}"
-                rates.setdefault(p["model"], {}).setdefault(p["system"], {})[key] = r["throughput"]
-    return throughput, breakdown, rates
+    merged: dict[str, dict[str, Any]] = {name: {} for name in TABLES.values()}
+    by_figure: dict[str, Any] = {}
+    for f in sorted(figs, key=lambda f: f.figure):
+        name = TABLES[f.kind]
+        table = figure_table(f, results[f.figure], breakdown_extra)
+        rs = results[f.figure]  # real mode runs a figure's points on the emulated cluster, not the paper's
+        cluster = rs[0]["point"]["cluster"] if rs else f.cluster
+        by_figure[str(f.figure)] = {"kind": f.kind, "title": f.title, "cluster": cluster, name: table}
+        _merge_first(merged[name], table, 4 if f.kind == "scaling" else 2 if f.kind == "breakdown" else 3)
+    return merged["throughput"], merged["breakdown_ms"], merged["rate_sensitivity"], by_figure
 
 
 def table_markdown(rows: list[dict[str, Any]]) -> str:

@@ -1,6 +1,7 @@
 """``hipress reproduce sosp21`` end to end (figure 11: six simulations), resumability, bad input."""
 
 import json
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -117,3 +118,67 @@ def test_ctrl_c_says_the_finished_points_are_kept(tmp_path, monkeypatch):
     assert f"interrupted; finished points are kept in {out / 'points'}: run the same command again to resume" \
         in said, said
     assert len(list((out / "points").iterdir())) == 2
+
+
+def test_two_figures_of_one_kind_keep_their_own_results(tmp_path):
+    """A custom --experiments with two breakdowns (vgg19 at 32 and at 8 GPUs) and two rate sweeps (128 and 16
+    GPUs): the JSON's tables are keyed by model and step (or rate), so the later figure replaced the earlier's
+    numbers. Each figure's results are now under by_figure; the merged tables keep the sosp21 format, the
+    lower-numbered figure's value where two fill one entry."""
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    breakdown = ('kind = "breakdown"\ncluster = "local"\nmodel = "vgg19"\ncompute_ms = 278.0\nalgorithm = "onebit"\n'
+                 '[[steps]]\nname = "default"\nsystem = "byteps"\n')
+    rate = ('kind = "rate"\ncluster = "aws"\nmodels = ["resnet50"]\nsystems = ["casync-ps"]\nalgorithm = "dgc"\n'
+            'rates = [0.01]\n')
+    (exp / "fig11.toml").write_text(f"figure = 11\ngpus = 32\n{breakdown}")
+    (exp / "fig13.toml").write_text(f"figure = 13\ngpus = 8\n{breakdown}")
+    (exp / "fig12.toml").write_text(f"figure = 12\ngpus = 128\n{rate}")
+    (exp / "fig14.toml").write_text(f"figure = 14\ngpus = 16\n{rate}")
+    r = invoke("reproduce", "sosp21", "--experiments", str(exp), "--out", str(tmp_path / "out"), "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    figs = report["by_figure"]
+    assert {n: (f["kind"], f["cluster"]) for n, f in figs.items()} == {
+        "11": ("breakdown", "local"), "12": ("rate", "aws"), "13": ("breakdown", "local"), "14": ("rate", "aws")}
+    span = {n: figs[n]["breakdown_ms"]["vgg19"]["default"]["sync_span_ms"] for n in ("11", "13")}
+    assert span["11"] > span["13"]  # byteps's sync grows with the GPU count: two results, not one twice
+    tput = {n: figs[n]["rate_sensitivity"]["resnet50"]["casync-ps"]["0.01"] for n in ("12", "14")}
+    assert tput["12"] > 2 * tput["14"]
+    assert report["breakdown_ms"]["vgg19"]["default"]["sync_span_ms"] == span["11"]
+    assert report["rate_sensitivity"]["resnet50"]["casync-ps"]["0.01"] == tput["12"]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["by_figure"] == figs
+
+
+def test_the_sosp21_tables_are_every_figures_own_merged(tmp_path):
+    """With one figure of each kind per cluster (the sosp21 directory), the merged tables are the figures' own."""
+    r = invoke("reproduce", "sosp21", "--figure", "12", "--models", "resnet50", "--systems", "casync-ps,ring",
+               "--out", str(tmp_path), "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["by_figure"]["12"]["rate_sensitivity"] == report["rate_sensitivity"]
+    assert report["by_figure"]["12"]["title"].startswith("Throughput vs compression rate")
+
+
+def test_real_mode_shows_figures_7_and_8_each(capsys):
+    """Real mode runs figures 7 and 8 both on the one emulated cluster: the merged throughput table holds one
+    of them; the terminal's tables are now one per figure, from by_figure."""
+    from hipress.sim.experiments import Figure
+    from hipress.sim.report import collect
+    from hipress_cli.commands.reproduce import _render_real
+
+    def rec(fig, value):
+        return {"point": {"figure": fig, "cluster": "emulated-1gbit", "model": "resnet50", "system": "ring",
+                          "gpus": 2}, "throughput": value}
+
+    figs = [Figure(8, "scaling", "eight", "local", "fig8.toml"), Figure(7, "scaling", "seven", "aws", "fig7.toml")]
+    throughput, _, _, by_figure = collect(figs, {7: [rec(7, 10.0)], 8: [rec(8, 12.0)]})
+    assert throughput == {"emulated-1gbit": {"resnet50": {"ring": {"2": 10.0}}}}  # the lower figure's
+    assert list(by_figure) == ["7", "8"]
+    assert by_figure["8"] == {"kind": "scaling", "title": "eight", "cluster": "emulated-1gbit",
+                              "throughput": {"emulated-1gbit": {"resnet50": {"ring": {"2": 12.0}}}}}
+    _render_real({"by_figure": by_figure, "ratios": [], "figures": [], "wall_s": 1.0}, Path("out"))
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "figure 7: measured throughput" in shown and "10.00" in shown
+    assert "figure 8: measured throughput" in shown and "12.00" in shown
