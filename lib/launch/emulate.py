@@ -6,8 +6,8 @@ memory is far faster than any network. Here every "host" is a network namespace
 on a bridge inside a switch namespace ``{prefix}-sw``, so nothing in the machine's own network
 namespace changes and ``down`` is stopping what runs in them and deleting them. Each link is shaped in both
 directions with ``tc qdisc ... tbf rate R burst B latency 50ms`` (host egress on ``eth0``, host
-ingress on the switch port's egress); B is 2 ms worth of bytes, at least 256 KiB (a smaller burst
-cannot reach 10 Gbit/s here). ``netem`` is not in this kernel: no delay or loss emulation.
+ingress on the switch port's egress); B is two full frames plus 2 ms worth of bytes (see
+``tbf_burst``). ``netem`` is not in this kernel: no delay or loss emulation.
 
 MPI must be kept off shared memory for the shaping to apply: ranks run inside the namespaces
 (``ip netns exec``, one wrapper per rank in ``mpiexec``'s MPMD syntax; the process manager's
@@ -23,6 +23,7 @@ re-shaped; one of another size is rebuilt; a failed ``up`` removes what it creat
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -190,11 +191,31 @@ def _host_indices(prefix: str, names: set[str]) -> list[int]:
     return sorted(int(m.group(1)) for n in names if (m := pat.match(n)))
 
 
+#: The largest frame a host sends: the veth's 1500-byte MTU plus the 14-byte Ethernet header.
+FRAME_BYTES = 1514
+#: The time worth of bytes in the bucket beyond its two frames.
+BURST_S = 0.002
+
+
+def tbf_burst(rate_bits: int) -> int:
+    """The tbf bucket for a link of ``rate_bits``: two full frames plus 2 ms of traffic, in bytes.
+
+    Why: the bucket is what passes at full speed after an idle moment, so it must be small next to
+    what a link carries, yet hold a whole frame (a larger packet is dropped) and what arrives between
+    two wake-ups of the qdisc (tbf's manual: rate/HZ; tbf's watchdog is a high-resolution timer, and
+    2 ms sustained 9.5 Gbit/s on a 10 Gbit/s link). It was 2 ms but at least 256 KiB: on a 1.5 Mbit/s
+    link 1.4 s of traffic went through at once (300 kB after idle crossed at 9 Mbit/s). One frame is
+    not enough on the slowest links: at 100 kbit/s the 50 ms queue holds less than a frame, and TCP
+    got 75% of the rate (two: 99%).
+    """
+    return 2 * FRAME_BYTES + math.ceil(rate_bits / 8 * BURST_S)
+
+
 def _shape(ns: str, dev: str, rate_bits: int | None) -> None:
     if rate_bits is None:
         subprocess.run(_ns(ns, "tc", "qdisc", "del", "dev", dev, "root"), capture_output=True, timeout=30)
         return
-    burst = max(256 << 10, math.ceil(rate_bits / 8 * 0.002))
+    burst = tbf_burst(rate_bits)
     _run(
         _ns(ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{rate_bits}bit",
             "burst", str(burst), "latency", "50ms"),
@@ -203,11 +224,26 @@ def _shape(ns: str, dev: str, rate_bits: int | None) -> None:
 
 
 def _link_rate(ns: str, dev: str) -> int | None:
+    """The rate of the tbf on ``dev`` in bits/s, exactly as the kernel keeps it; None: no tbf (unshaped).
+
+    Why JSON: tc's text rounds the rate for people (1234567bit shows as "1234Kbit", and other
+    iproute2 versions round differently), so status and ``borrow``'s give-back read a rate that was
+    never set; ``tc -j`` prints the kernel's bytes per second. The text is the fallback for a tc
+    without JSON output.
+    """
+    r = subprocess.run(_ns(ns, "tc", "-j", "qdisc", "show", "dev", dev), capture_output=True, text=True, timeout=30)
+    try:
+        for q in json.loads(r.stdout):
+            if q.get("kind") == "tbf" and q.get("root"):
+                return int(q["options"]["rate"]) * 8
+        return None
+    except (ValueError, TypeError, KeyError, AttributeError):
+        pass
     r = subprocess.run(_ns(ns, "tc", "qdisc", "show", "dev", dev), capture_output=True, text=True, timeout=30)
     m = re.search(r"tbf .*?rate (\d+(?:\.\d+)?)([KMGT]?)bit", r.stdout)
     if not m:
         return None
-    return int(float(m.group(1)) * _RATE_UNITS[m.group(2).lower()])
+    return int(Fraction(m.group(1)) * _RATE_UNITS[m.group(2).lower()])
 
 
 # ---------------------------------------------------------------------------- the commands
@@ -218,6 +254,8 @@ def up(hosts: int, rate: str | int | None = None, prefix: str = DEFAULT_PREFIX) 
     if not 1 <= hosts <= 64:
         raise EmulationError(f"hosts must be between 1 and 64, got {hosts}")
     rate_bits = rate if isinstance(rate, int) else parse_rate(rate)
+    if rate_bits is not None:
+        rate_bits -= rate_bits % 8  # the kernel keeps whole bytes per second: what status will read back
     cluster = EmulatedCluster(hosts, rate_bits, prefix)
     names = _namespaces()
     have = _host_indices(prefix, names)

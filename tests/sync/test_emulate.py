@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -51,14 +52,58 @@ def test_up_is_idempotent_and_reshapes(cluster):
     assert emulate.status(cluster.prefix).rate == "1gbit"
 
 
-@pytest.mark.parametrize("rate", ["100kbit", "1500mbit", "1000gbit"])
+@pytest.mark.parametrize("rate", ["100kbit", "800kbit", "1.5mbit", "10mbit", "1500mbit", "2.5gbit", "1000gbit",
+                                  "1234567bit"])
 def test_status_reads_back_every_rate_up_takes(cluster, rate):
-    # tc prints 1000gbit as "1Tbit": status read that as unshaped (and borrow gave the cluster back so)
+    # tc prints 1000gbit as "1Tbit": status read that as unshaped (and borrow gave the cluster back so);
+    # it prints 1234560 bit/s (the kernel keeps whole bytes/s) as "1234Kbit", which status read as 1234000
     try:
-        emulate.up(2, rate, cluster.prefix)
-        assert emulate.status(cluster.prefix).rate_bits == parse_rate(rate)
+        up = emulate.up(2, rate, cluster.prefix)
+        assert emulate.status(cluster.prefix).rate_bits == up.rate_bits == parse_rate(rate) // 8 * 8
     finally:
         emulate.up(2, "1gbit", cluster.prefix)
+
+
+def _applied_burst(ns: str, dev: str) -> int:
+    out = subprocess.run(["ip", "netns", "exec", ns, "tc", "-j", "qdisc", "show", "dev", dev], capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out)[0]["options"]["burst"]
+
+
+@pytest.mark.parametrize("rate", ["800kbit", "1.5mbit", "10mbit"])
+def test_a_slow_link_lets_no_large_burst_through(cluster, rate):
+    """The bucket was at least 256 KiB: 1.4 s of a 1.5 Mbit/s link passed at once after an idle moment."""
+    try:
+        emulate.up(2, rate, cluster.prefix)
+        for ns, dev in ((cluster.namespace(0), "eth0"), (cluster.switch, "p1")):
+            assert 2 * emulate.FRAME_BYTES - 2 <= _applied_burst(ns, dev) <= 6000  # tc rounds to its clock
+    finally:
+        emulate.up(2, "1gbit", cluster.prefix)
+
+
+def test_tbf_burst_holds_frames_and_a_tick_and_no_more():
+    for bits in (10**5, 8 * 10**5, 15 * 10**5, 10**7, 10**9, 25 * 10**8, 10**10):
+        burst = emulate.tbf_burst(bits)
+        assert burst >= emulate.FRAME_BYTES + bits / 8 / 1000  # a frame and rate/HZ (a 1 ms tick)
+        assert burst <= 2 * emulate.FRAME_BYTES + bits / 8 * 0.002 + 1  # two frames and 2 ms: no more
+    assert emulate.tbf_burst(15 * 10**5) < 4000  # 1.5 Mbit/s: was 256 KiB
+
+
+def test_link_rate_reads_tc_json_and_falls_back_to_its_exact_text(monkeypatch):
+    """tc's JSON has the kernel's bytes per second; a tc without it prints text, read without float rounding."""
+    answers = []
+
+    def fake_run(argv, **kw):
+        out = answers.pop(0)
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    monkeypatch.setattr(emulate.subprocess, "run", fake_run)
+    answers[:] = ['[{"kind":"tbf","handle":"1:","root":true,"options":{"rate":154320,"burst":3336,"lat":50001}}]']
+    assert emulate._link_rate("ns", "eth0") == 1234560
+    answers[:] = ['[{"kind":"noqueue","handle":"0:","root":true,"options":{}}]']
+    assert emulate._link_rate("ns", "eth0") is None
+    answers[:] = ["Option \"-j\" is unknown", "qdisc tbf 8001: root refcnt 2 rate 1.5Mbit burst 3402b lat 50.0ms\n"]
+    assert emulate._link_rate("ns", "eth0") == 1500000
 
 
 def test_mpi_runs_over_the_shaped_links(cluster):
