@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -11,6 +10,8 @@ import pytest
 
 from hipress.launch import emulate
 from hipress.launch.emulate import EmulationError
+
+from .conftest import netns_prefix
 
 
 def hipress(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -79,7 +80,7 @@ def test_bench_sync_bad_input(args, match):
 @pytest.mark.mpi
 @pytest.mark.skipif(not can_emulate(), reason="needs root, ip and tc for network namespaces")
 def test_bench_sync_on_an_emulated_cluster_cleans_up():
-    prefix = f"hpb{os.getpid() % 100000}"
+    prefix = netns_prefix("b")
     try:
         r = hipress("bench", "sync", "--np", "2", "--topo", "casync-ring,allreduce", "--size", "2M",
                     "--repeat", "2", "--warmup", "1", "--emulate", "1gbit", "--prefix", prefix, "--json")
@@ -96,7 +97,7 @@ def test_bench_sync_on_an_emulated_cluster_cleans_up():
 @pytest.mark.root
 @pytest.mark.skipif(not can_emulate(), reason="needs root, ip and tc for network namespaces")
 def test_cluster_emulate_up_status_down():
-    prefix = f"hpc{os.getpid() % 100000}"
+    prefix = netns_prefix("c")
     try:
         r = hipress("cluster", "emulate", "up", "--hosts", "3", "--rate", "500mbit", "--prefix", prefix, "--json")
         assert r.returncode == 0, r.stderr
