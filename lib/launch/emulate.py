@@ -340,24 +340,26 @@ def stop_processes(namespaces: list[str], grace: float | None = None) -> dict[in
     SIGTERM on the next look. Returns what was found (pid -> namespace).
     """
     grace = STOP_GRACE_S if grace is None else grace
-    seen: dict[int, str] = {}
+    found: dict[int, str] = {}
+    signalled: set[int] = set()
     deadline = time.monotonic() + grace
     sig = signal.SIGTERM
     while True:
         now = _pids_in(namespaces)
         if not now:
-            return seen
+            return found
         if sig == signal.SIGTERM and time.monotonic() >= deadline:
             sig, deadline = signal.SIGKILL, time.monotonic() + 5.0
-            seen.clear()  # every one still here gets the SIGKILL
+            signalled.clear()  # every one still here gets the SIGKILL
         elif sig == signal.SIGKILL and time.monotonic() >= deadline:
-            return seen  # unkillable (uninterruptible sleep): down's check names the namespaces
-        for pid in now.keys() - seen.keys():
+            return found  # unkillable (uninterruptible sleep): down's check names them
+        for pid in now.keys() - signalled:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        seen.update(now)
+        signalled.update(now)
+        found.update(now)
         time.sleep(0.05)
 
 
