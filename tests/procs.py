@@ -1,9 +1,15 @@
 """Finding the processes a test started, by what they carry in their environment (mpiexec, its proxies
-and the ranks inherit it; their command lines and parents vary with the launcher)."""
+and the ranks inherit it; their command lines and parents vary with the launcher); stopping a rank where
+the stall watchdog's beats alone would blame another."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import time
+from pathlib import Path
 
 
 def processes_with_env(name: str, value: str | int, exclude: int | None = None) -> list[int]:
@@ -20,3 +26,42 @@ def processes_with_env(name: str, value: str | int, exclude: int | None = None) 
         except OSError:
             continue
     return found
+
+
+def sigstop_where_beats_blame_rank_0(beats: Path, pid: int, proc: subprocess.Popen, settle_s: float = 1.0,
+                                     within_s: float = 90) -> list[dict]:
+    """SIGSTOP rank 1 (``pid``) of ``proc``'s 2-rank run where the beats in the launcher's heartbeat directory
+    ``beats`` alone blame rank 0: both ranks beat as often, rank 0 first (rank 1 stopped inside the collective
+    rank 0 waits in). Checked again ``settle_s`` after the stop (rank 0 reaches its wait, a relay its next
+    read); if the stop landed elsewhere, SIGCONT and try again. Returns the two beats."""
+    def read() -> list[dict] | None:
+        try:
+            return [json.loads((beats / f"rank-{r}.json").read_text()) for r in (0, 1)]
+        except (OSError, ValueError):
+            return None
+
+    def blames_rank_0(b: list[dict] | None) -> bool:
+        return b is not None and b[0]["seq"] == b[1]["seq"] and b[0]["time"] < b[1]["time"]
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if not blames_rank_0(read()):
+            time.sleep(0.002)
+            continue
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(settle_s)
+        b = read()
+        if blames_rank_0(b):
+            return b
+        os.kill(pid, signal.SIGCONT)
+    raise AssertionError("rank 1 was never stopped inside a collective with rank 0's beat the older one")
+
+
+def end_stopped(pid: int) -> None:
+    """SIGCONT and SIGKILL a rank a test stopped (gone already: nothing to do)."""
+    for sig in (signal.SIGCONT, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass

@@ -13,10 +13,21 @@ and what it was doing (``StallWatch``). The rank that is behind is the culprit: 
 until they blocked waiting for it, so they beat more often (every rank beats the same phases in
 the same order, so the counts compare).
 
+Beats alone cannot tell a rank that is not running from one waiting for it: a rank ``SIGSTOP``ped
+inside a collective leaves its peer waiting in the same collective with the same count of beats,
+and the peer's beat may well be the older one. So each rank also *pulses*: a daemon thread
+(``Heartbeat.start_pulse``) replaces ``<dir>/pulse-<r>.json`` (a counter and the time) every
+``PULSE_S``. A process whose main thread waits still pulses; one that is stopped, frozen (cgroup
+freezer, a debugger) or swapped out does not, nor does one whose main thread holds the GIL in C
+code. Among the ranks that made no progress, ``StallWatch`` names one whose pulse is stale
+(``PULSE_STALE_S``) before any other; without a stale pulse (all fresh, or none read: a rank of an
+older version, a start-up not that far) the rule above decides alone.
+
 Ranks on other hosts (``hipress run --hosts``) beat into a directory on their host; the launcher
 copies their beats here every second (``hipress.launch.remote``) through a ``Relay``, which stamps
-each new beat with the time it was *seen* here, since those hosts' clocks need not agree with this
-one's; ``StallWatch`` then reads them like local ones.
+each new beat and pulse with the time it was *seen* here, since those hosts' clocks need not agree
+with this one's; ``StallWatch`` then reads them like local ones, allowing a relayed pulse the relay's
+lateness (``RELAY_LAG_S``) before it calls it stale.
 
 ``watch_launcher`` is the other direction: a thread in each rank that ends the rank when the
 launcher (``HIPRESS_LAUNCHER_PID``) is gone, so a launcher killed with SIGKILL leaves no rank behind.
@@ -108,14 +119,33 @@ def sweep(root: Path | None = None, older_than_s: float = STALE_S) -> list[Path]
     return removed
 
 
+#: How often a rank's pulse thread says that its process runs.
+PULSE_S = 1.0
+#: A pulse older than this says that the process is not running (three pulses missed).
+PULSE_STALE_S = 3.0
+#: How much later than a local one a relayed pulse may be seen: the relay reads every second, and an
+#: SFTP read over a busy link takes a while; a relayed pulse is stale only after this much more.
+RELAY_LAG_S = 3.0
+
+
 def beat_file(directory: Path, rank: int) -> Path:
     """Where ``rank`` beats in ``directory`` (one file a rank, replaced at every beat)."""
     return Path(directory) / f"rank-{rank}.json"
 
 
+def pulse_file(directory: Path, rank: int) -> Path:
+    """Where ``rank``'s pulse thread says that its process runs (one file a rank, replaced every ``PULSE_S``)."""
+    return Path(directory) / f"pulse-{rank}.json"
+
+
 def is_beat_file(name: str) -> bool:
     """Whether a file name in a heartbeat directory is a rank's beat (not a beat being written)."""
     return name.startswith("rank-") and name.endswith(".json")
+
+
+def is_pulse_file(name: str) -> bool:
+    """Whether a file name in a heartbeat directory is a rank's pulse (not a pulse being written)."""
+    return name.startswith("pulse-") and name.endswith(".json")
 
 
 def _replace(path: Path, text: str) -> None:
@@ -126,13 +156,41 @@ def _replace(path: Path, text: str) -> None:
 
 
 class Heartbeat:
-    """One rank's beats; does nothing when the launcher asked for none (no ``HIPRESS_HEARTBEAT_DIR``)."""
+    """One rank's beats (and pulses, once ``start_pulse``); does nothing when the launcher asked for none
+    (no ``HIPRESS_HEARTBEAT_DIR``)."""
 
     def __init__(self, rank: int, directory: str | None = None) -> None:
         d = directory if directory is not None else os.environ.get(HEARTBEAT_DIR)
         self.rank = rank
         self.seq = 0  # every rank beats the same phases in the same order: the lowest count is behind
         self.path = beat_file(Path(d), rank) if d else None
+        self.pulse_path = pulse_file(Path(d), rank) if d else None
+        self._stop_pulse = threading.Event()
+
+    def start_pulse(self, period_s: float = PULSE_S) -> threading.Thread | None:
+        """Start a daemon thread that replaces this rank's pulse file every ``period_s``: the sign that the
+        process runs, whatever its main thread waits for (progress is the beats' business, not this)."""
+        if self.pulse_path is None:
+            return None
+        path, rank, pid, stop = self.pulse_path, self.rank, os.getpid(), self._stop_pulse
+
+        def pulse() -> None:
+            n = 0
+            while True:
+                n += 1
+                try:
+                    _replace(path, json.dumps({"rank": rank, "pulse": n, "time": time.time(), "pid": pid}))
+                except Exception:  # a pulse missed is a pulse missed; the thread must go on
+                    pass
+                if stop.wait(period_s):
+                    return
+
+        t = threading.Thread(target=pulse, name="heartbeat-pulse", daemon=True)
+        t.start()
+        return t
+
+    def stop_pulse(self) -> None:
+        self._stop_pulse.set()
 
     def beat(self, phase: str, iteration: int | None = None) -> None:
         if self.path is None:
@@ -158,6 +216,41 @@ class Beat:
         return f"{self.phase}{it}"
 
 
+@dataclass(frozen=True)
+class Pulse:
+    """A rank's latest sign of life: ``time`` when it was written (or, relayed, seen here); ``lag_s``, how
+    late it may be seen (a relayed pulse's ``RELAY_LAG_S``)."""
+
+    rank: int
+    count: int
+    time: float
+    lag_s: float = 0.0
+
+    def age(self, now: float) -> float:
+        return now - self.time
+
+    def stale(self, now: float) -> bool:
+        return self.age(now) >= PULSE_STALE_S + self.lag_s
+
+
+def read_pulses(directory: Path) -> dict[int, Pulse]:
+    """The latest pulse of each rank that has pulsed (a file being replaced right now is skipped)."""
+    out: dict[int, Pulse] = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return out
+    for name in names:
+        if not is_pulse_file(name):
+            continue
+        try:
+            d = json.loads((Path(directory) / name).read_text())
+            out[int(d["rank"])] = Pulse(int(d["rank"]), int(d["pulse"]), float(d["time"]), float(d.get("lag", 0.0)))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
 def read_beats(directory: Path) -> dict[int, Beat]:
     """The latest beat of each rank that has beaten (a file being replaced right now is skipped)."""
     out: dict[int, Beat] = {}
@@ -177,42 +270,53 @@ def read_beats(directory: Path) -> dict[int, Beat]:
     return out
 
 
-class Relay:
-    """Beats of ranks on other hosts, kept in a local ``directory`` for ``StallWatch``.
+def is_relayed_file(name: str) -> bool:
+    """Whether ``Relay`` takes a file of a remote heartbeat directory: a beat or a pulse."""
+    return is_beat_file(name) or is_pulse_file(name)
 
-    ``feed`` takes a beat file's contents as read on its host. A beat that is new (its rank's ``seq``
-    changed) is written here with ``time`` = now: when this machine learnt of the progress, by this
-    machine's clock, which is the one ``StallWatch`` compares with (a host whose clock runs a minute
-    behind would otherwise look stalled for a minute). The stamp is late by at most the relay's
-    period, so a stall is seen at most that much early.
+
+class Relay:
+    """Beats and pulses of ranks on other hosts, kept in a local ``directory`` for ``StallWatch``.
+
+    ``feed`` takes a beat or pulse file's contents as read on its host. One that is new (its rank's
+    ``seq``, or pulse count, changed) is written here with ``time`` = now: when this machine learnt of
+    the progress or sign of life, by this machine's clock, which is the one ``StallWatch`` compares
+    with (a host whose clock runs a minute behind would otherwise look stalled for a minute). The stamp
+    is late by at most the relay's period, so a stall is seen at most that much early; a relayed pulse
+    carries ``lag`` = ``lag_s``, the lateness ``StallWatch`` allows it before calling it stale.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, lag_s: float = RELAY_LAG_S) -> None:
         self.directory = Path(directory)
-        self._seq: dict[int, int] = {}
+        self.lag_s = lag_s
+        self._seen: dict[tuple[str, int], int] = {}
 
     def feed(self, raw: bytes | str, now: float | None = None) -> None:
         try:
             d = json.loads(raw)
-            rank, seq = int(d["rank"]), int(d.get("seq", 0))
+            rank = int(d["rank"])
+            kind, count = ("pulse", int(d["pulse"])) if "pulse" in d else ("beat", int(d.get("seq", 0)))
         except (ValueError, KeyError, TypeError):
-            return  # not a beat (or a torn one): the next read gets it whole
-        if self._seq.get(rank) == seq:
+            return  # neither a beat nor a pulse (or a torn one): the next read gets it whole
+        if self._seen.get((kind, rank)) == count:
             return
-        self._seq[rank] = seq
+        self._seen[(kind, rank)] = count
         d["time"] = time.time() if now is None else now
+        if kind == "pulse":
+            d["lag"] = self.lag_s
         try:
-            _replace(beat_file(self.directory, rank), json.dumps(d))
+            _replace((pulse_file if kind == "pulse" else beat_file)(self.directory, rank), json.dumps(d))
         except OSError:
             pass  # the directory is gone: the follower that reads it is done
 
 
 class StallWatch:
-    """Decides, from the beats, when to warn and when to stop a run whose ranks make no progress."""
+    """Decides, from the beats and pulses, when to warn and when to stop a run whose ranks make no progress,
+    and which rank to name (``culprit``)."""
 
     def __init__(self, directory: Path | None, timeout_s: float, ranks: int) -> None:
         self.directory, self.timeout_s, self.ranks = directory, timeout_s, ranks
-        self.warned: set[tuple[int, str, float]] = set()
+        self.warned: set[tuple[int, str, float, bool]] = set()
         self._t0 = time.time()
 
     def check(self, now: float | None = None) -> tuple[str | None, str | None]:
@@ -228,19 +332,39 @@ class StallWatch:
                           "the run was stopped")
         if not beats:
             return None, None
-        # the rank behind (fewest beats) is the one the others wait for; among equals, the quietest
-        first = min(beats.values(), key=lambda b: (b.seq, b.time, b.rank))
+        pulses = read_pulses(self.directory)
+        first = self.culprit(beats, pulses, now)
         limit = startup if first.iteration in (None, 0) else self.timeout_s  # iteration 0 compiles kernels
         quiet = now - first.time
+        if quiet < limit / 2:
+            return None, None
+        pulse = pulses.get(first.rank)
+        dead = "" if pulse is None or not pulse.stale(now) else (
+            f"; its process is not running: no sign of life for {pulse.age(now):.0f} s (stopped by SIGSTOP or "
+            "a debugger, frozen, or stuck holding the GIL?)")
         if quiet >= limit:
-            return None, (f"rank {first.rank} made no progress for {quiet:.0f} s (stalled in {first.doing()}); "
+            return None, (f"rank {first.rank} made no progress for {quiet:.0f} s (stalled in {first.doing()}){dead}; "
                           f"the run was stopped (--stall-timeout {self.timeout_s:g})")
-        key = (first.rank, first.phase, first.time)
-        if quiet >= limit / 2 and key not in self.warned:
+        key = (first.rank, first.phase, first.time, bool(dead))
+        if key not in self.warned:
             self.warned.add(key)
-            return (f"rank {first.rank} has made no progress for {quiet:.0f} s (in {first.doing()}); the run will "
-                    f"be stopped after {limit:g} s"), None
+            return (f"rank {first.rank} has made no progress for {quiet:.0f} s (in {first.doing()}){dead}; the run "
+                    f"will be stopped after {limit:g} s"), None
         return None, None
+
+    @staticmethod
+    def culprit(beats: dict[int, Beat], pulses: dict[int, Pulse], now: float) -> Beat:
+        """The rank to name: one not running (its pulse stale) that made no progress since, else the rank
+        behind (fewest beats: the others wait for it), among equals the quietest. A rank without a pulse
+        read is not taken for not running."""
+        def behind(b: Beat) -> tuple[int, float, int]:
+            return b.seq, b.time, b.rank
+
+        # a beat after the last pulse (give or take a pulse period and a relay's lateness) is progress since:
+        # that rank runs, whatever became of its pulse thread
+        stopped = [b for r, b in beats.items() if r in pulses and pulses[r].stale(now)
+                   and b.time <= pulses[r].time + PULSE_S + pulses[r].lag_s]
+        return min(stopped or beats.values(), key=behind)
 
 
 def watch_launcher(poll_s: float = 1.0) -> threading.Thread | None:

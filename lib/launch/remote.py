@@ -608,8 +608,8 @@ class RemoteJob:
                 continue
 
     def _relay_beats(self) -> None:
-        """Every second, copy the ranks' heartbeats from their hosts into ``heartbeat_dir`` (``heartbeat.Relay``),
-        where ``follow``'s stall watch reads them as it reads local ranks' beats."""
+        """Every second, copy the ranks' heartbeats (beats and pulses) from their hosts into ``heartbeat_dir``
+        (``heartbeat.Relay``), where ``follow``'s stall watch reads them as it reads local ranks' beats."""
         if self._relay is None or time.monotonic() - self._last_relay < 1.0:
             return
         self._last_relay = time.monotonic()
@@ -620,7 +620,7 @@ class RemoteJob:
             except (OSError, paramiko.SSHException):
                 continue
             for name in names:
-                if not heartbeat.is_beat_file(name):
+                if not heartbeat.is_relayed_file(name):
                     continue
                 try:
                     with sftp.open(posixpath.join(beats, name), "rb") as f:

@@ -341,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     rank = comm.Get_rank()
     watch_launcher()  # a launcher that dies without cleaning up takes this rank with it
     beat = Heartbeat(rank)
+    beat.start_pulse()  # says that this process runs, so that a stopped rank is told from one waiting for it
     beat.beat("start-up")
     run_dir: Path | None = args.run_dir if args.run_dir.is_dir() else None
     # abort_on_error prints the traceback prefixed with the rank, tells the peers' sync engines,

@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from hipress.launch import heartbeat
 from hipress_cli.app import build
 
+from ..procs import end_stopped, sigstop_where_beats_blame_rank_0
 from .sshd import sshd_children, wait_until
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
@@ -213,4 +217,42 @@ def test_stall_watchdog_names_a_stalled_rank_on_another_host(sshd, known_hosts, 
     summary = json.loads((results / "stall" / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"].startswith("rank 1 made no progress")
     assert not (REMOTE_BASE / "stall").exists(), "remote run and heartbeat directories must be removed"
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_a_sigstopped_rank_on_another_host_is_named_by_its_relayed_pulse(sshd, known_hosts, tmp_path):
+    """Pulses travel with the beats: rank 1, SIGSTOPped on its host inside the collective rank 0 waits in, is
+    named for its relayed pulse going stale. By beats alone rank 0 was named: the relay stamps both ranks' last
+    beats in the same read, rank 0's first."""
+    results = tmp_path / "results"
+    # the ranks on the "hosts" get their login environment: a PYTHONPATH that points at the code under test (a
+    # worktree beside the installed checkout) goes with them through the interpreter they run
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(os.environ.get('PYTHONPATH', ''))} exec "
+                      f"{shlex.quote(sys.executable)} \"$@\"\n")
+    python.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-m", "hipress_cli.app", "run", "mlp", "--iters", "100000", "--hosts",
+                             "127.0.0.1:1,127.0.0.2:1", *_ssh_args(sshd, known_hosts), "--stall-timeout", "8",
+                             "--remote-python", str(python),
+                             "--results", str(results), "--run-id", "sigstop"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
+    pids: list[int] = []
+    try:
+        events = results / "sigstop" / "events.jsonl"
+        assert wait_until(lambda: events.exists() and events.read_text().count('"iteration"') >= 3, 120), (
+            proc.poll(), proc.stderr.read() if proc.poll() is not None else "")
+        pids = json.loads(events.read_text().splitlines()[0])["pids"]
+        beats = next(Path(tempfile.gettempdir()).glob(f"{heartbeat.DIR_PREFIX}{proc.pid}-*"))
+        stopped = sigstop_where_beats_blame_rank_0(beats, pids[1], proc, settle_s=2.5)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in pids[1:2]:
+            end_stopped(pid)
+    err = _text(err)
+    assert proc.returncode == 1, err
+    assert "rank 1 made no progress for" in err and "its process is not running: no sign of life for" in err, (
+        stopped, err)
+    assert not (REMOTE_BASE / "sigstop").exists(), "remote run and heartbeat directories must be removed"
     assert wait_until(lambda: not sshd_children(sshd), 10)

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from hipress.launch.heartbeat import StallWatch
 from hipress.train.results import append_error
 from hipress.train.supervise import alive, failure_message, thread_env, threads_per_rank
 
-from ..procs import processes_with_env
+from ..procs import end_stopped, processes_with_env, sigstop_where_beats_blame_rank_0
 from .conftest import CLI
 from .test_failure import _wait_for_iterations
 
@@ -220,6 +221,33 @@ def test_a_stalled_rank_is_named_and_the_run_stopped(results):
     print(f"stall: stopped {time.monotonic() - t0:.2f} s after iteration 3 was seen")
 
 
+@pytest.mark.mpi
+def test_a_sigstopped_rank_is_named_not_the_rank_waiting_for_it(results):
+    """The case that named the wrong rank: rank 1 SIGSTOPped inside the gather rank 0 waits in; the same count
+    of beats and rank 0's the older, so by beats alone rank 0 was named. Rank 1's pulse stopped with it."""
+    proc = subprocess.Popen([*CLI, "run", "mlp", "--np", "2", "--iters", "100000", "--results", str(results),
+                             "--run-id", "sigstop", "--stall-timeout", "6"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
+    pids: list[int] = []
+    try:
+        pids = _wait_for_iterations(results / "sigstop", 3, proc)
+        beats = next(Path(tempfile.gettempdir()).glob(f"{heartbeat.DIR_PREFIX}{proc.pid}-*"))
+        stopped = sigstop_where_beats_blame_rank_0(beats, pids[1], proc)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in pids[1:2]:
+            end_stopped(pid)
+    err = " ".join(err.split())
+    assert proc.returncode == 1, err
+    assert "rank 1 made no progress for" in err and "its process is not running: no sign of life for" in err, (
+        stopped, err)
+    summary = json.loads((results / "sigstop" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"].startswith("rank 1 made no progress")
+    assert _gone_within(pids, 5)
+
+
 def _beat(d: Path, rank: int, phase: str, it: int | None, t: float, seq: int = 0) -> None:
     (d / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "phase": phase, "iter": it, "time": t,
                                                      "seq": seq}))
@@ -237,6 +265,93 @@ def test_stall_watch_warns_then_names_the_rank_that_went_quiet_first(tmp_path):
     assert w.check(now + 3) == (None, None)  # warned once
     warning, stop = w.check(now + 7)
     assert warning is None and stop.startswith("rank 1 made no progress for 11 s (stalled in forward/backward")
+
+
+def _pulse(d: Path, rank: int, t: float, count: int = 1) -> None:
+    (d / f"pulse-{rank}.json").write_text(json.dumps({"rank": rank, "pulse": count, "time": t, "pid": 1}))
+
+
+def test_stall_watch_names_the_stopped_rank_not_the_one_waiting_for_it(tmp_path):
+    """Rank 1 was SIGSTOPped inside the gather rank 0 waits in: the same count of beats, and rank 0's the older
+    one; by beats alone rank 0 was named. Rank 1's pulse went stale with it, rank 0's goes on."""
+    w = StallWatch(tmp_path, timeout_s=10, ranks=2)
+    now = time.time()
+    _beat(tmp_path, 0, "gather of the iteration's statistics", 7, now - 0.002, seq=29)
+    _beat(tmp_path, 1, "gather of the iteration's statistics", 7, now - 0.001, seq=29)
+    _pulse(tmp_path, 1, now - 0.6)  # its last pulse, before it was stopped after its beat
+    _pulse(tmp_path, 0, now + 5)
+    warning, stop = w.check(now + 5)
+    assert stop is None and warning.startswith("rank 1 has made no progress for 5 s (in gather of the iteration's "
+                                               "statistics of iteration 7); its process is not running: no sign "
+                                               "of life for 6 s (stopped by SIGSTOP"), warning
+    _pulse(tmp_path, 0, now + 10)
+    warning, stop = w.check(now + 10)
+    assert warning is None and stop.startswith("rank 1 made no progress for 10 s (stalled in gather of the "
+                                               "iteration's statistics of iteration 7); its process is not "
+                                               "running: no sign of life for 11 s"), stop
+    # a pulse not stale yet, or none at all (unknown), accuses nobody: the count of beats decides, as before
+    _pulse(tmp_path, 1, now + 10 - heartbeat.PULSE_STALE_S + 0.5)
+    assert w.check(now + 10)[1].startswith("rank 0 made no progress for 10 s (stalled in gather")
+    (tmp_path / "pulse-1.json").unlink()
+    assert w.check(now + 10)[1].startswith("rank 0 made no progress for 10 s (stalled in gather")
+
+
+def test_stall_watch_takes_a_rank_that_beat_since_its_last_pulse_for_running(tmp_path):
+    """A stale pulse with progress after it (the pulse thread gone, the main thread not) says nothing: the rank
+    behind is named, not the one whose pulse stopped; and a stopped rank is preferred even when it is not behind."""
+    now = time.time()
+    _beat(tmp_path, 0, "forward/backward", 5, now - 11, seq=18)  # behind: rank 1 waits for it
+    _beat(tmp_path, 1, "optimizer step (gradient synchronization)", 5, now - 10, seq=19)
+    _pulse(tmp_path, 0, now)
+    _pulse(tmp_path, 1, now - 30)  # long before its last beat
+    stop = StallWatch(tmp_path, timeout_s=10, ranks=2).check(now)[1]
+    assert stop.startswith("rank 0 made no progress for 11 s (stalled in forward/backward")
+    assert "not running" not in stop
+    _pulse(tmp_path, 1, now - 9.5)  # stopped after its beat: not running, whatever the counts say
+    _pulse(tmp_path, 0, now)
+    stop = StallWatch(tmp_path, timeout_s=10, ranks=2).check(now)[1]
+    assert stop.startswith("rank 1 made no progress for 10 s (stalled in optimizer step") and "not running" in stop
+
+
+def test_pulses_of_ranks_on_other_hosts_are_relayed_stamped_and_allowed_the_relays_lateness(tmp_path):
+    relay = heartbeat.Relay(tmp_path, lag_s=3.0)
+    now = time.time()
+    beat = {"rank": 1, "seq": 29, "phase": "gather of the iteration's statistics", "iter": 7, "time": 0.0}
+    relay.feed(json.dumps({**beat, "rank": 0}), now=now - 0.002)  # the remote hosts' clocks are far off
+    relay.feed(json.dumps(beat), now=now - 0.001)
+    relay.feed(json.dumps({"rank": 0, "pulse": 1, "time": 0.0}), now=now)
+    relay.feed(json.dumps({"rank": 1, "pulse": 7, "time": 0.0}), now=now)
+    for k in range(1, 11):  # the relay reads every second: rank 0 pulses on, rank 1 is stopped
+        relay.feed(json.dumps({"rank": 0, "pulse": 1 + k, "time": 0.0}), now=now + k)
+        relay.feed(json.dumps({"rank": 1, "pulse": 7, "time": 99.0}), now=now + k)  # no change: not restamped
+    pulses = heartbeat.read_pulses(tmp_path)
+    assert pulses[1] == heartbeat.Pulse(1, 7, now, 3.0) and pulses[0].time == now + 10
+    assert set(heartbeat.read_beats(tmp_path)) == {0, 1}  # the pulses did not replace the beats
+    # stale after PULSE_STALE_S + the relay's lag, not before: a late relay accuses nobody
+    stale_at = now + heartbeat.PULSE_STALE_S + 3
+    assert not pulses[1].stale(stale_at - 0.1) and pulses[1].stale(stale_at)
+    w = StallWatch(tmp_path, timeout_s=10, ranks=2)
+    stop = w.check(now + 10)[1]
+    assert stop.startswith("rank 1 made no progress for 10 s (stalled in gather") and "not running" in stop, stop
+    assert heartbeat.is_relayed_file("pulse-3.json") and heartbeat.is_relayed_file("rank-3.json")
+    assert not heartbeat.is_relayed_file(".pulse-3.json.tmp")
+
+
+def test_a_ranks_pulse_thread_pulses_until_stopped(tmp_path):
+    hb = heartbeat.Heartbeat(3, directory=str(tmp_path))
+    thread = hb.start_pulse(period_s=0.02)
+    try:
+        deadline = time.monotonic() + 10
+        while heartbeat.read_pulses(tmp_path).get(3, heartbeat.Pulse(3, 0, 0.0)).count < 3:
+            assert time.monotonic() < deadline, "the pulse thread did not pulse"
+            time.sleep(0.01)
+        assert thread.daemon and abs(heartbeat.read_pulses(tmp_path)[3].time - time.time()) < 5
+        assert json.loads((tmp_path / "pulse-3.json").read_text())["pid"] == os.getpid()
+    finally:
+        hb.stop_pulse()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert heartbeat.Heartbeat(0, directory="").start_pulse() is None  # no heartbeat directory: no pulse
 
 
 def test_stall_watch_gives_start_up_its_allowance(tmp_path):
