@@ -117,7 +117,9 @@ def _describe(params: dict[str, tuple[type | None, Any]]) -> str:
     parts = []
     for k, (t, d) in params.items():
         kind = _SPEC_TYPES.get(t, "any") if t is not None else "any"
-        parts.append(f"{k} ({kind}" + (", required)" if d is inspect.Parameter.empty else f", default {d!r})"))
+        # None: a default that depends on the other parameters (tbq's block), which the docs explain
+        tail = ", required)" if d is inspect.Parameter.empty else ", optional)" if d is None else f", default {d!r})"
+        parts.append(f"{k} ({kind}{tail}")
     return "its parameters: " + ", ".join(parts)
 
 

@@ -132,7 +132,19 @@ def test_nonfinite_gradient_is_refused_and_the_residual_reset():
 
 
 @pytest.mark.parametrize("spec,msg", [("tbq:scale=-0.1", "scale must be in"), ("tbq:scale=17", "scale must be in"),
-                                      ("tbq:scale=0", "scale must be in"), ("tbq:tau=0.5,scale=2", "not both")])
+                                      ("tbq:scale=0", "scale must be in"), ("tbq:tau=0.5,scale=2", "not both"),
+                                      ("tbq:tau=0.5,block=256", "block=256 with a fixed tau=0.5.*drop block"),
+                                      ("tbq:tau=0.5,block=3", "block=3 with a fixed tau")])
 def test_bad_parameters_are_refused(spec, msg):
     with pytest.raises(ValueError, match=msg):
         hc.create_from_spec(spec)
+
+
+def test_a_fixed_tau_takes_block_0_or_none_and_is_one_value_per_tensor():
+    """``tbq:tau=T,block=0`` says what a fixed tau does (one value per tensor); the default block
+    stays 128 for the adaptive rule, and a fixed compressor's ``params()`` builds it again."""
+    for spec in ("tbq:tau=0.5", "tbq:tau=0.5,block=0"):
+        assert hc.create_from_spec(spec).block == 0
+    assert hc.create_from_spec("tbq").block == 128
+    fixed = hc.create_from_spec("tbq:tau=0.5")
+    assert hc.create("tbq", **fixed.params()).params() == fixed.params()

@@ -10,7 +10,8 @@ Three ways to choose tau and value:
   (HiPress's default is 0.5).
 - ``tbq`` (tau 0, the default): adaptive, per block of 128 elements and step, tau = scale *
   mean|v| (scale 1 by default) and value = the mean |v| of the elements at or above tau.
-  ``tbq:block=N`` sets the block (a power of two in [8, 4096]).
+  ``tbq:block=N`` sets the block (a power of two in [8, 4096]). A fixed tau has no blocks (its
+  value is tau for every element): ``tbq:tau=T,block=N`` with N > 0 is refused, not ignored.
 - ``tbq:block=0``: the adaptive rule with one tau and value for the whole tensor.
 
 Wire format: with one value per tensor (fixed tau, or ``block=0``) the extra header is that value
@@ -75,7 +76,13 @@ class TBQ(Compressor):
     wire_id = WIRE_IDS["tbq"]
     caps = Capabilities(uses_state=True, error_feedback=True)
 
-    def __init__(self, tau: float = 0.0, scale: float = 1.0, block: int = TBQ_BLOCK) -> None:
+    def __init__(self, tau: float = 0.0, scale: float = 1.0, block: int | None = None) -> None:
+        """``block`` None: the default, per ``TBQ_BLOCK`` elements under the adaptive rule and one value
+        per tensor under a fixed tau (which sends tau itself for every element: there are no blocks).
+
+        A block size given with a fixed tau is refused rather than dropped: ``tbq:tau=0.5,block=256``
+        used to build a per-tensor compressor while its user believed they had set a block size.
+        """
         if not (tau >= 0 and math.isfinite(float(np.float32(tau))) and (tau == 0 or np.float32(tau) > 0)):
             raise ValueError(f"tbq: tau must be >= 0 and finite in float32, and a positive tau positive there "
                              f"(0: adaptive), got {tau}")
@@ -88,7 +95,13 @@ class TBQ(Compressor):
             )
         if tau > 0 and scale != 1.0:
             raise ValueError("tbq: give tau (a fixed threshold, Strom's TBQ) or scale (the adaptive one), not both")
-        block = block_param(block, "tbq")
+        if tau > 0 and block is not None and block != 0:
+            raise ValueError(
+                f"tbq: block={block} with a fixed tau={tau}: a fixed tau sends tau itself for every element, so "
+                f"there are no per-block values to take; drop block (or give block=0) to keep the fixed tau, or "
+                f"drop tau for the adaptive rule per {block} elements"
+            )
+        block = block_param(TBQ_BLOCK if block is None else block, "tbq")
         self.tau = float(tau)
         self.scale = float(np.float32(scale))  # a float32 parameter, as in the CompLL spec
         self.block = block if tau == 0 else 0  # a fixed tau is one value for every element
