@@ -49,6 +49,9 @@ OutputOpt = Annotated[Path | None, typer.Option(
 #: ``-``: ``--output -`` prints the plan on standard output (a pipe, a redirection); ``--input -``
 #: reads standard input.
 DASH = Path("-")
+#: What messages and the plan's title call ``--input -``: '/dev/stdin' (the path read) or '-' is not
+#: what the user gave.
+STDIN_NAME = "standard input"
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-gradient costs and a whole-iteration prediction.")]
 ComputeOpt = Annotated[float | None, typer.Option(
     "--compute-ms",  # no min=: Typer's says 'greater than or equal to 0' of a NaN; check_bounded says what to give
@@ -88,7 +91,9 @@ def load_gradients(input_: Path | None, model: str | None,
         raise fail("give exactly one of --input input.txt or --model NAME")
     if input_ is not None:
         try:  # '-' is standard input, as --output - is standard output
-            return read_input(Path("/dev/stdin") if input_ == DASH else input_), str(input_)
+            if input_ == DASH:
+                return read_input(Path("/dev/stdin"), STDIN_NAME), STDIN_NAME
+            return read_input(input_), str(input_)
         except PlanError as e:
             raise fail(str(e)) from None
     try:

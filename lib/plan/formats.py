@@ -57,23 +57,25 @@ def _lines(text: str) -> Iterable[tuple[int, str]]:
 MAX_LIST_BYTES = 16 << 20
 
 
-def _read_text(path: str | os.PathLike) -> tuple[str, str]:
+def _read_text(path: str | os.PathLike, source: str | None = None) -> tuple[str, str]:
+    """The file's text and the name its errors give it: ``source`` if given, else the path."""
     p = Path(path)
+    where = str(p) if source is None else source
     try:
         data = read_at_most(p, MAX_LIST_BYTES)
     except FileNotFoundError:
-        raise PlanError(f"{p}: no such file") from None
+        raise PlanError(f"{where}: no such file") from None
     except IsADirectoryError:
-        raise PlanError(f"{p}: is a directory, expected a text file") from None
+        raise PlanError(f"{where}: is a directory, expected a text file") from None
     except OSError as e:
-        raise PlanError(f"{p}: cannot read: {e.strerror or e}") from None
+        raise PlanError(f"{where}: cannot read: {e.strerror or e}") from None
     except TooLarge as e:
-        raise PlanError(f"{p}: {e}, more than any gradient list or plan (one gradient a line): "
+        raise PlanError(f"{where}: {e}, more than any gradient list or plan (one gradient a line): "
                         "give the HiPress input or plan file") from None
     try:
-        return decode_text(data), str(p)
+        return decode_text(data), where
     except NotUtf8 as e:
-        raise PlanFormatError(str(p), e.line, f"byte {e.byte:#04x} is not UTF-8 text",
+        raise PlanFormatError(where, e.line, f"byte {e.byte:#04x} is not UTF-8 text",
                               "is this really a text file?") from None
 
 
@@ -170,15 +172,16 @@ def parse_plan(text: str, source: str = "<string>") -> Plan:
     return plan
 
 
-def read_input(path: str | os.PathLike) -> list[tuple[str, int]]:
-    """Read HiPress ``input.txt``."""
-    text, source = _read_text(path)
+def read_input(path: str | os.PathLike, source: str | None = None) -> list[tuple[str, int]]:
+    """Read HiPress ``input.txt``. ``source`` names it in errors instead of the path: a caller that
+    reads ``/dev/stdin`` for ``--input -`` passes "standard input", which is what its user gave."""
+    text, source = _read_text(path, source)
     return parse_input(text, source)
 
 
-def read_plan(path: str | os.PathLike) -> Plan:
-    """Read HiPress ``SeCoPaPlan.txt``."""
-    text, source = _read_text(path)
+def read_plan(path: str | os.PathLike, source: str | None = None) -> Plan:
+    """Read HiPress ``SeCoPaPlan.txt`` (``source`` as for ``read_input``)."""
+    text, source = _read_text(path, source)
     return parse_plan(text, source)
 
 

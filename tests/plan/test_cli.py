@@ -511,6 +511,27 @@ def test_plan_input_dash_is_standard_input(tmp_path):
     assert r.returncode == 2 and "the size 'x' is not a whole number" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("data,msg", [
+    ("a,1\nb,x\n", "standard input:2: the size 'x' is not a whole number"),
+    ("", "standard input: no gradients: the file is empty"),
+    ("\udcff\n", "standard input:1: byte 0xff is not UTF-8 text"),
+])
+def test_plan_input_dash_errors_name_standard_input(tmp_path, data, msg):
+    """Errors about --input - named '/dev/stdin' (the path read for it), which the user never typed;
+    they and the plan's title now say 'standard input'."""
+    r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", "-"],
+                       input=data.encode("utf-8", "surrogateescape"), capture_output=True, timeout=300, cwd=tmp_path)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and msg in err and "/dev/stdin" not in err, err
+
+
+def test_plan_input_dash_title_names_standard_input(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "hipress_cli.app", "plan", "--input", "-", "--json"],
+                       input="a,1\nb,4000000\n", capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["source"] == "standard input"
+
+
 def test_plan_output_that_is_its_input_or_profile_is_refused(tmp_path):
     """QA: --output naming the --input file (or the --profile) replaced the gradients the plan was
     made from with the plan, exit 0; the file was then refused as input ('expected 2 fields, got 4')."""
