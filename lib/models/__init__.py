@@ -14,7 +14,7 @@ sizes without pulling in the training stack.
 
 from . import gan, small, text, vision  # noqa: F401  (register the zoo)
 from .introspect import gradient_sizes, parameter_count
-from .registry import OPTION_HELP, BadModelOption, ModelSpec, UnknownModel, available, get
+from .registry import OPTION_HELP, BadModelOption, ModelSpec, UnknownModel, available, get, suggestion
 
 __all__ = [
     "OPTION_HELP",
@@ -25,4 +25,5 @@ __all__ = [
     "get",
     "gradient_sizes",
     "parameter_count",
+    "suggestion",
 ]

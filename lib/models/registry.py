@@ -11,7 +11,7 @@ tell that the model it ran is not the paper's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,11 +29,14 @@ OPTION_HELP: dict[str, str] = {
 
 
 class UnknownModel(KeyError):
-    """A model name that is not in the zoo; the message lists the valid ones."""
+    """A model name that is not in the zoo; the message lists the valid ones, and the one meant where
+    the name differs from it only in case or punctuation ('VGG19', 'ResNet-50': see ``suggestion``)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        super().__init__(f"unknown model {name!r}; available: {', '.join(available())}")
+        hint = suggestion(name)
+        meant = f" (did you mean {hint!r}?)" if hint else ""
+        super().__init__(f"unknown model {name!r}{meant}; available: {', '.join(available())}")
 
     def __str__(self) -> str:
         return self.args[0]
@@ -111,6 +114,23 @@ def available(paper_only: bool = False) -> list[str]:
     rank = {n: i for i, n in enumerate(PAPER_ORDER)}
     names = sorted(_ZOO, key=lambda n: (rank.get(n, len(rank)), n))
     return [n for n in names if _ZOO[n].from_paper or not paper_only]
+
+
+def _folded(name: str) -> str:
+    return "".join(c for c in name.casefold() if c.isalnum())
+
+
+def suggestion(name: str, known: Iterable[str] | None = None) -> str | None:
+    """The model of ``known`` (default: the zoo) that ``name`` names but for case, spaces, '-' or '_'
+    ('VGG19', 'ResNet-50', 'U-GAT-IT'), else None.
+
+    Why a hint and not an alias: the name a run was given is its identity (run ids, ``config.json``,
+    result folders, ``--resume``'s comparison, the reproduce settings' tables), so one spelling per
+    model keeps those comparable; a HiPress user typing the paper's 'VGG19' is told the one to type.
+    """
+    key = _folded(name)
+    matches = [n for n in (available() if known is None else known) if _folded(n) == key]
+    return matches[0] if len(matches) == 1 and matches[0] != name else None
 
 
 def get(name: str) -> ModelSpec:

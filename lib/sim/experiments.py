@@ -259,9 +259,14 @@ def load_figures(directory: Path, ref: Reference, only: int | None = None) -> li
 def _names(given: list[str] | None, what: str, known: list[str], everywhere: list[str]) -> set[str] | None:
     if given is None:
         return None
+    from hipress.models import suggestion
+
     bad = [g for g in given if g not in known]
     if bad:
-        raise ExperimentError(f"unknown {what} {', '.join(map(repr, bad))} in --{what}s; known: {', '.join(known)}")
+        meant = [m for m in (suggestion(g, known) for g in bad) if m]  # 'VGG19' for vgg19, as run and plan say
+        hint = f" (did you mean {', '.join(map(repr, meant))}?)" if meant else ""
+        raise ExperimentError(f"unknown {what} {', '.join(map(repr, bad))} in --{what}s{hint}; known: "
+                              f"{', '.join(known)}")
     absent = [g for g in given if g not in everywhere]
     if absent:
         raise ExperimentError(f"--{what}s {', '.join(absent)}: in none of the chosen figures (they have "

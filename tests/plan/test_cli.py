@@ -101,6 +101,8 @@ def test_plan_from_zoo_model():
     assert out["totals"]["elements"] == 143_667_240 and out["plan"][0]["name"] == "classifier.6.bias"
     r = hipress("plan", "--model", "nosuchnet")
     assert r.returncode != 0 and "nosuchnet" in r.stderr
+    r = hipress("plan", "--model", "VGG19", "--input-size", 224)  # the paper's spelling: the hint names ours
+    assert r.returncode == 2 and "unknown model 'VGG19' (did you mean 'vgg19'?)" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize(("content", "where"), [

@@ -48,6 +48,8 @@ def test_bad_real_toml(tmp_path, change, match):
 @pytest.mark.parametrize("mode", ["sim", "real"])
 @pytest.mark.parametrize("args,match", [
     (("--models", "vgg19,alexnet"), "unknown model 'alexnet' in --models"),
+    (("--models", "VGG19"), "unknown model 'VGG19' in --models (did you mean 'vgg19'?)"),
+    (("--systems", "BytePS"), "unknown system 'BytePS' in --systems (did you mean 'byteps'?)"),
     (("--systems", "byteps,horovod"), "unknown system 'horovod' in --systems"),
     (("--models", "bert"), "--models bert: in none of the chosen figures"),
 ])

@@ -217,6 +217,7 @@ def test_a_checkpoint_must_match_the_runs_lr_schedule(tmp_path):
 
 @pytest.mark.parametrize("args,match", [
     (["run", "alexnet"], "unknown model 'alexnet'"),
+    (["run", "VGG19"], "unknown model 'VGG19' (did you mean 'vgg19'?)"),
     (["run", "vgg19", "--np", "0"], "--np must be at least 1"),
     (["run", "vgg19", "--alg", "zip"], "unknown compression algorithm"),
     (["run", "vgg19", "--topo", "tree"], "unknown topology"),

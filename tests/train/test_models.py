@@ -116,6 +116,19 @@ def test_ugatit_fc_layer_grows_with_the_image(quarter):
 def test_unknown_model_lists_the_valid_ones():
     with pytest.raises(UnknownModel, match="available: vgg19, resnet50, bert"):
         get("vgg16")
+    with pytest.raises(UnknownModel) as e:
+        get("vgg16")
+    assert "did you mean" not in str(e.value)  # another model, not another spelling of one
+
+
+@pytest.mark.parametrize("typed,meant", [("VGG19", "vgg19"), ("ResNet-50", "resnet50"), ("BERT", "bert"),
+                                         ("U-GAT-IT", "ugatit"), ("Transformer", "transformer")])
+def test_a_model_name_in_another_case_is_refused_naming_the_one_meant(typed, meant):
+    """'VGG19' said only "unknown model 'VGG19'; available: vgg19, ...": the one name is refused still
+    (it is a run's identity, see ``suggestion``) but the message says which to type."""
+    with pytest.raises(UnknownModel) as e:
+        get(typed)
+    assert str(e.value).startswith(f"unknown model '{typed}' (did you mean '{meant}'?); available: vgg19")
 
 
 @pytest.mark.parametrize("model,opts,match", [
