@@ -193,7 +193,8 @@ def register(app: typer.Typer) -> None:
                                                       "iterations and at the end (0: never).")] = 0,
         resume: Annotated[Path | None, typer.Option("--resume", parser=path_option,
                                                     help="Continue the run in this run directory from "
-                                                    "its checkpoint, with its config.json (--iters may extend it), "
+                                                    "its checkpoint, with its config.json (--iters, the run's whole "
+                                                    "length, not the iterations to add, may extend it), "
                                                     "bit for bit as if uninterrupted.")] = None,
         target_accuracy: Annotated[float | None, typer.Option("--target-accuracy", help="Time to accuracy: evaluate "
                                    "on the held-out test set (--data digits) and stop once its accuracy reaches "
@@ -213,7 +214,7 @@ def register(app: typer.Typer) -> None:
             check_stall_timeout(stall_timeout)
         except ValueError as e:
             raise fail(str(e)) from None
-        resumed, resume_at = _resume_config(ctx, resume, iters) if resume is not None else (None, 0)
+        resumed, resume_at, resume_note = _resume_config(ctx, resume, iters) if resume is not None else (None, 0, None)
         model = resumed.model if resumed else pick_model(model, model_opt)
         np_ = resumed.np if resumed else np_
         topo = pick_topology(topo, horovodrun)
@@ -279,8 +280,9 @@ def register(app: typer.Typer) -> None:
                     from hipress.sync.device import cuda_device_count
 
                     device_note = share_gpus(cfg, cuda_device_count())
-            if device_note:
-                (err_console if json_ else console).print(styled("[yellow]note:[/] {}", device_note))
+            for note in (device_note, resume_note):
+                if note:
+                    (err_console if json_ else console).print(styled("[yellow]note:[/] {}", note))
             run_dir = resume if resume is not None else results / cfg.run_id
             try:
                 run_dir.mkdir(parents=True, exist_ok=resume is not None)
@@ -366,11 +368,18 @@ _RESUME_OPTIONS = {"iters", "resume", "hosts", "hostfile", *opt.SshOpts.names(),
                    "json_"}
 
 
-def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> tuple[Any, int]:
+def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> tuple[Any, int, str | None]:
     """The configuration of the run in ``run_dir``, checked resumable, for ``--resume``: its iteration
-    count extended to ``--iters`` if given, its ``resumed`` count advanced; and the iteration of its
-    checkpoint. Writes nothing (``_rewind`` does, once the launch options are checked too). Fails
-    (exit 2, no traceback) on a bad directory, a damaged or missing checkpoint."""
+    count set to ``--iters`` if given, its ``resumed`` count advanced; the iteration of its checkpoint;
+    and a note to print when ``--iters`` shortens the run. Writes nothing (``_rewind`` does, once the
+    launch options are checked too). Fails (exit 2, no traceback) on a bad directory, a damaged or
+    missing checkpoint, or an ``--iters`` the checkpoint is already past.
+
+    ``--iters`` is the run's whole length, as when it started, not the iterations to add. A length
+    between the checkpoint and the run's own is taken (an interrupted run may be ended sooner; a
+    later ``--resume --iters`` extends it again, bit for bit) but said, since a user who meant "N
+    more" would otherwise get a shorter run without a word; one the checkpoint is past is refused
+    with the ``--iters`` that adds N."""
     from hipress.train import checkpoint
     from hipress.train.config import ConfigError, RunConfig
 
@@ -397,13 +406,24 @@ def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> tuple[Any, 
                        f"{cfg.length} iterations; --iters {iters} would change the rates it has already trained "
                        f"with, so the continuation would not be that run. Resume without --iters (or start a new "
                        f"run of the length you want)")
+    trained = max(done - cfg.warmup, 0)  # of --iters, the iterations the checkpoint holds
+    note = None
+    if on_command_line(ctx, "iters") and iters != cfg.iters:
+        if iters < cfg.iters and done < cfg.warmup + iters:
+            note = (f"--iters {iters} shortens the run from {cfg.iters} to {iters} iterations (after {cfg.warmup} "
+                    f"warm-up): it continues from its checkpoint at iteration {done} and stops at "
+                    f"{cfg.warmup + iters} ({cfg.warmup} warm-up + {iters}). --iters is the run's length, not the "
+                    f"iterations to add: for {iters} more, resume with --iters {trained + iters}")
         cfg.iters = iters
     if done >= cfg.warmup + cfg.iters:
+        length = "" if not on_command_line(ctx, "iters") else (
+            f"; --iters is the run's length, not the iterations to add: --iters {trained + iters} "
+            f"trains {iters} more")
         raise fail(f"--resume {run_dir}: the checkpoint is at iteration {done}, the run has "
                    f"{cfg.warmup + cfg.iters} ({cfg.warmup} warm-up + --iters {cfg.iters}): nothing left to do; "
-                   f"give a larger --iters to extend it")
+                   f"give an --iters above {trained} to extend it{length}")
     cfg.resumed += 1
-    return cfg, done
+    return cfg, done, note
 
 
 def _rewind(run_dir: Path, done: int) -> None:

@@ -312,6 +312,21 @@ def _finished_run(run_dir) -> None:
         checkpoint.save(run_dir, rank, cfg, 4, model, runner)
 
 
+def test_resume_iters_the_checkpoint_passed_says_iters_is_the_length(tmp_path):
+    """`--resume --iters 2` on a finished 3-iteration run meant, to many, "2 more": the refusal said only
+    "give a larger --iters"; it now says --iters is the run's length and which one adds 2. The run is
+    left as it was."""
+    run_dir = tmp_path / "r1"
+    _finished_run(run_dir)
+    before = {name: (run_dir / name).read_bytes() for name in ("events.jsonl", "config.json")}
+    r = _invoke(["run", "--resume", str(run_dir), "--iters", "2"])
+    assert r.exit_code == 2, r.output
+    assert ("the checkpoint is at iteration 4, the run has 3 (1 warm-up + --iters 2): nothing left to do; give an "
+            "--iters above 3 to extend it; --iters is the run's length, not the iterations to add: --iters 5 "
+            "trains 2 more") in _text(r), r.output
+    assert {name: (run_dir / name).read_bytes() for name in before} == before
+
+
 @pytest.mark.parametrize("launch", [["--emulate", ""], ["--prefix", "mine"]])
 def test_a_refused_resume_leaves_the_run_as_it_was(tmp_path, launch):
     """--resume with a launch option refused: exit 2, and the run's events.jsonl and config.json untouched.

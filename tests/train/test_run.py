@@ -253,3 +253,26 @@ def test_resume_of_a_missing_or_damaged_checkpoint_fails_clearly(results):
     assert res.returncode != 0 and "no checkpoint for rank 1" in said and "rank-0.pt is there" in said, said
     res = hipress("run", "--resume", str(results / "nowhere"))
     assert res.returncode != 0 and "no config.json" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.slow
+def test_resume_with_a_shorter_iters_says_so_and_one_the_checkpoint_passed_is_refused(results):
+    """--iters on --resume is the run's length, not the iterations to add. A length below the run's own
+    (an interrupted 8-iteration run given --iters 5) ended it at 5 without a word, where a user who
+    meant "5 more" expected 8; now a note says so and gives the --iters for that. One the checkpoint
+    is already past says the same in its refusal (it said only "give a larger --iters")."""
+    common = ["mlp", "--np", "1", "--warmup", "1", "--checkpoint-every", "2", "--results", str(results)]
+    part = hipress("run", *common, "--iters", "8", "--run-id", "part", env={"HIPRESS_FAULT": "0:4"})
+    assert part.returncode != 0 and "fault injected" in part.stderr + part.stdout, part.stderr
+    res = hipress("run", "--resume", str(results / "part"), "--iters", "5", "--json")
+    assert res.returncode == 0, res.stderr
+    said = " ".join(res.stderr.split())
+    assert ("note: --iters 5 shortens the run from 8 to 5 iterations (after 1 warm-up): it continues from its "
+            "checkpoint at iteration 4 and stops at 6 (1 warm-up + 5). --iters is the run's length, not the "
+            "iterations to add: for 5 more, resume with --iters 8") in said, said
+    assert json.loads(res.stdout)["iterations"] == 6
+    res = hipress("run", "--resume", str(results / "part"), "--iters", "3")
+    said = " ".join(res.stderr.split())
+    assert res.returncode == 2 and ("the checkpoint is at iteration 6, the run has 4 (1 warm-up + --iters 3): "
+                                    "nothing left to do; give an --iters above 5 to extend it; --iters is the "
+                                    "run's length, not the iterations to add: --iters 8 trains 3 more") in said, said
