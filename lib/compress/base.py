@@ -138,9 +138,15 @@ class Compressor(ABC):
     def parse_pair(
         self, a: torch.Tensor, b: torch.Tensor, name: str = "<unnamed>"
     ) -> tuple[Header, torch.Tensor, Header, torch.Tensor]:
-        """The two operands of :meth:`merge`, parsed and checked to be mergeable: one device (a
-        kernel reads one device's memory; the engine copies a received payload to the gradient's
-        device before it merges) and one element count."""
+        """The two operands of :meth:`merge`, parsed and checked to be mergeable: payload tensors (a
+        list or None here failed as an AttributeError on ``.device``), one device (a kernel reads one
+        device's memory; the engine copies a received payload to the gradient's device before it
+        merges), one element count and one gradient dtype (the merged payload carries one: it took
+        ``a``'s, so a float32 and a float64 payload merged into float32 or float64 by their order)."""
+        for which, p in (("first", a), ("second", b)):
+            if not isinstance(p, torch.Tensor):
+                raise CompressionError(name, f"merge's {which} operand must be a payload (the torch.uint8 tensor "
+                                       f"that encode returns), got {type(p).__name__}")
         if a.device != b.device:
             raise CompressionError(name, f"cannot merge a payload on {a.device} with one on {b.device}",
                                    "copy one to the other's device first, e.g. b.to(a.device)")
@@ -148,6 +154,10 @@ class Compressor(ABC):
         hb, bb = self.parse(b, name)
         if ha.numel != hb.numel:
             raise CompressionError(name, f"cannot merge payloads of {ha.numel} and {hb.numel} elements")
+        if ha.dtype != hb.dtype:
+            raise CompressionError(name, f"cannot merge a payload of a {str(ha.dtype).removeprefix('torch.')} "
+                                   f"gradient with one of a {str(hb.dtype).removeprefix('torch.')} gradient",
+                                   "encode both from gradients of one dtype, or decode each and add them")
         return ha, ba, hb, bb
 
     @abstractmethod

@@ -141,6 +141,24 @@ def test_merge_of_payloads_on_two_devices_says_so(alg):
         c.merge(a, a.to("meta"), name="g")
 
 
+@pytest.mark.parametrize("alg", ["none", "topk", "dgc", "graddrop", "randomk"])
+def test_merge_of_a_non_payload_or_of_two_dtypes_says_so(alg):
+    """A list or None given to merge raised a bare AttributeError ('list' object has no attribute
+    'device'); a float32 and a float64 gradient's payloads merged into one of whichever came first.
+    Both are a CompressionError (a ValueError) naming the gradient and what was wrong."""
+    c = hc.create(alg)
+    a = c.encode(randn(300), hc.GradientState(), name="g")
+    for x, y, which, got in (([1, 2], a, "first", "list"), (a, None, "second", "NoneType")):
+        with pytest.raises(hc.CompressionError, match=f"gradient 'g': merge's {which} operand must be a payload "
+                                                      f"\\(the torch.uint8 tensor that encode returns\\), got {got}"):
+            c.merge(x, y, name="g")
+    b = c.encode(randn(300).double(), hc.GradientState(), name="g")
+    for x, y, first, second in ((a, b, "float32", "float64"), (b, a, "float64", "float32")):
+        with pytest.raises(hc.CompressionError, match=f"cannot merge a payload of a {first} gradient with one of a "
+                                                      f"{second} gradient"):
+            c.merge(x, y, name="g")
+
+
 def test_bad_parameters_are_clear():
     for spec, msg in [
         ("tbq:tau=-1", "tau must be >= 0"),
