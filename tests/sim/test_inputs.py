@@ -233,6 +233,25 @@ def test_leave_one_out_predicts_a_held_out_model_made_by_the_model():
     assert f"{first['held_out']} on {first['cluster']}" in md
 
 
+def test_leave_one_out_marks_a_held_out_system_no_model_of_the_fit_has():
+    """sosp21.json's byteps-onebit curves are VGG19's only: held out, no model of the fit has one, and
+    the CPU codec speed only they pin down is its prior's. The report says so for such a system, here
+    ring on aws with ResNet50's ring curve removed, and for no other."""
+    from hipress.reproduce.simulated import validate_markdown
+    from hipress.sim.calibrate import leave_one_out
+    from hipress.sim.params import params_by_cluster
+
+    raw = json.loads(json.dumps(REF.raw))
+    del raw["throughput"]["aws"]["resnet50"]["ring"]
+    start = params_by_cluster(REF, calibration={})
+    rows = leave_one_out(Reference(raw), start, steps_to_fit=[Step(("nccl_step_ms",), ("ring",), False)])
+    unseen = {(r["held_out"], r["cluster"]): r["unseen_systems"] for r in rows}
+    assert unseen == {("vgg19", "aws"): ["ring"], ("vgg19", "local"): [], ("resnet50", "local"): []}
+    md = validate_markdown(rows)
+    assert sum("| ring (unseen) |" in ln for ln in md.splitlines()) == 1
+    assert "(unseen): no model of the fit has a curve of this system" in md
+
+
 def test_each_cluster_has_its_own_calibration():
     """The local cluster is calibrated on its own curves: no cluster borrows the other's host speed."""
     from hipress.sim.params import load_calibration, params_by_cluster

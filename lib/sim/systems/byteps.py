@@ -37,6 +37,22 @@ A server meets each of its keys ``3n`` times (``n`` receives, ``n`` sums, ``n`` 
 another, so a key's latency grows with the node count; a model of many small tensors
 (ResNet50: 161) feels it at every key, VGG19 (a few large ones) hardly -- why BytePS's ResNet50
 curve bends down at 128 GPUs.
+
+What this model does not capture: on-CPU onebit's growth with the node count. sosp21.json's aws VGG19
+iteration grows from 201 to 295 ms between 2 and 16 nodes with onebit (+47%), from 328 to 367 ms
+without (+12%), on the same hosts. Here onebit's host work per node even shrinks with ``n`` (the
+server's encode is ``1/n`` of the gradient), so ``host_jitter`` alone makes it grow, and it grows plain
+BytePS as much: fitted on one curve at a time (``byteps_host_gbytes``, ``cpu_codec_gbytes``,
+``host_jitter``), plain VGG19 asks for jitter 0.13 (rms 0.7%), onebit for 0.47 with a 25 GB/s codec
+(rms 5.8%), ResNet50's BytePS for 0.06; the joint fit settles between (0.28, 18 GB/s), onebit -12% at
+16 GPUs and +12% at 128. Servers picked by hashing the key instead of round robin (djb2 of
+``declared key << 16 | partition``, BytePS's ``BYTEPS_KEY_HASH_FN=djb2`` as remembered, not checked
+against its source) was tried: it bends onebit down at 16 nodes as published, but plain BytePS too
+(VGG19 -25% at 128 GPUs). Without VGG19 no calibration curve has onebit at all, so the leave-one-out
+fold gets ``cpu_codec_gbytes`` from its prior (11 GB/s, beside the 10.9 GB/s message path ResNet50's
+BytePS curve gives) and onebit is 29% too slow at 16 aws GPUs; with 18 GB/s it would be 3% too slow
+there, but 48% too fast at 128 (the jitter ResNet50 gives). A BytePS-onebit curve of another model, or
+a per-stage timeline of one at 2 and 16 nodes, would tell which mechanism is missing.
 """
 
 from __future__ import annotations
