@@ -8,8 +8,12 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from hipress.launch.heartbeat import DIR_PREFIX
 
 
 def processes_with_env(name: str, value: str | int, exclude: int | None = None) -> list[int]:
@@ -65,3 +69,24 @@ def end_stopped(pid: int) -> None:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+def stop_rank_1_and_follow(proc: subprocess.Popen, wait_pids: Callable[[], list[int]], settle_s: float = 1.0,
+                           timeout_s: float = 60) -> tuple[list[int], list[dict], str]:
+    """In ``proc``'s 2-rank run (its ranks' pids from ``wait_pids``, once it trains), SIGSTOP rank 1 where the
+    beats alone blame rank 0 (:func:`sigstop_where_beats_blame_rank_0`) and wait for the launcher to end the
+    run; returns the ranks' pids, the two beats at the stop and the launcher's standard error, its whitespace
+    collapsed. The
+    launcher and the stopped rank never outlive the test."""
+    pids: list[int] = []
+    try:
+        pids = wait_pids()
+        beats = next(Path(tempfile.gettempdir()).glob(f"{DIR_PREFIX}{proc.pid}-*"))
+        stopped = sigstop_where_beats_blame_rank_0(beats, pids[1], proc, settle_s=settle_s)
+        _, err = proc.communicate(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in pids[1:2]:
+            end_stopped(pid)
+    return pids, stopped, " ".join(err.split())

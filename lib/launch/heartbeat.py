@@ -43,10 +43,14 @@ import stat
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from .procs import alive
+
+T = TypeVar("T")
 
 HEARTBEAT_DIR = "HIPRESS_HEARTBEAT_DIR"
 LAUNCHER_PID = "HIPRESS_LAUNCHER_PID"
@@ -233,41 +237,35 @@ class Pulse:
         return self.age(now) >= PULSE_STALE_S + self.lag_s
 
 
-def read_pulses(directory: Path) -> dict[int, Pulse]:
-    """The latest pulse of each rank that has pulsed (a file being replaced right now is skipped)."""
-    out: dict[int, Pulse] = {}
+def _read_latest(directory: Path, wanted: Callable[[str], bool], make: Callable[[dict], T]) -> dict[int, T]:
+    """``make(record)`` of every file of ``directory`` that ``wanted`` names, by rank; a file being
+    replaced right now, or not a record ``make`` takes, is skipped (the next read gets it whole)."""
+    out: dict[int, T] = {}
     try:
         names = os.listdir(directory)
     except OSError:
         return out
     for name in names:
-        if not is_pulse_file(name):
+        if not wanted(name):
             continue
         try:
             d = json.loads((Path(directory) / name).read_text())
-            out[int(d["rank"])] = Pulse(int(d["rank"]), int(d["pulse"]), float(d["time"]), float(d.get("lag", 0.0)))
+            out[int(d["rank"])] = make(d)
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return out
+
+
+def read_pulses(directory: Path) -> dict[int, Pulse]:
+    """The latest pulse of each rank that has pulsed."""
+    return _read_latest(directory, is_pulse_file, lambda d: Pulse(int(d["rank"]), int(d["pulse"]), float(d["time"]),
+                                                                  float(d.get("lag", 0.0))))
 
 
 def read_beats(directory: Path) -> dict[int, Beat]:
-    """The latest beat of each rank that has beaten (a file being replaced right now is skipped)."""
-    out: dict[int, Beat] = {}
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return out
-    for name in names:
-        if not is_beat_file(name):
-            continue
-        try:
-            d = json.loads((Path(directory) / name).read_text())
-            out[int(d["rank"])] = Beat(int(d["rank"]), str(d["phase"]), d.get("iter"), float(d["time"]),
-                                       int(d.get("seq", 0)))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return out
+    """The latest beat of each rank that has beaten."""
+    return _read_latest(directory, is_beat_file, lambda d: Beat(int(d["rank"]), str(d["phase"]), d.get("iter"),
+                                                                float(d["time"]), int(d.get("seq", 0))))
 
 
 def is_relayed_file(name: str) -> bool:

@@ -8,17 +8,15 @@ import platform
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from hipress.launch import heartbeat
 from hipress_cli.app import build
 
-from ..procs import end_stopped, sigstop_where_beats_blame_rank_0
+from ..procs import stop_rank_1_and_follow
 from .sshd import sshd_children, wait_until
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
@@ -236,20 +234,14 @@ def test_a_sigstopped_rank_on_another_host_is_named_by_its_relayed_pulse(sshd, k
                              "--remote-python", str(python),
                              "--results", str(results), "--run-id", "sigstop"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
-    pids: list[int] = []
-    try:
-        events = results / "sigstop" / "events.jsonl"
+    events = results / "sigstop" / "events.jsonl"
+
+    def rank_pids() -> list[int]:
         assert wait_until(lambda: events.exists() and events.read_text().count('"iteration"') >= 3, 120), (
             proc.poll(), proc.stderr.read() if proc.poll() is not None else "")
-        pids = json.loads(events.read_text().splitlines()[0])["pids"]
-        beats = next(Path(tempfile.gettempdir()).glob(f"{heartbeat.DIR_PREFIX}{proc.pid}-*"))
-        stopped = sigstop_where_beats_blame_rank_0(beats, pids[1], proc, settle_s=2.5)
-        out, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        for pid in pids[1:2]:
-            end_stopped(pid)
+        return json.loads(events.read_text().splitlines()[0])["pids"]
+
+    pids, stopped, err = stop_rank_1_and_follow(proc, rank_pids, settle_s=2.5, timeout_s=90)
     err = _text(err)
     assert proc.returncode == 1, err
     assert "rank 1 made no progress for" in err and "its process is not running: no sign of life for" in err, (

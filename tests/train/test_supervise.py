@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from hipress.launch.heartbeat import StallWatch
 from hipress.train.results import append_error
 from hipress.train.supervise import alive, failure_message, thread_env, threads_per_rank
 
-from ..procs import end_stopped, processes_with_env, sigstop_where_beats_blame_rank_0
+from ..procs import processes_with_env, stop_rank_1_and_follow
 from .conftest import CLI
 from .test_failure import _wait_for_iterations
 
@@ -228,18 +227,7 @@ def test_a_sigstopped_rank_is_named_not_the_rank_waiting_for_it(results):
     proc = subprocess.Popen([*CLI, "run", "mlp", "--np", "2", "--iters", "100000", "--results", str(results),
                              "--run-id", "sigstop", "--stall-timeout", "6"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
-    pids: list[int] = []
-    try:
-        pids = _wait_for_iterations(results / "sigstop", 3, proc)
-        beats = next(Path(tempfile.gettempdir()).glob(f"{heartbeat.DIR_PREFIX}{proc.pid}-*"))
-        stopped = sigstop_where_beats_blame_rank_0(beats, pids[1], proc)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        for pid in pids[1:2]:
-            end_stopped(pid)
-    err = " ".join(err.split())
+    pids, stopped, err = stop_rank_1_and_follow(proc, lambda: _wait_for_iterations(results / "sigstop", 3, proc))
     assert proc.returncode == 1, err
     assert "rank 1 made no progress for" in err and "its process is not running: no sign of life for" in err, (
         stopped, err)
