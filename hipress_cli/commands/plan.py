@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -92,6 +93,9 @@ def load_gradients(input_: Path | None, model: str | None,
     if input_ is not None:
         try:  # '-' is standard input, as --output - is standard output
             if input_ == DASH:
+                if sys.stdin.isatty():  # typed by hand, not piped: without a word it would look hung
+                    err_console.print("reading the gradients from standard input: 'name,size' lines, then Ctrl-D",
+                                      soft_wrap=True)
                 return read_input(Path("/dev/stdin"), STDIN_NAME), STDIN_NAME
             return read_input(input_), str(input_)
         except PlanError as e:

@@ -144,7 +144,7 @@ def parse_input(text: str, source: str = "<string>") -> list[tuple[str, int]]:
         _no_duplicate(source, no, name, seen)
         out.append((name, size))
     if not out:
-        raise PlanFormatError(source, 0, "no gradients: the file is empty",
+        raise PlanFormatError(source, 0, "no gradients: it is empty",
                               f"expected one '{INPUT_FORMAT}' line per gradient")
     return out
 
@@ -167,7 +167,7 @@ def parse_plan(text: str, source: str = "<string>") -> Plan:
         _no_duplicate(source, no, name, seen)
         plan[name] = PlanEntry(name, size, flag == "y", k)
     if not plan:
-        raise PlanFormatError(source, 0, "no gradients: the file is empty",
+        raise PlanFormatError(source, 0, "no gradients: it is empty",
                               f"expected one '{PLAN_FORMAT}' line per gradient")
     return plan
 

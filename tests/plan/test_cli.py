@@ -515,7 +515,7 @@ def test_plan_input_dash_is_standard_input(tmp_path):
 
 @pytest.mark.parametrize("data,msg", [
     ("a,1\nb,x\n", "standard input:2: the size 'x' is not a whole number"),
-    ("", "standard input: no gradients: the file is empty"),
+    ("", "standard input: no gradients: it is empty"),
     ("\udcff\n", "standard input:1: byte 0xff is not UTF-8 text"),
 ])
 def test_plan_input_dash_errors_name_standard_input(tmp_path, data, msg):
@@ -678,3 +678,26 @@ def test_an_endless_or_huge_input_or_profile_is_refused_unread(tmp_path):
         r = hipress("plan", "--model", "mlp", "--profile", path)
         assert r.returncode == 2, r.stdout + r.stderr
         assert f"{path}: larger than {MAX_PROFILE_BYTES} bytes, more than any profile" in r.stderr, r.stderr
+
+
+def test_plan_input_dash_from_a_terminal_says_what_it_waits_for(tmp_path):
+    """`plan --input -` typed at a terminal waited without a word, like a hang; it now says that it reads the
+    gradients from standard input and how to end them (piped input gets no such line: see above)."""
+    import pty
+    import select
+
+    main, tty = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "hipress_cli.app", "plan", "--input", "-", "--output", "-"],
+                            stdin=tty, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    os.close(tty)
+    try:
+        said, _, _ = select.select([proc.stderr], [], [], 120)  # said before it reads a line: nothing said, a fail
+        first = proc.stderr.readline() if said else ""
+        os.write(main, b"a,1\nb,4000000\n\x04")  # the lines, then Ctrl-D
+        out, err = proc.communicate(timeout=300)
+    finally:
+        os.close(main)
+        if proc.poll() is None:
+            proc.kill()
+    assert "reading the gradients from standard input" in first and "Ctrl-D" in first, first + err
+    assert proc.returncode == 0 and out == "a,1,n,4\nb,4000000,y,4\n", err
