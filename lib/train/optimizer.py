@@ -154,6 +154,8 @@ class DistributedOptimizer:
         if stray:
             raise ValueError(f"parameters not handled by the optimizer: {stray[:5]}; pass the same model to both")
         check_same_everywhere(comm, [(n, p.numel()) for n, p in self._params])
+        # which parameters got a gradient on some rank (``_unused_somewhere``); alone, this rank's own
+        self._mask_comm = comm.Dup() if comm.Get_size() > 1 else None
         kwargs: dict[str, Any] = {} if bulk_bytes is None else {"bulk_bytes": bulk_bytes}
         if timeout is not None:
             kwargs["timeout"] = timeout
@@ -209,6 +211,24 @@ class DistributedOptimizer:
         self.submit_order.append(name)
         self._active.submit(name, p.grad)
 
+    def _unused_somewhere(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """The parameters that got no gradient on this rank but did on another (an unused branch).
+
+        They are synchronized as zeros, as DDP's ``find_unused_parameters`` averages them. Those no
+        rank has a gradient for (``p.grad`` None everywhere: a branch no rank took) are left out, and
+        their ``p.grad`` stays None, so that the optimizer skips them as torch's does without
+        DistributedOptimizer: zeros would have moved them by momentum, weight decay or Adam's moments
+        (and spent the compressor's residual). Deciding that takes one small all-reduce per step
+        (on a communicator of its own: the engine's threads use theirs); every rank then submits
+        the same gradients, which the engine requires."""
+        have = np.array([n in self._submitted or p.grad is not None for n, p in self._params], dtype=np.uint8)
+        anywhere = have.copy()
+        if self._mask_comm is not None:
+            from mpi4py import MPI
+
+            self._mask_comm.Allreduce(have, anywhere, op=MPI.MAX)
+        return [(n, p) for (n, p), a in zip(self._params, anywhere, strict=True) if n not in self._submitted and a]
+
     def _clip(self, params: list[torch.Tensor]) -> None:
         """This rank's gradients scaled to ``clip_grad_norm`` at most (``torch.nn.utils.clip_grad_norm_``)."""
         with_grad = [p for p in params if p.grad is not None]
@@ -246,9 +266,8 @@ class DistributedOptimizer:
             self._clip([p for _, p in held])
         for name, p in held:  # overlap=False: now, in the order backward produced them
             self._submit(name, p)
-        for name, p in reversed(self._params):  # parameters that got no gradient: zeros, same order on all
-            if name not in self._submitted:
-                self._submit(name, p)
+        for name, p in reversed(self._unused_somewhere()):  # no gradient here, one on another rank: zeros
+            self._submit(name, p)
         t0 = time.perf_counter()
         self.last_stats = self._active.wait_all()
         self.last_wait_s = time.perf_counter() - t0
@@ -320,6 +339,9 @@ class DistributedOptimizer:
             self._warm.close()
             self._warm = None
         self.engine.close()
+        if self._mask_comm is not None:
+            self._mask_comm.Free()
+            self._mask_comm = None
 
     def __enter__(self) -> DistributedOptimizer:
         return self

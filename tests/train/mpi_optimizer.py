@@ -536,6 +536,52 @@ def feedback_without_correction() -> None:
         opt.close()
 
 
+def unused() -> None:
+    """A parameter no rank has a gradient for keeps ``grad`` None and is not moved (momentum, weight decay,
+    Adam, a compressor's residual), as torch's optimizer skips it; one used on some ranks only is averaged
+    with zeros from the others. Before, every missing gradient was synchronized as zeros: a branch no
+    rank took moved by momentum and weight decay (and by Adam's moments)."""
+
+    class Branchy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.trunk, self.branch = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor, take: bool) -> torch.Tensor:
+            h = self.trunk(x)
+            return self.branch(h) + h if take else h
+
+    def optimizers(m: torch.nn.Module) -> list[torch.optim.Optimizer]:
+        return [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01),
+                torch.optim.Adam(m.parameters(), lr=0.01)]
+
+    for k in range(2):
+        for alg in ("none", "tbq"):
+            torch.manual_seed(0)
+            model = Branchy()
+            opt = DistributedOptimizer(optimizers(model)[k], model.named_parameters(), compression=alg, comm=comm)
+            x = torch.randn(8, 4, generator=torch.Generator().manual_seed(rank))
+            model(x, True).sum().backward()  # everyone: the branch gets a velocity, Adam's moments
+            opt.step()
+            opt.zero_grad()
+            before = model.branch.weight.detach().clone()
+            model(x, False).sum().backward()  # no rank takes the branch
+            opt.synchronize()
+            assert model.branch.weight.grad is None, (k, alg)
+            opt.step()
+            assert torch.equal(model.branch.weight, before), (k, alg, model.branch.weight - before)
+            opt.zero_grad()
+            model(x, rank == 0).sum().backward()  # rank 0 only: the mean of its gradient and zeros
+            mine = torch.zeros(4, 4) if rank else model.branch.weight.grad.clone()
+            opt.synchronize()
+            if alg == "none" and k == 1:  # (under momentum correction p.grad is the averaged velocity)
+                want = allgather(mine).mean(axis=0)
+                np.testing.assert_allclose(model.branch.weight.grad.numpy().ravel(), want, rtol=1e-6, atol=0)
+            opt.step()
+            assert same_everywhere(model)
+            opt.close()
+
+
 SCENARIOS = {
     "average-ring": lambda: average("ring"),
     "average-ps": lambda: average("ps"),
@@ -558,6 +604,7 @@ SCENARIOS = {
     "feedback": feedback_without_correction,
     "ddp-canonical": lambda: [ddp_canonical(a) for a in ("tbq", "dgc:ratio=0.05", "onebit")],
     "ddp-resume": lambda: [ddp_resume(a) for a in ("tbq", "dgc:ratio=0.05", "onebit", "terngrad")],
+    "unused": unused,
 }
 
 if __name__ == "__main__":

@@ -21,6 +21,11 @@ def test_optimizer_and_ddp_hook_scenarios():
         assert f"OK {s}" in res.output, res.output
 
 
+def test_a_parameter_without_gradient_anywhere_is_not_moved():
+    res = run_mpi(2, "mpi_optimizer.py", "unused", timeout=300)
+    assert res.ok and "OK unused" in res.output, res.output
+
+
 def test_three_ranks():
     res = run_mpi(3, "mpi_optimizer.py", "average-ring", "mismatch", timeout=300)
     assert res.ok, res.output
