@@ -53,8 +53,13 @@ def check_same_everywhere(comm: Any, names_and_sizes: list[tuple[str, int]]) -> 
         )
 
 
-class DistributedOptimizer:
+class DistributedOptimizer(torch.optim.Optimizer):
     """Wraps ``optimizer``; averages gradients over ``comm`` through a CaSync ``Engine``.
+
+    It is a ``torch.optim.Optimizer`` (as Horovod's is), so that what takes one -- an LR scheduler
+    (``StepLR(opt, ...)``), ``register_step_pre_hook`` -- takes the wrapper: ``param_groups``,
+    ``defaults``, ``state`` and the step hooks are the wrapped optimizer's own, shared, not copied.
+    ``add_param_group`` is refused: a parameter added later would have no gradient hook.
 
     compression: an algorithm spec (``"tbq"``, ``"dgc:ratio=0.01"``, or one parsed: ``AlgorithmSpec``) or a
         ``Compressor``.
@@ -310,9 +315,33 @@ class DistributedOptimizer:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     # ----------------------------------------------------------------------------- the rest
+    # torch.optim.Optimizer's attributes: the wrapped optimizer's (its __init__ is not run here)
     @property
-    def param_groups(self) -> list[dict]:
+    def param_groups(self) -> list[dict]:  # type: ignore[override]
         return self.optimizer.param_groups
+
+    @property
+    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.optimizer.defaults
+
+    @property
+    def state(self) -> Any:  # type: ignore[override]
+        return self.optimizer.state
+
+    def register_step_pre_hook(self, hook: Any) -> Any:
+        return self.optimizer.register_step_pre_hook(hook)
+
+    def register_step_post_hook(self, hook: Any) -> Any:
+        return self.optimizer.register_step_post_hook(hook)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        raise NotImplementedError(
+            "DistributedOptimizer cannot add a parameter group after it is made: the new parameters would "
+            "have no gradient hook. Add the group to the wrapped optimizer first, then wrap it")
+
+    def __repr__(self) -> str:
+        return f"DistributedOptimizer({self.optimizer!r}, compression={self.compressor.name!r}, " \
+               f"topology={self.topology!r})"
 
     def gradient_names(self) -> list[str]:
         return [n for n, _ in self._params]
