@@ -48,18 +48,18 @@ class MomentumCorrection:
 
     def __init__(self, optimizer: torch.optim.Optimizer, mask: bool) -> None:
         self.optimizer = optimizer
-        self._by_param: dict[int, tuple[LocalMomentum, float]] = {}
+        #: each parameter's group, by position: the hyper-parameters are read from the group at every
+        #: step, not copied here, so that a scheduler cycling momentum (OneCycleLR, CyclicLR), a changed
+        #: weight decay or an optimizer.load_state_dict (which replaces the group dicts) take effect
+        self._group_of: dict[int, int] = {}
         #: a stable name per parameter (its position in the optimizer), for those who have no names
-        self.position: dict[int, str] = {
-            id(p): f"group{gi}.param{pi}"
-            for gi, g in enumerate(optimizer.param_groups) for pi, p in enumerate(g["params"])
-        }
-        for g in optimizer.param_groups:
-            mom = LocalMomentum(g.get("momentum", 0.0), dampening=g.get("dampening", 0.0),
-                                nesterov=g.get("nesterov", False), mask=mask)
-            for p in g["params"]:
-                self._by_param[id(p)] = (mom, float(g.get("weight_decay", 0.0)))
-        self._saved: list[dict] = []
+        self.position: dict[int, str] = {}
+        for gi, g in enumerate(optimizer.param_groups):
+            for pi, p in enumerate(g["params"]):
+                self._group_of[id(p)] = gi
+                self.position[id(p)] = f"group{gi}.param{pi}"
+        self._moms = [LocalMomentum(0.0, mask=mask) for _ in optimizer.param_groups]
+        self._saved: list[dict] | None = None  # the groups' own values while ``plain_step`` zeroes them
 
     @classmethod
     def for_optimizer(cls, optimizer: torch.optim.Optimizer, comp: Compressor,
@@ -88,11 +88,19 @@ class MomentumCorrection:
 
     def settings(self, p: torch.Tensor) -> tuple[LocalMomentum, float]:
         """The momentum and the weight decay of ``p``'s parameter group."""
-        return self._by_param[id(p)]
+        gi = self._group_of[id(p)]
+        g = self.optimizer.param_groups[gi]
+        if self._saved is not None:  # inside plain_step (a closure's backward): the group's own values
+            g = {**g, **self._saved[gi]}
+        mom = self._moms[gi]
+        mom.momentum = float(g.get("momentum", 0.0))
+        mom.dampening = float(g.get("dampening", 0.0))
+        mom.nesterov = bool(g.get("nesterov", False))
+        return mom, float(g.get("weight_decay", 0.0))
 
     def before_sync(self, p: torch.Tensor, grad: torch.Tensor, state: GradientState) -> None:
         """``grad`` <- the step direction from this rank's velocity (weight decay folded in first)."""
-        mom, wd = self._by_param[id(p)]
+        mom, wd = self.settings(p)
         if wd:
             grad.add_(p.detach(), alpha=wd)
         if mom.momentum:
@@ -100,7 +108,7 @@ class MomentumCorrection:
 
     def after_sync(self, p: torch.Tensor, grad: torch.Tensor, state: GradientState, compressed: bool) -> None:
         """Momentum factor masking after a compressed synchronization (sparse payloads only)."""
-        mom, _ = self._by_param[id(p)]
+        mom, _ = self.settings(p)
         if compressed and mom.momentum:
             mom.after_sync(grad, state)
 
@@ -108,7 +116,7 @@ class MomentumCorrection:
     def plain_step(self) -> Iterator[None]:
         """The optimizer's step with momentum, dampening, nesterov and weight decay turned off."""
         groups = self.optimizer.param_groups
-        saved = [{k: g[k] for k in _HYPER if k in g} for g in groups]
+        saved = self._saved = [{k: g[k] for k in _HYPER if k in g} for g in groups]
         for g in groups:
             for k, off in (("momentum", 0.0), ("weight_decay", 0.0), ("nesterov", False), ("dampening", 0.0)):
                 if k in g:
@@ -118,6 +126,7 @@ class MomentumCorrection:
         finally:
             for g, s in zip(groups, saved, strict=True):
                 g.update(s)
+            self._saved = None
 
 
 def velocity_key(name: str) -> str:
