@@ -150,7 +150,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.states = states if states is not None else StateStore()
         self._params: list[tuple[str, torch.nn.Parameter]] = []
         seen: set[int] = set()
-        for name, p in named_parameters:
+        for item in named_parameters:
+            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+                    and isinstance(item[1], torch.Tensor)):
+                # model.parameters() would otherwise fail as "parameters not handled by the optimizer"
+                raise TypeError(
+                    f"named_parameters must give (name, parameter) pairs, got a {type(item).__name__}: pass "
+                    f"model.named_parameters(), not model.parameters() (names key each gradient on every rank)")
+            name, p = item
             if p.requires_grad and id(p) not in seen:  # tied weights: one gradient, first name
                 seen.add(id(p))
                 self._params.append((name, p))
