@@ -165,6 +165,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
         stray = [n for n, p in self._params if id(p) not in in_opt]
         if stray:
             raise ValueError(f"parameters not handled by the optimizer: {stray[:5]}; pass the same model to both")
+        # the reverse: a trainable parameter the optimizer steps with this rank's own gradient, never
+        # averaged, so the ranks' models drift apart without a word (frozen ones get no gradient)
+        named = {id(p) for _, p in self._params}
+        unsynced = [f"param_groups[{gi}][{pi}] {tuple(p.shape)}" for gi, g in enumerate(optimizer.param_groups)
+                    for pi, p in enumerate(g["params"]) if p.requires_grad and id(p) not in named]
+        if unsynced:
+            raise ValueError(
+                f"the optimizer steps {len(unsynced)} parameter(s) not in named_parameters, whose gradients would "
+                f"not be averaged and the ranks' models would drift apart: {unsynced[:5]}; pass the "
+                f"named_parameters of the whole model the optimizer trains")
         check_same_everywhere(comm, [(n, p.numel()) for n, p in self._params])
         # which parameters got a gradient on some rank (``_unused_somewhere``); alone, this rank's own
         self._mask_comm = comm.Dup() if comm.Get_size() > 1 else None
