@@ -201,6 +201,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._submitted: set[str] = set()
         self._synchronized = False
         self._skip_sync = False
+        self._no_sync = False
         self.last_stats: Any = None
         self.last_wait_s = 0.0
         self.submit_order: list[str] = []
@@ -212,8 +213,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if name in self._submitted:
                 raise RuntimeError(
                     f"gradient {name!r} was produced twice before step(): DistributedOptimizer synchronizes "
-                    f"after every backward; accumulate over micro-batches by summing the losses instead"
+                    f"after every backward outside no_sync(); to accumulate over micro-batches, run all but "
+                    f"the last backward inside `with opt.no_sync():`"
                 )
+            if self._no_sync:  # accumulating: the backward after no_sync() submits the sum
+                return
             if self.overlap:
                 self._submit(name, p)
             else:
@@ -295,6 +299,25 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.last_wait_s = time.perf_counter() - t0
         self._synchronized = True
         return self.last_stats
+
+    @contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Gradient accumulation, as DDP's ``no_sync``: backward passes inside only add to ``p.grad``; the
+        first one after it submits the sum, and ``step()`` averages that::
+
+            for micro in batches[:-1]:
+                with opt.no_sync():
+                    loss(micro).backward()
+            loss(batches[-1]).backward()
+            opt.step()
+
+        Without it every backward submits its gradients, so a second one before ``step()`` is refused
+        (it would change gradients the engine is still sending)."""
+        self._no_sync = True
+        try:
+            yield
+        finally:
+            self._no_sync = False
 
     @contextmanager
     def skip_synchronize(self) -> Iterator[None]:

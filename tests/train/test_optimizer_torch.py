@@ -58,6 +58,37 @@ def test_momentum_correction_reads_the_groups_values_at_every_step():
         torch.testing.assert_close(q, p)
 
 
+def test_gradient_accumulation_inside_no_sync():
+    """Before, a second backward before step() could only be refused ("accumulate ... by summing the
+    losses"); now ``with opt.no_sync():`` accumulates, and the result is torch's accumulated step."""
+    models = []
+    for wrap in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        if wrap:
+            opt = DistributedOptimizer(opt, model.named_parameters(), compression="none", comm=MPI.COMM_SELF)
+        gen = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            for micro in range(3):
+                x = torch.randn(8, 4, generator=gen)
+                if wrap and micro < 2:
+                    with opt.no_sync():
+                        model(x).square().mean().backward()
+                else:
+                    model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        if wrap:
+            model(x).sum().backward()
+            with pytest.raises(RuntimeError, match="inside `with opt.no_sync\\(\\):`"):
+                model(x).sum().backward()
+            opt.close()
+        models.append(model)
+    for p, q in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        torch.testing.assert_close(q, p)
+
+
 def test_torch_optimizer_attributes_are_the_wrapped_ones():
     model = torch.nn.Linear(4, 2)
     base = torch.optim.SGD(model.parameters(), lr=0.1)
