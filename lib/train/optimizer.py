@@ -82,7 +82,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         gradient clipping (Lin et al. 2018, section 3.3). Clipping ``p.grad`` after
         ``synchronize()`` instead clips the averaged step direction, which under momentum correction
         is the velocity, not the gradient. It needs this rank's whole gradient, so gradients are
-        held until backward has ended (as with ``overlap=False``).
+        held until backward has ended (as with ``overlap=False``). Clipping ``p.grad`` between
+        ``backward()`` and ``step()`` is not that: the engine may still be sending it (a race, not
+        detected: the engine's own write-back bumps the tensor's version too).
     factor_masking: DGC's momentum factor masking for sparse payloads under momentum correction
         (off: measured to cost accuracy here, see ``MomentumCorrection.for_optimizer``).
     merge_sparse: CaSync's aggregators (ring hops, PS) merge sparse payloads without decoding, so each
