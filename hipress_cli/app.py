@@ -10,6 +10,7 @@ Adding a command is adding its module and one row.
 from __future__ import annotations
 
 import importlib
+import sys
 
 import typer
 
@@ -68,9 +69,30 @@ def build() -> typer.Typer:
     return app
 
 
+#: What Ctrl-C that no command answered itself prints (``hipress run`` and the commands that follow jobs say more).
+INTERRUPTED = "interrupted by the user (Ctrl-C)"
+
+
+def _interrupted(e: BaseException) -> bool:
+    """Whether ``e`` is Typer's exit for a ``KeyboardInterrupt`` (it turns one into a silent exit 130)."""
+    while e is not None:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)  # `from None`: said already
+    return False
+
+
 def main() -> None:
     with quick_exit():
-        build()()
+        try:
+            build()()
+        except KeyboardInterrupt:  # during build()'s imports, before Typer runs
+            typer.echo(f"error: {INTERRUPTED}", err=True)
+            sys.exit(130)
+        except SystemExit as e:  # Typer exits 130 for Ctrl-C in a command, without a word
+            if e.code == 130 and _interrupted(e):
+                typer.echo(f"error: {INTERRUPTED}", err=True)
+            raise
 
 
 if __name__ == "__main__":

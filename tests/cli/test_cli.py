@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def hipress(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -54,3 +56,52 @@ def test_bench_compress_bad_input():
     r = hipress("bench", "compress", "--size", "lots")
     assert r.returncode != 0
     assert "is not a size" in r.stderr
+
+
+def _main_with(monkeypatch, capsys, command) -> tuple[int, str]:
+    """``hipress_cli.app.main`` on an app of one command, ``command`` (what a Ctrl-C in it raises)."""
+    import typer
+
+    from hipress_cli import app as cli_app
+    from hipress_cli.options import fail
+
+    app = typer.Typer()
+    app.command()(lambda: command(fail))
+    monkeypatch.setattr(cli_app, "build", lambda: app)
+    monkeypatch.setattr(sys, "argv", ["hipress"])
+    with pytest.raises(SystemExit) as e:
+        cli_app.main()
+    return e.value.code, capsys.readouterr().err
+
+
+def test_ctrl_c_a_command_does_not_answer_says_so(monkeypatch, capsys):
+    # Typer turns a KeyboardInterrupt into exit 130 without a word: bench compress, bench sync, compll bench,
+    # run while it imports torch ended silently on Ctrl-C
+    def interrupted(_fail):
+        raise KeyboardInterrupt
+
+    code, err = _main_with(monkeypatch, capsys, interrupted)
+    assert (code, err) == (130, "error: interrupted by the user (Ctrl-C)\n")
+
+
+def test_ctrl_c_a_command_answers_is_said_once(monkeypatch, capsys):
+    def answered(fail):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise fail("interrupted; partial results are kept", code=130) from None
+
+    code, err = _main_with(monkeypatch, capsys, answered)
+    assert code == 130 and err.count("interrupted") == 1, err
+
+
+def test_ctrl_c_while_the_commands_are_imported_says_so(monkeypatch, capsys):
+    from hipress_cli import app as cli_app
+
+    def build():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_app, "build", build)
+    with pytest.raises(SystemExit) as e:
+        cli_app.main()
+    assert (e.value.code, capsys.readouterr().err) == (130, "error: interrupted by the user (Ctrl-C)\n")
