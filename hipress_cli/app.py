@@ -10,6 +10,7 @@ Adding a command is adding its module and one row.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import typer
@@ -82,16 +83,22 @@ def _interrupted(e: BaseException) -> bool:
     return False
 
 
+def _said_interrupted() -> None:
+    """Say the interrupt; a second Ctrl-C (a user pressing it again) must not kill the exit half way (-SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    typer.echo(f"error: {INTERRUPTED}", err=True)
+
+
 def main() -> None:
     with quick_exit():
         try:
             build()()
         except KeyboardInterrupt:  # during build()'s imports, before Typer runs
-            typer.echo(f"error: {INTERRUPTED}", err=True)
+            _said_interrupted()
             sys.exit(130)
         except SystemExit as e:  # Typer exits 130 for Ctrl-C in a command, without a word
             if e.code == 130 and _interrupted(e):
-                typer.echo(f"error: {INTERRUPTED}", err=True)
+                _said_interrupted()
             raise
 
 

@@ -105,3 +105,18 @@ def test_ctrl_c_while_the_commands_are_imported_says_so(monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         cli_app.main()
     assert (e.value.code, capsys.readouterr().err) == (130, "error: interrupted by the user (Ctrl-C)\n")
+
+
+def test_ctrl_c_again_while_exiting_is_ignored(monkeypatch, capsys):
+    # a double Ctrl-C during run's start-up ended the launcher by SIGINT (status -2) instead of exit 130
+    import signal
+
+    def interrupted(_fail):
+        raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        code, _err = _main_with(monkeypatch, capsys, interrupted)
+        assert (code, signal.getsignal(signal.SIGINT)) == (130, signal.SIG_IGN)
+    finally:
+        signal.signal(signal.SIGINT, previous)
