@@ -329,8 +329,10 @@ def register(app: typer.Typer) -> None:
             if json_:  # the failed run's summary (status, error, what ran) is what a script reads
                 print_json(outcome.summary)
             n = outcome.summary["iterations"]
-            raise fail(f"{outcome.failure}\nthe run stopped after {n} iteration(s); its events are in "
-                       f"{run_dir / 'events.jsonl'}, worker output in {run_dir / 'output.log'}",
+            events = run_dir / "events.jsonl"  # none before the ranks log their first iteration
+            raise fail(f"{outcome.failure}\nthe run stopped after {n} iteration(s); "
+                       f"{f'its events are in {events}' if events.exists() else 'it logged no events'}, "
+                       f"worker output in {run_dir / 'output.log'}",
                        code=outcome.returncode if outcome.status == "interrupted" else 1)
         summary = outcome.summary
         if json_:
