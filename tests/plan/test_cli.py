@@ -701,3 +701,18 @@ def test_plan_input_dash_from_a_terminal_says_what_it_waits_for(tmp_path):
             proc.kill()
     assert "reading the gradients from standard input" in first and "Ctrl-D" in first, first + err
     assert proc.returncode == 0 and out == "a,1,n,4\nb,4000000,y,4\n", err
+
+
+def test_profile_ctrl_c_says_so(tmp_path, monkeypatch):
+    # a plain Ctrl-C said 'error: ; nothing was written to ...' (the exception, always true, was put for its text)
+    import hipress.plan.profile as profile_lib
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(profile_lib, "profile", interrupted)
+    out = tmp_path / "p.json"
+    r = CliRunner().invoke(build(), ["profile", "--sizes", "1K,2K", "--output", str(out)])
+    assert r.exit_code == 130, r.output
+    assert "interrupted by the user (Ctrl-C); nothing was written to" in " ".join(r.output.split()), r.output
+    assert not out.exists()
