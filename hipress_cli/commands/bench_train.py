@@ -123,6 +123,8 @@ def train(
                              tta=tta, momentum=momentum, device=dev, preset=preset)
     except (ConfigError, RuntimeError) as e:
         raise fail(str(e), code=2 if isinstance(e, ConfigError) else 1) from None
+    except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM, SIGHUP: Interrupted has 128 + the signal), as `hipress run`
+        raise fail(str(e) or "interrupted by the user (Ctrl-C)", code=getattr(e, "returncode", 130)) from None
     finally:
         if restore is not None:
             try:

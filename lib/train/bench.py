@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hipress.compress.registry import split_specs
-from hipress.launch.runner import signals_noted
+from hipress.launch.runner import Interrupted, signals_noted
 from hipress.stats import median_ci
 from hipress.topology_names import choice
 
@@ -147,7 +147,11 @@ def bench_train(
                     on_event(e["event"], {"variant": label, **e})
             try:
                 with signals_noted():  # from before the ranks start: a signal in the moment after is noted
-                    summary = follow(start(cfg, run_dir, Where(emulated=emulated)), run_dir, show).check()
+                    outcome = follow(start(cfg, run_dir, Where(emulated=emulated)), run_dir, show)
+                if outcome.status == "interrupted":  # Ctrl-C is not the variant failing: 128 + the signal
+                    raise Interrupted(f"variant {v.label} (round {r}): {outcome.failure}; see {run_dir}",
+                                      outcome.returncode)
+                summary = outcome.check()
             except RunFailed as e:
                 raise RuntimeError(f"variant {v.label} (round {r}) failed: {e}; see {run_dir}") from None
             measured = [e for e in read_events(run_dir / EVENTS) if e.get("event") == "iteration" and not e["warmup"]]

@@ -90,3 +90,21 @@ def test_a_variant_with_its_own_momentum_can_be_measured(tmp_path, monkeypatch):
     (bench_dir,) = tmp_path.iterdir()
     for run in ("ring+dgc_ratio-0.01_momentum-0.9-r0", "ring+none-r0"):
         assert json.loads((bench_dir / run / "config.json").read_text())["momentum"] == 0.0
+
+
+def test_an_interrupted_variant_is_said_interrupted_with_its_signals_code(tmp_path, monkeypatch):
+    # Ctrl-C (SIGTERM) during a variant said 'error: variant ring+tbq (round 0) failed: interrupted ...', exit 1
+    from typer.testing import CliRunner
+
+    from hipress.train import bench
+    from hipress.train.supervise import Outcome
+    from hipress_cli.app import build
+
+    monkeypatch.setattr(bench, "start", lambda *a, **k: None)
+    monkeypatch.setattr(bench, "follow", lambda *a, **k: Outcome(
+        "interrupted", 143, "interrupted by SIGTERM; all ranks were stopped"))
+    r = CliRunner().invoke(build(), ["bench", "train", "mlp", "--np", "2", "--iters", "2", "--warmup", "0",
+                                     "--variants", "ring+tbq;ring+none", "--results", str(tmp_path)])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 143, r.output
+    assert "variant ring+tbq (round 0): interrupted by SIGTERM" in out and "failed" not in out, r.output
