@@ -25,7 +25,13 @@ Everything is stored as plain tensors, numbers and strings, so it loads with
 ``torch.load(weights_only=True)``: a checkpoint cannot run code when it is read. A file is written
 to a temporary name in the same directory, fsynced, renamed over the old one and the directory
 fsynced, so a crash leaves the previous checkpoint or the new one, never half of one. The ranks'
-files are written after the same iteration; a resume checks that all of them agree.
+files are written after the same iteration, but each on its own: a run stopped while they write
+(Ctrl-C during a large model's seconds-long write, a rank killed) leaves some ranks at the new
+iteration and some at the old one. So each rank keeps its previous checkpoint beside the latest
+(``rank-R.prev.pt``, a hard link to the file the new one replaces: no copy) and a resume continues
+from the latest iteration that *every* rank has, rather than refusing a run that had a consistent
+state one checkpoint earlier. Any generation is a valid state of the run: a resume is bit for bit,
+so a checkpoint past the resume point equals what the resumed run computes there.
 """
 
 from __future__ import annotations
@@ -58,6 +64,11 @@ class CheckpointError(ConfigError):
 
 def path_for(run_dir: Path, rank: int) -> Path:
     return Path(run_dir) / CHECKPOINT_DIR / f"rank-{rank}.pt"
+
+
+def previous_path(run_dir: Path, rank: int) -> Path:
+    """The rank's checkpoint before its latest: what a resume falls back to when the ranks' latest differ."""
+    return Path(run_dir) / CHECKPOINT_DIR / f"rank-{rank}.prev.pt"
 
 
 def due(done: int, every: int, total: int) -> bool:
@@ -140,15 +151,22 @@ def save(run_dir: Path | None, rank: int, cfg: Any, iteration: int, model: torch
             "sync": sync_state(runner), "rng": rng_state()}
     if evaluation is not None:
         blob["evaluation"] = evaluation
+    if path.is_file():  # the latest becomes the previous (a hard link, renamed into place: atomic too)
+        prev = previous_path(run_dir, rank)
+        link = prev.with_name(f".{prev.name}.link")
+        link.unlink(missing_ok=True)
+        os.link(path, link)
+        os.replace(link, prev)
     write_atomic(path, lambda f: torch.save(blob, f))
     return path
 
 
 def load(run_dir: Path, rank: int, cfg: Any) -> dict[str, Any]:
-    """This rank's checkpoint, read with ``weights_only=True``; ``CheckpointError`` says what is wrong."""
+    """This rank's latest checkpoint, read with ``weights_only=True``; ``CheckpointError`` says what is wrong."""
     path = path_for(run_dir, rank)
     if not path.is_file():
-        others = sorted(p.name for p in path.parent.glob("rank-*.pt")) if path.parent.is_dir() else []
+        others = sorted(p.name for p in path.parent.glob("rank-*.pt")
+                        if not p.name.endswith(".prev.pt")) if path.parent.is_dir() else []
         if others:
             raise CheckpointError(f"no checkpoint for rank {rank} at {path}, though {', '.join(others[:4])} "
                                   f"{'is' if len(others) == 1 else 'are'} there: the checkpoint directory is "
@@ -174,14 +192,47 @@ def load(run_dir: Path, rank: int, cfg: Any) -> dict[str, Any]:
     return blob
 
 
-def check_resumable(run_dir: Path, cfg: Any, ranks: range | None = None) -> int:
-    """Read every rank's checkpoint here (before any rank starts) and return the iteration they are at."""
-    its = {r: int(load(run_dir, r, cfg)["iteration"]) for r in (ranks if ranks is not None else range(cfg.np))}
-    if len(set(its.values())) > 1:
+def _previous(run_dir: Path, rank: int, cfg: Any) -> dict[str, Any] | None:
+    """The rank's previous checkpoint, if it has a readable one of this run (else None: nothing to fall back on)."""
+    prev = previous_path(run_dir, rank)
+    if not prev.is_file():
+        return None
+    try:
+        blob = torch.load(prev, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - damaged: as if absent, the latest decides alone
+        return None
+    if (not isinstance(blob, dict) or not {"identity", "iteration", "model", "sync", "rng"} <= set(blob)
+            or not isinstance(blob["identity"], dict)
+            or any({**_IDENTITY_DEFAULTS, **blob["identity"]}.get(k) != v for k, v in _identity(cfg, rank).items())):
+        return None
+    return blob
+
+
+def common_iteration(run_dir: Path, latest: dict[int, int], previous: dict[int, int | None]) -> int:
+    """The iteration to resume from: the ranks' latest checkpoints' if they agree, else the latest that
+    every rank has a checkpoint of, its latest or its previous (the run stopped while they wrote)."""
+    if len(set(latest.values())) == 1:
+        return next(iter(latest.values()))
+    have = [{latest[r], previous.get(r)} for r in latest]
+    common = {i for i in set.intersection(*have) if i is not None}
+    if not common:
         raise CheckpointError(f"the ranks' checkpoints in {Path(run_dir) / CHECKPOINT_DIR} are from different "
-                              f"iterations ({its}): the run stopped while writing them; no consistent state to "
-                              f"resume from")
-    return next(iter(its.values()))
+                              f"iterations ({latest}), and no iteration has a checkpoint on every rank (previous: "
+                              f"{previous}): no consistent state to resume from")
+    return max(common)
+
+
+def check_resumable(run_dir: Path, cfg: Any, ranks: range | None = None) -> int:
+    """Read every rank's checkpoint here (before any rank starts) and return the iteration to resume from
+    (``common_iteration``)."""
+    ranks = ranks if ranks is not None else range(cfg.np)
+    latest = {r: int(load(run_dir, r, cfg)["iteration"]) for r in ranks}
+    previous: dict[int, int | None] = {}
+    if len(set(latest.values())) > 1:
+        for r in ranks:
+            prev = _previous(run_dir, r, cfg)
+            previous[r] = None if prev is None else int(prev["iteration"])
+    return common_iteration(run_dir, latest, previous)
 
 
 def restore(comm: Any, run_dir: Path | None, cfg: Any, model: torch.nn.Module, runner: Any
@@ -198,8 +249,15 @@ def restore(comm: Any, run_dir: Path | None, cfg: Any, model: torch.nn.Module, r
     it = int(blob["iteration"])
     every = np.empty(comm.Get_size(), dtype=np.int64)
     comm.Allgather(np.array([it], dtype=np.int64), every)
-    if (every != it).any():
-        raise CheckpointError(f"the ranks' checkpoints are from different iterations ({every.tolist()})")
+    if (every != it).any():  # stopped while the ranks wrote: the latest iteration every rank has
+        prev = _previous(run_dir, rank, cfg)
+        mine = -1 if prev is None else int(prev["iteration"])
+        prevs = np.empty(comm.Get_size(), dtype=np.int64)
+        comm.Allgather(np.array([mine], dtype=np.int64), prevs)
+        target = common_iteration(run_dir, dict(enumerate(every.tolist())),
+                                  {r: (None if v < 0 else v) for r, v in enumerate(prevs.tolist())})
+        if target != it:
+            blob, it = prev, target  # type: ignore[assignment]  # common_iteration: prev is of target here
     model.load_state_dict(blob["model"])
     load_sync_state(runner, blob["sync"])
     set_rng_state(blob["rng"])

@@ -215,6 +215,36 @@ def test_a_checkpoint_must_match_the_runs_lr_schedule(tmp_path):
         checkpoint.load(tmp_path, 0, cfg)
 
 
+def test_resume_takes_the_latest_iteration_every_ranks_checkpoints_have(tmp_path):
+    """A run stopped while its ranks wrote: rank 0 at 9 (previous 6), rank 1 at 6 (previous 3): 6, which both
+    have; a rank's damaged or foreign previous file is not fallen back on; no iteration in common is refused."""
+    import torch
+
+    from hipress.train import checkpoint
+
+    cfg = make_config("mlp", np=2, iters=20, run_id="r")
+
+    def write(rank: int, iteration: int, prev: bool = False) -> None:
+        blob = {"identity": checkpoint._identity(cfg, rank), "iteration": iteration, "model": {}, "sync": {},
+                "rng": {}}
+        path = (checkpoint.previous_path if prev else checkpoint.path_for)(tmp_path, rank)
+        path.parent.mkdir(exist_ok=True)
+        torch.save(blob, path)
+
+    write(0, 9), write(0, 6, prev=True), write(1, 6), write(1, 3, prev=True)
+    assert checkpoint.check_resumable(tmp_path, cfg) == 6
+    assert checkpoint.common_iteration(tmp_path, {0: 9, 1: 9}, {}) == 9
+    write(1, 3)  # now rank 1 at 3, previous 3: nothing in common with rank 0's 9 and 6
+    with pytest.raises(ConfigError, match="no iteration has a checkpoint on every rank"):
+        checkpoint.check_resumable(tmp_path, cfg)
+    write(1, 6), checkpoint.previous_path(tmp_path, 0).write_bytes(b"damaged")
+    with pytest.raises(ConfigError, match=r"different iterations \(\{0: 9, 1: 6\}\)"):
+        checkpoint.check_resumable(tmp_path, cfg)
+    (checkpoint.path_for(tmp_path, 1)).unlink()
+    with pytest.raises(ConfigError, match=r"no checkpoint for rank 1 .* though rank-0.pt is there"):
+        checkpoint.check_resumable(tmp_path, cfg)
+
+
 @pytest.mark.parametrize("args,match", [
     (["run", "alexnet"], "unknown model 'alexnet'"),
     (["run", "VGG19"], "unknown model 'VGG19' (did you mean 'vgg19'?)"),

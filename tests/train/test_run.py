@@ -276,3 +276,38 @@ def test_resume_with_a_shorter_iters_says_so_and_one_the_checkpoint_passed_is_re
     assert res.returncode == 2 and ("the checkpoint is at iteration 6, the run has 4 (1 warm-up + --iters 3): "
                                     "nothing left to do; give an --iters above 5 to extend it; --iters is the "
                                     "run's length, not the iterations to add: --iters 8 trains 3 more") in said, said
+
+
+@pytest.mark.slow
+def test_a_run_stopped_while_its_ranks_wrote_a_checkpoint_resumes_from_the_one_before(results):
+    """Rank 0 had written its checkpoint of iteration 6, rank 1 was stopped before it had (a Ctrl-C during a
+    large model's write, a rank killed): --resume refused ("from different iterations: no consistent state"),
+    and the run was lost, though both ranks had written iteration 3. Each rank now keeps its previous
+    checkpoint, and the resume continues from 3, the latest every rank has, to the same bits as the run
+    that was not stopped."""
+    import shutil
+
+    import torch
+
+    common = ["mlp", "--np", "2", "--warmup", "1", "--checkpoint-every", "3", "--alg", "tbq", "--data", "digits",
+              "--momentum", "0.9", "--results", str(results), "--iters", "5"]
+    whole = hipress("run", *common, "--run-id", "whole")
+    assert whole.returncode == 0, whole.stderr
+    assert [_params(results / "whole", r)["iteration"] for r in range(2)] == [6, 6]
+    prev = [torch.load(results / "whole" / "checkpoint" / f"rank-{r}.prev.pt", weights_only=True)["iteration"]
+            for r in range(2)]
+    assert prev == [3, 3]
+    part = results / "part"
+    shutil.copytree(results / "whole", part)
+    (part / "checkpoint" / "rank-1.prev.pt").replace(part / "checkpoint" / "rank-1.pt")  # rank 1 never wrote 6
+    res = hipress("run", "--resume", str(part), "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["iterations"] == 6
+    ev = events(part)
+    assert [e["iter"] for e in ev if e["event"] == "resume"] == [3]
+    assert [e["iter"] for e in ev if e["event"] == "iteration"] == list(range(6))
+    for rank in range(2):
+        a, b = _params(results / "whole", rank), _params(part, rank)
+        assert a["iteration"] == b["iteration"] == 6
+        for name, t in a["model"].items():
+            assert torch.equal(t, b["model"][name]), (rank, name)
