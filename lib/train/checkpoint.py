@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
@@ -155,7 +156,10 @@ def save(run_dir: Path | None, rank: int, cfg: Any, iteration: int, model: torch
         prev = previous_path(run_dir, rank)
         link = prev.with_name(f".{prev.name}.link")
         link.unlink(missing_ok=True)
-        os.link(path, link)
+        try:
+            os.link(path, link)
+        except OSError:  # a file system without hard links: a copy
+            shutil.copyfile(path, link)
         os.replace(link, prev)
     write_atomic(path, lambda f: torch.save(blob, f))
     return path
