@@ -45,6 +45,9 @@ def sigstop_where_beats_blame_rank_0(beats: Path, pid: int, proc: subprocess.Pop
         except (OSError, ValueError):
             return None
 
+    def rank_1_seq(b: list[dict] | None) -> int:
+        return -1 if b is None else b[1]["seq"]
+
     def blames_rank_0(b: list[dict] | None) -> bool:
         return b is not None and b[0]["seq"] == b[1]["seq"] and b[0]["time"] < b[1]["time"]
 
@@ -61,6 +64,11 @@ def sigstop_where_beats_blame_rank_0(beats: Path, pid: int, proc: subprocess.Pop
         if blames_rank_0(b):
             return b
         os.kill(pid, signal.SIGCONT)
+        # before the next try, rank 1 must be seen to make progress: stopped again at once, its quiet time
+        # would add up over the tries to the stall timeout (as relayed beats, a second late, allow)
+        seen = rank_1_seq(b)
+        while proc.poll() is None and time.monotonic() < deadline and rank_1_seq(read()) <= seen:
+            time.sleep(0.01)
     raise AssertionError("rank 1 was never stopped inside a collective with rank 0's beat the older one")
 
 
