@@ -70,10 +70,6 @@ def build() -> typer.Typer:
     return app
 
 
-#: What Ctrl-C that no command answered itself prints (``hipress run`` and the commands that follow jobs say more).
-INTERRUPTED = "interrupted by the user (Ctrl-C)"
-
-
 def _interrupted(e: BaseException) -> bool:
     """Whether ``e`` is Typer's exit for a ``KeyboardInterrupt`` (it turns one into a silent exit 130)."""
     while e is not None:
@@ -86,6 +82,8 @@ def _interrupted(e: BaseException) -> bool:
 def _said_interrupted() -> None:
     """Say the interrupt; a second Ctrl-C (a user pressing it again) must not kill the exit half way (-SIGINT)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from hipress_cli.options import INTERRUPTED  # here: the Ctrl-C may have cut short build()'s import of it
+
     typer.echo(f"error: {INTERRUPTED}", err=True)
 
 

@@ -278,6 +278,11 @@ def on_command_line(ctx: typer.Context, name: str) -> bool:
     return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
 
 
+#: What Ctrl-C says where a command has nothing to add (``hipress run`` and the commands that follow
+#: jobs say more: which ranks were stopped, what is kept).
+INTERRUPTED = "interrupted by the user (Ctrl-C)"
+
+
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print a clear error and return the Exit to raise: ``raise fail("...")``.
 

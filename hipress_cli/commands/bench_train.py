@@ -13,6 +13,7 @@ from rich.table import Table
 from hipress.lr_schedules import CONSTANT
 from hipress_cli.options import (
     DEFAULT_PREFIX,
+    INTERRUPTED,
     DeviceOpt,
     JsonOpt,
     LrScheduleOpt,
@@ -124,7 +125,7 @@ def train(
     except (ConfigError, RuntimeError) as e:
         raise fail(str(e), code=2 if isinstance(e, ConfigError) else 1) from None
     except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM, SIGHUP: Interrupted has 128 + the signal), as `hipress run`
-        raise fail(str(e) or "interrupted by the user (Ctrl-C)", code=getattr(e, "returncode", 130)) from None
+        raise fail(str(e) or INTERRUPTED, code=getattr(e, "returncode", 130)) from None
     finally:
         if restore is not None:
             try:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from hipress_cli import options
 from hipress_cli.options import (
+    INTERRUPTED,
     MAX_SIZE,
     JsonOpt,
     check_output_beside_json,
@@ -138,7 +139,7 @@ def profile(
     except OSError as e:
         raise fail(f"cannot write {output}: {e.strerror or e}") from None
     except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM during the transport job: 128 + the signal), as `hipress run`
-        raise fail(f"{str(e) or 'interrupted by the user (Ctrl-C)'}; nothing was written to {output}",
+        raise fail(f"{str(e) or INTERRUPTED}; nothing was written to {output}",
                    code=getattr(e, "returncode", 130)) from None
     d = model.to_json()
     if json_:

@@ -409,21 +409,20 @@ def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> tuple[Any, 
                        f"with, so the continuation would not be that run. Resume without --iters (or start a new "
                        f"run of the length you want)")
     trained = max(done - cfg.warmup, 0)  # of --iters, the iterations the checkpoint holds
+    length = "--iters is the run's length, not the iterations to add"  # what both messages below explain
     note = None
     if on_command_line(ctx, "iters") and iters != cfg.iters:
         if iters < cfg.iters and done < cfg.warmup + iters:
             note = (f"--iters {iters} shortens the run from {cfg.iters} to {iters} iterations (after {cfg.warmup} "
                     f"warm-up): it continues from its checkpoint at iteration {done} and stops at "
-                    f"{cfg.warmup + iters} ({cfg.warmup} warm-up + {iters}). --iters is the run's length, not the "
-                    f"iterations to add: for {iters} more, resume with --iters {trained + iters}")
+                    f"{cfg.warmup + iters} ({cfg.warmup} warm-up + {iters}). {length}: for {iters} more, resume with "
+                    f"--iters {trained + iters}")
         cfg.iters = iters
     if done >= cfg.warmup + cfg.iters:
-        length = "" if not on_command_line(ctx, "iters") else (
-            f"; --iters is the run's length, not the iterations to add: --iters {trained + iters} "
-            f"trains {iters} more")
+        meant = f"; {length}: --iters {trained + iters} trains {iters} more" if on_command_line(ctx, "iters") else ""
         raise fail(f"--resume {run_dir}: the checkpoint is at iteration {done}, the run has "
                    f"{cfg.warmup + cfg.iters} ({cfg.warmup} warm-up + --iters {cfg.iters}): nothing left to do; "
-                   f"give an --iters above {trained} to extend it{length}")
+                   f"give an --iters above {trained} to extend it{meant}")
     cfg.resumed += 1
     return cfg, done, note
 

@@ -287,7 +287,7 @@ def follow(job: Any, run_dir: Path, on_event: Callable[[dict[str, Any]], None] |
             _stop(job, interrupted=bool(signals))
     except KeyboardInterrupt:  # follow() outside the main thread: Ctrl-C is not ours to turn into a note
         _stop(job, interrupted=True)
-        status, code, failure = "interrupted", 130, "interrupted by the user (Ctrl-C); all ranks were stopped"
+        status, code, failure = "interrupted", 130, _interrupted_by(signal.SIGINT)
     finally:
         if beats is not None:
             shutil.rmtree(beats, ignore_errors=True)

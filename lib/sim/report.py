@@ -54,8 +54,9 @@ def _row(fig: Figure, p: dict[str, Any], metric: str, pred: float, pub: float, u
     }
 
 
-#: Each kind of figure's table, by its name in the report (``summary.json``, ``--json``).
-TABLES = {"scaling": "throughput", "breakdown": "breakdown_ms", "rate": "rate_sensitivity"}
+#: Each kind of figure's table: its name in the report (``summary.json``, ``--json``) and how many
+#: levels of keys lead to a value (see :func:`collect` for the three shapes).
+TABLES = {"scaling": ("throughput", 4), "breakdown": ("breakdown_ms", 2), "rate": ("rate_sensitivity", 3)}
 
 
 def figure_table(
@@ -105,15 +106,15 @@ def collect(
     ``by_figure[str(figure)]`` (kind, title, cluster and the figure's own table under its kind's
     name) keeps every figure's results whole; before it, the later figure silently replaced them.
     """
-    merged: dict[str, dict[str, Any]] = {name: {} for name in TABLES.values()}
+    merged: dict[str, dict[str, Any]] = {name: {} for name, _ in TABLES.values()}
     by_figure: dict[str, Any] = {}
     for f in sorted(figs, key=lambda f: f.figure):
-        name = TABLES[f.kind]
-        table = figure_table(f, results[f.figure], breakdown_extra)
-        rs = results[f.figure]  # real mode runs a figure's points on the emulated cluster, not the paper's
-        cluster = rs[0]["point"]["cluster"] if rs else f.cluster
+        name, depth = TABLES[f.kind]
+        rs = results[f.figure]
+        table = figure_table(f, rs, breakdown_extra)
+        cluster = rs[0]["point"]["cluster"] if rs else f.cluster  # real mode: the emulated one, not the paper's
         by_figure[str(f.figure)] = {"kind": f.kind, "title": f.title, "cluster": cluster, name: table}
-        _merge_first(merged[name], table, 4 if f.kind == "scaling" else 2 if f.kind == "breakdown" else 3)
+        _merge_first(merged[name], table, depth)
     return merged["throughput"], merged["breakdown_ms"], merged["rate_sensitivity"], by_figure
 
 

@@ -28,10 +28,11 @@ fsynced, so a crash leaves the previous checkpoint or the new one, never half of
 files are written after the same iteration, but each on its own: a run stopped while they write
 (Ctrl-C during a large model's seconds-long write, a rank killed) leaves some ranks at the new
 iteration and some at the old one. So each rank keeps its previous checkpoint beside the latest
-(``rank-R.prev.pt``, a hard link to the file the new one replaces: no copy) and a resume continues
-from the latest iteration that *every* rank has, rather than refusing a run that had a consistent
-state one checkpoint earlier. Any generation is a valid state of the run: a resume is bit for bit,
-so a checkpoint past the resume point equals what the resumed run computes there.
+(``rank-R.prev.pt``, a hard link to the file the new one replaces, where the file system has
+them: no copy) and a resume continues from the latest iteration that *every* rank has, rather
+than refusing a run that had a consistent state one checkpoint earlier. Any generation is a valid
+state of the run: a resume is bit for bit, so a checkpoint past the resume point equals what the
+resumed run computes there.
 """
 
 from __future__ import annotations
@@ -67,9 +68,13 @@ def path_for(run_dir: Path, rank: int) -> Path:
     return Path(run_dir) / CHECKPOINT_DIR / f"rank-{rank}.pt"
 
 
+#: What ends a rank's previous checkpoint's name (``rank-R.prev.pt``), beside its latest (``rank-R.pt``).
+PREVIOUS_SUFFIX = ".prev.pt"
+
+
 def previous_path(run_dir: Path, rank: int) -> Path:
     """The rank's checkpoint before its latest: what a resume falls back to when the ranks' latest differ."""
-    return Path(run_dir) / CHECKPOINT_DIR / f"rank-{rank}.prev.pt"
+    return Path(run_dir) / CHECKPOINT_DIR / f"rank-{rank}{PREVIOUS_SUFFIX}"
 
 
 def due(done: int, every: int, total: int) -> bool:
@@ -170,13 +175,18 @@ def load(run_dir: Path, rank: int, cfg: Any) -> dict[str, Any]:
     path = path_for(run_dir, rank)
     if not path.is_file():
         others = sorted(p.name for p in path.parent.glob("rank-*.pt")
-                        if not p.name.endswith(".prev.pt")) if path.parent.is_dir() else []
+                        if not p.name.endswith(PREVIOUS_SUFFIX)) if path.parent.is_dir() else []
         if others:
             raise CheckpointError(f"no checkpoint for rank {rank} at {path}, though {', '.join(others[:4])} "
                                   f"{'is' if len(others) == 1 else 'are'} there: the checkpoint directory is "
                                   f"incomplete (a file lost or removed); restore it from a copy or start the run again")
         raise CheckpointError(f"no checkpoint for rank {rank} at {path}: the run was not started with "
                               f"--checkpoint-every N, or stopped before its first checkpoint; start it again")
+    return _read(path, rank, cfg)
+
+
+def _read(path: Path, rank: int, cfg: Any) -> dict[str, Any]:
+    """The checkpoint in ``path``, checked whole and ``rank``'s of this run; ``CheckpointError`` says what is wrong."""
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file
@@ -202,14 +212,9 @@ def _previous(run_dir: Path, rank: int, cfg: Any) -> dict[str, Any] | None:
     if not prev.is_file():
         return None
     try:
-        blob = torch.load(prev, map_location="cpu", weights_only=True)
-    except Exception:  # noqa: BLE001 - damaged: as if absent, the latest decides alone
+        return _read(prev, rank, cfg)
+    except CheckpointError:  # damaged or another run's: as if absent, the latest decides alone
         return None
-    if (not isinstance(blob, dict) or not {"identity", "iteration", "model", "sync", "rng"} <= set(blob)
-            or not isinstance(blob["identity"], dict)
-            or any({**_IDENTITY_DEFAULTS, **blob["identity"]}.get(k) != v for k, v in _identity(cfg, rank).items())):
-        return None
-    return blob
 
 
 def common_iteration(run_dir: Path, latest: dict[int, int], previous: dict[int, int | None]) -> int:
