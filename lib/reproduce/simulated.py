@@ -21,7 +21,7 @@ from hipress.sim.experiments import Figure
 from hipress.sim.findings import findings, findings_markdown
 from hipress.sim.params import calibration_path, params_by_cluster
 from hipress.sim.reference import Reference
-from hipress.sim.report import collect, error_rows, plot_figure, table_markdown
+from hipress.sim.report import collect, error_rows, plot_figure, published_setting, table_markdown
 from hipress.sim.runner import PointCache, SimRunner
 from hipress.sim.store import Warn, warn_stderr, write_output
 
@@ -69,7 +69,7 @@ def write_sim_outputs(
         pngs.append(str(png))
     write_output(out_dir / "errors.md", table_markdown(errors))
     # the paper's story (who beats whom, by how much), derived from sosp21.json, checked on the results
-    claims = findings(throughput, ref, breakdown or None)
+    claims = findings(throughput, ref, published_setting(figs, results, ref) or None)
     write_output(out_dir / "findings.md", findings_markdown(claims))
     calibration = load_calibration()
     report = {

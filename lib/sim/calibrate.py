@@ -50,7 +50,7 @@ from .costs import CodecCosts
 from .experiments import paper_systems
 from .model import Planner, simulate
 from .params import FITTABLE, SimParams, fitted_values
-from .reference import Reference
+from .reference import BREAKDOWN, Reference
 from .workload import Workload, make_workload, reference_workload
 
 BASELINES = ("byteps", "byteps-onebit", "ring", "ring-dgc")
@@ -86,21 +86,6 @@ FIT_STEPS: tuple[Step, ...] = (
     Step(("nccl_step_ms", "nccl_efficiency"), ("ring",), False),
     Step(("oss_codec_work",), ("ring-dgc",), False),
 )
-
-#: Figure 11's setting; ``experiments/sosp21/fig11.toml`` states the same (a test checks it).
-#: Why the local cluster at 32 GPUs, although sosp21.json's note says aws: (1) its computation,
-#: 274-282 ms, is VGG19 at batch 32 on a 1080 Ti (the local linear series gives 272.7 ms; a V100
-#: of the aws series takes 155 ms); (2) BytePS's 590 ms fits the local curve (1457 images/s at 32
-#: GPUs is a 703 ms iteration), not the aws one (11165 at 128 GPUs: 367 ms). The on-CPU bar (774 ms)
-#: is not BytePS's onebit: figure 8's local curve has that at 2216 images/s, a 462 ms iteration, which
-#: leaves at most 369 ms for a sync span; it is CaSync-PS with its codec on the CPU (fig11.toml).
-#: The measure is the sync span
-#: (first gradient ready to last synchronized), whose floor is the backward pass: 2/3 of 278 ms =
-#: 185 ms, which SeCoPa's 189 ms all but reaches; exposed time (iteration minus computation) would
-#: give 189 ms of unhidden sync for 17 MB of onebit traffic on a 56 Gbit/s link, which no model of
-#: the hardware can produce.
-BREAKDOWN: dict[str, Any] = {"cluster": "local", "model": "vgg19", "gpus": 32, "compute_ms": 278.0,
-                             "algorithm": "onebit"}
 
 
 @dataclass(frozen=True)

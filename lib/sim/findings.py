@@ -19,7 +19,8 @@ Two kinds of row:
 
 ``report`` is what ``hipress reproduce sosp21 --json`` prints (or ``summary.json``): ``throughput``
 is ``{cluster: {model: {system: {"gpus": value}}}}``, ``breakdown_ms`` is ``{model: {step: {...,
-"sync_span_ms": ms}}}``.
+"sync_span_ms": ms}}}`` (sosp21's figure 11; of a custom figure set, only the breakdown points that
+have a published bar count: ``hipress.sim.report.published_setting``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 from itertools import combinations
 from typing import Any
 
-from .reference import Reference
+from .reference import BREAKDOWN, Reference
 
 #: Published values closer than this (percent of the larger) are a tie: no order is claimed (3%:
 #: the single-node points of one figure differ by up to 2.7% where every system does the same work).
@@ -110,13 +111,16 @@ def scaling_rows(throughput: dict[str, Any], ref: Reference, tie_pct: float = TI
 
 
 def breakdown_rows(breakdown: dict[str, Any] | None, ref: Reference, tie_pct: float = TIE_PCT) -> list[dict[str, Any]]:
-    """Figure 11: for each consecutive pair of steps, did the time go up or down, published and predicted."""
+    """Figure 11: for each consecutive pair of steps, did the time go up or down, published and predicted.
+
+    ``breakdown`` must hold figure 11's own setting only (``hipress.sim.report.published_setting``
+    picks it from a report's figures); a breakdown at another cluster or size is not the published one."""
     if not breakdown:
         return []
     rows = []
     pub_bars = ref.breakdown
     for model, steps in breakdown.items():
-        if model != "vgg19":  # sosp21.json's breakdown is VGG19's
+        if model != BREAKDOWN["model"]:  # sosp21.json's bars are one model's
             continue
         names = [s for s in pub_bars if s in steps]
         for a, b in zip(names, names[1:], strict=False):

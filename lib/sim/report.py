@@ -30,8 +30,8 @@ def error_rows(fig: Figure, results: list[dict[str, Any]], ref: Reference) -> li
             pub = ref.published(p["cluster"], p["model"], p["system"], p["gpus"])
             if pub is not None:
                 rows.append(_row(fig, p, "throughput", r["throughput"], pub, r.get("unit", "")))
-        elif fig.kind == "breakdown" and p["model"] == "vgg19":
-            pub = ref.breakdown.get(p["step"])
+        elif fig.kind == "breakdown":
+            pub = ref.published_bar(p)
             if pub is not None:
                 rows.append(_row(fig, p, "sync_span_ms", r["sync_span_ms"], pub, "ms"))
     return rows
@@ -78,6 +78,19 @@ def figure_table(
         else:
             key = "reference" if p["rate"] is None else f"{p['rate']:g}"
             table.setdefault(p["model"], {}).setdefault(p["system"], {})[key] = r["throughput"]
+    return table
+
+
+def published_setting(figs: list[Figure], results: dict[int, list[dict[str, Any]]], ref: Reference
+                      ) -> dict[str, Any]:
+    """The breakdown table (``{model: {step: {"sync_span_ms": ms}}}``) of the points that have a
+    published bar: what figure 11's findings may compare, whatever else the report's merged
+    ``breakdown_ms`` holds (a custom figure's breakdown of another cluster or size)."""
+    table: dict[str, Any] = {}
+    for f in figs:
+        for r in results[f.figure] if f.kind == "breakdown" else []:
+            if ref.published_bar(r["point"]) is not None:
+                table.setdefault(r["point"]["model"], {})[r["point"]["step"]] = {"sync_span_ms": r["sync_span_ms"]}
     return table
 
 
@@ -228,7 +241,8 @@ def scaling_figure(
 
 
 def _plot_breakdown(plt: Any, fig: Figure, results: list[dict[str, Any]], ref: Reference, mode: str) -> Any:
-    """A panel per model; the published bars (sosp21.json has VGG19's) beside the predicted ones."""
+    """A panel per model; the published bars beside the predicted ones where the panel is figure 11's
+    own setting (:meth:`Reference.published_bar`)."""
     models = list(dict.fromkeys(r["point"]["model"] for r in results))
     f, axes = plt.subplots(1, len(models), figsize=(9 * len(models), 4.5), squeeze=False)
     for ax, model in zip(axes.flat, models, strict=True):
@@ -236,7 +250,7 @@ def _plot_breakdown(plt: Any, fig: Figure, results: list[dict[str, Any]], ref: R
         steps = [r["point"]["step"] for r in rs]
         pred = [r["sync_span_ms"] for r in rs]
         comp = [r["compute_ms"] for r in rs]
-        pub = [ref.breakdown.get(s) if model == "vgg19" else None for s in steps]
+        pub = [ref.published_bar(r["point"]) for r in rs]
         xs = range(len(steps))
         w = 0.38
         ax.bar([x - w / 2 for x in xs], pred, w, label=f"sync, {mode}", color="#d62728")

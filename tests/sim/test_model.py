@@ -162,7 +162,7 @@ def test_figure11_setting_is_stated_once(experiments_dir):
     """fig11.toml and the calibration's figure 11 setting must describe the same run."""
     import tomllib
 
-    from hipress.sim.calibrate import BREAKDOWN
+    from hipress.sim.reference import BREAKDOWN
 
     fig = tomllib.loads((experiments_dir / "fig11.toml").read_text())
     assert {k: fig[k] for k in BREAKDOWN} == BREAKDOWN

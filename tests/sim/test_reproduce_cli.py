@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from hipress_cli.app import build
@@ -149,6 +150,28 @@ def test_two_figures_of_one_kind_keep_their_own_results(tmp_path):
     assert report["rate_sensitivity"]["resnet50"]["casync-ps"]["0.01"] == tput["12"]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["by_figure"] == figs
+
+
+def test_a_breakdown_of_another_size_or_cluster_is_not_set_against_the_published_bars(tmp_path):
+    """Figure 11's bars were measured on the local cluster at 32 GPUs: a custom breakdown of vgg19 at 8 GPUs,
+    or on aws, is a prediction only. Both were compared with them (error rows, findings), as if measured there."""
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    steps = ('model = "vgg19"\ncompute_ms = 278.0\nalgorithm = "onebit"\n'
+             '[[steps]]\nname = "default"\nsystem = "byteps"\n[[steps]]\nname = "secopa"\nsystem = "casync-ps"\n')
+    (exp / "fig13.toml").write_text(f'figure = 13\nkind = "breakdown"\ncluster = "local"\ngpus = 8\n{steps}')
+    (exp / "fig14.toml").write_text(f'figure = 14\nkind = "breakdown"\ncluster = "aws"\ngpus = 32\n{steps}')
+    (exp / "fig15.toml").write_text(f'figure = 15\nkind = "breakdown"\ncluster = "local"\ngpus = 32\n{steps}')
+    r = invoke("reproduce", "sosp21", "--experiments", str(exp), "--out", str(tmp_path / "out"), "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert {e["figure"] for e in report["errors"]} == {15}  # the published setting, and it alone
+    assert len(report["errors"]) == 2
+    claims = [c for c in report["findings"] if c["kind"] == "breakdown"]
+    assert [c["step"] for c in claims] == ["default -> secopa"]
+    fig15 = report["by_figure"]["15"]["breakdown_ms"]["vgg19"]["secopa"]["sync_span_ms"]
+    assert claims[0]["predicted_change_pct"] == pytest.approx(
+        100 * (fig15 / report["by_figure"]["15"]["breakdown_ms"]["vgg19"]["default"]["sync_span_ms"] - 1))
 
 
 def test_the_sosp21_tables_are_every_figures_own_merged(tmp_path):
