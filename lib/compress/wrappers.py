@@ -171,6 +171,11 @@ class LocalMomentum:
     checkpointed with the compressors' residuals.
     """
 
+    #: the ``GradientState.extra`` keys: the velocity, and the mark that it has started (its first
+    #: step copies the gradient, as torch's first momentum step does)
+    BUFFER = "velocity"
+    STARTED = "velocity_started"
+
     def __init__(self, momentum: float, *, dampening: float = 0.0, nesterov: bool = False, mask: bool = False) -> None:
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum}")
@@ -186,15 +191,15 @@ class LocalMomentum:
         and raises ``nonfinite(name, state_reset=True)`` with ``grad`` untouched: kept, it would
         turn every later step's direction into NaN."""
         flat = grad.view(-1)
-        u = state.buffer("velocity", flat)
-        first = state.extra.get("velocity_started") is None
+        u = state.buffer(self.BUFFER, flat)
+        first = state.extra.get(self.STARTED) is None
         if first:  # torch.optim.SGD: the first step's buffer is the gradient itself (no dampening)
             u.copy_(flat)
-            state.extra["velocity_started"] = torch.ones(1)
+            state.extra[self.STARTED] = torch.ones(1)
         else:
             u.mul_(self.momentum).add_(flat, alpha=1.0 - self.dampening)
         if not all_finite(u):
-            del state.extra["velocity_started"]
+            del state.extra[self.STARTED]
             raise nonfinite_reset(name, u)
         if self.nesterov:
             flat.add_(u, alpha=self.momentum)
@@ -204,5 +209,5 @@ class LocalMomentum:
     def after_sync(self, synced: torch.Tensor, state: GradientState) -> None:
         """Momentum factor masking (only with ``mask``): clear the velocity where ``synced`` is non-zero."""
         if self.mask:
-            u = state.buffer("velocity", synced.view(-1))
+            u = state.buffer(self.BUFFER, synced.view(-1))
             u.masked_fill_(synced.view(-1) != 0, 0.0)

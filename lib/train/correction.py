@@ -60,6 +60,10 @@ class MomentumCorrection:
                 self.position[id(p)] = f"group{gi}.param{pi}"
         self._moms = [LocalMomentum(0.0, mask=mask) for _ in optimizer.param_groups]
         self._saved: list[dict] | None = None  # the groups' own values while ``plain_step`` zeroes them
+        #: the groups whose weight decay ``before_sync`` folded into the gradient since the last step:
+        #: ``plain_step`` turns theirs off (and only theirs), so that a momentum changed between
+        #: backward and step neither drops nor doubles it
+        self._folded: set[int] = set()
 
     @classmethod
     def for_optimizer(cls, optimizer: torch.optim.Optimizer, comp: Compressor,
@@ -77,8 +81,10 @@ class MomentumCorrection:
         """
         if not enabled or type(optimizer) is not torch.optim.SGD:
             return None
-        if not any(g.get("momentum", 0.0) for g in optimizer.param_groups):
-            return None
+        # made whatever the momentum now: it is decided at every step (``before_sync``), so that one
+        # raised from 0 later (OneCycleLR, CyclicLR, a user's ``group["momentum"] = 0.9``) is corrected
+        # too. Before, an SGD made with momentum 0 got none, and a momentum scheduled later was applied
+        # by the optimizer to the decompressed average: what correction exists to avoid.
         return cls(optimizer, mask=factor_masking and comp.caps.sparse)
 
     @staticmethod
@@ -98,28 +104,39 @@ class MomentumCorrection:
         mom.nesterov = bool(g.get("nesterov", False))
         return mom, float(g.get("weight_decay", 0.0))
 
-    def before_sync(self, p: torch.Tensor, grad: torch.Tensor, state: GradientState) -> None:
-        """``grad`` <- the step direction from this rank's velocity (weight decay folded in first)."""
+    def before_sync(self, p: torch.Tensor, grad: torch.Tensor, states: StateStore, name: str) -> None:
+        """``grad`` <- the step direction from this rank's velocity (weight decay folded in first); the
+        velocity is gradient ``name``'s in ``states``, made only when momentum is on (a run that never
+        has momentum keeps no empty velocity states in its checkpoints).
+
+        Decided at every step from the group's momentum now: 0 leaves ``grad`` as it is and weight
+        decay to the optimizer, as without correction (the velocity, if any, is kept, as torch's SGD
+        keeps its buffer while momentum is 0); non-zero applies both here. The first corrected step
+        starts the velocity at the gradient, as torch's first momentum step starts its buffer."""
         mom, wd = self.settings(p)
+        if not mom.momentum:
+            return
+        self._folded.add(self._group_of[id(p)])
         if wd:
             grad.add_(p.detach(), alpha=wd)
-        if mom.momentum:
-            mom.before_sync(grad, state, name=self.position.get(id(p), "<unnamed>"))
+        mom.before_sync(grad, velocity_state(states, name), name=self.position.get(id(p), "<unnamed>"))
 
-    def after_sync(self, p: torch.Tensor, grad: torch.Tensor, state: GradientState, compressed: bool) -> None:
+    def after_sync(self, p: torch.Tensor, grad: torch.Tensor, states: StateStore, name: str,
+                   compressed: bool) -> None:
         """Momentum factor masking after a compressed synchronization (sparse payloads only)."""
         mom, _ = self.settings(p)
-        if compressed and mom.momentum:
-            mom.after_sync(grad, state)
+        if compressed and mom.momentum and mom.mask:
+            mom.after_sync(grad, velocity_state(states, name))
 
     @contextmanager
     def plain_step(self) -> Iterator[None]:
-        """The optimizer's step with momentum, dampening, nesterov and weight decay turned off."""
+        """The optimizer's step with momentum, dampening and nesterov turned off (the velocity is
+        the correction's), and weight decay too in the groups ``before_sync`` folded it into."""
         groups = self.optimizer.param_groups
         saved = self._saved = [{k: g[k] for k in _HYPER if k in g} for g in groups]
-        for g in groups:
+        for gi, g in enumerate(groups):
             for k, off in (("momentum", 0.0), ("weight_decay", 0.0), ("nesterov", False), ("dampening", 0.0)):
-                if k in g:
+                if k in g and (k != "weight_decay" or gi in self._folded):
                     g[k] = off
         try:
             yield
@@ -127,6 +144,7 @@ class MomentumCorrection:
             for g, s in zip(groups, saved, strict=True):
                 g.update(s)
             self._saved = None
+            self._folded.clear()
 
 
 def velocity_key(name: str) -> str:
@@ -136,3 +154,42 @@ def velocity_key(name: str) -> str:
 
 def velocity_state(states: StateStore, name: str) -> GradientState:
     return states[velocity_key(name)]
+
+
+# What the velocity is, next to torch's momentum buffer. torch's SGD keeps one buffer b of the averaged
+# gradient: b <- m*b + (1-d)*mean_r(g_r). Under correction each rank r keeps its own u_r <- m*u_r + (1-d)*g_r
+# and the ranks' directions are averaged, so torch's b is the mean of the ranks' velocities (exactly
+# when uncompressed; compressed, up to what error feedback still holds back). Hence the conversions:
+# a torch buffer becomes every rank's velocity (their mean is b, so the next step is torch's), and
+# the mean of the ranks' velocities is the buffer to give torch (``DistributedOptimizer.torch_state_dict``).
+# The error-feedback residuals have no counterpart in torch: a buffer loaded starts them afresh.
+
+def velocity(states: StateStore, name: str) -> torch.Tensor | None:
+    """This rank's velocity of gradient ``name`` (flat), None if it has not started (no corrected step)."""
+    key = velocity_key(name)
+    if key not in states or states[key].extra.get(LocalMomentum.STARTED) is None:
+        return None
+    return states[key].extra.get(LocalMomentum.BUFFER)
+
+
+def set_velocity(states: StateStore, name: str, buf: torch.Tensor) -> None:
+    """Start gradient ``name``'s velocity at ``buf`` (a torch momentum buffer), as if it had been running."""
+    st = velocity_state(states, name)
+    st.buffer(LocalMomentum.BUFFER, buf.reshape(-1)).copy_(buf.reshape(-1))
+    st.extra[LocalMomentum.STARTED] = torch.ones(1)
+
+
+def adopt_momentum_buffers(optimizer: torch.optim.Optimizer, states: StateStore,
+                           named: list[tuple[str, torch.Tensor]]) -> None:
+    """Move the torch SGD ``momentum_buffer`` of each of ``named`` out of the optimizer's state into its
+    velocity: a checkpoint of an uncompressed torch run resumed under correction keeps its momentum.
+
+    Without this, the buffer sat unused in the optimizer's state (``plain_step`` turns momentum off)
+    while the velocity started from the gradient: momentum silently restarted from zero."""
+    for name, p in named:
+        st = optimizer.state.get(p)
+        buf = None if st is None else st.pop("momentum_buffer", None)
+        if buf is not None:
+            set_velocity(states, name, buf)
+            if not st:  # as torch's SGD without momentum has it: no entry
+                del optimizer.state[p]

@@ -12,10 +12,11 @@ payload size varies, first all-gather the sizes. This is the "allgather" synchro
 and GRACE -- the baseline CaSync improves on -- offered inside DDP; the state object follows
 PyTorch's PowerSGD hook: documented hyper-parameters, per-bucket state, checkpointable.
 
-Momentum correction (on by default when ``optimizer`` is a ``torch.optim.SGD`` with momentum): each
-rank applies momentum and weight decay to its own bucket before encoding it, with error feedback on
-the velocity, and the optimizer steps without them (step pre/post hooks switch them off and back on
-around every ``optimizer.step()``); see ``hipress.train.correction``. ``compress_after=N``: the
+Momentum correction (on by default when ``optimizer`` is a ``torch.optim.SGD``, in the steps where its
+momentum is non-zero: read each step, so a scheduler may raise it from 0): each rank applies
+momentum and weight decay to its own bucket before encoding it, with error feedback on the velocity,
+and the optimizer steps without them (step pre/post hooks switch them off and back on around every
+``optimizer.step()``); see ``hipress.train.correction``. ``compress_after=N``: the
 first N iterations all-reduce the bucket uncompressed (PowerSGD's ``start_powerSGD_iter``). Every lossy
 compressor gets error feedback (``wrappers.with_feedback``), with or without momentum correction.
 Gradient clipping: DDP hands the hook each bucket as backward fills it, so the hook cannot see a
@@ -40,7 +41,7 @@ import torch.distributed as dist
 from hipress.compress import AlgorithmSpec, Compressor, GradientState, StateStore
 from hipress.compress.payload import seal
 
-from .correction import MomentumCorrection, velocity_key
+from .correction import MomentumCorrection
 
 _DEFAULT = object()  # "the default process group", as opposed to "not attached yet" (None after a load)
 
@@ -50,7 +51,7 @@ class CompressionHookState:
 
     compression: algorithm spec (``"tbq"``, ``"dgc:ratio=0.01"``, or an ``AlgorithmSpec``). process_group: the group to
     reduce over (None: the default group). optimizer: the optimizer stepping the DDP model; an SGD
-    with momentum gets momentum correction unless ``momentum_correction=False``. compress_after:
+    gets momentum correction (whenever its momentum is non-zero) unless ``momentum_correction=False``. compress_after:
     iterations synchronized uncompressed first. ``bytes_sent`` counts what this rank put on the wire
     (its payload times the ``world - 1`` peers of a ring all-gather).
 
@@ -325,12 +326,12 @@ def _apply_correction(corr: MomentumCorrection, bucket: dist.GradBucket, states:
     position in the optimizer: DDP rebuilds its buckets after the first iteration, so a per-bucket
     velocity would be lost). The bucket's gradients are views of its buffer."""
     for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
-        corr.before_sync(p, g, states[velocity_key(corr.position[id(p)])])
+        corr.before_sync(p, g, states, corr.position[id(p)])
 
 
 def _mask(corr: MomentumCorrection, bucket: dist.GradBucket, states: StateStore) -> None:
     for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
-        corr.after_sync(p, g, states[velocity_key(corr.position[id(p)])], compressed=True)
+        corr.after_sync(p, g, states, corr.position[id(p)], compressed=True)
 
 
 def _param_key(state: CompressionHookState, bucket: dist.GradBucket, j: int, p: torch.Tensor) -> str:

@@ -31,7 +31,7 @@ import torch
 from hipress.compress import AlgorithmSpec, Compressor, StateStore
 from hipress.topology_names import DEFAULT_ENGINE, FP32_ONLY_ENGINES, uncompressed_counterpart
 
-from .correction import MomentumCorrection, velocity_state
+from .correction import MomentumCorrection, adopt_momentum_buffers, velocity
 
 
 class GradientMismatch(RuntimeError):
@@ -71,12 +71,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
         until ``synchronize()`` and submits them then, in the order backward produced them: no overlap
         of synchronization with backward (BytePS's compression path; figure 11's first steps).
     bulk_bytes: the engine's bulk threshold (None: its default; 0: every gradient travels alone).
-    momentum_correction: for a ``torch.optim.SGD`` with momentum, apply momentum (and weight decay)
-        to each rank's gradient before compression, with error feedback on the velocity, and step
-        the optimizer without them (``correction.MomentumCorrection``). On by default: compressed
-        runs lose accuracy otherwise. False: momentum applied by the optimizer to the average. Either
-        way every lossy compressor gets error feedback (``wrappers.with_feedback``: on the velocity
-        or on the gradient); the flag decides only where momentum is applied.
+    momentum_correction: for a ``torch.optim.SGD``, apply momentum (and weight decay) to each rank's
+        gradient before compression, with error feedback on the velocity, and step the optimizer
+        without them (``correction.MomentumCorrection``), in every step where the parameter's group
+        has a non-zero momentum (read each step: a scheduler may raise it from 0). On by default:
+        compressed runs lose accuracy otherwise. An SGD that holds momentum buffers (its state
+        loaded from a torch checkpoint) hands them over as the velocities (see ``load_state_dict``).
+        False: momentum applied by the optimizer to the average. Either way every lossy compressor
+        gets error feedback (``wrappers.with_feedback``: on the velocity or on the gradient); the
+        flag decides only where momentum is applied.
     clip_grad_norm: clip this rank's gradient to this total 2-norm (over all its parameters, as
         ``torch.nn.utils.clip_grad_norm_``) before momentum correction and compression: DGC's local
         gradient clipping (Lin et al. 2018, section 3.3). Clipping ``p.grad`` after
@@ -178,6 +181,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 f"not be averaged and the ranks' models would drift apart: {unsynced[:5]}; pass the "
                 f"named_parameters of the whole model the optimizer trains")
         check_same_everywhere(comm, [(n, p.numel()) for n, p in self._params])
+        if self.correction is not None:  # an SGD loaded from a torch checkpoint, then wrapped
+            adopt_momentum_buffers(optimizer, self.states, self._params)
         # which parameters got a gradient on some rank (``_unused_somewhere``); alone, this rank's own
         self._mask_comm = comm.Dup() if comm.Get_size() > 1 else None
         kwargs: dict[str, Any] = {} if bulk_bytes is None else {"bulk_bytes": bulk_bytes}
@@ -234,7 +239,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         elif not p.grad.is_contiguous():
             p.grad = p.grad.contiguous()
         if self.correction is not None:
-            self.correction.before_sync(p, p.grad, velocity_state(self.states, name))
+            self.correction.before_sync(p, p.grad, self.states, name)
         self._submitted.add(name)
         self.submit_order.append(name)
         self._active.submit(name, p.grad)
@@ -341,7 +346,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             compressed = self._compressed_names() if self._active is self.engine else frozenset()
             for name, p in self._params:
                 if p.grad is not None:
-                    self.correction.after_sync(p, p.grad, velocity_state(self.states, name), name in compressed)
+                    self.correction.after_sync(p, p.grad, self.states, name, name in compressed)
             with self.correction.plain_step():
                 out = self.optimizer.step(closure)
         self.iteration += 1
@@ -389,13 +394,60 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return [n for n, _ in self._params]
 
     def state_dict(self) -> dict:
-        """The optimizer's state and the compressors' per-gradient state (plain tensors and numbers)."""
+        """This rank's state, to resume a ``DistributedOptimizer``: the wrapped optimizer's, the
+        compressors' per-gradient state (residuals; under momentum correction each rank's own
+        velocity) and the iteration, as plain tensors and numbers. Every rank saves its own.
+
+        Not a torch optimizer's state: for a plain ``torch.optim.SGD`` (an uncompressed run to
+        continue without hipress) take ``torch_state_dict()``, whose momentum buffers are the mean
+        of the ranks' velocities."""
         return {"optimizer": self.optimizer.state_dict(), "compression": self.states.state_dict(),
                 "iteration": self.iteration}
 
+    def torch_state_dict(self) -> dict:
+        """The wrapped optimizer's ``state_dict()`` as torch's own optimizer would have it after this
+        run: under momentum correction each parameter's ``momentum_buffer`` is the mean of the ranks'
+        velocities (torch's buffer of the averaged gradient; exact when uncompressed, see
+        ``correction``), which ``torch.optim.SGD.load_state_dict`` continues from. The compressors'
+        residuals are not in it. Collective: every rank must call it (an all-reduce of the velocities);
+        every rank gets the same dict."""
+        out = self.optimizer.state_dict()
+        if self.correction is None:
+            return out
+        index = {id(p): i for i, p in enumerate(q for g in self.optimizer.param_groups for q in g["params"])}
+        mine = [velocity(self.states, n) for n, _ in self._params]
+        started = np.array([v is not None for v in mine], dtype=np.int64)
+        flat = torch.cat([torch.zeros(p.numel()) if v is None else v.detach().float().cpu()
+                          for v, (_, p) in zip(mine, self._params, strict=True)]) if mine else torch.zeros(0)
+        total, count = flat.numpy(), started.copy()
+        if self._mask_comm is not None:
+            from mpi4py import MPI
+
+            total = np.empty_like(flat.numpy())
+            self._mask_comm.Allreduce(flat.numpy(), total, op=MPI.SUM)
+            self._mask_comm.Allreduce(started, count, op=MPI.SUM)
+        mean = torch.from_numpy(total / self.comm.Get_size())
+        at = 0
+        for (_, p), c in zip(self._params, count, strict=True):
+            if c:  # a rank whose velocity had not started adds 0: the mean of what the ranks hold
+                buf = mean[at:at + p.numel()].view_as(p).to(p.device, p.dtype).clone()
+                out["state"].setdefault(index[id(p)], {})["momentum_buffer"] = buf
+            at += p.numel()
+        return out
+
     def load_state_dict(self, d: dict) -> None:
+        """Resume from ``state_dict()``, or from a plain torch optimizer's ``state_dict()`` (a run that
+        trained uncompressed with torch's SGD, continued here: iteration 0, fresh residuals).
+
+        Under momentum correction a torch ``momentum_buffer`` becomes each parameter's velocity on every
+        rank (the ranks' mean is then torch's buffer, so the next step is the one torch's SGD would
+        take); before, it stayed unused in the optimizer's state and momentum restarted from zero."""
+        if "optimizer" not in d and {"state", "param_groups"} <= d.keys():
+            d = {"optimizer": d, "compression": StateStore(self.states.base_seed).state_dict(), "iteration": 0}
         self.optimizer.load_state_dict(d["optimizer"])
         self.states.load_state_dict(d["compression"])
+        if self.correction is not None:
+            adopt_momentum_buffers(self.optimizer, self.states, self._params)
         self.iteration = int(d.get("iteration", 0))
         if self._warm is not None and self.iteration >= self.compress_after:
             self._warm.close()

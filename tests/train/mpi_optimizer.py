@@ -18,6 +18,7 @@ from mpi4py import MPI
 
 from hipress.models import get, gradient_sizes
 from hipress.train import DistributedOptimizer
+from hipress.train.correction import velocity
 from hipress.train.optimizer import GradientMismatch
 
 comm = MPI.COMM_WORLD
@@ -582,6 +583,99 @@ def unused() -> None:
             opt.close()
 
 
+def _steps(model: torch.nn.Module, opt: torch.optim.Optimizer, steps: range, sched=None) -> None:
+    for step in steps:
+        opt.zero_grad()
+        spec.loss(model, batch(step)).backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+
+
+def torch_resume() -> None:
+    """A torch SGD checkpoint (``momentum_buffer``: the velocity of the averaged gradient) resumed under
+    momentum correction continues as torch's run: every rank's velocity starts at the buffer, so their
+    mean is it. Before, momentum restarted from zero. The reverse: ``torch_state_dict()`` gives
+    torch the mean of the ranks' velocities (one rank's own is not the buffer), the same on every
+    rank, and a plain torch SGD continues from it."""
+    kw = {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}
+
+    def wrapped(model: torch.nn.Module, correct: bool) -> DistributedOptimizer:
+        return DistributedOptimizer(torch.optim.SGD(model.parameters(), **kw), model.named_parameters(),
+                                    compression="none", topology="ring", comm=comm, momentum_correction=correct)
+
+    torch.manual_seed(0)
+    ref = spec.build()
+    start = copy.deepcopy(ref.state_dict())
+    plain = wrapped(ref, False)  # torch's SGD on the averaged gradient
+    _steps(ref, plain, range(3))
+    saved, weights = copy.deepcopy((plain.optimizer.state_dict(), ref.state_dict()))
+    _steps(ref, plain, range(3, 6))
+    plain.close()
+
+    resumed = spec.build()
+    resumed.load_state_dict(weights)
+    opt = wrapped(resumed, True)
+    opt.load_state_dict(saved)
+    _steps(resumed, opt, range(3, 6))
+    opt.close()
+    for (n, p), q in zip(ref.named_parameters(), resumed.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=n)
+
+    back = spec.build()
+    back.load_state_dict(start)
+    opt = wrapped(back, True)
+    _steps(back, opt, range(3))
+    exported = opt.torch_state_dict()
+    own = velocity(opt.states, opt.gradient_names()[0])  # the first parameter's, state index 0
+    opt.close()
+    bufs = [exported["state"][i]["momentum_buffer"] for i in sorted(exported["state"])]
+    want = [saved["state"][i]["momentum_buffer"] for i in sorted(saved["state"])]
+    assert len(bufs) == len(want) and not torch.allclose(own, bufs[0].view(-1), rtol=1e-3, atol=0)
+    for b, w in zip(bufs, want, strict=True):
+        torch.testing.assert_close(b, w, rtol=1e-5, atol=1e-6)
+        assert (allgather(b) == allgather(b)[0]).all()
+    cont = wrapped(back, False)  # its optimizer is a plain torch SGD, stepped on the averaged gradient
+    cont.optimizer.load_state_dict(exported)
+    _steps(back, cont, range(3, 6))
+    cont.close()
+    for (n, p), q in zip(ref.named_parameters(), back.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=n)
+
+
+def momentum_later(alg: str) -> None:
+    """Momentum raised from 0 by a scheduler is corrected as one set at construction: an SGD made with
+    momentum 0 trains as one made with 0.9 under the same schedule (0 for two steps, then 0.9).
+    Before, the first got no correction: the optimizer applied the momentum (and weight decay) to
+    the decompressed average. Uncompressed, both are torch's momentum SGD on the averaged gradient."""
+
+    def schedule(o: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+        def f(step: int) -> float:
+            for g in o.param_groups:
+                g["momentum"] = 0.9 if step >= 2 else 0.0
+            return 1.0
+
+        return torch.optim.lr_scheduler.LambdaLR(o, f)
+
+    models = []
+    for made_with, correct in ((0.0, True), (0.9, True), (0.0, False)):
+        torch.manual_seed(0)
+        model = spec.build()
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=made_with,
+                                                   weight_decay=1e-3),
+                                   model.named_parameters(), compression=alg if correct else "none",
+                                   topology="casync-ring" if correct else "ring", comm=comm,
+                                   momentum_correction=correct)
+        _steps(model, opt, range(6), schedule(opt))
+        opt.close()
+        models.append(model)
+    for (n, p), q in zip(models[1].named_parameters(), models[0].parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=0, atol=0, msg=f"{alg} {n}")
+    if alg == "none":
+        for (n, p), q in zip(models[2].named_parameters(), models[0].parameters(), strict=True):
+            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=n)
+
+
 SCENARIOS = {
     "average-ring": lambda: average("ring"),
     "average-ps": lambda: average("ps"),
@@ -605,6 +699,8 @@ SCENARIOS = {
     "ddp-canonical": lambda: [ddp_canonical(a) for a in ("tbq", "dgc:ratio=0.05", "onebit")],
     "ddp-resume": lambda: [ddp_resume(a) for a in ("tbq", "dgc:ratio=0.05", "onebit", "terngrad")],
     "unused": unused,
+    "torch-resume": torch_resume,
+    "momentum-later": lambda: [momentum_later(a) for a in ("none", "tbq:tau=0.02", "dgc:ratio=0.05")],
 }
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from mpi4py import MPI
@@ -100,3 +102,116 @@ def test_torch_optimizer_attributes_are_the_wrapped_ones():
             opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
     finally:
         opt.close()
+
+
+def _sgd_steps(model: torch.nn.Module, opt: torch.optim.Optimizer, gen: torch.Generator, n: int) -> None:
+    for _ in range(n):
+        model(torch.randn(8, 4, generator=gen)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def _net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+@pytest.mark.parametrize("how", ["load_state_dict", "wrap_loaded_sgd"])
+@pytest.mark.parametrize("hyper", [{"momentum": 0.9, "weight_decay": 0.01},
+                                   {"momentum": 0.9, "nesterov": True},
+                                   {"momentum": 0.5, "dampening": 0.3}], ids=["wd", "nesterov", "dampening"])
+def test_a_torch_sgd_checkpoint_resumes_with_its_momentum(how, hyper):
+    """Before, a plain torch SGD checkpoint (its ``momentum_buffer`` per parameter) resumed under momentum
+    correction restarted momentum from zero: ``opt.load_state_dict(sgd_state)`` failed with
+    KeyError 'optimizer', and an SGD loaded first and then wrapped kept its buffers unused in its
+    state (momentum turned off by ``plain_step``) while the velocity started from the gradient. Now
+    the buffers become the velocities, and the resumed run takes torch's steps."""
+    gen = torch.Generator().manual_seed(1)
+    ref = _net()
+    sgd = torch.optim.SGD(ref.parameters(), lr=0.1, **hyper)
+    _sgd_steps(ref, sgd, gen, 3)
+    # (a copy: the state_dict's buffers are the optimizer's own tensors, which the next steps change)
+    saved, weights, at = copy.deepcopy((sgd.state_dict(), ref.state_dict())) + (gen.get_state(),)
+    _sgd_steps(ref, sgd, gen, 3)  # the uninterrupted torch run
+
+    model = _net()
+    model.load_state_dict(weights)
+    base = torch.optim.SGD(model.parameters(), lr=0.1, **hyper)
+    if how == "wrap_loaded_sgd":
+        base.load_state_dict(saved)
+    opt = DistributedOptimizer(base, model.named_parameters(), compression="none", comm=MPI.COMM_SELF)
+    try:
+        if how == "load_state_dict":
+            opt.load_state_dict(saved)
+        left = opt.optimizer.state_dict()["state"]
+        _sgd_steps(model, opt, gen.set_state(at), 3)
+    finally:
+        opt.close()
+    for p, q in zip(ref.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(q, p)
+    assert not left, "the buffers moved into the velocities"
+
+
+def test_torch_state_dict_continues_in_plain_torch_sgd():
+    """The reverse: ``torch_state_dict()`` of a run under momentum correction holds torch's momentum
+    buffers (here one rank's velocity; at 2 ranks their mean, see mpi_optimizer.py's torch-resume),
+    so a plain torch SGD continues it as the uninterrupted torch run. ``state_dict()`` has none:
+    the velocities are hipress's own compressor state."""
+    gen = torch.Generator().manual_seed(1)
+    ref = _net()
+    sgd = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+    _sgd_steps(ref, sgd, gen, 6)
+
+    gen.manual_seed(1)
+    model = _net()
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01),
+                               model.named_parameters(), compression="none", comm=MPI.COMM_SELF)
+    try:
+        _sgd_steps(model, opt, gen, 3)
+        exported = opt.torch_state_dict()
+        assert not opt.state_dict()["optimizer"]["state"]
+    finally:
+        opt.close()
+    plain = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+    plain.load_state_dict(exported)
+    _sgd_steps(model, plain, gen, 3)
+    for p, q in zip(ref.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(q, p)
+
+
+def test_momentum_raised_from_zero_is_corrected():
+    """An SGD made with momentum 0 got no momentum correction at all, so a momentum a scheduler raised
+    later (CyclicLR/OneCycleLR cycling it, a user's ``group["momentum"] = 0.9``) was applied by the
+    optimizer to the averaged, decompressed gradient: uncompressed the same numbers, compressed
+    what correction exists to avoid (mpi_optimizer.py's momentum-later shows the compressed run).
+    Now correction is decided at every step: the optimizer keeps no momentum buffer of its own,
+    and the run is torch's momentum SGD."""
+
+    def later(o: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+        def f(step: int) -> float:
+            for g in o.param_groups:
+                g["momentum"] = 0.9 if step >= 2 else 0.0
+            return 1.0
+
+        return torch.optim.lr_scheduler.LambdaLR(o, f)
+
+    torch.manual_seed(0)
+    want = _net()
+    sgd = torch.optim.SGD(want.parameters(), lr=0.1, momentum=0.0, weight_decay=0.01)
+    sched, gen = later(sgd), torch.Generator().manual_seed(1)
+    for _ in range(6):
+        _sgd_steps(want, sgd, gen, 1)
+        sched.step()
+    got = _net()
+    opt = DistributedOptimizer(torch.optim.SGD(got.parameters(), lr=0.1, momentum=0.0, weight_decay=0.01),
+                               got.named_parameters(), compression="none", comm=MPI.COMM_SELF)
+    sched, gen = later(opt), torch.Generator().manual_seed(1)
+    try:
+        for _ in range(6):
+            _sgd_steps(got, opt, gen, 1)
+            sched.step()
+        assert not opt.optimizer.state_dict()["state"], "momentum is the correction's, not the optimizer's"
+    finally:
+        opt.close()
+    for p, q in zip(want.parameters(), got.parameters(), strict=True):
+        torch.testing.assert_close(q, p)
