@@ -119,7 +119,9 @@ def train_digits(comm: Any, alg: str, topology: str = DEFAULT_ENGINE, epochs: in
         opt.close()
     return {"alg": alg, "topology": topo, "world": world, "epochs": epochs, "steps": steps, "lr": lr,
             "lr_schedule": lr_schedule,
-            "momentum": momentum, "seed": seed, "momentum_correction": opt.correction is not None,
+            "momentum": momentum, "seed": seed,
+            # applied: made for every SGD, the correction acts only where momentum is non-zero
+            "momentum_correction": opt.correction is not None and momentum != 0,
             "accuracy": data.accuracy(model), "seconds": time.perf_counter() - t0,
             "bytes_sent_per_step": sent / steps}
 

@@ -215,3 +215,12 @@ def test_momentum_raised_from_zero_is_corrected():
         opt.close()
     for p, q in zip(want.parameters(), got.parameters(), strict=True):
         torch.testing.assert_close(q, p)
+
+
+def test_the_convergence_record_says_correction_only_where_momentum_acted():
+    """Correction is now made for every SGD (momentum may be raised later), so the convergence script's
+    record, which read ``opt.correction is not None``, said True for a run without momentum."""
+    from hipress.train.convergence import train_digits
+
+    runs = {m: train_digits(MPI.COMM_SELF, "tbq", epochs=1, lr=0.05, momentum=m) for m in (0.0, 0.9)}
+    assert runs[0.0]["momentum_correction"] is False and runs[0.9]["momentum_correction"] is True
