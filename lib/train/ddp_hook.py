@@ -41,7 +41,7 @@ import torch.distributed as dist
 from hipress.compress import AlgorithmSpec, Compressor, GradientState, StateStore
 from hipress.compress.payload import seal
 
-from .correction import MomentumCorrection
+from .correction import MomentumCorrection, adopt_momentum_buffers
 
 _DEFAULT = object()  # "the default process group", as opposed to "not attached yet" (None after a load)
 
@@ -94,6 +94,9 @@ class CompressionHookState:
         self.compress_after = int(compress_after)
         self.process_group: Any = _DEFAULT if process_group is None else process_group
         self.states = states if states is not None else StateStore()
+        if self.correction is not None:  # an SGD loaded from a torch checkpoint: its buffers, the velocities
+            adopt_momentum_buffers(optimizer, self.states, [(self.correction.position[id(p)], p)
+                                                            for g in optimizer.param_groups for p in g["params"]])
         self.bytes_sent = 0
         self.iterations = 0
         # summable compressors: a stable state key per parameter, its position in the optimizer when

@@ -643,6 +643,39 @@ def torch_resume() -> None:
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=n)
 
 
+def ddp_torch_resume() -> None:
+    """The DDP hook resumes a torch SGD checkpoint with its momentum: before, the buffers of an SGD
+    loaded and then handed to ``CompressionHookState`` sat unused (momentum off in its steps) and the
+    velocities started afresh, so the run left plain DDP's."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hipress.train import CompressionHookState, compression_hook
+    from hipress.train.torchdist import destroy_process_group, init_process_group
+
+    kw = {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}
+    init_process_group(comm, "gloo")
+    try:
+        torch.manual_seed(0)
+        plain = DistributedDataParallel(spec.build())
+        sgd = torch.optim.SGD(plain.parameters(), **kw)
+        _steps(plain, sgd, range(3))
+        saved, weights = copy.deepcopy((sgd.state_dict(), plain.module.state_dict()))
+        _steps(plain, sgd, range(3, 6))
+        model = spec.build()
+        model.load_state_dict(weights)
+        hooked = DistributedDataParallel(model)
+        opt = torch.optim.SGD(hooked.parameters(), **kw)
+        opt.load_state_dict(saved)
+        hooked.register_comm_hook(CompressionHookState("none", optimizer=opt), compression_hook)
+        left = opt.state_dict()["state"]
+        _steps(hooked, opt, range(3, 6))
+        for (n, p), q in zip(plain.module.named_parameters(), model.parameters(), strict=True):
+            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=f"{n}: {float((q - p).abs().max())}")
+        assert not left, "the buffers moved into the velocities"
+    finally:
+        destroy_process_group()
+
+
 def momentum_later(alg: str) -> None:
     """Momentum raised from 0 by a scheduler is corrected as one set at construction: an SGD made with
     momentum 0 trains as one made with 0.9 under the same schedule (0 for two steps, then 0.9).
@@ -700,6 +733,7 @@ SCENARIOS = {
     "ddp-resume": lambda: [ddp_resume(a) for a in ("tbq", "dgc:ratio=0.05", "onebit", "terngrad")],
     "unused": unused,
     "torch-resume": torch_resume,
+    "ddp-torch-resume": ddp_torch_resume,
     "momentum-later": lambda: [momentum_later(a) for a in ("none", "tbq:tau=0.02", "dgc:ratio=0.05")],
 }
 

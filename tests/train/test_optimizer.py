@@ -27,11 +27,13 @@ def test_a_parameter_without_gradient_anywhere_is_not_moved():
 
 
 def test_momentum_buffers_and_scheduled_momentum_at_two_ranks():
-    """torch SGD checkpoints in and out of momentum correction, and momentum raised from 0 mid-run
-    (scenarios torch-resume and momentum-later)."""
-    res = run_mpi(2, "mpi_optimizer.py", "torch-resume", "momentum-later", timeout=300)
+    """torch SGD checkpoints in and out of momentum correction (DistributedOptimizer and the DDP hook),
+    and momentum raised from 0 mid-run."""
+    scenarios = ["torch-resume", "ddp-torch-resume", "momentum-later"]
+    res = run_mpi(2, "mpi_optimizer.py", *scenarios, timeout=300)
     assert res.ok, res.output
-    assert "OK torch-resume" in res.output and "OK momentum-later" in res.output, res.output
+    for s in scenarios:
+        assert f"OK {s}" in res.output, res.output
 
 
 def test_three_ranks():
