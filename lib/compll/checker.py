@@ -20,6 +20,7 @@ expressions in ``check_exprs.py``, the resulting model in ``symbols.py``. Every 
 
 from __future__ import annotations
 
+import difflib
 import struct
 
 from . import ast
@@ -29,7 +30,17 @@ from .check_stmts import StmtChecks
 from .errors import CompLLError
 from .limits import check_nesting, deep
 from .names import param_name_problem
-from .symbols import BUILTINS, CheckedSpec, FunctionInfo, LambdaInfo, ParamInfo, Scope, Symbol, scalar_type
+from .symbols import (
+    BUILTINS,
+    SCALAR_TYPES,
+    CheckedSpec,
+    FunctionInfo,
+    LambdaInfo,
+    ParamInfo,
+    Scope,
+    Symbol,
+    scalar_type,
+)
 
 
 class Checker(StmtChecks, ExprChecks):
@@ -237,11 +248,10 @@ class Checker(StmtChecks, ExprChecks):
                 sym = Symbol(p.name, ty, "param", p)
                 scalars.append(sym)
             elif not tn.pointer and scalar_type(tn) is None and tn.name not in ("uint", "void"):
-                raise self.err(
-                    tn,
-                    f"unknown type {tn.name!r}",
-                    f"declare it with param {tn.name} {{ ... }}" if tn.name[:1].isupper() else "",
-                )
+                close = difflib.get_close_matches(tn.name, [*SCALAR_TYPES, *self.blocks], n=2, cutoff=0.75)
+                hint = (f"did you mean {' or '.join(map(repr, close))}?" if close
+                        else f"declare it with param {tn.name} {{ ... }}" if tn.name[:1].isupper() else "")
+                raise self.err(tn, f"unknown type {tn.name!r}", hint)
             else:
                 what = "the gradient and state (float*), the payload (uint8*) and scalar parameters"
                 where = "an encoder" if role == "encode" else "a decoder"

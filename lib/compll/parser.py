@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 import re
@@ -92,7 +93,7 @@ def _lark_error(e: UnexpectedInput, file: str, source: str) -> CompLLError:
             file,
             tok.line or 0,
             tok.column or 0,
-            _in_width(e, source) or _missing_semicolon(e),
+            _in_width(e, source) or _missing_semicolon(e) or _misspelled_keyword(e, source),
         )
     return CompLLError(f"syntax error: {e}", file, getattr(e, "line", 0) or 0, getattr(e, "column", 0) or 0)
 
@@ -132,6 +133,41 @@ def _in_width(e: UnexpectedToken, source: str) -> str:
     at = getattr(prev, "start_pos", None)
     if prev is not None and str(prev) == ">" and at is not None and _OPEN_WIDTH.search(source, 0, at):
         return f"the '>' at column {prev.column} closed the width; {fix} a comparison or ?:"
+    return ""
+
+
+#: The grammar's keywords (type names, ``if``, ``lambda_func``...), read from the grammar itself.
+KEYWORDS = tuple(sorted(set(re.findall(r'"([A-Za-z_][A-Za-z0-9_]*)"', GRAMMAR))))
+_WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
+
+
+def _misspelled_keyword(e: UnexpectedToken, source: str) -> str:
+    """The hint for a misspelled keyword (``lamda_func``, ``retrun``, ``flaot``, ``esle``, ``unit8``).
+
+    Such a word lexes as a name, so the parser reports the token after it (``unexpected 'u_greater'``),
+    which does not tell the user what to fix. The suspects are the words of the error's line up to
+    and including the unexpected token, nearest first, that are no keyword, sound like one and occur
+    once in the whole spec: a variable is declared and used, so it occurs at least twice and is not
+    taken for a typo. The unexpected token itself, where the parser expects a keyword that it sounds
+    like (``-> flaot``), is a typo however often it occurs.
+    """
+    tok = e.token
+    if tok.type == "NAME":
+        expected = [k for k in KEYWORDS if k.upper() in e.expected]
+        close = difflib.get_close_matches(str(tok), expected, n=1, cutoff=0.75)
+        if close:
+            return f"did you mean {close[0]!r}?"
+    at = getattr(tok, "start_pos", None)
+    if at is None or at < 0:
+        return ""
+    start = source.rfind("\n", 0, at) + 1
+    for m in reversed(list(_WORD.finditer(source, start, at + len(str(tok))))):
+        word = m.group()
+        if word in KEYWORDS or len(re.findall(rf"\b{word}\b", source)) != 1:
+            continue
+        close = difflib.get_close_matches(word, KEYWORDS, n=1, cutoff=0.75)
+        if close:
+            return f"{word!r} at column {m.start() - start + 1} is not a keyword: did you mean {close[0]!r}?"
     return ""
 
 

@@ -159,15 +159,19 @@ class Scope:
         return out
 
 
+#: The scalar type names and their types (also what an unknown type's "did you mean" chooses from).
+SCALAR_TYPES: dict[str, T.Type] = {
+    "float": T.FLOAT,
+    "double": T.DOUBLE,
+    "int": T.INT,
+    "uint": T.UINT,
+    "uint8": T.UINT8,
+    "bool": T.BOOL,
+    "uint1": T.code(1),
+    "uint2": T.code(2),
+    "uint4": T.code(4),
+}
+
+
 def scalar_type(tn: ast.TypeName) -> T.Type | None:
-    return {
-        "float": T.FLOAT,
-        "double": T.DOUBLE,
-        "int": T.INT,
-        "uint": T.UINT,
-        "uint8": T.UINT8,
-        "bool": T.BOOL,
-        "uint1": T.code(1),
-        "uint2": T.code(2),
-        "uint4": T.code(4),
-    }.get(tn.name)
+    return SCALAR_TYPES.get(tn.name)

@@ -134,6 +134,43 @@ def test_missing_semicolon_names_the_line_it_belongs_to():
 
 
 @pytest.mark.parametrize(
+    "old, new, line, hint",
+    [  # HiPress's TernGradEncode.pse with one keyword misspelled: the parser stops at the next token
+        ("lambda_func u_greater", "lamda_func u_greater", 2, "'lamda_func' at column 5 is not a keyword: did "
+                                                             "you mean 'lambda_func'?"),
+        ("return floor(r);", "retrun floor(r);", 24, "'retrun' at column 9 is not a keyword: did you mean 'return'?"),
+        ("float r = ", "flaot r = ", 23, "'flaot' at column 9 is not a keyword: did you mean 'float'?"),
+        ("else{", "esle{", 6, "'esle' at column 9 is not a keyword: did you mean 'else'?"),
+        ("if (a>b)", "iff (a>b)", 3, "'iff' at column 9 is not a keyword: did you mean 'if'?"),
+        ("uint<bitwidth>* Q =", "unit<bitwidth>* Q =", 26, "'unit' at column 5 is not a keyword: did you mean 'uint'?"),
+        ("uint8 tail =", "unit8 tail =", 21, "'unit8' at column 5 is not a keyword: did you mean 'uint8'?"),
+        ("(float* gradient", "(flot* gradient", 1, "'flot' at column 21 is not a keyword: did you mean 'float'?"),
+        ("-> float{", "-> flaot{", 2, "did you mean 'float'?"),  # both lambdas: the token where a type goes
+    ],
+)
+def test_a_misspelled_keyword_is_named_in_the_hint(old, new, line, hint):
+    """Before, the error named only the token after the typo (``unexpected 'u_greater', expected
+    '!=', '%', ...``) and gave no hint: the user had to guess that ``lamda_func`` was the slip."""
+    e = _error(TERNGRAD.replace(old, new, 1 if old != "-> float{" else -1))
+    assert e.line == line and e.hint == hint, str(e)
+
+
+def test_a_variable_near_a_syntax_error_is_not_taken_for_a_misspelled_keyword():
+    """``flat`` sounds like ``float`` but is declared and used: the hint stays the ';' one."""
+    e = _error("void Encode(float* g, uint8* out) {\n    float flat = 1.0\n    out = concat(flat, g);\n}\n")
+    assert e.hint == "a ';' may be missing at the end of line 2", str(e)
+    e = _error("void Encode(float* g, uint8* out) {\n    float flat = 1.0;\n    out = concat(flat g);\n}\n")
+    assert "did you mean" not in e.hint, str(e)
+
+
+def test_an_unknown_type_suggests_the_type_it_sounds_like():
+    e = _error(TERNGRAD.replace("uint8 bitwidth)", "uint9 bitwidth)"))
+    assert e.message == "unknown type 'uint9'" and e.hint == "did you mean 'uint' or 'uint8'?", str(e)
+    e = _error(TERNGRAD.replace("uint8 bitwidth)", "Bits bitwidth)"))
+    assert e.hint == "declare it with param Bits { ... }", str(e)
+
+
+@pytest.mark.parametrize(
     "body, line, col",
     [
         ("    float s = 1.0; /* never closed\n    out = concat(s, g);", 2, 20),
