@@ -170,7 +170,6 @@ def write_modules(
     if register:
         _refuse_builtin_name(checked, name)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
     if body:
         for flavor in flavors:
@@ -185,6 +184,7 @@ def write_modules(
         files[f"{name}.py"] = generate_wrapper(checked, name=name, wire_id=wire_id, register=register)
     _refuse_overwriting_specs(checked, [out / fname for fname in files])
     _refuse_directories(checked, [out / fname for fname in files])
+    out.mkdir(parents=True, exist_ok=True)  # only now: a spec refused above leaves no empty directory behind
     paths = []
     for fname, text in files.items():
         path = out / fname

@@ -93,6 +93,10 @@ def test_encoder_alone_generates_but_needs_a_decoder_for_a_wrapper(tmp_path):
     r = cli("compll", "gen", str(ENC), "-w", "-o", str(tmp_path))
     assert r.returncode != 0 and "needs an encoder and a decoder" in r.stderr and "Traceback" not in r.stderr
     assert "XEncode.pse XDecode.pse" in r.stderr
+    # refused before anything is written: -o's directory is not left behind, empty (it was)
+    r = cli("compll", "gen", str(ENC), "-w", "-f", "cupy", "-o", str(tmp_path / "new" / "dir"))
+    assert r.returncode != 0 and "needs an encoder and a decoder" in r.stderr
+    assert not (tmp_path / "new").exists()
     r = cli("compll", "check", str(ENC), str(DEC))
     assert r.returncode == 0 and "encoder only" in r.stdout and "decoder only" in r.stdout
 
