@@ -8,6 +8,7 @@ payload header so that a decoder can refuse a payload of another algorithm.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 import re
@@ -24,9 +25,17 @@ _BY_WIRE: dict[int, str] = {}
 
 
 class UnknownAlgorithm(KeyError):
+    """An algorithm name nothing registered; the message lists the names and, for a near miss
+    (``TBQ``, ``TernGrad`` as HiPress's papers and scripts spell them, ``terngard``), the one meant."""
+
     def __init__(self, name: str) -> None:
         self.name = name
-        super().__init__(f"unknown compression algorithm {name!r}; available: {', '.join(available())}")
+        text = f"unknown compression algorithm {name!r}; available: {', '.join(available())}"
+        same_case = [n for n in available() if n.lower() == str(name).lower()]
+        close = same_case or difflib.get_close_matches(str(name), available(), n=1, cutoff=0.75)
+        if close:
+            text += f" (did you mean {close[0]!r}?)"
+        super().__init__(text)
 
     def __str__(self) -> str:
         return self.args[0]

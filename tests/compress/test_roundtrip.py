@@ -122,12 +122,22 @@ def test_seed_depends_on_name_not_order():
 
 
 def test_registry_errors():
-    with pytest.raises(hc.UnknownAlgorithm, match="available: .*tbq"):
-        hc.create("nope")
+    with pytest.raises(hc.UnknownAlgorithm, match="available: .*tbq") as ei:
+        hc.create("zip")
+    assert "did you mean" not in str(ei.value)
     with pytest.raises(ValueError, match="bad parameters"):
         hc.create("tbq", bogus=1)
     with pytest.raises(ValueError, match="bits must be one of"):
         hc.create_from_spec("terngrad:bits=3")
+
+
+@pytest.mark.parametrize("typed, meant", [("TBQ", "tbq"), ("TernGrad", "terngrad"), ("DGC", "dgc"),
+                                          ("terngard", "terngrad"), ("grad_drop", "graddrop")])
+def test_an_unknown_algorithm_near_a_known_one_is_named(typed, meant):
+    """A HiPress user types the papers' spelling (--comp-alg TBQ): the error listed the names but
+    did not say that the lower-case one was meant."""
+    with pytest.raises(hc.UnknownAlgorithm, match=rf"\(did you mean '{meant}'\?\)$"):
+        hc.create_from_spec(f"{typed}:")
     c = hc.create_from_spec("terngrad:bits=4,stochastic=false")
     assert c.bits == 4 and c.stochastic is False
     with pytest.raises(ValueError, match="key=value"):
