@@ -117,11 +117,20 @@ def _count(source: str, no: int, field: str, what: str, fix: str, limit: int) ->
     return value
 
 
+#: What a line of the other HiPress file means when it is given for this one (the two are easily swapped).
+_SWAPPED = {
+    (2, 4): f"this is a line of a plan (SeCoPaPlan.txt: {PLAN_FORMAT}), not of an input.txt: give the plan "
+            "where a plan is read (hipress run --plan), or the input.txt the plan was made from",
+    (4, 2): f"this is a line of an input.txt ({INPUT_FORMAT}), not of a plan: make a plan from it with "
+            "hipress plan --input FILE --output SeCoPaPlan.txt",
+}
+
+
 def _fields(source: str, no: int, line: str, n: int, fmt: str) -> list[str]:
     fields = line.split(",")
     if len(fields) != n:
         raise PlanFormatError(source, no, f"expected {n} comma-separated fields ({fmt}), got {len(fields)}: "
-                              f"{line.strip()[:80]!r}")
+                              f"{line.strip()[:80]!r}", _SWAPPED.get((n, len(fields)), ""))
     return fields
 
 

@@ -116,6 +116,21 @@ def test_plan_rejected_with_line(text, line, what):
     assert ei.value.line == line and what in str(ei.value)
 
 
+def test_the_other_files_line_says_which_file_it_is():
+    """input.txt and SeCoPaPlan.txt are easily swapped (both name,size...): the error said only
+    'expected 2 fields, got 4' and left the user to work out that the file was a plan."""
+    with pytest.raises(PlanFormatError) as ei:
+        parse_input("vgg0_conv0_weight,1728,n,16\n")
+    assert ei.value.line == 1 and "this is a line of a plan (SeCoPaPlan.txt" in ei.value.hint
+    with pytest.raises(PlanFormatError) as ei:
+        parse_plan("vgg0_conv0_weight,1728\n")
+    assert ei.value.line == 1 and "this is a line of an input.txt" in ei.value.hint
+    assert "hipress plan --input" in str(ei.value)
+    with pytest.raises(PlanFormatError) as ei:
+        parse_input("a,1,2\n")
+    assert ei.value.hint == ""
+
+
 def test_file_errors(tmp_path):
     with pytest.raises(PlanError, match="no such file"):
         read_input(tmp_path / "nope.txt")
