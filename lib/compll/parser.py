@@ -93,7 +93,8 @@ def _lark_error(e: UnexpectedInput, file: str, source: str) -> CompLLError:
             file,
             tok.line or 0,
             tok.column or 0,
-            _in_width(e, source) or _missing_semicolon(e) or _misspelled_keyword(e, source),
+            _in_width(e, source) or _missing_semicolon(e) or _misspelled_keyword(e, source)
+            or _capture(e),
         )
     return CompLLError(f"syntax error: {e}", file, getattr(e, "line", 0) or 0, getattr(e, "column", 0) or 0)
 
@@ -133,6 +134,13 @@ def _in_width(e: UnexpectedToken, source: str) -> str:
     at = getattr(prev, "start_pos", None)
     if prev is not None and str(prev) == ">" and at is not None and _OPEN_WIDTH.search(source, 0, at):
         return f"the '>' at column {prev.column} closed the width; {fix} a comparison or ?:"
+    return ""
+
+
+def _capture(e: UnexpectedToken) -> str:
+    """The hint for a C++ capture other than ``[&]`` (``[=]``, ``[]``, ``[x]``): the only one a lambda takes."""
+    if set(e.expected) == {"AMPERSAND"}:
+        return "a lambda is written [&](...) -> type { ... }: it reads the function's variables by reference"
     return ""
 
 

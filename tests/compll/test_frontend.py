@@ -163,6 +163,13 @@ def test_a_variable_near_a_syntax_error_is_not_taken_for_a_misspelled_keyword():
     assert "did you mean" not in e.hint, str(e)
 
 
+@pytest.mark.parametrize("capture", ["[=]", "[]", "[gradient]"])
+def test_a_capture_other_than_by_reference_says_how_a_lambda_is_written(capture):
+    """C++ takes [=] or [] too; the error said only "unexpected '=', expected '&'", with no hint."""
+    e = _error(TERNGRAD.replace("[&]", capture, 1))
+    assert (e.line, e.col) == (2, 30) and e.hint.startswith("a lambda is written [&](...)"), str(e)
+
+
 def test_an_unknown_type_suggests_the_type_it_sounds_like():
     e = _error(TERNGRAD.replace("uint8 bitwidth)", "uint9 bitwidth)"))
     assert e.message == "unknown type 'uint9'" and e.hint == "did you mean 'uint' or 'uint8'?", str(e)
