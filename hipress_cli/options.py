@@ -293,6 +293,17 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def say_reading_stdin(arg: str | os.PathLike[str], what: str, lines: str) -> None:
+    """Before a ``-`` argument is read (``hipress.files.source_of``): at a terminal, say that the command
+    waits for ``what`` on standard input and how to end it (``lines``: their format). Typed by hand, not
+    piped, it would otherwise wait without a word and look hung; piped input gets no such line. Every
+    command that reads ``-`` says it here, the same way."""
+    from hipress.files import DASH, STDIN_NAME
+
+    if os.fspath(arg) == DASH and sys.stdin is not None and sys.stdin.isatty():
+        err_console.print(f"reading {what} from {STDIN_NAME}: {lines} lines, then Ctrl-D", soft_wrap=True)
+
+
 def print_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
 

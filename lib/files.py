@@ -20,7 +20,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-__all__ = ["NotUtf8", "TooLarge", "decode_text", "fsync_dir", "read_at_most", "umask", "write_atomic"]
+__all__ = ["DASH", "STDIN_NAME", "STDIN_PATH", "NotUtf8", "TooLarge", "decode_text", "fsync_dir", "read_at_most",
+           "source_of", "umask", "write_atomic"]
+
+#: A file argument of ``-`` is standard input (``plan --input -``, ``run --plan -``), as ``--output -``
+#: is standard output: a pipe (``hipress plan ... | hipress run ... --plan -``), a redirection.
+DASH = "-"
+#: What is read for ``-``: the process's own standard input, as a file, so that every reader (its size
+#: limit, its UTF-8 decoding) is the one it uses for a named file.
+STDIN_PATH = Path("/dev/stdin")
+#: What messages, titles and a run's record call ``-``: '/dev/stdin' (the path read) or '-' is not what
+#: the user gave.
+STDIN_NAME = "standard input"
+
+
+def source_of(arg: str | os.PathLike[str]) -> tuple[Path, str]:
+    """The path to read for a file argument and the name its messages give it: ``-`` is
+    (``STDIN_PATH``, ``STDIN_NAME``), anything else itself. The one mapping of ``-``, so that every
+    command that takes it reads and names standard input alike."""
+    if os.fspath(arg) == DASH:
+        return STDIN_PATH, STDIN_NAME
+    return Path(arg), os.fspath(arg)
 
 
 def umask() -> int:

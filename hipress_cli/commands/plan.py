@@ -5,15 +5,24 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from hipress import files
 from hipress.topology_names import PS
-from hipress_cli.options import JsonOpt, check_output_beside_json, console, err_console, fail, path_option, styled
+from hipress_cli.options import (
+    JsonOpt,
+    check_output_beside_json,
+    console,
+    err_console,
+    fail,
+    path_option,
+    say_reading_stdin,
+    styled,
+)
 
 #: ``--compute-ms``: one iteration's compute, at most 10^9 ms (11.6 days). Beyond it the number is a
 #: typo, and ``lambda * compute`` stays far inside float64's range (no inf, no NaN printed). Here, not
@@ -48,11 +57,8 @@ OutputOpt = Annotated[Path | None, typer.Option(
     "--output", parser=path_option,
     help="Write the plan here (HiPress SeCoPaPlan.txt); - prints it (the tables then go to stderr).")]
 #: ``-``: ``--output -`` prints the plan on standard output (a pipe, a redirection); ``--input -``
-#: reads standard input.
-DASH = Path("-")
-#: What messages and the plan's title call ``--input -``: '/dev/stdin' (the path read) or '-' is not
-#: what the user gave.
-STDIN_NAME = "standard input"
+#: reads standard input (``hipress.files.source_of``).
+DASH = Path(files.DASH)
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-gradient costs and a whole-iteration prediction.")]
 ComputeOpt = Annotated[float | None, typer.Option(
     "--compute-ms",  # no min=: Typer's says 'greater than or equal to 0' of a NaN; check_bounded says what to give
@@ -91,13 +97,10 @@ def load_gradients(input_: Path | None, model: str | None,
     if (input_ is None) == (model is None):
         raise fail("give exactly one of --input input.txt or --model NAME")
     if input_ is not None:
-        try:  # '-' is standard input, as --output - is standard output
-            if input_ == DASH:
-                if sys.stdin.isatty():  # typed by hand, not piped: without a word it would look hung
-                    err_console.print("reading the gradients from standard input: 'name,size' lines, then Ctrl-D",
-                                      soft_wrap=True)
-                return read_input(Path("/dev/stdin"), STDIN_NAME), STDIN_NAME
-            return read_input(input_), str(input_)
+        path, source = files.source_of(input_)  # '-' is standard input, as --output - is standard output
+        say_reading_stdin(input_, "the gradients", "'name,size'")
+        try:
+            return read_input(path, source), source
         except PlanError as e:
             raise fail(str(e)) from None
     try:

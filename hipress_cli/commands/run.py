@@ -152,7 +152,8 @@ def register(app: typer.Typer) -> None:
         device: opt.DeviceOpt = "auto",
         collective: opt.CollectiveOpt = None,
         plan: Annotated[str | None, typer.Option("--plan", "--comprplan", help="SeCoPa plan: a SeCoPaPlan.txt "
-                                                 "file, or 'auto' to plan now.")] = None,
+                                                 "file, - to read it from standard input (`hipress plan ... --output "
+                                                 "- | hipress run ... --plan -`), or 'auto' to plan now.")] = None,
         data: Annotated[str, typer.Option("--data", help="synthetic, or digits (with model mlp).")] = "synthetic",
         lr: Annotated[float | None, typer.Option("--lr", help="SGD learning rate (default 0.01; digits: 0.5).")] = (
             None),
@@ -256,6 +257,8 @@ def register(app: typer.Typer) -> None:
                 dev = opt.resolve_device(device)  # before any side effect: --device cuda without a GPU is refused
             if paper_size is None:
                 paper_size = dev == "cuda"  # the paper's input sizes are the default on a GPU
+            if plan is not None and resumed is None:  # read where make_config fits the plan to the model
+                opt.say_reading_stdin(plan, "the plan", "'name,size,y|n,K'")
             try:
                 cfg = resumed or make_config(
                     model, topo, alg, np_, iters, batch_size=batch_size, input_size=input_size, seq_len=seq_len,

@@ -107,6 +107,7 @@ def load_plan(
     forward: Sequence[tuple[str, int]] | None = None,
     world_size: int | None = None,
     topology: str | None = None,
+    source: str | None = None,
 ) -> Plan:
     """Read a plan and fit it to the model's gradients: by name, or by position (see the module notes).
 
@@ -125,19 +126,21 @@ def load_plan(
     carries the model's names. A positional mapping is logged (``hipress.plan`` logger, a warning:
     printed on stderr when logging is not configured). Raises ``PlanMismatchError`` naming the unknown
     and missing gradients, or, for a plan sharing no name with the model, the first entry whose size
-    differs from the model's gradient at its position.
+    differs from the model's gradient at its position. ``source`` names the plan in every error
+    instead of ``path``, as ``read_plan``'s does: "standard input" for a plan read from ``/dev/stdin``.
     """
-    plan = read_plan(path)
+    where = str(path) if source is None else source
+    plan = read_plan(path, where)
     if world_size is not None:
         ring = topology is not None and normalize_topology(topology) == "ring"
-        _check_world(str(path), plan, world_size, ring)
+        _check_world(where, plan, world_size, ring)
     plan = _no_empty_partitions(plan)
     sizes = dict(gradient_names) if isinstance(gradient_names, Mapping) else None
     names = list(sizes) if sizes is not None else list(gradient_names)
     want = set(names)
     if sizes is not None and not any(n in want for n in plan):
         ready = [(n, sizes[n]) for n in names]
-        return _by_position(str(path), list(plan.values()), ready, _checked_forward(forward, sizes))
+        return _by_position(where, list(plan.values()), ready, _checked_forward(forward, sizes))
     unknown = [n for n in plan if n not in want]
     missing = [n for n in names if n not in plan]
     problems = []
@@ -152,7 +155,7 @@ def load_plan(
         if wrong:
             problems.append(f"{len(wrong)} gradient(s) have another size in the plan: {_few(wrong)}")
     if problems:
-        raise PlanMismatchError(f"{path}: plan does not fit this model: " + "; ".join(problems) + f". {_REMEDY}")
+        raise PlanMismatchError(f"{where}: plan does not fit this model: " + "; ".join(problems) + f". {_REMEDY}")
     return {n: plan[n] for n in names}
 
 

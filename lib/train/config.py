@@ -24,7 +24,7 @@ import torch
 
 from hipress import __version__, lr_schedules
 from hipress.compress import AlgorithmSpec, UnknownAlgorithm
-from hipress.files import decode_text, read_at_most
+from hipress.files import DASH, decode_text, read_at_most, source_of
 from hipress.lr_schedules import CONSTANT
 from hipress.models import BadModelOption, UnknownModel, get, gradient_sizes
 from hipress.topology_names import (
@@ -82,6 +82,9 @@ class RunConfig:
     momentum: float = 0.9
     seed: int = 0
     threads: int = 0
+    #: Where the plan came from, as ``--plan`` gave it: a path, ``auto``, or "standard input" for
+    #: ``--plan -`` (``hipress.files.STDIN_NAME``). ``plan`` holds the entries themselves, so a resumed
+    #: run (and a worker) needs no file, nor the input that was piped in.
     plan_source: str | None = None
     plan: list[list[Any]] | None = None
     unit: str = "images"
@@ -330,8 +333,8 @@ def make_config(
             f"{sgd_momentum:g} as well: momentum twice. Give --momentum 0 to leave momentum to the algorithm, or "
             f"drop its momentum parameter (the default momentum correction then moves SGD's before compression)")
     if plan is not None and not plan.strip():  # a --plan "$PLAN" with PLAN unset: not a run without a plan
-        raise ConfigError("--plan is empty; give a SeCoPaPlan.txt path or 'auto', or leave --plan out to run "
-                          "without a plan")
+        raise ConfigError("--plan is empty; give a SeCoPaPlan.txt path, - (standard input) or 'auto', or leave "
+                          "--plan out to run without a plan")
     plan_entries = (resolve_plan(plan, sizes, np, alg, eng, forward, shapes, device, plan_transport, compll_specs)
                     if plan else None)
     if comp_threshold == "default":
@@ -359,7 +362,7 @@ def make_config(
         lr_schedule=lr_schedule,
         seed=seed,
         threads=threads,
-        plan_source=plan,
+        plan_source=None if plan is None else source_of(plan)[1],
         plan=plan_entries,
         unit=spec.unit,
         units_per_iteration=np * opts["batch_size"] * spec.units(opts),
@@ -479,7 +482,8 @@ def resolve_plan(
     transport: Callable[[], dict[str, Any]] | None = None,
     compll: dict[str, str] | None = None,
 ) -> list[list[Any]]:
-    """``--plan FILE|auto`` -> plan entries ``[name, size, compress, partitions]`` in gradient order.
+    """``--plan FILE|-|auto`` -> plan entries ``[name, size, compress, partitions]`` in gradient order;
+    ``-`` reads the plan from standard input (``hipress.files.source_of``), its errors naming it so.
 
     ``partitions`` is the plan's K as a ``SeCoPaPlan.txt`` means it (for a ring, chunks: K = N is one
     ring); the engine converts it to its own partitions (``hipress.sync.plan.engine_partitions``).
@@ -507,14 +511,16 @@ def resolve_plan(
             entries = auto_plan(sizes, nnodes=np, alg=alg, topology=c.plan, shapes=shapes() if shapes else None,
                                 device=device, transport=transport, compll=compll)
         else:
-            path = Path(plan)
-            if path.is_dir():
-                raise ConfigError(f"--plan {plan!r} is a directory; give a SeCoPaPlan.txt file (e.g. {plan}/"
-                                  f"SeCoPaPlan.txt, written by `hipress plan --output`) or 'auto'")
-            if not path.is_file():
-                raise ConfigError(f"plan file {plan!r} does not exist; give a SeCoPaPlan.txt path or 'auto'")
+            path, source = source_of(plan)
+            if plan != DASH:  # a named file's checks: standard input (a pipe) is no regular file
+                if path.is_dir():
+                    raise ConfigError(f"--plan {plan!r} is a directory; give a SeCoPaPlan.txt file (e.g. {plan}/"
+                                      f"SeCoPaPlan.txt, written by `hipress plan --output`) or 'auto'")
+                if not path.is_file():
+                    raise ConfigError(f"plan file {plan!r} does not exist; give a SeCoPaPlan.txt path, - (standard "
+                                      "input) or 'auto'")
             entries = load_plan(path, dict(sizes), forward=forward() if forward else None, world_size=np,
-                                topology=c.plan)
+                                topology=c.plan, source=source)
     except PlanError as e:
         raise ConfigError(f"--plan {plan}: {e}") from None
     return [[e.name, e.size, e.compress, e.partitions] for e in entries.values()]

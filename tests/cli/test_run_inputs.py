@@ -43,8 +43,8 @@ HUGE = "9" * 5000
     (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
     (["--lr-schedule", "bogus"], "unknown --lr-schedule 'bogus'; use one of: constant, cosine, step"),
     (["--plan", "/"], "--plan '/' is a directory; give a SeCoPaPlan.txt file"),
-    (["--plan", ""], "--plan is empty; give a SeCoPaPlan.txt path or 'auto', or leave --plan out"),
-    (["--comprplan", " "], "--plan is empty; give a SeCoPaPlan.txt path or 'auto'"),
+    (["--plan", ""], "--plan is empty; give a SeCoPaPlan.txt path, - (standard input) or 'auto', or leave --plan out"),
+    (["--comprplan", " "], "--plan is empty; give a SeCoPaPlan.txt path, - (standard input) or 'auto'"),
     (["--stall-timeout", "-1"], "--stall-timeout must be a number of seconds from 0 (never"),
     (["--stall-timeout", "nan"], "--stall-timeout must be a number of seconds from 0"),
     (["--stall-timeout", "1e9"], "to 604800 (a week), got 1000000000.0"),
@@ -275,6 +275,50 @@ def test_an_existing_run_id_is_refused_before_the_plan_profile(tmp_path, monkeyp
     assert f"run directory {tmp_path / 'r1'} already exists; choose another --run-id" in _text(r), r.output
     assert borrowed == [], "the profile started before --run-id was checked"
     assert [p.name for p in (tmp_path / "r1").iterdir()] == ["config.json"]
+
+
+_PLAN_STDIN_RUN = [sys.executable, "-m", "hipress_cli.app", "run", "mlp", "--np", "2", "--iters", "1", "--topo",
+                   "ps", "--plan", "-", "--results", "results"]
+
+
+@pytest.mark.parametrize("data,msg", [
+    ("", "--plan -: standard input: no gradients: it is empty"),
+    ("fc2.bias,10,x,1\n", "--plan -: standard input:1: the compress flag is 'x'"),
+    ("\udcff\n", "--plan -: standard input:1: byte 0xff is not UTF-8 text"),
+    ("fc2.bias,10,n,1\n", "--plan -: standard input: plan does not fit this model: 3 gradient(s) of the model"),
+])
+def test_run_plan_dash_errors_name_standard_input(tmp_path, data, msg):
+    """`run --plan -` said "plan file '-' does not exist"; it reads the plan from standard input, as
+    `plan --input -` reads its gradients, and a bad plan there is named "standard input" (not '/dev/stdin',
+    the path read), exit 2, no run directory."""
+    r = subprocess.run(_PLAN_STDIN_RUN, input=data.encode("utf-8", "surrogateescape"), capture_output=True,
+                       timeout=300, cwd=tmp_path, env={**os.environ, "COLUMNS": "200"})
+    err = " ".join(r.stderr.decode().split())
+    assert r.returncode == 2 and msg in err and "/dev/stdin" not in err and "Traceback" not in err, err
+    assert not (tmp_path / "results").exists()
+
+
+def test_run_plan_dash_from_a_terminal_says_what_it_waits_for(tmp_path):
+    """At a terminal, `run --plan -` says that it reads the plan from standard input and how to end it,
+    as `plan --input -` does (one helper, hipress_cli.options.say_reading_stdin), rather than wait without a word."""
+    import pty
+    import select
+
+    main, tty = pty.openpty()
+    proc = subprocess.Popen(_PLAN_STDIN_RUN, stdin=tty, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path, env={**os.environ, "COLUMNS": "200"})
+    os.close(tty)
+    try:
+        said, _, _ = select.select([proc.stderr], [], [], 120)  # said before it reads a line: nothing said, a fail
+        first = proc.stderr.readline() if said else ""
+        os.write(main, b"fc2.bias,10,x,1\n\x04")  # a bad line (no run to wait for), then Ctrl-D
+        _, err = proc.communicate(timeout=300)
+    finally:
+        os.close(main)
+        if proc.poll() is None:
+            proc.kill()
+    assert "reading the plan from standard input: 'name,size,y|n,K' lines, then Ctrl-D" in first, first + err
+    assert proc.returncode == 2 and "standard input:1: the compress flag is 'x'" in err, err
 
 
 @pytest.mark.parametrize("command", [["run", "mlp", "--iters", "1"], ["profile"], ["cluster", "check"]])

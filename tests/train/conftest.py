@@ -22,12 +22,14 @@ def run_mpi(np: int, script: str, *args: str, timeout: float = 240) -> LaunchRes
                         on_line=lambda line: None)
 
 
-def hipress(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``hipress ARGS`` as a user runs it (a separate process), with a wide terminal for rich."""
+def hipress(*args: str, env: dict | None = None, timeout: float = 300,
+            input: str | None = None) -> subprocess.CompletedProcess:
+    """``hipress ARGS`` as a user runs it (a separate process), with a wide terminal for rich; ``input``
+    is piped to its standard input (``--plan -``)."""
     import os
 
     full = {**os.environ, "COLUMNS": "200", **(env or {})}
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=full)
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=full, input=input)
 
 
 def run_dir_of(results: Path) -> Path:

@@ -59,6 +59,32 @@ def test_plan_file_and_digits(results, tmp_path):
     assert s["loss_last"] < s["loss_first"]
 
 
+def test_plan_from_standard_input_runs_and_resumes(results):
+    """`run --plan -` said "plan file '-' does not exist", though `plan --input -` reads standard input:
+    `hipress plan ... --output - | hipress run ... --plan -` is a pipe now. The run records where the plan
+    came from as "standard input" and the plan itself (config.json, plan.txt), so --resume needs neither
+    the pipe nor a file, and refuses a --plan as it refuses any other change to the run."""
+    from hipress.plan import format_plan
+
+    text = format_plan([PlanEntry("fc2.bias", 10, False, 1), PlanEntry("fc2.weight", 1280, True, 2),
+                        PlanEntry("fc1.bias", 128, False, 1), PlanEntry("fc1.weight", 8192, True, 2)])
+    res = hipress("run", "mlp", "--np", "2", "--iters", "1", "--topo", "ps", "--plan", "-", "--checkpoint-every",
+                  "1", "--results", str(results), "--json", input=text)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["status"] == "ok"
+    assert "plan standard input, 2 of 4 gradients compressed" in " ".join(res.stderr.split())
+    run_dir = run_dir_of(results)
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["plan_source"] == "standard input" and config["plan"][3] == ["fc1.weight", 8192, True, 2]
+    assert (run_dir / "plan.txt").read_text() == text
+    res = hipress("run", "--resume", str(run_dir), "--iters", "2", "--plan", "-", input=text)
+    assert res.returncode == 2 and "leave out --plan" in res.stderr, res.stderr
+    res = hipress("run", "--resume", str(run_dir), "--iters", "2", "--json", input="")  # nothing on stdin now
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["iterations"] == 3
+    assert json.loads((run_dir / "config.json").read_text())["plan"] == config["plan"]
+
+
 @pytest.mark.slow
 def test_vgg19_with_no_flags_says_what_it_ran(results):
     """The user's first command: a local 2-rank run at a CPU size, with the real parameter count."""
