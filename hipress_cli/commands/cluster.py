@@ -56,18 +56,23 @@ def up(
 
 @emulate_app.command("down")
 def down(prefix: PrefixOpt = DEFAULT_PREFIX, json_: JsonOpt = False) -> None:
-    """Remove the hosts: stop what runs in them (SIGTERM, SIGKILL after 5 s), then delete them with their
-    links and bridge. Nothing to do is not an error."""
+    """Remove the hosts: stop what runs in them (SIGTERM, SIGKILL after 5 s) and list it, then delete them
+    with their links and bridge. Nothing to do is not an error."""
     from hipress.launch import emulate
 
     try:
-        gone = emulate.down(prefix)
+        done = emulate.teardown(prefix)
     except emulate.EmulationError as e:
         raise fail(str(e)) from None
     if json_:
-        print_json({"state": "down", "removed": gone})
-    else:
-        console.print(f"removed {len(gone)} namespaces" + (f": {', '.join(gone)}" if gone else ""))
+        print_json({"state": "down", "removed": done.namespaces, "stopped": [p.as_dict() for p in done.stopped]})
+        return
+    if done.stopped:  # ending someone's processes is not done without a word
+        console.print(f"stopped {len(done.stopped)} process(es) still running in the namespaces:")
+        for p in done.stopped:
+            console.print(f"  {p.pid} in {p.namespace} ({p.signal}): {p.command}", soft_wrap=True)
+    gone = done.namespaces
+    console.print(f"removed {len(gone)} namespaces" + (f": {', '.join(gone)}" if gone else ""))
 
 
 @emulate_app.command("status")

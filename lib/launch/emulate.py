@@ -331,48 +331,97 @@ def _pids_in(namespaces: list[str]) -> dict[int, str]:
     return found
 
 
-def stop_processes(namespaces: list[str], grace: float | None = None) -> dict[int, str]:
+#: The most characters of a stopped process's command line ``down`` reports: enough to tell a rank from
+#: an sshd, not a whole argument list.
+COMMAND_CHARS = 80
+
+
+@dataclass(frozen=True)
+class StoppedProcess:
+    """A process ``down`` found running in a namespace and signalled; ``signal``: the last it was sent
+    (``SIGKILL``: it outlived the SIGTERM's grace)."""
+
+    pid: int
+    namespace: str
+    command: str
+    signal: str
+
+    def as_dict(self) -> dict:
+        return {"pid": self.pid, "namespace": self.namespace, "command": self.command, "signal": self.signal}
+
+
+def _command(pid: int) -> str:
+    """``pid``'s command line, shortened to ``COMMAND_CHARS``; read before it is signalled (after, it
+    may be gone). A kernel thread or a process gone already has none: its name in brackets, or '?'."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().rstrip(b"\0").split(b"\0")
+        text = " ".join(a.decode("utf-8", "replace") for a in argv if a)
+        if not text:
+            with open(f"/proc/{pid}/comm", "rb") as f:
+                text = f"[{f.read().strip().decode('utf-8', 'replace')}]"
+    except OSError:
+        return "?"
+    return text if len(text) <= COMMAND_CHARS else text[: COMMAND_CHARS - 3] + "..."
+
+
+def stop_processes(namespaces: list[str], grace: float | None = None) -> list[StoppedProcess]:
     """End every process running in ``namespaces``: SIGTERM, then SIGKILL after ``grace`` seconds.
 
     Why: deleting a namespace only removes its name; whatever runs in it (an sshd, a rank of a run,
     anything started with ``ip netns exec``) keeps running, unreachable, in the nameless namespace,
     holding its ports and memory. Processes started meanwhile (a dying shell's children) get their
-    SIGTERM on the next look. Returns what was found (pid -> namespace).
+    SIGTERM on the next look. Returns what was found, in the order found, with its command line and
+    the last signal sent: ending someone's processes is something ``down``'s user must be told.
     """
     grace = STOP_GRACE_S if grace is None else grace
-    found: dict[int, str] = {}
+    found: dict[int, StoppedProcess] = {}
     signalled: set[int] = set()
     deadline = time.monotonic() + grace
     sig = signal.SIGTERM
     while True:
         now = _pids_in(namespaces)
         if not now:
-            return found
+            return list(found.values())
         if sig == signal.SIGTERM and time.monotonic() >= deadline:
             sig, deadline = signal.SIGKILL, time.monotonic() + 5.0
             signalled.clear()  # every one still here gets the SIGKILL
         elif sig == signal.SIGKILL and time.monotonic() >= deadline:
-            return found  # unkillable (uninterruptible sleep): down's check names them
-        for pid in now.keys() - signalled:
+            return list(found.values())  # unkillable (uninterruptible sleep): down's check names them
+        for pid in sorted(now.keys() - signalled):
+            command = found[pid].command if pid in found else _command(pid)
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
-                pass
+                continue
+            found[pid] = StoppedProcess(pid, now[pid], command, sig.name)
         signalled.update(now)
-        found.update(now)
         time.sleep(0.05)
 
 
+@dataclass(frozen=True)
+class Teardown:
+    """What ``teardown`` did: the namespaces it removed, and the processes it stopped in them first."""
+
+    namespaces: list[str]
+    stopped: list[StoppedProcess]
+
+
 def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
+    """``teardown``, for callers that need only the namespaces removed."""
+    return teardown(prefix).namespaces
+
+
+def teardown(prefix: str = DEFAULT_PREFIX) -> Teardown:
     """Stop the processes in the cluster's namespaces, then delete the namespaces (their veths and
-    bridge go with them); return the namespaces removed. Nothing up: nothing to do, no error."""
+    bridge go with them); say which namespaces and which processes. Nothing up: nothing to do, no error."""
     check_support()
     validate_prefix(prefix)
     names = _namespaces()
     gone = [f"{prefix}-h{i}" for i in _host_indices(prefix, names)]
     if f"{prefix}-sw" in names:
         gone.append(f"{prefix}-sw")
-    stop_processes(gone)
+    stopped = stop_processes(gone)
     stuck = _pids_in(gone)
     if stuck:  # deleting the namespaces now would hide them: keep the names so that they can be found
         raise EmulationError(f"processes {sorted(stuck)} in {', '.join(sorted(set(stuck.values())))} did not end on "
@@ -383,7 +432,7 @@ def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
     left = _namespaces() & set(gone)
     if left:
         raise EmulationError(f"could not delete namespaces {sorted(left)}; `ip netns del NAME` says why")
-    return gone
+    return Teardown(gone, stopped)
 
 
 def status(prefix: str = DEFAULT_PREFIX) -> EmulatedCluster | None:

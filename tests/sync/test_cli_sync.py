@@ -116,6 +116,47 @@ def test_cluster_emulate_up_status_down():
         emulate.down(prefix)
 
 
+@pytest.mark.root
+@pytest.mark.skipif(not can_emulate(), reason="needs root, ip and tc for network namespaces")
+def test_cluster_emulate_down_lists_the_processes_it_stopped():
+    """`down` ended what still ran in the namespaces (SIGTERM, SIGKILL after its grace) without a word:
+    someone's run or sshd vanished and `down` said only 'removed 2 namespaces'. It now lists each process
+    it stopped: pid, namespace, the signal that ended it, its command line (text and --json)."""
+    prefix = netns_prefix("k")
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ok', flush=True); " \
+               "time.sleep(600)"
+    procs: list[subprocess.Popen] = []
+    try:
+        c = emulate.up(1, "10mbit", prefix)
+        procs.append(subprocess.Popen(c.wrap(0, ["sleep", "600"])))
+        procs.append(subprocess.Popen(["ip", "netns", "exec", c.switch, sys.executable, "-c", stubborn],
+                                      stdout=subprocess.PIPE, text=True))
+        assert procs[1].stdout.readline().strip() == "ok"  # its SIGTERM handler is in place
+        r = hipress("cluster", "emulate", "down", "--prefix", prefix)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert lines[0] == "stopped 2 process(es) still running in the namespaces:", r.stdout
+        assert f"  {procs[0].pid} in {c.namespace(0)} (SIGTERM): sleep 600" in lines, r.stdout
+        assert f"  {procs[1].pid} in {c.switch} (SIGKILL): {sys.executable} -c import signal" in " ".join(lines), \
+            r.stdout
+        assert lines[-1] == f"removed 2 namespaces: {c.namespace(0)}, {c.switch}", r.stdout
+        assert [p.wait(timeout=15) for p in procs] == [-15, -9]
+
+        emulate.up(1, "10mbit", prefix)
+        procs.append(subprocess.Popen(c.wrap(0, ["sleep", "600"])))
+        r = hipress("cluster", "emulate", "down", "--prefix", prefix, "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["stopped"] == [{"pid": procs[2].pid, "namespace": c.namespace(0),
+                                                    "command": "sleep 600", "signal": "SIGTERM"}]
+        r = hipress("cluster", "emulate", "down", "--prefix", prefix, "--json")  # nothing up: nothing stopped
+        assert r.returncode == 0 and json.loads(r.stdout) == {"state": "down", "removed": [], "stopped": []}
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        emulate.down(prefix)
+
+
 def test_cluster_emulate_bad_rate():
     r = hipress("cluster", "emulate", "up", "--rate", "warp9", "--prefix", "hpbad")
     assert r.returncode == 2 and "warp9" in r.stderr
