@@ -19,6 +19,8 @@ from hipress.train.threshold import DEFAULT_COMP_THRESHOLD
 from hipress.train.validate import MAX_RANKS
 from hipress_cli.app import build
 
+from ..netns_names import netns_prefix
+
 
 def _invoke(args: list[str]):
     return CliRunner().invoke(build(), args, env={"COLUMNS": "200"})
@@ -203,7 +205,7 @@ def test_plan_auto_on_an_emulated_cluster_profiles_its_links_and_gives_it_back(t
         return real(*args, **kwargs)
 
     monkeypatch.setattr(profile_mod, "measure_transport", spy)
-    prefix = f"hpa{os.getpid() % 100000}"
+    prefix = netns_prefix("a")
     try:
         r = _invoke(["run", "mlp", "--np", "2", "--iters", "1", "--topo", "ps", "--alg", "onebit", "--plan", "auto",
                      "--emulate", "100mbit", "--prefix", prefix, "--results", str(tmp_path), "--run-id", "r"])

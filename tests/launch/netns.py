@@ -24,6 +24,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..netns_names import netns_prefix
+
 SILENT = "10.213.7.2"
 NO_ROUTE = "10.213.8.1"
 
@@ -44,7 +46,7 @@ def isolated_namespace() -> Iterator[str]:
         raise NamespaceUnavailable("`ip` (iproute2) is not installed")
     if os.geteuid() != 0:
         raise NamespaceUnavailable("creating a network namespace needs root")
-    name = f"hipress-t{os.getpid()}-{secrets.token_hex(3)}"
+    name = f"{netns_prefix('n')}-{secrets.token_hex(3)}"
     steps = [
         ["netns", "add", name],
         ["-n", name, "link", "set", "lo", "up"],

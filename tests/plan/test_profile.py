@@ -8,6 +8,8 @@ import pytest
 from hipress.plan import PlanError, auto_plan, load_cost_model, plan_gradients
 from hipress.plan.profile import fit_linear, measure_transport, profile, save_profile
 
+from ..netns_names import netns_prefix
+
 needs_mpi = pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not installed")
 
 
@@ -124,11 +126,12 @@ def test_profile_measures_an_emulated_1gbit_link():
         emulate.check_support()
     except emulate.EmulationError as e:
         pytest.skip(f"no network emulation here: {e}")
-    cluster = emulate.up(2, "1gbit", prefix="hpplan")
+    prefix = netns_prefix("l")
+    cluster = emulate.up(2, "1gbit", prefix=prefix)
     try:
         out = measure_transport(2, [1 << 18, 1 << 20, 1 << 22], repeat=3, warmup=1, emulated=cluster)  # >> burst
         send = fit_linear([(x, sorted(ts)[1]) for x, ts in out["ops"]["send"]])
         gbps = 4 * 8 / (send.B * 1e6)  # 4 bytes an element, B in ms an element
         assert 0.5 < gbps < 1.2, f"fitted {gbps:.2f} Gbit/s on a 1 Gbit/s link"
     finally:
-        emulate.down("hpplan")
+        emulate.down(prefix)

@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from hipress_cli.app import build
 
+from ..netns_names import netns_prefix
+
 SOSP21 = Path(__file__).resolve().parents[2] / "experiments" / "sosp21"
 
 TINY_REAL = """\
@@ -55,7 +57,7 @@ def netns_reason() -> str | None:
         return "needs root (network namespaces and tc)"
     if not shutil.which("ip") or not shutil.which("tc"):
         return "needs iproute2 (ip, tc)"
-    probe = f"hipress-probe{os.getpid()}"  # pytest-xdist workers probe at the same time
+    probe = netns_prefix("p")  # the pid in it: pytest-xdist workers probe at the same time
     r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if r.returncode != 0:
         return f"ip netns does not work here: {r.stderr.strip()}"
@@ -68,3 +70,17 @@ def netns() -> None:
     why = netns_reason()
     if why:
         pytest.skip(f"real mode end to end: {why}")
+
+
+@pytest.fixture
+def real_prefix(netns, monkeypatch) -> str:
+    """The prefix of the emulated cluster `hipress reproduce --mode real` builds, in this process (the
+    CLI runs in-process): the tests' own (``tests/netns_names.py``), not the runner's ``hrepro-PID``,
+    which the command has no option for."""
+    import functools
+
+    import hipress.reproduce as reproduce
+
+    prefix = netns_prefix("x")
+    monkeypatch.setattr(reproduce, "RealRunner", functools.partial(reproduce.RealRunner, prefix=prefix))
+    return prefix

@@ -5,7 +5,6 @@ nothing. Skipped, saying why, without root or network namespaces."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 from hipress.train.supervise import threads_per_rank
@@ -17,7 +16,7 @@ def _namespaces() -> str:
     return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
-def test_real_mode_measures_caches_and_resumes(tmp_path, netns, monkeypatch):
+def test_real_mode_measures_caches_and_resumes(tmp_path, real_prefix, monkeypatch):
     exp = experiments(tmp_path, systems='["byteps", "casync-ring", "linear"]')
     out = tmp_path / "out"
     args = ("reproduce", "sosp21", "--mode", "real", "--experiments", str(exp), "--hosts", "2", "--rate", "10gbit",
@@ -49,7 +48,7 @@ def test_real_mode_measures_caches_and_resumes(tmp_path, netns, monkeypatch):
     rows = {row["system"]: row for row in report["ratios"]}
     assert rows["casync-ring"]["over_byteps"]["paper_16"] is not None
     assert (out / "fig7.png").stat().st_size > 1000 and "ratios comparable" in (out / "errors.md").read_text()
-    assert f"hrepro-{os.getpid()}-" not in _namespaces()  # torn down (the CLI ran in this process)
+    assert f"{real_prefix}-" not in _namespaces()  # torn down (the CLI ran in this process)
 
     points = sorted((out / "points").iterdir())
     mtimes = [p.stat().st_mtime_ns for p in points]
@@ -69,4 +68,4 @@ def test_real_mode_measures_caches_and_resumes(tmp_path, netns, monkeypatch):
     text = " ".join(r3.output.split())
     assert "fig7-emulated-10gbit-resnet50-ring-2g" in text and "rank 1 failed" in text, text
     assert [p.stat().st_mtime_ns for p in sorted((out / "points").iterdir())] == mtimes
-    assert f"hrepro-{os.getpid()}-" not in _namespaces()
+    assert f"{real_prefix}-" not in _namespaces()
