@@ -293,14 +293,22 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def say_reading_stdin(arg: str | os.PathLike[str], what: str, lines: str) -> None:
-    """Before a ``-`` argument is read (``hipress.files.source_of``): at a terminal, say that the command
-    waits for ``what`` on standard input and how to end it (``lines``: their format). Typed by hand, not
-    piped, it would otherwise wait without a word and look hung; piped input gets no such line. Every
-    command that reads ``-`` says it here, the same way."""
+def ready_to_read_stdin(arg: str | os.PathLike[str], option: str, what: str, lines: str) -> None:
+    """Before ``option``'s ``-`` (``hipress.files.source_of``) is read: refuse a closed standard input,
+    and at a terminal say what the command waits for. Every command that reads ``-`` does both here.
+
+    Closed (``<&-``, a service started without one): Python has no ``sys.stdin``, and descriptor 0 is
+    whatever file the process opened next, so reading ``/dev/stdin`` waited on that, forever. Typed by
+    hand, not piped: without a word (``what``, and ``lines``, their format, and how to end them) the
+    command would look hung; piped input gets no such line."""
     from hipress.files import DASH, STDIN_NAME
 
-    if os.fspath(arg) == DASH and sys.stdin is not None and sys.stdin.isatty():
+    if os.fspath(arg) != DASH:
+        return
+    if sys.stdin is None:
+        raise fail(f"{option} - reads {what} from {STDIN_NAME}, which is closed; pipe {what} in, or give "
+                   f"{option} a file")
+    if sys.stdin.isatty():
         err_console.print(f"reading {what} from {STDIN_NAME}: {lines} lines, then Ctrl-D", soft_wrap=True)
 
 

@@ -20,7 +20,7 @@ from hipress_cli.options import (
     err_console,
     fail,
     path_option,
-    say_reading_stdin,
+    ready_to_read_stdin,
     styled,
 )
 
@@ -98,7 +98,7 @@ def load_gradients(input_: Path | None, model: str | None,
         raise fail("give exactly one of --input input.txt or --model NAME")
     if input_ is not None:
         path, source = files.source_of(input_)  # '-' is standard input, as --output - is standard output
-        say_reading_stdin(input_, "the gradients", "'name,size'")
+        ready_to_read_stdin(input_, "--input", "the gradients", "'name,size'")
         try:
             return read_input(path, source), source
         except PlanError as e:

@@ -258,7 +258,7 @@ def register(app: typer.Typer) -> None:
             if paper_size is None:
                 paper_size = dev == "cuda"  # the paper's input sizes are the default on a GPU
             if plan is not None and resumed is None:  # read where make_config fits the plan to the model
-                opt.say_reading_stdin(plan, "the plan", "'name,size,y|n,K'")
+                opt.ready_to_read_stdin(plan, "--plan", "the plan", "'name,size,y|n,K'")
             try:
                 cfg = resumed or make_config(
                     model, topo, alg, np_, iters, batch_size=batch_size, input_size=input_size, seq_len=seq_len,

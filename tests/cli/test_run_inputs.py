@@ -300,9 +300,25 @@ def test_run_plan_dash_errors_name_standard_input(tmp_path, data, msg):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize("command,option,what", [
+    (_PLAN_STDIN_RUN[3:], "--plan", "the plan"),
+    (["plan", "--input", "-"], "--input", "the gradients"),
+])
+def test_a_dash_with_standard_input_closed_is_refused(tmp_path, command, option, what):
+    """With standard input closed (`<&-`), `plan --input -` (and then `run --plan -`) read '/dev/stdin', which
+    was whatever file the process had opened next as descriptor 0, and waited forever; both are refused."""
+    argv = ["sh", "-c", 'exec "$@" <&-', "sh", *_PLAN_STDIN_RUN[:3], *command]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                       env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 2, r.stderr
+    assert f"{option} - reads {what} from standard input, which is closed; pipe {what} in, or give {option} a " \
+           "file" in " ".join(r.stderr.split()), r.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def test_run_plan_dash_from_a_terminal_says_what_it_waits_for(tmp_path):
     """At a terminal, `run --plan -` says that it reads the plan from standard input and how to end it,
-    as `plan --input -` does (one helper, hipress_cli.options.say_reading_stdin), rather than wait without a word."""
+    as `plan --input -` does (one helper, hipress_cli.options.ready_to_read_stdin), rather than wait without a word."""
     import pty
     import select
 
