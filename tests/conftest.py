@@ -1,6 +1,6 @@
-"""Suite-wide settings: a hypothesis profile that fits a 2-core CI machine, the CPU for every
-process a test starts unless the test is marked ``gpu``, a terminal width tests can set, and an
-address-space cap per process where there is no GPU (``ADDRESS_SPACE_CAP``)."""
+"""Suite-wide settings: a hypothesis profile that fits a 2-core CI machine, OpenMP threads that sleep
+when idle, the CPU for every process a test starts unless the test is marked ``gpu``, a terminal width
+tests can set, and an address-space cap per process where there is no GPU (``ADDRESS_SPACE_CAP``)."""
 
 import os
 
@@ -12,6 +12,15 @@ from hypothesis import HealthCheck, settings
 # Without them rich asks at each print, as it does under a plain pytest.
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
+
+#: OpenMP's idle threads sleep rather than spin. GNU OpenMP (torch's intra-op pool, numba's ``omp`` kernel
+#: layer) spins a waiting thread for a while by default: right for a process that owns its cores, but here
+#: two xdist workers, their ranks and their subprocesses share 2 cores, and each spin takes CPU from a
+#: process with work to do. Measured on tests/compress's kernel files with -n 2: 31 s of user CPU spinning,
+#: 19 s sleeping, same 201 passes. Read by libgomp when it loads (torch's import, after this file), and
+#: inherited by every process a test starts; a value set outside is kept. It changes when idle threads
+#: wake, not what any kernel computes.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 #: The most address space a test process (and whatever it starts: ranks, sshd, mpiexec) may map on a
 #: machine without NVIDIA devices. A fuzzed payload once made a pytest worker allocate 21 GB, and on this
