@@ -76,3 +76,17 @@ def _signal_dispositions_do_not_leak_between_tests():
     for s, h in before.items():
         if h is not None and signal.getsignal(s) is not h:
             signal.signal(s, h)
+
+
+def _is_heavy(item: pytest.Item) -> bool:
+    """Marked ``slow`` (seconds each) or ``mpi`` (real mpiexec jobs): the tests that take most of the time."""
+    return item.get_closest_marker("slow") is not None or item.get_closest_marker("mpi") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The heavy tests run first, the rest after in their usual order (a stable sort). pytest-xdist's
+    ``load`` hands tests out in collection order, and in directory order most heavy ones (tests/train,
+    tests/sync) came last: one worker could still run a minute-long job while the other had nothing left.
+    First, they are dealt to both workers alternately, and the hundreds of sub-second tests at the end
+    even out when the workers finish. The order is the same in every worker, as xdist requires."""
+    items.sort(key=lambda item: not _is_heavy(item))

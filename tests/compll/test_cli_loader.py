@@ -34,6 +34,7 @@ def test_committed_generated_code_is_fresh():
     assert stale() == [], "lib/compll/generated is stale: run python -m hipress.compll.builtins"
 
 
+@pytest.mark.slow
 def test_gen_body_wrapper_register_and_use(tmp_path):
     spec = USER / "scaledsign.pse"
     r = hipress("compll", "gen", str(spec), "-b", "-w", "-r", "-f", "cpu", "-o", str(tmp_path), "--json")

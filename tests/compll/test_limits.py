@@ -173,6 +173,7 @@ def _lookup_spec(tests: int) -> str:
     )
 
 
+@pytest.mark.slow
 def test_a_chain_of_hundreds_of_else_ifs_generates_and_runs(tmp_path):
     """65 tests were refused ("if statement nested 65 levels deep"): each else if counted one level, as
     the code generated for it nested one. A chain is generated flat now; MAX_CHAIN tests is the bound."""

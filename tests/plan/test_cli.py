@@ -34,6 +34,7 @@ def hipress(*args) -> SimpleNamespace:
                            stderr=" ".join(r.stderr.split()), raw=r.stdout)
 
 
+@pytest.mark.slow
 def test_console_script_subprocess(tmp_path):
     bad = tmp_path / "input.txt"
     bad.write_text("a,1\nb,-4\n")

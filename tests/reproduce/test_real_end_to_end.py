@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from hipress.train.supervise import threads_per_rank
 
 from .conftest import experiments, invoke
@@ -16,6 +18,7 @@ def _namespaces() -> str:
     return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
+@pytest.mark.slow
 def test_real_mode_measures_caches_and_resumes(tmp_path, real_prefix, monkeypatch):
     exp = experiments(tmp_path, systems='["byteps", "casync-ring", "linear"]')
     out = tmp_path / "out"

@@ -260,6 +260,7 @@ def test_cli_errors_exit_2_before_starting_anything(args, match, tmp_path):
     assert list(tmp_path.iterdir()) == []  # no run directory was made
 
 
+@pytest.mark.slow
 def test_models_command_lists_real_sizes():
     import json
 
