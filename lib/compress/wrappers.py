@@ -191,12 +191,10 @@ class LocalMomentum:
         and raises ``nonfinite(name, state_reset=True)`` with ``grad`` untouched: kept, it would
         turn every later step's direction into NaN."""
         flat = grad.view(-1)
-        u = state.buffer(self.BUFFER, flat)
-        first = state.extra.get(self.STARTED) is None
-        if first:  # torch.optim.SGD: the first step's buffer is the gradient itself (no dampening)
-            u.copy_(flat)
-            state.extra[self.STARTED] = torch.ones(1)
+        if self.velocity(state) is None:  # torch.optim.SGD: the first step's buffer is the gradient itself
+            u = self.start(state, flat)
         else:
+            u = state.buffer(self.BUFFER, flat)
             u.mul_(self.momentum).add_(flat, alpha=1.0 - self.dampening)
         if not all_finite(u):
             del state.extra[self.STARTED]
@@ -205,6 +203,22 @@ class LocalMomentum:
             flat.add_(u, alpha=self.momentum)
         else:
             flat.copy_(u)
+
+    @classmethod
+    def velocity(cls, state: GradientState) -> torch.Tensor | None:
+        """The velocity ``state`` holds (flat), None if it has not started: no step yet, or reset."""
+        if state.extra.get(cls.STARTED) is None:
+            return None
+        return state.extra.get(cls.BUFFER)
+
+    @classmethod
+    def start(cls, state: GradientState, buf: torch.Tensor) -> torch.Tensor:
+        """Start ``state``'s velocity at ``buf`` (a first step's gradient, or a torch momentum buffer
+        taken over), as if it had been running; returns the velocity."""
+        u = state.buffer(cls.BUFFER, buf.reshape(-1))
+        u.copy_(buf.reshape(-1))
+        state.extra[cls.STARTED] = torch.ones(1)
+        return u
 
     def after_sync(self, synced: torch.Tensor, state: GradientState) -> None:
         """Momentum factor masking (only with ``mask``): clear the velocity where ``synced`` is non-zero."""

@@ -167,16 +167,7 @@ def velocity_state(states: StateStore, name: str) -> GradientState:
 def velocity(states: StateStore, name: str) -> torch.Tensor | None:
     """This rank's velocity of gradient ``name`` (flat), None if it has not started (no corrected step)."""
     key = velocity_key(name)
-    if key not in states or states[key].extra.get(LocalMomentum.STARTED) is None:
-        return None
-    return states[key].extra.get(LocalMomentum.BUFFER)
-
-
-def set_velocity(states: StateStore, name: str, buf: torch.Tensor) -> None:
-    """Start gradient ``name``'s velocity at ``buf`` (a torch momentum buffer), as if it had been running."""
-    st = velocity_state(states, name)
-    st.buffer(LocalMomentum.BUFFER, buf.reshape(-1)).copy_(buf.reshape(-1))
-    st.extra[LocalMomentum.STARTED] = torch.ones(1)
+    return LocalMomentum.velocity(states[key]) if key in states else None
 
 
 def adopt_momentum_buffers(optimizer: torch.optim.Optimizer, states: StateStore,
@@ -190,6 +181,6 @@ def adopt_momentum_buffers(optimizer: torch.optim.Optimizer, states: StateStore,
         st = optimizer.state.get(p)
         buf = None if st is None else st.pop("momentum_buffer", None)
         if buf is not None:
-            set_velocity(states, name, buf)
+            LocalMomentum.start(velocity_state(states, name), buf)
             if not st:  # as torch's SGD without momentum has it: no entry
                 del optimizer.state[p]

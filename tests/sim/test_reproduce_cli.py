@@ -15,6 +15,17 @@ def invoke(*args):
     return runner.invoke(build(), list(args))
 
 
+def custom_report(tmp_path: Path, figures: dict[str, str]) -> dict:
+    """``reproduce sosp21 --json`` on a custom ``--experiments`` folder of ``figures`` (file name -> TOML)."""
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    for name, text in figures.items():
+        (exp / name).write_text(text)
+    r = invoke("reproduce", "sosp21", "--experiments", str(exp), "--out", str(tmp_path / "out"), "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
 def test_figure11_json_resumes_from_cache(tmp_path):
     out = tmp_path / "out"
     r = invoke("reproduce", "sosp21", "--figure", "11", "--out", str(out), "--json")
@@ -126,19 +137,14 @@ def test_two_figures_of_one_kind_keep_their_own_results(tmp_path):
     GPUs): the JSON's tables are keyed by model and step (or rate), so the later figure replaced the earlier's
     numbers. Each figure's results are now under by_figure; the merged tables keep the sosp21 format, the
     lower-numbered figure's value where two fill one entry."""
-    exp = tmp_path / "exp"
-    exp.mkdir()
     breakdown = ('kind = "breakdown"\ncluster = "local"\nmodel = "vgg19"\ncompute_ms = 278.0\nalgorithm = "onebit"\n'
                  '[[steps]]\nname = "default"\nsystem = "byteps"\n')
     rate = ('kind = "rate"\ncluster = "aws"\nmodels = ["resnet50"]\nsystems = ["casync-ps"]\nalgorithm = "dgc"\n'
             'rates = [0.01]\n')
-    (exp / "fig11.toml").write_text(f"figure = 11\ngpus = 32\n{breakdown}")
-    (exp / "fig13.toml").write_text(f"figure = 13\ngpus = 8\n{breakdown}")
-    (exp / "fig12.toml").write_text(f"figure = 12\ngpus = 128\n{rate}")
-    (exp / "fig14.toml").write_text(f"figure = 14\ngpus = 16\n{rate}")
-    r = invoke("reproduce", "sosp21", "--experiments", str(exp), "--out", str(tmp_path / "out"), "--json")
-    assert r.exit_code == 0, r.output
-    report = json.loads(r.stdout)
+    report = custom_report(tmp_path, {"fig11.toml": f"figure = 11\ngpus = 32\n{breakdown}",
+                                      "fig13.toml": f"figure = 13\ngpus = 8\n{breakdown}",
+                                      "fig12.toml": f"figure = 12\ngpus = 128\n{rate}",
+                                      "fig14.toml": f"figure = 14\ngpus = 16\n{rate}"})
     figs = report["by_figure"]
     assert {n: (f["kind"], f["cluster"]) for n, f in figs.items()} == {
         "11": ("breakdown", "local"), "12": ("rate", "aws"), "13": ("breakdown", "local"), "14": ("rate", "aws")}
@@ -155,16 +161,11 @@ def test_two_figures_of_one_kind_keep_their_own_results(tmp_path):
 def test_a_breakdown_of_another_size_or_cluster_is_not_set_against_the_published_bars(tmp_path):
     """Figure 11's bars were measured on the local cluster at 32 GPUs: a custom breakdown of vgg19 at 8 GPUs,
     or on aws, is a prediction only. Both were compared with them (error rows, findings), as if measured there."""
-    exp = tmp_path / "exp"
-    exp.mkdir()
     steps = ('model = "vgg19"\ncompute_ms = 278.0\nalgorithm = "onebit"\n'
              '[[steps]]\nname = "default"\nsystem = "byteps"\n[[steps]]\nname = "secopa"\nsystem = "casync-ps"\n')
-    (exp / "fig13.toml").write_text(f'figure = 13\nkind = "breakdown"\ncluster = "local"\ngpus = 8\n{steps}')
-    (exp / "fig14.toml").write_text(f'figure = 14\nkind = "breakdown"\ncluster = "aws"\ngpus = 32\n{steps}')
-    (exp / "fig15.toml").write_text(f'figure = 15\nkind = "breakdown"\ncluster = "local"\ngpus = 32\n{steps}')
-    r = invoke("reproduce", "sosp21", "--experiments", str(exp), "--out", str(tmp_path / "out"), "--json")
-    assert r.exit_code == 0, r.output
-    report = json.loads(r.stdout)
+    report = custom_report(tmp_path, {
+        f"fig{n}.toml": f'figure = {n}\nkind = "breakdown"\ncluster = "{cluster}"\ngpus = {gpus}\n{steps}'
+        for n, cluster, gpus in ((13, "local", 8), (14, "aws", 32), (15, "local", 32))})
     assert {e["figure"] for e in report["errors"]} == {15}  # the published setting, and it alone
     assert len(report["errors"]) == 2
     claims = [c for c in report["findings"] if c["kind"] == "breakdown"]
