@@ -7,11 +7,13 @@ fragments. Line buffering gives one write per line: streamed live, prefixed once
 
 Takes what ``python`` takes after the interpreter: ``-m MODULE ARGS...``, ``-c CODE ARGS...`` or
 ``SCRIPT ARGS...``; runs it in this process (``runpy``), so exit codes and signals are the
-program's own.
+program's own. A script finds the modules beside it, as under ``python SCRIPT``: its folder, not the
+working directory that ``-m`` put there, is first on ``sys.path``.
 """
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 
@@ -35,6 +37,8 @@ def main(argv: list[str]) -> None:
             exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
         else:
             sys.argv = list(argv)
+            if os.path.isfile(argv[0]):  # a folder or zip archive run_path puts on sys.path itself
+                sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
             runpy.run_path(argv[0], run_name="__main__")
 
 
