@@ -32,7 +32,7 @@ Other optimizers (Adam...) are left as they are: their moments are not a linear 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -161,7 +161,8 @@ def velocity_state(states: StateStore, name: str) -> GradientState:
 # and the ranks' directions are averaged, so torch's b is the mean of the ranks' velocities (exactly
 # when uncompressed; compressed, up to what error feedback still holds back). Hence the conversions:
 # a torch buffer becomes every rank's velocity (their mean is b, so the next step is torch's), and
-# the mean of the ranks' velocities is the buffer to give torch (``DistributedOptimizer.torch_state_dict``).
+# the mean of the ranks' velocities is the buffer to give torch (``mean_velocities``, for
+# ``DistributedOptimizer.torch_state_dict`` and ``CompressionHookState.torch_state_dict``).
 # The error-feedback residuals have no counterpart in torch: a buffer loaded starts them afresh.
 
 def velocity(states: StateStore, name: str) -> torch.Tensor | None:
@@ -184,3 +185,41 @@ def adopt_momentum_buffers(optimizer: torch.optim.Optimizer, states: StateStore,
             LocalMomentum.start(velocity_state(states, name), buf)
             if not st:  # as torch's SGD without momentum has it: no entry
                 del optimizer.state[p]
+
+
+#: Sums a flat float64 CPU tensor over the ranks and returns the sum (a CPU tensor of the same size): the
+#: caller's collective (an MPI all-reduce for ``DistributedOptimizer``, ``torch.distributed``'s for the hook)
+SumOverRanks = Callable[[torch.Tensor], torch.Tensor]
+
+
+def mean_velocities(states: StateStore, named: list[tuple[str, torch.Tensor]], world: int,
+                    sum_over_ranks: SumOverRanks) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``(parameter, mean of the ranks' velocities)`` for each of ``named`` whose velocity has started on
+    some rank: torch SGD's ``momentum_buffer`` of the averaged gradient (see above), shaped and typed as
+    the parameter. A rank whose velocity had not started adds 0, as it holds no momentum.
+
+    Collective: every rank calls it with the same ``named`` (one ``sum_over_ranks`` of the velocities
+    and of the started marks, in one buffer); every rank gets the same buffers."""
+    mine = [velocity(states, n) for n, _ in named]
+    parts = [torch.zeros(p.numel(), dtype=torch.float64) if v is None else v.detach().double().cpu()
+             for v, (_, p) in zip(mine, named, strict=True)]
+    started = torch.tensor([v is not None for v in mine], dtype=torch.float64)
+    total = sum_over_ranks(torch.cat([*parts, started]))
+    count, out, at = total[-len(named):] if named else total[:0], [], 0
+    for (_, p), c in zip(named, count.tolist(), strict=True):
+        if c:
+            out.append((p, (total[at:at + p.numel()] / world).view_as(p).to(p.device, p.dtype, copy=True)))
+        at += p.numel()
+    return out
+
+
+def torch_sgd_state_dict(optimizer: torch.optim.Optimizer, buffers: list[tuple[torch.Tensor, torch.Tensor]]) -> dict:
+    """``optimizer.state_dict()`` with ``buffers`` (``mean_velocities``) as its parameters' ``momentum_buffer``:
+    what ``torch.optim.SGD.load_state_dict`` continues from. The optimizer's own state is not changed
+    (its per-parameter dicts are copied before a buffer goes in)."""
+    out = optimizer.state_dict()
+    index = {id(p): i for i, p in enumerate(q for g in optimizer.param_groups for q in g["params"])}
+    for p, buf in buffers:
+        i = index[id(p)]
+        out["state"][i] = {**out["state"].get(i, {}), "momentum_buffer": buf}
+    return out

@@ -28,7 +28,11 @@ gradient before momentum (DGC's local clipping), use ``DistributedOptimizer(clip
 Checkpoints: ``state.state_dict()`` holds only tensors, numbers and strings, so it loads with
 ``torch.load(weights_only=True)``; ``CompressionHookState.from_state_dict(d, process_group=...)``
 rebuilds the state. A state loaded without a process group does not fall back to the default group
-silently: the hook refuses to run until ``attach(group)`` says which group it is.
+silently: the hook refuses to run until ``attach(group)`` says which group it is. Under momentum
+correction the optimizer's ``state_dict()`` has no momentum buffers (the velocities are the hook's):
+``state.torch_state_dict()`` (collective) is the optimizer's with the mean of the ranks' velocities as
+its buffers, for a plain torch SGD to continue from; an SGD loaded from one, handed to a new state,
+gives its buffers back as the velocities.
 """
 
 # no `from __future__ import annotations`: DDP checks the hook's annotations as objects
@@ -41,7 +45,7 @@ import torch.distributed as dist
 from hipress.compress import AlgorithmSpec, Compressor, GradientState, StateStore
 from hipress.compress.payload import seal
 
-from .correction import MomentumCorrection, adopt_momentum_buffers
+from .correction import MomentumCorrection, adopt_momentum_buffers, mean_velocities, torch_sgd_state_dict
 
 _DEFAULT = object()  # "the default process group", as opposed to "not attached yet" (None after a load)
 
@@ -94,9 +98,9 @@ class CompressionHookState:
         self.compress_after = int(compress_after)
         self.process_group: Any = _DEFAULT if process_group is None else process_group
         self.states = states if states is not None else StateStore()
+        self.optimizer = optimizer
         if self.correction is not None:  # an SGD loaded from a torch checkpoint: its buffers, the velocities
-            adopt_momentum_buffers(optimizer, self.states, [(self.correction.position[id(p)], p)
-                                                            for g in optimizer.param_groups for p in g["params"]])
+            adopt_momentum_buffers(optimizer, self.states, self._velocity_names())
         self.bytes_sent = 0
         self.iterations = 0
         # summable compressors: a stable state key per parameter, its position in the optimizer when
@@ -115,6 +119,31 @@ class CompressionHookState:
         self._scratch: dict[str, torch.Tensor] = {}  # per bucket state, for buckets not in canonical order
         self._batches: dict[tuple, Any] = {}  # their buffers per bucket layout, made once
         self._threads = torch.get_num_threads()  # gloo runs the callbacks on its own threads
+
+    def _velocity_names(self) -> list[tuple[str, torch.Tensor]]:
+        """Every parameter of the optimizer with the name of its velocity (its position in the optimizer:
+        DDP's buckets change, see ``_apply_correction``)."""
+        return [(self.correction.position[id(p)], p) for g in self.optimizer.param_groups for p in g["params"]]
+
+    def torch_state_dict(self) -> dict[str, Any]:
+        """The optimizer's ``state_dict()`` as torch's own SGD would have it after this run, to continue
+        it with plain DDP (or without hipress): under momentum correction each parameter's
+        ``momentum_buffer`` is the mean of the ranks' velocities, as ``DistributedOptimizer.torch_state_dict``
+        gives it (``correction.mean_velocities``): the optimizer's own ``state_dict()`` has no momentum
+        buffers, the velocities are this state's. The compressors' residuals are not in it.
+
+        Collective: every rank of the process group calls it (an all-reduce of the velocities); every
+        rank gets the same dict. Needs the ``optimizer`` this state was made with."""
+        if self.optimizer is None:
+            raise ValueError(
+                "this CompressionHookState was made without an optimizer, so it holds no momentum of one: "
+                "take optimizer.state_dict() for torch, or make the state with optimizer=... to have "
+                "momentum corrected and exported here")
+        if self.correction is None:
+            return self.optimizer.state_dict()
+        group = self.group()
+        return torch_sgd_state_dict(self.optimizer, mean_velocities(
+            self.states, self._velocity_names(), dist.get_world_size(group), lambda flat: _sum(flat, group)))
 
     def _enter_plain_step(self) -> None:
         self._plain = self.correction.plain_step()
@@ -172,6 +201,15 @@ class CompressionHookState:
                       momentum_correction=bool(d.get("momentum_correction", True)))
         self.load_state_dict(d)
         self.process_group = None  # not attached: the hook refuses to guess
+
+
+def _sum(flat: torch.Tensor, group: Any) -> torch.Tensor:
+    """``flat`` (a CPU tensor) summed over ``group``, on a GPU where the group's backend moves only
+    those (NCCL); back on the CPU."""
+    on = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else flat.device
+    total = flat.to(on, copy=True)
+    dist.all_reduce(total, group=group)
+    return total.cpu()
 
 
 def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

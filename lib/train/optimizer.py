@@ -31,7 +31,7 @@ import torch
 from hipress.compress import AlgorithmSpec, Compressor, StateStore
 from hipress.topology_names import DEFAULT_ENGINE, FP32_ONLY_ENGINES, uncompressed_counterpart
 
-from .correction import MomentumCorrection, adopt_momentum_buffers, velocity
+from .correction import MomentumCorrection, adopt_momentum_buffers, mean_velocities, torch_sgd_state_dict
 
 
 class GradientMismatch(RuntimeError):
@@ -411,29 +411,24 @@ class DistributedOptimizer(torch.optim.Optimizer):
         ``correction``), which ``torch.optim.SGD.load_state_dict`` continues from. The compressors'
         residuals are not in it. Collective: every rank must call it (an all-reduce of the velocities);
         every rank gets the same dict."""
-        out = self.optimizer.state_dict()
         if self.correction is None:
-            return out
-        index = {id(p): i for i, p in enumerate(q for g in self.optimizer.param_groups for q in g["params"])}
-        mine = [velocity(self.states, n) for n, _ in self._params]
-        started = np.array([v is not None for v in mine], dtype=np.int64)
-        flat = torch.cat([torch.zeros(p.numel()) if v is None else v.detach().float().cpu()
-                          for v, (_, p) in zip(mine, self._params, strict=True)]) if mine else torch.zeros(0)
-        total, count = flat.numpy(), started.copy()
-        if self._mask_comm is not None:
-            from mpi4py import MPI
+            return self.optimizer.state_dict()
+        return torch_sgd_state_dict(self.optimizer, self._mean_velocities())
 
-            total = np.empty_like(flat.numpy())
-            self._mask_comm.Allreduce(flat.numpy(), total, op=MPI.SUM)
-            self._mask_comm.Allreduce(started, count, op=MPI.SUM)
-        mean = torch.from_numpy(total / self.comm.Get_size())
-        at = 0
-        for (_, p), c in zip(self._params, count, strict=True):
-            if c:  # a rank whose velocity had not started adds 0: the mean of what the ranks hold
-                buf = mean[at:at + p.numel()].view_as(p).to(p.device, p.dtype).clone()
-                out["state"].setdefault(index[id(p)], {})["momentum_buffer"] = buf
-            at += p.numel()
-        return out
+    def _mean_velocities(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``correction.mean_velocities`` of this wrapper's gradients, summed over its ranks (collective)."""
+        return mean_velocities(self.states, self._params, self.comm.Get_size(), self._sum_over_ranks)
+
+    def _sum_over_ranks(self, flat: torch.Tensor) -> torch.Tensor:
+        """``flat`` (float64, CPU) summed over the ranks, on the wrapper's own communicator (the engine's
+        threads use theirs); alone, itself."""
+        if self._mask_comm is None:
+            return flat
+        from mpi4py import MPI
+
+        total = np.empty_like(flat.numpy())
+        self._mask_comm.Allreduce(flat.numpy(), total, op=MPI.SUM)
+        return torch.from_numpy(total)
 
     def load_state_dict(self, d: dict) -> None:
         """Resume from ``state_dict()``, or from a plain torch optimizer's ``state_dict()`` (a run that

@@ -646,7 +646,9 @@ def torch_resume() -> None:
 def ddp_torch_resume() -> None:
     """The DDP hook resumes a torch SGD checkpoint with its momentum: before, the buffers of an SGD
     loaded and then handed to ``CompressionHookState`` sat unused (momentum off in its steps) and the
-    velocities started afresh, so the run left plain DDP's."""
+    velocities started afresh, so the run left plain DDP's. The reverse: ``state.torch_state_dict()``
+    gives plain DDP's SGD the mean of the ranks' velocities and it continues as the uninterrupted
+    run; before, the hook had no such export and the optimizer's own state had no buffers."""
     from torch.nn.parallel import DistributedDataParallel
 
     from hipress.train import CompressionHookState, compression_hook
@@ -672,6 +674,32 @@ def ddp_torch_resume() -> None:
         for (n, p), q in zip(plain.module.named_parameters(), model.parameters(), strict=True):
             torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=f"{n}: {float((q - p).abs().max())}")
         assert not left, "the buffers moved into the velocities"
+
+        # the reverse: the hook's torch_state_dict() gives a plain SGD the mean of the ranks' velocities
+        torch.manual_seed(0)
+        model = spec.build()
+        hooked = DistributedDataParallel(model)
+        opt = torch.optim.SGD(hooked.parameters(), **kw)
+        state = CompressionHookState("none", optimizer=opt)
+        hooked.register_comm_hook(state, compression_hook)
+        _steps(hooked, opt, range(3))
+        exported = state.torch_state_dict()
+        own = velocity(state.states, "group0.param0")
+        assert not opt.state_dict()["state"], "the optimizer's own state has no buffers"
+        bufs = [exported["state"][i]["momentum_buffer"] for i in sorted(exported["state"])]
+        want = [saved["state"][i]["momentum_buffer"] for i in sorted(saved["state"])]
+        assert len(bufs) == len(want) and not torch.allclose(own, bufs[0].view(-1), rtol=1e-3, atol=0)
+        for b, w in zip(bufs, want, strict=True):
+            torch.testing.assert_close(b, w, rtol=1e-5, atol=1e-6)
+            assert (allgather(b) == allgather(b)[0]).all()
+        back = spec.build()
+        back.load_state_dict(model.state_dict())
+        cont = DistributedDataParallel(back)  # plain DDP: torch's SGD on the averaged gradient
+        sgd = torch.optim.SGD(cont.parameters(), **kw)
+        sgd.load_state_dict(exported)
+        _steps(cont, sgd, range(3, 6))
+        for (n, p), q in zip(plain.module.named_parameters(), back.parameters(), strict=True):
+            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=f"{n}: {float((q - p).abs().max())}")
     finally:
         destroy_process_group()
 

@@ -101,3 +101,9 @@ def test_error_feedback_does_not_depend_on_momentum_correction():
     for alg in ("topk:ratio=0.01", "tbq"):
         for mc in (True, False):
             assert CompressionHookState(alg, momentum_correction=mc).compressor.caps.error_feedback, (alg, mc)
+
+
+def test_torch_state_dict_needs_the_optimizer():
+    """A state made without an optimizer holds no momentum: its torch export says what to take instead."""
+    with pytest.raises(ValueError, match="made without an optimizer.*optimizer.state_dict"):
+        CompressionHookState("tbq").torch_state_dict()
