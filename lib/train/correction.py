@@ -223,3 +223,20 @@ def torch_sgd_state_dict(optimizer: torch.optim.Optimizer, buffers: list[tuple[t
         i = index[id(p)]
         out["state"][i] = {**out["state"].get(i, {}), "momentum_buffer": buf}
     return out
+
+
+def give_momentum_buffers(optimizer: torch.optim.Optimizer, states: StateStore, named: list[tuple[str, torch.Tensor]],
+                          buffers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """The reverse of ``adopt_momentum_buffers``, for an optimizer that applies momentum itself (no
+    correction) resuming a corrected run: ``buffers`` (``mean_velocities``) become its parameters'
+    ``momentum_buffer``, and the velocities of ``named`` leave ``states`` (nothing steps them any more:
+    kept, they would be written to every later checkpoint, stale)."""
+    for p, buf in buffers:
+        optimizer.state[p]["momentum_buffer"] = buf
+    for name, _ in named:
+        states.discard(velocity_key(name))
+
+
+def holds_velocities(states: StateStore, named: list[tuple[str, torch.Tensor]]) -> bool:
+    """Whether any of ``named`` has a velocity in ``states`` (a momentum-corrected run's state)."""
+    return any(velocity_key(n) in states for n, _ in named)

@@ -31,7 +31,14 @@ import torch
 from hipress.compress import AlgorithmSpec, Compressor, StateStore
 from hipress.topology_names import DEFAULT_ENGINE, FP32_ONLY_ENGINES, uncompressed_counterpart
 
-from .correction import MomentumCorrection, adopt_momentum_buffers, mean_velocities, torch_sgd_state_dict
+from .correction import (
+    MomentumCorrection,
+    adopt_momentum_buffers,
+    give_momentum_buffers,
+    holds_velocities,
+    mean_velocities,
+    torch_sgd_state_dict,
+)
 
 
 class GradientMismatch(RuntimeError):
@@ -436,13 +443,25 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
         Under momentum correction a torch ``momentum_buffer`` becomes each parameter's velocity on every
         rank (the ranks' mean is then torch's buffer, so the next step is the one torch's SGD would
-        take); before, it stayed unused in the optimizer's state and momentum restarted from zero."""
+        take); before, it stayed unused in the optimizer's state and momentum restarted from zero.
+
+        The reverse, ``momentum_correction=False`` resuming a corrected run's ``state_dict()`` (whose
+        momentum is the ranks' velocities, its optimizer without buffers): each ``momentum_buffer``
+        becomes the mean of the ranks' velocities, as ``torch_state_dict()`` gives them, and the
+        velocities are dropped; before, they were ignored and momentum restarted from zero. That is
+        exact uncompressed; compressed, the residuals are loaded as they are, so what error
+        feedback still held back of the velocities is sent as gradient, to which the optimizer's
+        momentum is then applied (about 1/(1 - momentum) times, in all, what correction would have
+        applied once). Collective in that case only (an all-reduce of the velocities): every rank loads its
+        own ``state_dict()``, as every rank saved it."""
         if "optimizer" not in d and {"state", "param_groups"} <= d.keys():
             d = {"optimizer": d, "compression": StateStore(self.states.base_seed).state_dict(), "iteration": 0}
         self.optimizer.load_state_dict(d["optimizer"])
         self.states.load_state_dict(d["compression"])
         if self.correction is not None:
             adopt_momentum_buffers(self.optimizer, self.states, self._params)
+        elif type(self.optimizer) is torch.optim.SGD and holds_velocities(self.states, self._params):
+            give_momentum_buffers(self.optimizer, self.states, self._params, self._mean_velocities())
         self.iteration = int(d.get("iteration", 0))
         if self._warm is not None and self.iteration >= self.compress_after:
             self._warm.close()

@@ -597,7 +597,8 @@ def torch_resume() -> None:
     momentum correction continues as torch's run: every rank's velocity starts at the buffer, so their
     mean is it. Before, momentum restarted from zero. The reverse: ``torch_state_dict()`` gives
     torch the mean of the ranks' velocities (one rank's own is not the buffer), the same on every
-    rank, and a plain torch SGD continues from it."""
+    rank, and a plain torch SGD continues from it; so does ``momentum_correction=False`` loading a
+    corrected run's ``state_dict()`` (before, it ignored the velocities: momentum restarted from 0)."""
     kw = {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}
 
     def wrapped(model: torch.nn.Module, correct: bool) -> DistributedOptimizer:
@@ -640,6 +641,20 @@ def torch_resume() -> None:
     _steps(back, cont, range(3, 6))
     cont.close()
     for (n, p), q in zip(ref.named_parameters(), back.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=n)
+
+    # and a corrected run's own state_dict() resumed without correction: the mean velocity is the buffer
+    again = spec.build()
+    again.load_state_dict(start)
+    opt = wrapped(again, True)
+    _steps(again, opt, range(3))
+    mine = copy.deepcopy(opt.state_dict())  # each rank's own velocities
+    opt.close()
+    cont = wrapped(again, False)
+    cont.load_state_dict(mine)
+    _steps(again, cont, range(3, 6))
+    cont.close()
+    for (n, p), q in zip(ref.named_parameters(), again.parameters(), strict=True):
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=n)
 
 

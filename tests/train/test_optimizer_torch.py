@@ -179,6 +179,38 @@ def test_torch_state_dict_continues_in_plain_torch_sgd():
         torch.testing.assert_close(q, p)
 
 
+def test_a_corrected_runs_checkpoint_resumes_without_correction_with_its_momentum():
+    """A ``DistributedOptimizer(..., momentum_correction=False)`` loading a corrected run's ``state_dict()``
+    (momentum in the velocities, none in the optimizer's state) ignored the velocities: momentum
+    restarted from zero. Now the mean of the ranks' velocities (here one rank's) becomes torch's
+    momentum buffer, as ``torch_state_dict()`` gives it, and the run continues as torch's SGD."""
+    kw = {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01}
+    gen = torch.Generator().manual_seed(1)
+    ref = _net()
+    _sgd_steps(ref, torch.optim.SGD(ref.parameters(), **kw), gen, 6)
+
+    gen.manual_seed(1)
+    model = _net()
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), **kw), model.named_parameters(),
+                               compression="none", comm=MPI.COMM_SELF)
+    try:
+        _sgd_steps(model, opt, gen, 3)
+        saved = copy.deepcopy(opt.state_dict())
+    finally:
+        opt.close()
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), **kw), model.named_parameters(),
+                               compression="none", comm=MPI.COMM_SELF, momentum_correction=False)
+    try:
+        opt.load_state_dict(saved)
+        left = [n for n in opt.states.names() if n.endswith("@velocity")]
+        _sgd_steps(model, opt, gen, 3)
+    finally:
+        opt.close()
+    for p, q in zip(ref.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(q, p)
+    assert not left, "the velocities are the buffers now (kept, later checkpoints would hold them stale)"
+
+
 def test_momentum_raised_from_zero_is_corrected():
     """An SGD made with momentum 0 got no momentum correction at all, so a momentum a scheduler raised
     later (CyclicLR/OneCycleLR cycling it, a user's ``group["momentum"] = 0.9``) was applied by the
