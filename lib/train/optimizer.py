@@ -206,9 +206,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
             comm, self.compressor, topology=topology, plan=plan, states=self.states, ready_order=ready_order,
             **kwargs
         )
+        self._engine_kwargs = kwargs  # the warm-up engine's too, made again by a load (``_reopen_warm_up``)
         self._warm = None
-        if self.compress_after and not self.compressor.caps.lossless:
-            self._warm = Engine(comm, "none", topology=uncompressed_counterpart(topology), **kwargs)
+        self._reopen_warm_up()
         self.overlap = overlap and self.clip_grad_norm is None  # clipping needs every gradient first
         self._compressed: frozenset[str] | None = None  # the gradients the engine sends compressed
         self._held: list[tuple[str, torch.Tensor]] = []
@@ -466,6 +466,20 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self._warm is not None and self.iteration >= self.compress_after:
             self._warm.close()
             self._warm = None
+        self._reopen_warm_up()
+
+    def _reopen_warm_up(self) -> None:
+        """Open the uncompressed warm-up engine if this iteration is in the warm-up and none is open: at
+        construction, and after a load that goes back into the warm-up (a torch SGD's ``state_dict()``
+        is iteration 0) once ``step()`` had closed it, which otherwise left those iterations to the
+        compressing engine. Collective (the engine's communicators): every rank loads the same
+        iteration."""
+        if (self._warm is None and self.iteration < self.compress_after
+                and not self.compressor.caps.lossless):
+            from hipress.sync import Engine
+
+            self._warm = Engine(self.comm, "none", topology=uncompressed_counterpart(self.topology),
+                                **self._engine_kwargs)
 
     def close(self) -> None:
         """Remove the hooks and shut the engine down (its threads and pending requests)."""

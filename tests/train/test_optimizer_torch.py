@@ -211,6 +211,37 @@ def test_a_corrected_runs_checkpoint_resumes_without_correction_with_its_momentu
     assert not left, "the velocities are the buffers now (kept, later checkpoints would hold them stale)"
 
 
+@pytest.mark.parametrize("which", ["torch", "own"])
+def test_a_checkpoint_in_the_warm_up_loaded_after_it_warms_up_again(which):
+    """``compress_after=2``: a wrapper past its warm-up (its uncompressed engine closed) that loads a plain
+    torch SGD ``state_dict()`` is at iteration 0 again (its own ``state_dict()`` of iteration 1, at 1),
+    so its next steps up to iteration 2 are warm-up, through the uncompressed engine, then
+    compression resumes. Before, the closed warm-up engine was not reopened and those steps went
+    through tbq's engine at once (alone, an engine sends nothing, so the parameters agree either
+    way: its stats say which engine ran)."""
+    kw = {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01}
+    model = _net()
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), **kw), model.named_parameters(),
+                               compression="tbq", comm=MPI.COMM_SELF, compress_after=2)
+    try:
+        gen, engines = torch.Generator().manual_seed(1), []
+        for _ in range(3):
+            _sgd_steps(model, opt, gen, 1)
+            engines.append(opt.last_stats.compressor)
+            if opt.iteration == 1:
+                own = copy.deepcopy(opt.state_dict())
+        assert engines == ["none", "none", "tbq"], engines  # past the warm-up: compressing
+        opt.load_state_dict(torch.optim.SGD(model.parameters(), **kw).state_dict() if which == "torch" else own)
+        for _ in range(3 if which == "torch" else 2):
+            _sgd_steps(model, opt, gen, 1)
+            engines.append(opt.last_stats.compressor)
+        iteration, warm = opt.iteration, opt._warm
+    finally:
+        opt.close()
+    assert engines[3:] == (["none", "none", "tbq"] if which == "torch" else ["none", "tbq"]), engines
+    assert iteration == 3 and warm is None, "the warm-up engine is closed again once the warm-up is over"
+
+
 def test_momentum_raised_from_zero_is_corrected():
     """An SGD made with momentum 0 got no momentum correction at all, so a momentum a scheduler raised
     later (CyclicLR/OneCycleLR cycling it, a user's ``group["momentum"] = 0.9``) was applied by the
