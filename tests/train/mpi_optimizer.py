@@ -11,6 +11,7 @@ import io
 import pickle
 import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -20,6 +21,11 @@ from hipress.models import get, gradient_sizes
 from hipress.train import DistributedOptimizer
 from hipress.train.correction import velocity
 from hipress.train.optimizer import GradientMismatch
+
+# momentum_schedule (shared with test_optimizer_torch.py) lives beside this file, which the launcher's
+# rank_entry runs with runpy.run_path: unlike `python FILE`, that does not put the file's folder on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from momentum_schedule import momentum_raised_later  # noqa: E402
 
 comm = MPI.COMM_WORLD
 rank, world = comm.Get_rank(), comm.Get_size()
@@ -725,14 +731,6 @@ def momentum_later(alg: str) -> None:
     Before, the first got no correction: the optimizer applied the momentum (and weight decay) to
     the decompressed average. Uncompressed, both are torch's momentum SGD on the averaged gradient."""
 
-    def schedule(o: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
-        def f(step: int) -> float:
-            for g in o.param_groups:
-                g["momentum"] = 0.9 if step >= 2 else 0.0
-            return 1.0
-
-        return torch.optim.lr_scheduler.LambdaLR(o, f)
-
     models = []
     for made_with, correct in ((0.0, True), (0.9, True), (0.0, False)):
         torch.manual_seed(0)
@@ -742,7 +740,7 @@ def momentum_later(alg: str) -> None:
                                    model.named_parameters(), compression=alg if correct else "none",
                                    topology="casync-ring" if correct else "ring", comm=comm,
                                    momentum_correction=correct)
-        _steps(model, opt, range(6), schedule(opt))
+        _steps(model, opt, range(6), momentum_raised_later(opt))
         opt.close()
         models.append(model)
     for (n, p), q in zip(models[1].named_parameters(), models[0].parameters(), strict=True):

@@ -11,6 +11,8 @@ from mpi4py import MPI
 
 from hipress.train.optimizer import DistributedOptimizer
 
+from .momentum_schedule import momentum_raised_later
+
 
 def _train(wrap: bool, scheduler, iters: int = 5, **kw) -> torch.nn.Module:
     torch.manual_seed(0)
@@ -249,26 +251,17 @@ def test_momentum_raised_from_zero_is_corrected():
     what correction exists to avoid (mpi_optimizer.py's momentum-later shows the compressed run).
     Now correction is decided at every step: the optimizer keeps no momentum buffer of its own,
     and the run is torch's momentum SGD."""
-
-    def later(o: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
-        def f(step: int) -> float:
-            for g in o.param_groups:
-                g["momentum"] = 0.9 if step >= 2 else 0.0
-            return 1.0
-
-        return torch.optim.lr_scheduler.LambdaLR(o, f)
-
     torch.manual_seed(0)
     want = _net()
     sgd = torch.optim.SGD(want.parameters(), lr=0.1, momentum=0.0, weight_decay=0.01)
-    sched, gen = later(sgd), torch.Generator().manual_seed(1)
+    sched, gen = momentum_raised_later(sgd), torch.Generator().manual_seed(1)
     for _ in range(6):
         _sgd_steps(want, sgd, gen, 1)
         sched.step()
     got = _net()
     opt = DistributedOptimizer(torch.optim.SGD(got.parameters(), lr=0.1, momentum=0.0, weight_decay=0.01),
                                got.named_parameters(), compression="none", comm=MPI.COMM_SELF)
-    sched, gen = later(opt), torch.Generator().manual_seed(1)
+    sched, gen = momentum_raised_later(opt), torch.Generator().manual_seed(1)
     try:
         for _ in range(6):
             _sgd_steps(got, opt, gen, 1)
