@@ -2,7 +2,7 @@
 
 One place for both users: ``test_optimizer_torch.py`` (one rank, imported as ``.momentum_schedule``)
 and ``mpi_optimizer.py``, which the launcher runs as a file, not as part of the ``tests.train``
-package, so it imports this module by its bare name (after putting its own folder on ``sys.path``).
+package, so it imports this module by its bare name (a script's folder is on ``sys.path``, as under ``python FILE``).
 """
 
 from __future__ import annotations

@@ -11,21 +11,16 @@ import io
 import pickle
 import sys
 import zlib
-from pathlib import Path
 
 import numpy as np
 import torch
+from momentum_schedule import momentum_raised_later  # beside this file, shared with test_optimizer_torch.py
 from mpi4py import MPI
 
 from hipress.models import get, gradient_sizes
 from hipress.train import DistributedOptimizer
 from hipress.train.correction import velocity
 from hipress.train.optimizer import GradientMismatch
-
-# momentum_schedule (shared with test_optimizer_torch.py) lives beside this file, which the launcher's
-# rank_entry runs with runpy.run_path: unlike `python FILE`, that does not put the file's folder on sys.path
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from momentum_schedule import momentum_raised_later  # noqa: E402
 
 comm = MPI.COMM_WORLD
 rank, world = comm.Get_rank(), comm.Get_size()
