@@ -23,14 +23,20 @@ def _fmt_opts(opts: dict[str, int]) -> str:
 
 
 def describe(name: str) -> dict:
-    """One model's sizes at the paper's options and at ``hipress run``'s CPU defaults."""
-    from hipress.models import get, gradient_sizes
+    """One model's sizes at the paper's options and at ``hipress run``'s CPU defaults.
+
+    Counts and sizes need no gradient order: they come from a meta build (``definition_order``), not
+    from ``gradient_sizes``' forward/backward pass, which made the listing take 15-30 s. Of equally
+    largest gradients the last defined is named: the one a backward pass finishes first, as the
+    listing named it when it read the ready order (ResNet-50's layer4.2.conv2, UGATIT's genB2A).
+    """
+    from hipress.models import definition_order, get
 
     spec = get(name)
     cpu = spec.options("cpu")
-    real = gradient_sizes(name)
-    at_cpu = gradient_sizes(name, **{k: cpu[k] for k in spec.build_opts})
-    big = max(real, key=lambda g: g[1])
+    real = definition_order(name)
+    at_cpu = definition_order(name, **{k: cpu[k] for k in spec.build_opts})
+    big = max(reversed(real), key=lambda g: g[1])
     return {
         "model": name,
         "summary": spec.summary,

@@ -13,7 +13,7 @@ sizes without pulling in the training stack.
 """
 
 from . import gan, small, text, vision  # noqa: F401  (register the zoo)
-from .introspect import gradient_sizes, parameter_count
+from .introspect import definition_order, gradient_sizes, parameter_count, parameter_shapes
 from .registry import OPTION_HELP, BadModelOption, ModelSpec, UnknownModel, available, get, suggestion
 
 __all__ = [
@@ -22,8 +22,10 @@ __all__ = [
     "ModelSpec",
     "UnknownModel",
     "available",
+    "definition_order",
     "get",
     "gradient_sizes",
     "parameter_count",
+    "parameter_shapes",
     "suggestion",
 ]

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hipress.models import definition_order as definition_order  # hipress.plan's API, the zoo's fact
+from hipress.models import parameter_shapes as parameter_shapes
 from hipress.sync.plan import Plan, PlanEntry, ring_k
 
 from .costmodel import CostModel, load_cost_model
@@ -69,35 +71,6 @@ def _no_empty_partitions(plan: Plan) -> Plan:
     that, for line-for-line agreement); the engine gets the same partitions without the empty one."""
     return {n: e if e.partitions <= e.size else PlanEntry(n, e.size, e.compress, max(e.size, 1))
             for n, e in plan.items()}
-
-
-def parameter_shapes(model: str, **opts: int) -> dict[str, tuple[int, ...]]:
-    """A zoo model's gradient shapes by name (a summable compressor's planner needs the matrices).
-    Built on the meta device, as ``definition_order``."""
-    return {n: tuple(p.shape) for n, p in _meta_parameters(model, **opts)}
-
-
-def _meta_parameters(model: str, **opts: int) -> list:
-    import torch
-
-    from hipress.models import get
-
-    spec = get(model)
-    full = spec.options("paper", **opts)
-    build = spec.options("paper", **{k: full[k] for k in spec.build_opts})
-    with torch.device("meta"):
-        net = spec.build(**build)
-    return [(n, p) for n, p in net.named_parameters() if p.requires_grad]
-
-
-def definition_order(model: str, **opts: int) -> list[tuple[str, int]]:
-    """A zoo model's gradients ``(name, fp32 elements)`` in definition (forward) order.
-
-    That is ``named_parameters()``'s order, and the order in which MXNet's ``collect_params()``, hence
-    HiPress's input files, list a model's parameters. Built on the meta device: no memory, no compute.
-    ``opts`` as for ``hipress.models.gradient_sizes``.
-    """
-    return [(n, p.numel()) for n, p in _meta_parameters(model, **opts)]
 
 
 def load_plan(

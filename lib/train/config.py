@@ -26,7 +26,7 @@ from hipress import __version__, lr_schedules
 from hipress.compress import AlgorithmSpec, UnknownAlgorithm
 from hipress.files import DASH, decode_text, read_at_most, source_of
 from hipress.lr_schedules import CONSTANT
-from hipress.models import BadModelOption, UnknownModel, get, gradient_sizes
+from hipress.models import BadModelOption, UnknownModel, definition_order, get, gradient_sizes
 from hipress.topology_names import (
     ALLREDUCE,
     CASYNC_ENGINES,
@@ -313,17 +313,20 @@ def make_config(
             raise ConfigError(
                 f"--batch-size {opts['batch_size']} is more than a rank's share of the digits' training set "
                 f"({Digits.train_size()} samples over --np {np} = {share}): use --batch-size {share} or less")
-    sizes = gradient_sizes(model, **{k: opts[k] for k in spec.build_opts})
+    build = {k: opts[k] for k in spec.build_opts}
+    counted = definition_order(model, **build)  # counts only: a meta build, no pass
+
+    def ready() -> list[tuple[str, int]]:
+        """The ready order (a pass on the model, seconds for the big ones): only a plan needs it."""
+        return gradient_sizes(model, **build)  # cached by hipress.models
 
     def forward() -> list[tuple[str, int]]:
-        from hipress.plan import definition_order
-
-        return definition_order(model, **{k: opts[k] for k in spec.build_opts})
+        return counted
 
     def shapes() -> dict[str, tuple[int, ...]]:
-        from hipress.plan import parameter_shapes
+        from hipress.models import parameter_shapes
 
-        return parameter_shapes(model, **{k: opts[k] for k in spec.build_opts})
+        return parameter_shapes(model, **build)
 
     sgd_momentum = momentum if momentum is not None else (0.0 if data == "digits" else 0.9)
     own = float(compressor.params().get("momentum", 0.0))
@@ -335,7 +338,7 @@ def make_config(
     if plan is not None and not plan.strip():  # a --plan "$PLAN" with PLAN unset: not a run without a plan
         raise ConfigError("--plan is empty; give a SeCoPaPlan.txt path, - (standard input) or 'auto', or leave "
                           "--plan out to run without a plan")
-    plan_entries = (resolve_plan(plan, sizes, np, alg, eng, forward, shapes, device, plan_transport, compll_specs)
+    plan_entries = (resolve_plan(plan, ready(), np, alg, eng, forward, shapes, device, plan_transport, compll_specs)
                     if plan else None)
     if comp_threshold == "default":
         comp_threshold = DEFAULT_COMP_THRESHOLD if eng in CASYNC_ENGINES and not plan else None
@@ -344,7 +347,7 @@ def make_config(
             raise ConfigError(f"--comp-threshold applies to CaSync (--topo ring|ps with a compressing --alg), "
                               f"not to {eng!r}; leave it out")
         if comp_threshold > 0 or plan_entries is not None:  # 0 without a plan: the engine compresses all
-            plan_entries = apply_threshold(comp_threshold, sizes, np, eng, plan_entries)
+            plan_entries = apply_threshold(comp_threshold, ready(), np, eng, plan_entries)
     return RunConfig(
         run_id=run_id or make_run_id(model, topo, alg),
         model=model,
@@ -366,8 +369,8 @@ def make_config(
         plan=plan_entries,
         unit=spec.unit,
         units_per_iteration=np * opts["batch_size"] * spec.units(opts),
-        parameters=sum(s for _, s in sizes),
-        gradient_bytes=4 * sum(s for _, s in sizes),
+        parameters=sum(s for _, s in counted),
+        gradient_bytes=4 * sum(s for _, s in counted),
         paper_scale=spec.is_paper_scale(opts),
         compll_specs=compll_specs,
         overlap=bool(overlap),
@@ -387,7 +390,7 @@ def make_config(
             "torch": torch.__version__,
             "host": platform.node(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "gradients": len(sizes),
+            "gradients": len(counted),
             "paper_options": spec.paper,
         },
     )

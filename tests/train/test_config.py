@@ -347,3 +347,23 @@ def test_stray_spaces_around_alg_are_not_recorded():
     """--alg ' tbq' (a pasted space) ran tbq but config.json, the summary and the run directory said ' tbq'."""
     cfg = make_config("mlp", "ring", " tbq:block=0 ", 2, 1)
     assert cfg.alg == "tbq:block=0"
+
+
+def test_a_run_without_a_plan_counts_the_model_without_a_pass(monkeypatch):
+    """The pre-flight needs the ready order (a forward/backward pass, seconds for a big model) only for
+    plan entries; a run that has none (here: an uncompressed all-reduce) counts parameters from the meta build.
+    A CaSync run's entries are still in the ready order, as before."""
+    from hipress.models import gradient_sizes, introspect
+
+    ready = gradient_sizes("resnet50")
+    casync = make_config("resnet50", "ring", "tbq", comp_threshold="default")  # `hipress run`'s default
+    assert [e[0] for e in casync.plan] == [n for n, _ in ready]
+
+    def no_pass(*_a, **_k):
+        raise AssertionError("the pre-flight ran a forward/backward pass")
+
+    monkeypatch.setattr(introspect, "_ready_order", no_pass)
+    cfg = make_config("resnet50", "allreduce", "none", comp_threshold="default")
+    assert cfg.plan is None
+    assert (cfg.parameters, cfg.gradient_bytes, cfg.meta["gradients"]) == (25_557_032, 4 * 25_557_032, 161)
+    assert (cfg.parameters, cfg.meta["gradients"]) == (casync.parameters, casync.meta["gradients"])

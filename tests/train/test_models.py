@@ -152,3 +152,71 @@ def test_presets():
     assert vgg.is_paper_scale(vgg.options("paper")) and not vgg.is_paper_scale(vgg.options("cpu"))
     with pytest.raises(BadModelOption, match="preset"):
         vgg.options("gpu")
+
+
+# --- counts and sizes without a pass (hipress models, parameter_count, definition_order) ---
+
+#: The largest gradient `hipress models --json` named when it read the ready order (ties: ResNet-50's
+#: three layer4 conv2, UGATIT's two generators' FC): the listing must name the same ones.
+LARGEST = {
+    "vgg19": ("classifier.0.weight", 102_760_448),
+    "resnet50": ("layer4.2.conv2.weight", 2_359_296),
+    "bert": ("word_embeddings.weight", 23_440_896),
+    "transformer": ("embedding.weight", 17_258_496),
+    "lstm": ("encoder.weight", 49_917_000),
+    "ugatit": ("genB2A.FC.0.weight", 268_435_456),
+    "mlp": ("fc1.weight", 8192),
+}
+
+
+@pytest.mark.parametrize("name", ["mlp", "resnet50", "transformer"])
+def test_definition_order_is_a_real_builds_parameters(name):
+    """The meta build (initialisers skipped) has a real CPU build's parameters: names, order, shapes."""
+    from hipress.models import definition_order, parameter_shapes
+
+    spec = get(name)
+    real = [(n, p) for n, p in spec.build(**spec.options("paper")).named_parameters() if p.requires_grad]
+    assert definition_order(name) == [(n, p.numel()) for n, p in real]
+    assert parameter_shapes(name) == {n: tuple(p.shape) for n, p in real}
+    assert sorted(definition_order(name)) == sorted(gradient_sizes(name))  # the ready order's, reordered
+
+
+@pytest.mark.parametrize("name", list(PAPER_SIZES))
+def test_parameter_count_and_definition_order_have_the_papers_totals(name):
+    from hipress.models import definition_order, parameter_count
+
+    params, tensors = PAPER_SIZES[name]
+    assert parameter_count(name) == params
+    assert len(definition_order(name)) == tensors
+
+
+def test_hipress_models_runs_no_forward_or_backward(monkeypatch):
+    """`hipress models` needs counts and sizes only: it must not run ``gradient_sizes``' pass (15-30 s
+    for the zoo), and it names the largest gradients it named when it did."""
+    from hipress.models import introspect
+    from hipress_cli.commands.models import describe
+
+    def no_pass(*_a, **_k):
+        raise AssertionError("hipress models ran a forward/backward pass")
+
+    monkeypatch.setattr(introspect, "_ready_order", no_pass)
+    for name in available():
+        row = describe(name)
+        assert (row["largest_gradient"]["name"], row["largest_gradient"]["numel"]) == LARGEST[name]
+        if name in PAPER_SIZES:
+            assert (row["parameters"], row["gradients"]) == PAPER_SIZES[name]
+    assert describe("ugatit")["cpu_parameters"] == 209_387_648  # its FC layer at the run default's 96 px
+
+
+def test_building_on_the_meta_device_does_not_import_dynamo():
+    """The meta build skips the initialisers' values: their Python reference kernels would import
+    torch._dynamo (2-5 s) on the first fill. A fresh interpreter, as `hipress models` is."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom hipress.models import available, definition_order\n"
+            "for m in available():\n    definition_order(m)\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
