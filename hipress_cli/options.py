@@ -31,9 +31,11 @@ console = Console(markup=False)
 err_console = Console(stderr=True, markup=False)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
+#: What ``--prefix`` is, in every command that names an emulated cluster (``cluster emulate``, ``run``,
+#: the benches, ``profile``, ``reproduce``): one text.
+PREFIX_HELP = "The emulated cluster's name prefix (its namespaces: {prefix}-h0, {prefix}-h1, .., {prefix}-sw)."
 #: The emulated cluster a command builds, uses or borrows (default ``DEFAULT_PREFIX``).
-PrefixOpt = Annotated[str, typer.Option("--prefix", help="The emulated cluster's name prefix (its namespaces: "
-                                        "{prefix}-h0, {prefix}-h1, .., {prefix}-sw).")]
+PrefixOpt = Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)]
 DeviceOpt = Annotated[str, typer.Option("--device", help="Where the ranks train: auto (CUDA when torch sees a "
                                        "GPU, else the CPU), cuda or cpu. Rank i binds GPU (local rank % GPUs).")]
 PaperSizeOpt = Annotated[bool | None, typer.Option("--paper-size/--no-paper-size", help="Use the paper's input "

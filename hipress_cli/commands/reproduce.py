@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hipress_cli.options import (
+    PREFIX_HELP,
     JsonOpt,
     check_emulate,
     check_writable_dir,
@@ -55,6 +56,11 @@ ExperimentsOpt = Annotated[Path | None, typer.Option(
     "--experiments", parser=path_option, help="Directory of fig*.toml (default: the checkout's experiments/sosp21).")]
 HostsOpt = Annotated[int, typer.Option("--hosts", min=1, max=4, help="real: largest emulated cluster (1-4 hosts).")]
 RateOpt = Annotated[str, typer.Option("--rate", help="real: link rate of the emulated cluster, e.g. 1gbit.")]
+#: ``--mode real`` builds a cluster of its own and removes it when done: by default one per process
+#: (``hipress.reproduce.DEFAULT_PREFIX``-PID), so a user's ``hipress cluster emulate`` cluster is never touched.
+OwnPrefixOpt = Annotated[str | None, typer.Option("--prefix", help=(
+    f"real: {PREFIX_HELP} reproduce builds it and removes it when done, so no cluster of that prefix may exist "
+    "yet (default: hrepro-PID, one per process)."))]
 ItersOpt = Annotated[int | None, typer.Option(
     "--iters", min=1, help="real: measured iterations per point (default: real.toml's).")]
 ModelsOpt = Annotated[str | None, typer.Option(
@@ -90,6 +96,7 @@ def sosp21(
     experiments: ExperimentsOpt = None,
     hosts: HostsOpt = 4,
     rate: RateOpt = "1gbit",
+    prefix: OwnPrefixOpt = None,
     iters: ItersOpt = None,
     models: ModelsOpt = None,
     systems: SystemsOpt = None,
@@ -121,12 +128,12 @@ def sosp21(
         raise fail("--validate refits on the baseline curves of sosp21.json, leaving out each calibration model in "
                    "turn; --figure, --models, --systems and --experiments do not apply to it: leave them out")
     if mode == "sim":
-        real_only = [f"--{o}" for o in ("hosts", "rate", "iters") if on_command_line(ctx, o)]
+        real_only = [f"--{o}" for o in ("hosts", "rate", "prefix", "iters") if on_command_line(ctx, o)]
         if real_only:
             raise fail(f"{', '.join(real_only)}: for --mode real (the emulated cluster); the simulator's cluster "
                        f"sizes are the paper's: leave {'it' if len(real_only) == 1 else 'them'} out or add --mode real")
     if mode == "real":
-        check_emulate(rate, None, option="--rate")  # before the reference, the settings or the output directory
+        check_emulate(rate, prefix, option="--rate")  # before the reference, the settings or the output directory
     say = err_console if json_ else console
     ref = load_reference()
 
@@ -152,7 +159,7 @@ def sosp21(
         figs = load_figures(exp_dir, ref, figure)
         if mode == "real":
             return _real(ref, exp_dir, figs, figure, out, json_, hosts, rate, iters, _names(models),
-                         _names(systems))
+                         _names(systems), prefix)
         figs = select(figs, _names(models), _names(systems))
     except ExperimentError as e:
         raise fail(str(e)) from None
@@ -204,8 +211,10 @@ def _out_dir(out: Path | None, mode: str) -> Path:
 
 
 def _real(ref: Any, exp_dir: Path, figs: list, figure: int | None, out: Path | None, json_: bool, hosts: int,
-          rate: str, iters: int | None, models: list[str] | None, systems: list[str] | None) -> None:
-    """``--mode real``: the figures' points on the emulated cluster (``hipress.reproduce``)."""
+          rate: str, iters: int | None, models: list[str] | None, systems: list[str] | None,
+          prefix: str | None = None) -> None:
+    """``--mode real``: the figures' points on the emulated cluster (``hipress.reproduce``); ``prefix``: its
+    name (None: the runner's own, one per process)."""
     import dataclasses
     import time
 
@@ -235,7 +244,7 @@ def _real(ref: Any, exp_dir: Path, figs: list, figure: int | None, out: Path | N
     out_dir = _out_dir(out, "real")
     t0 = time.monotonic()
     try:
-        runner = RealRunner(out_dir, settings, hosts, rate, warn=_warner(say))
+        runner = RealRunner(out_dir, settings, hosts, rate, prefix=prefix, warn=_warner(say))
     except RealRunnerError as e:
         raise fail(str(e)) from None
     figs = [for_emulated(f, settings.counts_up_to(hosts), hosts, runner.cluster_name, list(settings.fig12_rates))

@@ -2,7 +2,8 @@
 
 ``RealRunner`` is a context manager: entering builds the emulated cluster (``hipress.launch.emulate``,
 ``--hosts`` network-namespace hosts, links shaped to ``--rate``) under a prefix of its own
-(``hrepro-PID``: a user's ``hipress cluster emulate`` cluster is never touched), leaving is
+(``hrepro-PID``, or ``--prefix``, which must name no cluster yet: a user's ``hipress cluster emulate``
+cluster is never touched), leaving is
 tearing it down -- also on Ctrl-C, SIGTERM and a failing point. Each point becomes a real run
 directory ``OUT/runs/<point>/`` (``config.json``, ``events.jsonl``, ``summary.json``, ``output.log``)
 and its result a file under ``OUT/points/`` (``RealCache``), written atomically, so an interrupted
@@ -114,6 +115,8 @@ class RealRunner:
         self.settings = settings
         self.hosts = hosts
         self.prefix = prefix or f"{DEFAULT_PREFIX}-{os.getpid()}"
+        if prefix is not None:
+            self._refuse_existing(emu)
         self.timeout_s = timeout_s
         self.on_iteration = on_iteration
         self.cluster_name = f"emulated-{self.rate}"
@@ -121,6 +124,21 @@ class RealRunner:
         self.emulated: Any = None
         self._old_term: Any = None
         self._profiles: dict[str, Any] = {}
+
+    def _refuse_existing(self, emu: Any) -> None:
+        """A given prefix must name no cluster yet: leaving tears the cluster down, and ``emu.up`` would
+        first re-shape or rebuild one that is there (a user's ``hipress cluster emulate up``)."""
+        from hipress.launch import EmulationError
+
+        try:
+            there = emu.status(self.prefix)
+        except EmulationError as e:  # a bad name, or a half-built cluster: the message says what to do
+            raise RealRunnerError(f"--prefix {self.prefix}: {e}") from None
+        if there is not None:
+            raise RealRunnerError(
+                f"--prefix {self.prefix}: an emulated cluster of that prefix exists ({there.hosts} hosts); reproduce "
+                f"builds its own and removes it when done, so it would remove that one: give another --prefix, "
+                f"or remove it first (`hipress cluster emulate down{emu.cli_prefix(self.prefix)}`)")
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> RealRunner:

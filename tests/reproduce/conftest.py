@@ -73,14 +73,7 @@ def netns() -> None:
 
 
 @pytest.fixture
-def real_prefix(netns, monkeypatch) -> str:
-    """The prefix of the emulated cluster `hipress reproduce --mode real` builds, in this process (the
-    CLI runs in-process): the tests' own (``tests/netns_names.py``), not the runner's ``hrepro-PID``,
-    which the command has no option for."""
-    import functools
-
-    import hipress.reproduce as reproduce
-
-    prefix = netns_prefix("x")
-    monkeypatch.setattr(reproduce, "RealRunner", functools.partial(reproduce.RealRunner, prefix=prefix))
-    return prefix
+def real_prefix(netns) -> str:
+    """The prefix a test gives `hipress reproduce --mode real` (``--prefix``) for the emulated cluster it
+    builds: the tests' own (``tests/netns_names.py``), not the runner's ``hrepro-PID``."""
+    return netns_prefix("x")

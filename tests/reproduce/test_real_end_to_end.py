@@ -23,7 +23,7 @@ def test_real_mode_measures_caches_and_resumes(tmp_path, real_prefix, monkeypatc
     exp = experiments(tmp_path, systems='["byteps", "casync-ring", "linear"]')
     out = tmp_path / "out"
     args = ("reproduce", "sosp21", "--mode", "real", "--experiments", str(exp), "--hosts", "2", "--rate", "10gbit",
-            "--out", str(out), "--json")
+            "--prefix", real_prefix, "--out", str(out), "--json")
     r = invoke(*args)
     assert r.exit_code == 0, r.output
     report = json.loads(r.stdout)
