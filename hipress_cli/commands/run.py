@@ -188,7 +188,10 @@ def register(app: typer.Typer) -> None:
                                        "hops) instead of merging the payloads (each rank's compressed once).")] = False,
         stall_timeout: Annotated[float, typer.Option("--stall-timeout", help="Stop the run when a rank makes no "
                                                      "progress for this many seconds (a warning at half; 0: "
-                                                     "never).")] = 120.0,
+                                                     "never). The warning waits at least 5 s (8 s over --hosts), "
+                                                     "the time it takes to tell a stopped rank from the ranks "
+                                                     "waiting for it; the stop comes 1 s after the warning at the "
+                                                     "earliest.")] = 120.0,
         checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Write every rank's model, "
                                                       "optimizer and compressor state to RUN_DIR/checkpoint/ every N "
                                                       "iterations and at the end (0: never).")] = 0,

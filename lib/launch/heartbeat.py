@@ -21,7 +21,10 @@ and the peer's beat may well be the older one. So each rank also *pulses*: a dae
 freezer, a debugger) or swapped out does not, nor does one whose main thread holds the GIL in C
 code. Among the ranks that made no progress, ``StallWatch`` names one whose pulse is stale
 (``PULSE_STALE_S``) before any other; without a stale pulse (all fresh, or none read: a rank of an
-older version, a start-up not that far) the rule above decides alone.
+older version, a start-up not that far) the rule above decides alone. A pulse takes time to go stale,
+so while pulses are read the warning does not come before ``judge_s`` (5 s; 8 s relayed), nor the stop
+before ``WARNING_LEAD_S`` after it: a ``--stall-timeout`` under twice that waits for the pulses rather
+than name the rank waiting for a stopped one.
 
 Ranks on other hosts (``hipress run --hosts``) beat into a directory on their host; the launcher
 copies their beats here every second (``hipress.launch.remote``) through a ``Relay``, which stamps
@@ -127,6 +130,8 @@ def sweep(root: Path | None = None, older_than_s: float = STALE_S) -> list[Path]
 PULSE_S = 1.0
 #: A pulse older than this says that the process is not running (three pulses missed).
 PULSE_STALE_S = 3.0
+#: The least time between a stall's warning and the stop, when ``judge_s`` put the warning off.
+WARNING_LEAD_S = 1.0
 #: How much later than a local one a relayed pulse may be seen: the relay reads every second, and an
 #: SFTP read over a busy link takes a while; a relayed pulse is stale only after this much more.
 RELAY_LAG_S = 3.0
@@ -237,6 +242,18 @@ class Pulse:
         return self.age(now) >= PULSE_STALE_S + self.lag_s
 
 
+def judge_s(pulses: dict[int, Pulse]) -> float:
+    """How long a rank must have made no progress before ``StallWatch`` warns (and so stops): the time a rank
+    stopped just after its last beat takes to show a stale pulse (its last pulse up to ``PULSE_S`` after
+    the beat, the waiting peer's beat up to ``PULSE_S`` before it, then ``PULSE_STALE_S`` and a relay's
+    lateness). Sooner, the rule of beats alone decides, and names the peer waiting for it (its beat the
+    older): a ``--stall-timeout`` under twice this (10 s, 16 s over ``--hosts``) warned about the wrong
+    rank first, one under it stopped the run naming it. No pulse read: nothing to wait for (0)."""
+    if not pulses:
+        return 0.0
+    return PULSE_STALE_S + 2 * PULSE_S + max(p.lag_s for p in pulses.values())
+
+
 def _read_latest(directory: Path, wanted: Callable[[str], bool], make: Callable[[dict], T]) -> dict[int, T]:
     """``make(record)`` of every file of ``directory`` that ``wanted`` names, by rank; a file being
     replaced right now, or not a record ``make`` takes, is skipped (the next read gets it whole)."""
@@ -334,20 +351,23 @@ class StallWatch:
         first = self.culprit(beats, pulses, now)
         limit = startup if first.iteration in (None, 0) else self.timeout_s  # iteration 0 compiles kernels
         quiet = now - first.time
-        if quiet < limit / 2:
+        # not before the pulses can tell (judge_s); the stop never without the warning before it
+        warn_at = max(limit / 2, judge_s(pulses))
+        stop_at = max(limit, warn_at + WARNING_LEAD_S)
+        if quiet < warn_at:
             return None, None
         pulse = pulses.get(first.rank)
         dead = "" if pulse is None or not pulse.stale(now) else (
             f"; its process is not running: no sign of life for {pulse.age(now):.0f} s (stopped by SIGSTOP or "
             "a debugger, frozen, or stuck holding the GIL?)")
-        if quiet >= limit:
+        if quiet >= stop_at:
             return None, (f"rank {first.rank} made no progress for {quiet:.0f} s (stalled in {first.doing()}){dead}; "
                           f"the run was stopped (--stall-timeout {self.timeout_s:g})")
         key = (first.rank, first.phase, first.time, bool(dead))
         if key not in self.warned:
             self.warned.add(key)
             return (f"rank {first.rank} has made no progress for {quiet:.0f} s (in {first.doing()}){dead}; the run "
-                    f"will be stopped after {limit:g} s"), None
+                    f"will be stopped after {stop_at:g} s"), None
         return None, None
 
     @staticmethod

@@ -372,3 +372,49 @@ def test_the_ranks_own_timeouts_follow_the_stall_timeout_with_a_start_up_floor(m
     for bad in (-1.0, float("nan"), float("inf"), heartbeat.MAX_STALL_S + 1):
         with pytest.raises(ValueError, match="--stall-timeout must be"):
             heartbeat.check_stall_timeout(bad)
+
+
+@pytest.mark.parametrize("timeout", [2.0, 4.0])
+def test_a_short_stall_timeout_names_the_stopped_rank_from_the_first_warning(tmp_path, timeout):
+    """Rank 1 SIGSTOPped just after its beat, inside the gather rank 0 waits in (rank 0's beat the older):
+    until rank 1's pulse is stale, beats alone name rank 0. With --stall-timeout 4 the warning at 2 s named
+    rank 0 first; with 2 the stop did. The warning waits until the pulses can tell (``judge_s``), the stop
+    comes after it: both name rank 1."""
+    now = time.time()
+    _beat(tmp_path, 0, "gather of the iteration's statistics", 7, now - 0.002, seq=29)
+    _beat(tmp_path, 1, "gather of the iteration's statistics", 7, now - 0.001, seq=29)
+    _pulse(tmp_path, 1, now + heartbeat.PULSE_S - 0.01)  # its last pulse: the stop came just after it
+
+    def pulse_0(at: float) -> None:
+        _pulse(tmp_path, 0, at)  # rank 0 waits and pulses on
+
+    w = StallWatch(tmp_path, timeout_s=timeout, ranks=2)
+    said = []
+    t = now
+    while t < now + 12:
+        pulse_0(t)
+        warning, stop = w.check(t)
+        said += [m for m in (warning, stop) if m]
+        if stop:
+            break
+        t += 0.25
+    assert said and all(m.startswith("rank 1 ") and "its process is not running" in m for m in said), said
+    assert len(said) == 2 and "the run will be stopped" in said[0] and "the run was stopped" in said[1], said
+    judge = heartbeat.judge_s(heartbeat.read_pulses(tmp_path))
+    assert judge == heartbeat.PULSE_STALE_S + 2 * heartbeat.PULSE_S
+    assert t - now >= max(timeout, judge + heartbeat.WARNING_LEAD_S)
+
+
+def test_judge_time_is_what_the_run_help_says():
+    """``hipress run --help`` gives the floor of --stall-timeout (local and over --hosts) in words."""
+    from typer.testing import CliRunner
+
+    from hipress_cli.app import build
+
+    local = heartbeat.judge_s({0: heartbeat.Pulse(0, 1, 0.0)})
+    relayed = heartbeat.judge_s({0: heartbeat.Pulse(0, 1, 0.0, heartbeat.RELAY_LAG_S)})
+    out = CliRunner().invoke(build(), ["run", "--help"], env={"COLUMNS": "200"}).output
+    text = " ".join(out.replace("│", " ").split())  # the help's table: its borders wrap the text
+    assert f"The warning waits at least {local:g} s ({relayed:g} s over --hosts)" in text, text
+    assert f"the stop comes {heartbeat.WARNING_LEAD_S:g} s after the warning at the earliest" in text, text
+    assert heartbeat.judge_s({}) == 0.0  # no pulse read (an older rank): the beats decide at once, as before
