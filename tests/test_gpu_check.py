@@ -1,0 +1,70 @@
+""".ci/gpu-check's bookkeeping, with every command it runs stubbed: its exit code must say whether the
+run passed, because a device call reports only that code and the files under $OUT, and a rare GPU
+session that reads 0 would take a failed or deadline-cut run for a passed one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "gpu-check"
+STUBS = ("python3", "nvidia-smi", "hipress")
+
+
+def _stub_bin(tmp_path: Path, failing: tuple[str, ...] = ()) -> Path:
+    """A folder of stand-ins for the commands gpu-check runs: each reads its input and exits 0
+    (hipress prints an empty JSON document), or 3 for the names in ``failing``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in STUBS:
+        out = "echo '{}'" if name == "hipress" else ":"
+        rc = 3 if name in failing else 0
+        path = bin_dir / name
+        path.write_text(f"#!/usr/bin/env bash\ncat >/dev/null\n{out}\nexit {rc}\n")
+        path.chmod(0o755)
+    return bin_dir
+
+
+def _run(tmp_path: Path, failing: tuple[str, ...] = (), deadline: int = 120) -> tuple[int, list[dict]]:
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "DEADLINE": str(deadline),
+           "PATH": f"{_stub_bin(tmp_path, failing)}:{os.environ['PATH']}"}
+    r = subprocess.run(["bash", str(SCRIPT), "gpu"], env=env, capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL)
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    return r.returncode, steps
+
+
+@pytest.mark.timeout(200)
+def test_exit_code_zero_when_every_step_passed(tmp_path):
+    rc, steps = _run(tmp_path)
+    assert [s["rc"] for s in steps] == [0] * len(steps) and len(steps) == 6, steps
+    assert rc == 0
+
+
+@pytest.mark.timeout(200)
+def test_exit_code_one_when_a_step_failed(tmp_path):
+    rc, steps = _run(tmp_path, failing=("nvidia-smi",))
+    assert steps[0] == {**steps[0], "step": "nvidia-smi", "rc": 3}
+    assert rc == 1
+
+
+@pytest.mark.timeout(200)
+def test_exit_code_one_when_the_deadline_cut_the_steps(tmp_path):
+    rc, steps = _run(tmp_path, deadline=10)
+    assert {s["rc"] for s in steps} == {None}
+    assert rc == 1
+
+
+@pytest.mark.timeout(200)
+def test_earlier_runs_lines_do_not_decide_the_exit_code(tmp_path):
+    """Here $OUT defaults to ./gpu-check-out, which outlives a run: only this run's steps count."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "steps.jsonl").write_text('{"step": "old", "rc": 1, "seconds": 0.1, "limit": 9}\n')
+    rc, steps = _run(tmp_path)
+    assert steps[0]["step"] == "old" and len(steps) == 7
+    assert rc == 0
