@@ -68,3 +68,28 @@ def test_earlier_runs_lines_do_not_decide_the_exit_code(tmp_path):
     rc, steps = _run(tmp_path)
     assert steps[0]["step"] == "old" and len(steps) == 7
     assert rc == 0
+
+
+@pytest.mark.timeout(200)
+def test_hipress_runs_from_the_source_tree_when_the_install_did_not_take(tmp_path):
+    """An image whose pip cannot install this tree must not cost the device call: the checks then run
+    hipress from the source tree (on PYTHONPATH), and steps.jsonl says so."""
+    bin_dir = _stub_bin(tmp_path)
+    calls = tmp_path / "calls.txt"
+    (bin_dir / "python3").write_text(
+        "#!/usr/bin/env bash\ncat >/dev/null\n"
+        f'echo "$PYTHONPATH|$*" >>{calls}\n'
+        'case "$*" in *"import hipress"*) exit 1 ;; esac\n'
+    )
+    (bin_dir / "hipress").unlink()
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "DEADLINE": "120", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    subprocess.run(["bash", str(SCRIPT), "gpu"], env=env, capture_output=True, text=True, timeout=120,
+                   stdin=subprocess.DEVNULL)
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert "hipress from the source tree" in [s["step"] for s in steps]
+    bench = [line for line in calls.read_text().splitlines() if "bench compress" in line]
+    assert bench and all("-m hipress_cli.app bench compress" in line for line in bench), bench
+    src = Path(bench[0].split("|")[0].split(":")[0])
+    assert (src / "hipress").resolve() == SCRIPT.parents[1] / "lib"
+    assert (src / "hipress_cli").resolve() == SCRIPT.parents[1] / "hipress_cli"
