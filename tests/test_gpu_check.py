@@ -12,16 +12,22 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "gpu-check"
-STUBS = ("python3", "nvidia-smi", "hipress")
+STUBS = ("python3", "nvidia-smi", "hipress", "mpiexec")
 
 
 def _stub_bin(tmp_path: Path, failing: tuple[str, ...] = ()) -> Path:
     """A folder of stand-ins for the commands gpu-check runs: each reads its input and exits 0
-    (hipress prints an empty JSON document), or 3 for the names in ``failing``."""
+    (hipress prints an empty JSON document, python3 names the stub mpiexec as hipress's, mpiexec
+    logs its arguments to mpiexec.txt), or 3 for the names in ``failing``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    outputs = {
+        "hipress": "echo '{}'",
+        "python3": f'case "$*" in *mpiexec_path*) echo {bin_dir / "mpiexec"} ;; esac',
+        "mpiexec": f'echo "$*" >>{tmp_path / "mpiexec.txt"}',
+    }
     for name in STUBS:
-        out = "echo '{}'" if name == "hipress" else ":"
+        out = outputs.get(name, ":")
         rc = 3 if name in failing else 0
         path = bin_dir / name
         path.write_text(f"#!/usr/bin/env bash\ncat >/dev/null\n{out}\nexit {rc}\n")
@@ -42,7 +48,7 @@ def _run(tmp_path: Path, failing: tuple[str, ...] = (), deadline: int = 120) -> 
 @pytest.mark.timeout(200)
 def test_exit_code_zero_when_every_step_passed(tmp_path):
     rc, steps = _run(tmp_path)
-    assert [s["rc"] for s in steps] == [0] * len(steps) and len(steps) == 6, steps
+    assert [s["rc"] for s in steps] == [0] * len(steps) and len(steps) == 7, steps
     assert rc == 0
 
 
@@ -66,7 +72,7 @@ def test_earlier_runs_lines_do_not_decide_the_exit_code(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "steps.jsonl").write_text('{"step": "old", "rc": 1, "seconds": 0.1, "limit": 9}\n')
     rc, steps = _run(tmp_path)
-    assert steps[0]["step"] == "old" and len(steps) == 7
+    assert steps[0]["step"] == "old" and len(steps) == 8
     assert rc == 0
 
 
@@ -93,3 +99,14 @@ def test_hipress_runs_from_the_source_tree_when_the_install_did_not_take(tmp_pat
     src = Path(bench[0].split("|")[0].split(":")[0])
     assert (src / "hipress").resolve() == SCRIPT.parents[1] / "lib"
     assert (src / "hipress_cli").resolve() == SCRIPT.parents[1] / "hipress_cli"
+
+
+@pytest.mark.timeout(200)
+def test_mpi_says_hello_through_hipresss_own_mpiexec_before_the_checks(tmp_path):
+    """Every MPI test and run needs mpiexec (the mpich wheel's, which the GPU image lacks): a step of
+    its own names that failure, not forty failed tests."""
+    rc, steps = _run(tmp_path, failing=("mpiexec",))
+    names = [s["step"] for s in steps]
+    assert names.index("mpi hello") == names.index("versions") + 1
+    assert steps[names.index("mpi hello")]["rc"] == 3 and rc == 1
+    assert (tmp_path / "mpiexec.txt").read_text().split() == ["-n", "2", "python3", "-m", "mpi4py.bench", "helloworld"]
