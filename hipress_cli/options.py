@@ -341,7 +341,7 @@ def refuse_extra_args(args: list[str], known: list[str]) -> None:
 
     ``known``: the command's own option names (for "did you mean").
     """
-    import difflib
+    from hipress.suggest import CLOSE, suggestions
 
     if not args:
         return
@@ -350,7 +350,7 @@ def refuse_extra_args(args: list[str], known: list[str]) -> None:
     if name in HIPRESS_FLAGS:
         raise fail(f"{name} is a HiPress flag hipress run does not take: {HIPRESS_FLAGS[name]}")
     if name.startswith("-"):
-        close = difflib.get_close_matches(name, known, n=2)
+        close = suggestions(name, known, CLOSE, n=2)
         hint = f"; did you mean {' or '.join(close)}?" if close else "; see hipress run --help"
         raise fail(f"no such option: {name}{hint}")
     raise fail(f"unexpected argument {first!r} (the model is given once, as the argument or with --model)")

@@ -7,7 +7,7 @@ literals and walk expression trees for the other checks.
 
 from __future__ import annotations
 
-import difflib
+from hipress.suggest import CLOSE, suggestion
 
 from . import ast
 from . import types as T
@@ -29,8 +29,8 @@ class ExprChecks:
         if n.id in BUILTINS:  # max = ...: "did you mean 'max'?" would name the very word
             return self.err(n, f"{n.id!r} is a built-in function, not a variable",
                             f"declare a variable with another name, e.g. float {n.id}_value = ...")
-        close = [c for c in difflib.get_close_matches(n.id, scope.all_names() + list(BUILTINS), n=2) if c != n.id]
-        return self.err(n, f"undefined name {n.id!r}", f"did you mean {close[0]!r}?" if close else "")
+        meant = suggestion(n.id, scope.all_names() + list(BUILTINS), CLOSE, not_itself=True)
+        return self.err(n, f"undefined name {n.id!r}", f"did you mean {meant!r}?" if meant else "")
 
     def _expr(self, e: ast.Expr, scope: Scope, host: bool, want: T.Type | None = None) -> T.Type:
         t = self._expr_raw(e, scope, host, want)
@@ -147,11 +147,11 @@ class ExprChecks:
                 e.base.ty = sym.ty
                 fields = self.fields[sym.struct]
                 if e.field not in fields:
-                    close = difflib.get_close_matches(e.field, list(fields), n=1)
+                    meant = suggestion(e.field, fields, CLOSE)
                     raise self.err(
                         e,
                         f"param {sym.struct} has no field {e.field!r}",
-                        f"did you mean {close[0]!r}?" if close else "",
+                        f"did you mean {meant!r}?" if meant else "",
                     )
                 self._capture(sym)
                 return fields[e.field]
@@ -261,8 +261,8 @@ class ExprChecks:
             return self._vector_op(e, scope)
         sym = scope.lookup(f)
         if sym is None:
-            close = difflib.get_close_matches(f, scope.all_names() + list(BUILTINS), n=1)
-            raise self.err(e, f"unknown function or operator {f!r}", f"did you mean {close[0]!r}?" if close else "")
+            meant = suggestion(f, scope.all_names() + list(BUILTINS), CLOSE)
+            raise self.err(e, f"unknown function or operator {f!r}", f"did you mean {meant!r}?" if meant else "")
         if sym.kind != "lambda":
             raise self.err(e, f"{f!r} is a {sym.ty}, not a function")
         if host:

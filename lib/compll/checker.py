@@ -20,8 +20,9 @@ expressions in ``check_exprs.py``, the resulting model in ``symbols.py``. Every 
 
 from __future__ import annotations
 
-import difflib
 import struct
+
+from hipress.suggest import VERY_CLOSE, suggestions
 
 from . import ast
 from . import types as T
@@ -248,7 +249,7 @@ class Checker(StmtChecks, ExprChecks):
                 sym = Symbol(p.name, ty, "param", p)
                 scalars.append(sym)
             elif not tn.pointer and scalar_type(tn) is None and tn.name not in ("uint", "void"):
-                close = difflib.get_close_matches(tn.name, [*SCALAR_TYPES, *self.blocks], n=2, cutoff=0.75)
+                close = suggestions(tn.name, [*SCALAR_TYPES, *self.blocks], VERY_CLOSE, n=2)
                 hint = (f"did you mean {' or '.join(map(repr, close))}?" if close
                         else f"declare it with param {tn.name} {{ ... }}" if tn.name[:1].isupper() else "")
                 raise self.err(tn, f"unknown type {tn.name!r}", hint)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import math
 import re
@@ -16,6 +15,8 @@ from lark.exceptions import (
     UnexpectedToken,
     VisitError,
 )
+
+from hipress.suggest import VERY_CLOSE, suggestion
 
 from . import ast
 from .errors import CompLLError
@@ -162,9 +163,9 @@ def _misspelled_keyword(e: UnexpectedToken, source: str) -> str:
     tok = e.token
     if tok.type == "NAME":
         expected = [k for k in KEYWORDS if k.upper() in e.expected]
-        close = difflib.get_close_matches(str(tok), expected, n=1, cutoff=0.75)
-        if close:
-            return f"did you mean {close[0]!r}?"
+        meant = suggestion(str(tok), expected, VERY_CLOSE)
+        if meant:
+            return f"did you mean {meant!r}?"
     at = getattr(tok, "start_pos", None)
     if at is None or at < 0:
         return ""
@@ -173,9 +174,9 @@ def _misspelled_keyword(e: UnexpectedToken, source: str) -> str:
         word = m.group()
         if word in KEYWORDS or len(re.findall(rf"\b{word}\b", source)) != 1:
             continue
-        close = difflib.get_close_matches(word, KEYWORDS, n=1, cutoff=0.75)
-        if close:
-            return f"{word!r} at column {m.start() - start + 1} is not a keyword: did you mean {close[0]!r}?"
+        meant = suggestion(word, KEYWORDS, VERY_CLOSE)
+        if meant:
+            return f"{word!r} at column {m.start() - start + 1} is not a keyword: did you mean {meant!r}?"
     return ""
 
 

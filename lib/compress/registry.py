@@ -8,7 +8,6 @@ payload header so that a decoder can refuse a payload of another algorithm.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import math
 import re
@@ -16,6 +15,8 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from hipress.suggest import SAME_BUT_FOR_CASE_ELSE_CLOSE, suggestion
 
 if TYPE_CHECKING:
     from .base import Compressor
@@ -31,10 +32,9 @@ class UnknownAlgorithm(KeyError):
     def __init__(self, name: str) -> None:
         self.name = name
         text = f"unknown compression algorithm {name!r}; available: {', '.join(available())}"
-        same_case = [n for n in available() if n.lower() == str(name).lower()]
-        close = same_case or difflib.get_close_matches(str(name), available(), n=1, cutoff=0.75)
-        if close:
-            text += f" (did you mean {close[0]!r}?)"
+        meant = suggestion(str(name), available(), SAME_BUT_FOR_CASE_ELSE_CLOSE)
+        if meant:
+            text += f" (did you mean {meant!r}?)"
         super().__init__(text)
 
     def __str__(self) -> str:

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from hipress import suggest
+
 Batch = tuple[torch.Tensor, ...]
 
 #: Every option a model may take; a spec lists the ones that apply to it.
@@ -116,10 +118,6 @@ def available(paper_only: bool = False) -> list[str]:
     return [n for n in names if _ZOO[n].from_paper or not paper_only]
 
 
-def _folded(name: str) -> str:
-    return "".join(c for c in name.casefold() if c.isalnum())
-
-
 def suggestion(name: str, known: Iterable[str] | None = None) -> str | None:
     """The model of ``known`` (default: the zoo) that ``name`` names but for case, spaces, '-' or '_'
     ('VGG19', 'ResNet-50', 'U-GAT-IT'), else None.
@@ -128,9 +126,8 @@ def suggestion(name: str, known: Iterable[str] | None = None) -> str | None:
     result folders, ``--resume``'s comparison, the reproduce settings' tables), so one spelling per
     model keeps those comparable; a HiPress user typing the paper's 'VGG19' is told the one to type.
     """
-    key = _folded(name)
-    matches = [n for n in (available() if known is None else known) if _folded(n) == key]
-    return matches[0] if len(matches) == 1 and matches[0] != name else None
+    pool = available() if known is None else known
+    return suggest.suggestion(name, pool, suggest.SAME_BUT_FOR_CASE_OR_PUNCTUATION, not_itself=True)
 
 
 def get(name: str) -> ModelSpec:

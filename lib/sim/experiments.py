@@ -17,9 +17,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hipress.suggest import CLOSE, SAME_BUT_FOR_CASE_OR_PUNCTUATION, suggestion
+
 from .cluster import cluster_from_reference
 from .costs import ALGORITHMS, algorithm
-from .fields import Field, FieldError, check_table, closest, read_toml
+from .fields import Field, FieldError, check_table, read_toml
 from .reference import Reference
 from .systems import ALL_SYSTEMS
 
@@ -223,7 +225,7 @@ def _panel_points(fig: int, kind: str, cluster: str, raw: dict[str, Any], ref: R
 def _check_model(model: str, ref: Reference, cluster: str, where: str) -> None:
     if ref.series(cluster, model, "linear") is None:
         known = [m for m in ref.experiments if ref.series(cluster, m, "linear") is not None]
-        near = closest(model, known)
+        near = suggestion(model, known, CLOSE)
         raise ExperimentError(
             f"{where}: model {model!r} has no linear series for cluster {cluster!r} in sosp21.json, "
             f"so its per-GPU speed is unknown{f' (did you mean {near!r}?)' if near else ''}; "
@@ -259,11 +261,11 @@ def load_figures(directory: Path, ref: Reference, only: int | None = None) -> li
 def _names(given: list[str] | None, what: str, known: list[str], everywhere: list[str]) -> set[str] | None:
     if given is None:
         return None
-    from hipress.models import suggestion
-
     bad = [g for g in given if g not in known]
     if bad:
-        meant = [m for m in (suggestion(g, known) for g in bad) if m]  # 'VGG19' for vgg19, as run and plan say
+        # 'VGG19' for vgg19, as run and plan say (a model's name is a run's identity: no fuzzy guess)
+        rule = SAME_BUT_FOR_CASE_OR_PUNCTUATION
+        meant = [m for m in (suggestion(g, known, rule, not_itself=True) for g in bad) if m]
         hint = f" (did you mean {', '.join(map(repr, meant))}?)" if meant else ""
         raise ExperimentError(f"unknown {what} {', '.join(map(repr, bad))} in --{what}s{hint}; known: "
                               f"{', '.join(known)}")

@@ -19,10 +19,9 @@ subclasses naming the same places.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import tomllib
 
 from hipress.files import NotUtf8, TooLarge, decode_text, read_at_most
+from hipress.suggest import CLOSE, suggestion
 
 #: How each accepted type is named in a message, singular and plural.
 _NOUNS: dict[type, tuple[str, str]] = {
@@ -72,12 +72,6 @@ def shown(value: Any, limit: int = 60) -> str:
     """``repr(value)`` cut to ``limit`` characters: a message quotes the value, not a whole table."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def closest(word: str, known: Sequence[str]) -> str | None:
-    """The known word a misspelled ``word`` most likely meant, if one is close enough."""
-    close = difflib.get_close_matches(word, list(known), n=1)
-    return close[0] if close else None
 
 
 @dataclass(frozen=True)
@@ -147,7 +141,7 @@ class Field:
         hint = ""
         if self.type is bool and isinstance(value, str) and value.strip().lower() in ("true", "false"):
             hint = f" (a string: write {key.split('[')[0]} = {value.strip().lower()}, without quotes)"
-        elif self.choices and isinstance(value, str) and (near := closest(value, self.choices)):
+        elif self.choices and isinstance(value, str) and (near := suggestion(value, self.choices, CLOSE)):
             hint = f" (did you mean {near!r}?)"
         return FieldError(f"{where}: {key} must be {what}, not {shown(value)}{hint}{self._fix()}")
 
@@ -212,7 +206,7 @@ def check_table(raw: Any, fields: Mapping[str, Field], where: str, *, open_: boo
     if not open_:
         unknown = [k for k in raw if k not in fields]
         if unknown:
-            named = ", ".join(f"{k!r} (did you mean {near!r}?)" if (near := closest(k, list(fields))) else repr(k)
+            named = ", ".join(f"{k!r} (did you mean {near!r}?)" if (near := suggestion(k, fields, CLOSE)) else repr(k)
                               for k in unknown)
             raise FieldError(f"{where}: unknown field(s) {named}; the fields here are {', '.join(fields)}")
     out: dict[str, Any] = {}
