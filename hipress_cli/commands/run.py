@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hipress import lr_schedules
+from hipress.files import STDIN_NAME
 from hipress.launch import emulate as emulation
 from hipress.lr_schedules import CONSTANT
 from hipress.topology_names import CHOICES, DEFAULT_CHOICE
@@ -78,7 +79,8 @@ def _what_runs(cfg: Any) -> Text:
 
     sync = choice_of_engine(cfg.engine_topology)[1]
     alg = "" if cfg.alg == "none" else f" + {cfg.alg}"
-    plan = f", plan {cfg.plan_source}" if cfg.plan_source else ""
+    # "plan auto", "plan SeCoPaPlan.txt", but "plan from standard input" (not "plan standard input")
+    plan = f", plan {'from ' if cfg.plan_source == STDIN_NAME else ''}{cfg.plan_source}" if cfg.plan_source else ""
     if cfg.plan:  # a plan (SeCoPa's, or the threshold's) may leave gradients, even all of them, uncompressed
         n = sum(1 for e in cfg.plan if e[2])
         plan += f", {n} of {len(cfg.plan)} gradients compressed"

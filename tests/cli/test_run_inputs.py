@@ -438,6 +438,21 @@ def test_the_line_of_what_runs_says_how_many_gradients_a_plan_compresses(tmp_pat
     assert says.replace("FILE", str(plan)) in " ".join(_what_runs(cfg).plain.split())
 
 
+def test_the_line_of_what_runs_says_a_piped_plan_comes_from_standard_input(tmp_path, monkeypatch):
+    """`run --plan -` read "CaSync-PS + onebit, plan standard input, ..."; the plan comes *from* standard input."""
+    from hipress import files
+    from hipress.train.config import make_config
+    from hipress_cli.commands.run import _what_runs
+
+    piped = tmp_path / "piped"
+    piped.write_text("fc2.bias,10,n,1\nfc2.weight,1280,n,1\nfc1.bias,128,n,1\nfc1.weight,8192,y,2\n")
+    monkeypatch.setattr(files, "STDIN_PATH", piped)  # what `--plan -` reads, instead of pytest's stdin
+    cfg = make_config("mlp", "ps", "onebit", 2, 1, plan="-")
+    assert cfg.plan_source == "standard input"  # the record keeps the name; only the sentence changes
+    line = " ".join(_what_runs(cfg).plain.split())
+    assert "CaSync-PS + onebit, plan from standard input, 1 of 4 gradients compressed;" in line, line
+
+
 def test_the_tables_show_a_small_models_bytes_sent(monkeypatch):
     """mlp, the model for quick runs, sends 36 KiB a step in fp32 and 3 KiB with tbq: the run's summary table
     and bench train's showed both as "0.0 MiB" (bench train: "0.0" under MiB/rank/it), so the tables of a

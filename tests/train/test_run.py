@@ -72,7 +72,7 @@ def test_plan_from_standard_input_runs_and_resumes(results):
                   "1", "--results", str(results), "--json", input=text)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["status"] == "ok"
-    assert "plan standard input, 2 of 4 gradients compressed" in " ".join(res.stderr.split())
+    assert "plan from standard input, 2 of 4 gradients compressed" in " ".join(res.stderr.split())
     run_dir = run_dir_of(results)
     config = json.loads((run_dir / "config.json").read_text())
     assert config["plan_source"] == "standard input" and config["plan"][3] == ["fc1.weight", 8192, True, 2]
