@@ -9,6 +9,7 @@ stay in ``results/<run-id>/``.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Annotated, Any
@@ -398,11 +399,17 @@ def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> tuple[Any, 
     if given:
         raise fail(f"--resume continues a run with the configuration in its config.json; leave out {', '.join(given)} "
                    f"(only --iters, to extend it, and launch options may be given)")
+    a_run = "give the directory of a `hipress run` (results/<run-id>/)"
+    if not run_dir.is_dir():  # else: "no config.json there" of a path that is not there, "Not a directory" of a file
+        what = "is a file, not a run directory" if run_dir.exists() else "does not exist"
+        raise fail(f"--resume {run_dir} {what}; {a_run}")
     try:
         cfg = RunConfig.read(run_dir)
     except FileNotFoundError:
-        raise fail(f"--resume {run_dir}: no config.json there; give the directory of a `hipress run` "
-                   f"(results/<run-id>/)") from None
+        raise fail(f"--resume {run_dir}: no config.json there; {a_run}") from None
+    except json.JSONDecodeError as e:  # its text alone ("Expecting value: line 1 column 2 (char 1)") says not what
+        raise fail(f"--resume {run_dir}: its config.json is not valid JSON (line {e.lineno}, column {e.colno}: "
+                   f"{e.msg}): not a `hipress run`'s (which writes it whole), or changed since; {a_run}") from None
     except (OSError, ValueError, TypeError) as e:
         reason = (e.strerror or e) if isinstance(e, OSError) else e  # not the path again, inside errno's text
         raise fail(f"--resume {run_dir}: cannot read its config.json: {reason}") from None

@@ -162,6 +162,27 @@ def test_an_unreadable_file_is_named_once_with_the_reason(args, said, tmp_path):
 
 
 
+@pytest.mark.parametrize("make,said", [
+    (lambda p: None, "--resume {p} does not exist; give the directory of a `hipress run` (results/<run-id>/)"),
+    (lambda p: p.write_text("{}"), "--resume {p} is a file, not a run directory; give the directory of a `hipress"),
+    (lambda p: (p.mkdir(), (p / "config.json").write_text("{bad")),
+     "--resume {p}: its config.json is not valid JSON (line 1, column 2: Expecting property name enclosed in double "
+     "quotes): not a `hipress run`'s (which writes it whole), or changed since; give the directory of a `hipress run`"),
+])
+def test_resume_of_no_run_directory_says_what_the_path_is(make, said, tmp_path):
+    """`--resume FILE` said "cannot read its config.json: Not a directory", `--resume MISSING` "no config.json
+    there" and a damaged config.json only Python's "Expecting value: line 1 column 2 (char 1)"."""
+    from typer.testing import CliRunner
+
+    from hipress_cli.app import build
+
+    path = tmp_path / "run"
+    make(path)
+    r = CliRunner().invoke(build(), ["run", "--resume", str(path)], env={"COLUMNS": "400"})
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and said.format(p=path) in text and "Traceback" not in text, text
+
+
 def test_resume_of_a_directory_whose_config_json_has_no_end_is_refused_unread(tmp_path):
     """`--resume DIR` read DIR/config.json whole: a link to /dev/zero there never returned."""
     from typer.testing import CliRunner
