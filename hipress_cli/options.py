@@ -256,6 +256,18 @@ def check_writable_dir(directory: Path, what: str) -> None:
     Path(probe).unlink(missing_ok=True)
 
 
+def check_output_folder(output: Path, option: str = "--output") -> None:
+    """Exit 2 where the folder ``output`` goes into does not exist or is a file, before the work whose
+    result it would hold: a plain write says only "No such file or directory", after that work, and
+    not which part of the path is missing or how to make it."""
+    parent = output.parent
+    if not parent.exists():
+        raise fail(f"{option} {output}: directory {parent} does not exist; create it (mkdir -p {parent}) "
+                   "or give another path")
+    if not parent.is_dir():
+        raise fail(f"{option} {output}: {parent} is not a directory; give a path inside a directory")
+
+
 def check_output_beside_json(output: Path | None, json_: bool) -> None:
     """Exit 2 if ``--output`` is this process's standard output (``/dev/stdout``, or the file stdout is
     redirected to) while ``--json`` prints there too: the file's text and the JSON would arrive one after

@@ -16,6 +16,7 @@ from hipress.topology_names import PS
 from hipress_cli.options import (
     JsonOpt,
     check_output_beside_json,
+    check_output_folder,
     console,
     err_console,
     fail,
@@ -213,6 +214,8 @@ def plan(
         raise fail(str(e)) from None
     if output is not None and output.is_dir():
         raise fail(f"--output {output} is a directory: give the plan's file name, e.g. SeCoPaPlan.txt")
+    if output is not None and output != DASH:  # the folder only: no probe file (for /dev/stdout, in /dev)
+        check_output_folder(output)
     if output == DASH and json_:
         raise fail("--output - prints the plan where --json prints its JSON: the two would be mixed in one "
                    "stream; give the plan a file, or leave out --json (the JSON carries the plan too)")

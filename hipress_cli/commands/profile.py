@@ -14,6 +14,7 @@ from hipress_cli.options import (
     MAX_SIZE,
     JsonOpt,
     check_output_beside_json,
+    check_output_folder,
     check_writable_dir,
     console,
     fail,
@@ -55,15 +56,10 @@ def check_output(output: Path) -> None:
     new file -- tried with a real temporary file, which also catches a read-only mount or ACLs that
     permission bits do not show.
     """
-    parent = output.parent
     if output.is_dir():
         raise fail(f"--output {output}: is a directory; give a file path, e.g. {output / 'profile.json'}")
-    if not parent.exists():
-        raise fail(f"--output {output}: directory {parent} does not exist; create it (mkdir -p {parent}) "
-                   "or give another path")
-    if not parent.is_dir():
-        raise fail(f"--output {output}: {parent} is not a directory; give a path inside a directory")
-    check_writable_dir(parent, f"--output {output}")
+    check_output_folder(output)
+    check_writable_dir(output.parent, f"--output {output}")
 
 
 def profile(

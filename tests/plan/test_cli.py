@@ -486,6 +486,24 @@ def test_plan_output_through_a_link_to_a_device_and_not_a_directory(tmp_path):
     assert r.returncode == 2 and "'--output': is empty (an unset variable?)" in " ".join(r.stderr.split()), r.stderr
 
 
+def test_plan_output_in_a_missing_folder_says_which_and_how_to_make_it(tmp_path):
+    """`plan --output nodir/x.txt` planned, then said "cannot write nodir/x.txt: No such file or directory"
+    (and of a file's path used as a folder "Not a directory"); now it names the folder before planning, as
+    `profile --output` does, with the same words."""
+    inp = tmp_path / "in.txt"
+    inp.write_text("a,1\nb,4000000\n")
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    missing = tmp_path / "nodir" / "x.txt"
+    r = hipress("plan", "--input", inp, "--output", missing)
+    assert r.returncode == 2 and f"--output {missing}: directory {missing.parent} does not exist; create it " \
+        f"(mkdir -p {missing.parent}) or give another path" in " ".join(r.stderr.split()), r.stderr
+    r = hipress("plan", "--input", inp, "--output", afile / "x.txt")
+    assert r.returncode == 2 and f"{afile} is not a directory; give a path inside a directory" in \
+        " ".join(r.stderr.split()), r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "in.txt"]
+
+
 def test_plan_output_dash_prints_the_plan_alone_on_stdout(tmp_path):
     """--output - (a pipe's convention) printed nothing: it wrote a file named '-'. Now the plan is standard
     output, alone (the tables go to stderr), so `hipress plan ... --output - > SeCoPaPlan.txt` is the file;
