@@ -344,8 +344,7 @@ def make_config(
         comp_threshold = DEFAULT_COMP_THRESHOLD if eng in CASYNC_ENGINES and not plan else None
     if comp_threshold is not None:
         if eng not in CASYNC_ENGINES:
-            raise ConfigError(f"--comp-threshold applies to CaSync (--topo ring|ps with a compressing --alg), "
-                              f"not to {eng!r}; leave it out")
+            raise not_casync("--comp-threshold", eng, alg)
         if comp_threshold > 0 or plan_entries is not None:  # 0 without a plan: the engine compresses all
             plan_entries = apply_threshold(comp_threshold, ready(), np, eng, plan_entries)
     return RunConfig(
@@ -477,6 +476,18 @@ def install_compll(specs: dict[str, str], source: str | Path | None = None) -> l
         raise ConfigError(f"--compll-dir: {e}") from None
 
 
+def not_casync(option: str, eng: str, alg: str) -> ConfigError:
+    """The refusal of ``option``, which only CaSync's compressing ring and PS read (``--plan``,
+    ``--comp-threshold``), for a run on engine topology ``eng``. Said in the user's words (``--topo``,
+    ``--alg``) and the engine's display name: the engine's own name alone ("not to 'ring'", for
+    ``--topo ring --alg none``) read as the very ``--topo`` the option asks for."""
+    c, shown = choice_of_engine(eng)
+    casync = "|".join(o.name for o in CHOICES if o.plan is not None)
+    fix = "give a compressing --alg" if c.plan is not None else f"use --topo {casync}"
+    return ConfigError(f"{option} applies to CaSync (--topo {casync} with a compressing --alg), not to --topo "
+                       f"{c.name} --alg {alg}, which runs {shown}; {fix}, or leave {option} out")
+
+
 def resolve_plan(
     plan: str, sizes: list[tuple[str, int]], np: int, alg: str, eng: str,
     forward: Callable[[], list[tuple[str, int]]] | None = None,
@@ -503,8 +514,7 @@ def resolve_plan(
     """
     c = choice_of_engine(eng)[0]
     if c.plan is None or eng != c.engine:
-        planned = "|".join(o.name for o in CHOICES if o.plan is not None)
-        raise ConfigError(f"--plan applies to CaSync (--topo {planned} with a compressing --alg), not to {eng!r}")
+        raise not_casync("--plan", eng, alg)
     try:
         from hipress.plan import PlanError, auto_plan, load_plan
     except ImportError as e:  # pragma: no cover - the planner ships with hipress

@@ -64,6 +64,15 @@ HUGE = "9" * 5000
     (["--comp-threshold", "-1"], "--comp-threshold must be at least 0"),
     (["--topo", "ddp", "--comp-threshold", "5"], "--comp-threshold applies to CaSync"),
     (["--alg", "none", "--comp-threshold", "5"], "--comp-threshold applies to CaSync"),
+    # said "not to 'ring'" of --topo ring --alg none, as if ring were not CaSync-Ring's --topo
+    (["--alg", "none", "--comp-threshold", "5"], "not to --topo ring --alg none, which runs fp32 ring (CaSync "
+                                                 "engine, uncompressed); give a compressing --alg, or leave "
+                                                 "--comp-threshold out"),
+    (["--alg", "none", "--plan", "auto"], "--plan applies to CaSync (--topo ring|ps with a compressing --alg), not "
+                                          "to --topo ring --alg none, which runs fp32 ring (CaSync engine, "
+                                          "uncompressed); give a compressing --alg, or leave --plan out"),
+    (["--topo", "ddp", "--plan", "auto"], "not to --topo ddp --alg tbq, which runs torch DDP on gloo; use --topo "
+                                          "ring|ps, or leave --plan out"),
     # HiPress flags without an equivalent: the error names what to use instead
     (["--horovodrun", "--topo", "ps"], "--horovodrun (HiPress's Horovod path, CaSync-Ring) contradicts --topo ps"),
     (["--num-epochs", "5"], "use --iters N"),
