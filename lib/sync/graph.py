@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hipress.compress import Compressor, StateStore
+from hipress.compress import Capabilities, Compressor, StateStore
 
 # Task kinds: the five primitives, plus the two MPI collectives the baselines use and "compute"
 # (bookkeeping such as averaging or copying back a non-contiguous gradient).
@@ -294,8 +294,13 @@ def merges_payloads(job: Job) -> bool:
     own path; ``merge_sparse=False`` (``Engine``, ``DistributedOptimizer``) restores HiPress's
     decode-merge-encode hops.
     """
-    caps = job.comp.caps
-    return job.merge_sparse and caps.compressed_merge and not caps.lossless
+    return job.merge_sparse and sparse_merging(job.comp.caps)
+
+
+def sparse_merging(caps: Capabilities) -> bool:
+    """Whether a compressor with ``caps`` is one whose payloads ``merges_payloads`` can merge (what
+    ``merge_sparse=False``, ``hipress run --reencode-aggregates``, changes): sparse, not lossless."""
+    return caps.compressed_merge and not caps.lossless
 
 
 class Widened:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from hipress import __version__, lr_schedules
-from hipress.compress import AlgorithmSpec, UnknownAlgorithm
+from hipress.compress import AlgorithmSpec, Capabilities, UnknownAlgorithm
 from hipress.files import DASH, decode_text, read_at_most, source_of
 from hipress.lr_schedules import CONSTANT
 from hipress.models import BadModelOption, UnknownModel, definition_order, get, gradient_sizes
@@ -293,6 +293,8 @@ def make_config(
         engine_choices = ", ".join(c.name for c in CHOICES if c.runner == ENGINE_RUNNER)
         raise ConfigError(f"--topo {topo} synchronizes inside torch DDP: overlap and bulk_bytes apply to the "
                           f"CaSync engine's topologies ({engine_choices}) only")
+    if not merge_sparse:
+        check_reencode(eng, compressor.caps, topo, alg)
     overrides = {"batch_size": batch_size, "input_size": input_size, "seq_len": seq_len}
     given = {k: v for k, v in overrides.items() if v is not None}
     if unknown := sorted(set(given) - set(spec.paper)):  # said in the flags typed, not the library's names
@@ -474,6 +476,22 @@ def install_compll(specs: dict[str, str], source: str | Path | None = None) -> l
         return install_for_run(specs, source if specs else None)
     except CompLLError as e:
         raise ConfigError(f"--compll-dir: {e}") from None
+
+
+def check_reencode(eng: str, caps: Capabilities, topo: str, alg: str) -> None:
+    """``--reencode-aggregates`` (``merge_sparse=False``) where it changes something: a sparse algorithm
+    on CaSync's ring or PS, whose aggregators otherwise merge payloads without decoding. Elsewhere it
+    was taken and did nothing, so a run recorded with it was no different from one without."""
+    from hipress.compress import available, get_class
+    from hipress.sync.graph import sparse_merging
+
+    if eng in CASYNC_ENGINES and sparse_merging(caps):
+        return
+    sparse = [n for n in available() if (c := getattr(get_class(n), "caps", None)) is not None and sparse_merging(c)]
+    casync = "|".join(o.name for o in CHOICES if o.plan is not None)
+    raise ConfigError(f"--reencode-aggregates applies to sparse algorithms (--alg {', '.join(sparse)}) on --topo "
+                      f"{casync}, whose aggregators otherwise merge payloads without decoding; it changes nothing "
+                      f"for --topo {topo} --alg {alg}: leave it out")
 
 
 def not_casync(option: str, eng: str, alg: str) -> ConfigError:

@@ -73,6 +73,13 @@ HUGE = "9" * 5000
                                           "uncompressed); give a compressing --alg, or leave --plan out"),
     (["--topo", "ddp", "--plan", "auto"], "not to --topo ddp --alg tbq, which runs torch DDP on gloo; use --topo "
                                           "ring|ps, or leave --plan out"),
+    # --reencode-aggregates was taken, and did nothing, where no aggregator merges sparse payloads
+    (["--topo", "ddp", "--reencode-aggregates"], "--reencode-aggregates applies to sparse algorithms (--alg dgc, "
+                                                 "graddrop, randomk, topk) on --topo ring|ps, whose aggregators "
+                                                 "otherwise merge payloads without decoding; it changes nothing for "
+                                                 "--topo ddp --alg tbq: leave it out"),
+    (["--alg", "tbq", "--reencode-aggregates"], "it changes nothing for --topo ring --alg tbq: leave it out"),
+    (["--topo", "allgather", "--alg", "dgc", "--reencode-aggregates"], "nothing for --topo allgather --alg dgc"),
     # HiPress flags without an equivalent: the error names what to use instead
     (["--horovodrun", "--topo", "ps"], "--horovodrun (HiPress's Horovod path, CaSync-Ring) contradicts --topo ps"),
     (["--num-epochs", "5"], "use --iters N"),
