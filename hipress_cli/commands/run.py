@@ -163,7 +163,8 @@ def register(app: typer.Typer) -> None:
         momentum: Annotated[float | None, typer.Option("--momentum", help="SGD momentum (default 0.9; digits: "
                                                        "0).")] = None,
         lr_schedule: opt.LrScheduleOpt = CONSTANT,
-        seed: Annotated[int, typer.Option("--seed")] = 0,
+        seed: Annotated[int, typer.Option("--seed", help="Seed of the weights and the data (0 or more): two runs "
+                                          "with the same seed start from the same model and batches.")] = 0,
         threads: Annotated[int, typer.Option("--threads", help="Threads per rank (0: this host's cores / "
                                              "ranks on it).")] = 0,
         results: Annotated[Path, typer.Option("--results", parser=path_option,

@@ -205,3 +205,23 @@ def test_ssh_key_that_exists_but_is_not_a_file_says_what_it_is(capsys, tmp_path)
         with pytest.raises(typer.Exit):
             options.SshOpts(ssh_key=key).ssh_options()
         assert f"--ssh-key {key}{'' if said[0] == ':' else ' '}{said}" in " ".join(capsys.readouterr().err.split())
+
+
+def test_every_option_and_argument_of_every_command_says_what_it_is():
+    """`run --help` listed "--seed <int> [default: 0]" with no word of what the seed seeds."""
+    import typer
+
+    from hipress_cli.app import build
+
+    silent = []
+
+    def walk(command, path: list[str]) -> None:
+        if hasattr(command, "commands"):  # a group
+            for name, sub in command.commands.items():
+                walk(sub, [*path, name])
+            return
+        silent.extend(f"{' '.join(path)} {p.opts[0] if p.opts else p.name}" for p in command.params
+                      if not getattr(p, "hidden", False) and not (getattr(p, "help", None) or "").strip())
+
+    walk(typer.main.get_command(build()), ["hipress"])
+    assert not silent, f"options without help: {silent}"
