@@ -63,7 +63,9 @@ SCHEDULES: dict[str, Schedule] = {s.name: s for s in (
 def get(name: str) -> Schedule:
     """The schedule called ``name``; ``ValueError`` naming the choices for any other name."""
     if not isinstance(name, str) or name not in SCHEDULES:
-        raise ValueError(f"unknown --lr-schedule {name!r}; use one of: {', '.join(SCHEDULES)}")
+        from hipress.suggest import use_one_of
+
+        raise ValueError(f"unknown --lr-schedule {name!r}; {use_one_of(name, SCHEDULES)}")
     return SCHEDULES[name]
 
 

@@ -14,6 +14,10 @@ type or name) picks it here, so the sites differ only in the rule they pass, and
 - ``VERY_CLOSE``: the same measure at 0.75, where the vocabulary is a few short words (CompLL's
   keywords and types) that a loose cutoff would match against almost anything.
 
+``use_one_of`` words the end of a refusal of a value outside a short list of choices (``--data``,
+``--lr-schedule``, ``--topo``, ``--device``, ``--collective``, ``profile --stat``): the choices and
+the near miss.
+
 Only the standard library is imported, so any layer of ``hipress`` (and ``hipress_cli``) may use it.
 """
 
@@ -86,3 +90,12 @@ def suggestion(word: str, candidates: Iterable[str], rule: Rule, *, not_itself: 
     """The one candidate ``word`` most likely meant under ``rule``, or None (see :func:`suggestions`)."""
     found = suggestions(word, candidates, rule, not_itself=not_itself)
     return found[0] if found else None
+
+
+def use_one_of(word: object, choices: Iterable[str], rule: Rule = CLOSE) -> str:
+    """"use one of: a, b, c", with " (did you mean 'c'?)" for a near miss: the end of every refusal of a
+    value outside a short list (``--lr-schedule cos``, ``--data digit``, ``--topo rign``), which named
+    the choices but left the user to spot which one a typo was."""
+    names = list(choices)
+    meant = suggestion(word, names, rule) if isinstance(word, str) else None
+    return f"use one of: {', '.join(names)}" + (f" (did you mean {meant!r}?)" if meant is not None else "")

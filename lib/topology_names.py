@@ -88,8 +88,10 @@ def choice(name: str) -> Choice:
     for c in CHOICES:
         if key == c.name or key in c.aliases:
             return c
-    valid = ", ".join([c.name for c in CHOICES] + [a for c in CHOICES for a in c.aliases])
-    raise ValueError(f"unknown topology {name!r}; use one of: {valid}")
+    from hipress.suggest import use_one_of  # (stdlib only: the CLI's help still loads nothing more)
+
+    valid = [c.name for c in CHOICES] + [a for c in CHOICES for a in c.aliases]
+    raise ValueError(f"unknown topology {name!r}; {use_one_of(key, valid)}")
 
 
 def plan_topology(name: str) -> str:

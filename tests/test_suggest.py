@@ -16,6 +16,7 @@ from hipress.suggest import (
     Rule,
     suggestion,
     suggestions,
+    use_one_of,
     without_case_or_punctuation,
 )
 
@@ -126,3 +127,30 @@ def test_not_itself_is_what_compll_undefined_name_had(word, pool):
     pool = [c for c in pool if c != word] + ([word] if len(pool) % 2 else [])
     close = [c for c in difflib.get_close_matches(word, pool, n=2) if c != word]
     assert suggestion(word, pool, CLOSE, not_itself=True) == (close[0] if close else None)
+
+
+def test_use_one_of_lists_the_choices_and_names_a_near_miss():
+    assert use_one_of("cos", ["constant", "cosine", "step"]) == \
+        "use one of: constant, cosine, step (did you mean 'cosine'?)"
+    assert use_one_of("linear", ["constant", "cosine", "step"]) == "use one of: constant, cosine, step"
+    assert use_one_of(5, ["a", "b"]) == "use one of: a, b"  # a value from a file may be no string
+    assert use_one_of("gpu", ["auto", "cuda", "cpu"], VERY_CLOSE) == "use one of: auto, cuda, cpu"
+
+
+@pytest.mark.parametrize("call,said", [
+    ("hipress.lr_schedules:get:cos", "unknown --lr-schedule 'cos'; use one of: constant, cosine, step (did you mean "
+                                     "'cosine'?)"),
+    ("hipress.topology_names:choice:rign", "unknown topology 'rign'; use one of: ring, ps, allgather, allreduce, ddp, "
+                                           "casync-ring, casync-ps (did you mean 'ring'?)"),
+    ("hipress.sync.device:device_name:cpus", "unknown device 'cpus'; use one of: auto, cuda, cpu (did you mean "
+                                             "'cpu'?)"),
+    ("hipress.sync.device:device_name:gpu", "unknown device 'gpu'; use one of: auto, cuda, cpu"),  # not 'cpu'
+])
+def test_a_value_outside_a_short_list_is_answered_with_the_one_meant(call, said):
+    """`--lr-schedule cos`, `--topo rign`, `--device cpus` listed the choices but not the one a typo was."""
+    import importlib
+
+    module, function, value = call.split(":")
+    with pytest.raises(ValueError) as e:
+        getattr(importlib.import_module(module), function)(value)
+    assert str(e.value) == said

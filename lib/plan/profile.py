@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hipress.files import write_atomic
+from hipress.suggest import use_one_of
 
 from .costmodel import CostModel, Linear
 from .errors import PlanError
@@ -241,7 +242,7 @@ def profile(
     texts, installed there first (``alg`` may name one of them).
     """
     if stat not in STATS:
-        raise PlanError(f"unknown statistic {stat!r}; use one of: {', '.join(STATS)}")
+        raise PlanError(f"unknown statistic {stat!r}; {use_one_of(stat, STATS)}")
     sizes = sorted(set(int(s) for s in sizes))
     if len(sizes) < 2 or sizes[0] < 1:
         raise PlanError(f"profile sizes must be at least two positive element counts, got {sizes}")

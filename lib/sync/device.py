@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from hipress.suggest import VERY_CLOSE, use_one_of
+
 DEVICES = ("auto", "cuda", "cpu")
 # launchers' local-rank variables, most specific first (mpich/hydra, Open MPI, torchrun, Slurm)
 LOCAL_RANK_ENV = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID")
@@ -105,7 +107,8 @@ def device_name(requested: str) -> str:
     """A ``--device`` value as a name (auto, cuda, cpu; any case, spaces around), or ``DeviceError``."""
     req = str(requested).strip().lower()
     if req not in DEVICES:
-        raise DeviceError(f"unknown device {requested!r}; use one of: {', '.join(DEVICES)}")
+        # VERY_CLOSE: at difflib's 0.6, 'gpu' (meaning cuda) would be told "did you mean 'cpu'?"
+        raise DeviceError(f"unknown device {requested!r}; {use_one_of(req, DEVICES, VERY_CLOSE)}")
     return req
 
 

@@ -27,6 +27,7 @@ from hipress.compress import AlgorithmSpec, Capabilities, UnknownAlgorithm
 from hipress.files import DASH, decode_text, read_at_most, source_of
 from hipress.lr_schedules import CONSTANT
 from hipress.models import BadModelOption, UnknownModel, definition_order, get, gradient_sizes
+from hipress.suggest import use_one_of
 from hipress.topology_names import (
     ALLREDUCE,
     CASYNC_ENGINES,
@@ -268,7 +269,7 @@ def make_config(
                           f"{checkpoint_every}")
     check_lr_schedule(lr_schedule)
     if data not in DATASETS:
-        raise ConfigError(f"unknown data set {data!r}; use one of: {', '.join(DATASETS)}")
+        raise ConfigError(f"unknown data set {data!r}; {use_one_of(data, DATASETS)}")
     if data == "digits" and model != "mlp":
         raise ConfigError("--data digits needs --model mlp (the digits are 8x8 images with 10 classes)")
     eval_every = check_evaluation(target_accuracy, eval_every, data)
@@ -409,7 +410,7 @@ def check_device(device: str, collective: str | None, topology: str) -> None:
     if collective is None:
         return
     if collective not in COLLECTIVES:
-        raise ConfigError(f"unknown --collective {collective!r}; use one of: {', '.join(COLLECTIVES)}")
+        raise ConfigError(f"unknown --collective {collective!r}; {use_one_of(collective, COLLECTIVES)}")
     try:
         topo = choice(topology).name
     except ValueError as e:

@@ -44,6 +44,10 @@ HUGE = "9" * 5000
     (["--lr", "inf"], "--lr must be a finite number > 0, got inf"),
     (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
     (["--lr-schedule", "bogus"], "unknown --lr-schedule 'bogus'; use one of: constant, cosine, step"),
+    (["--lr-schedule", "cos"], "use one of: constant, cosine, step (did you mean 'cosine'?)"),
+    (["--data", "digit"], "unknown data set 'digit'; use one of: synthetic, digits (did you mean 'digits'?)"),
+    (["--topo", "allreduce", "--alg", "none", "--collective", "mpii"], "unknown --collective 'mpii'; use one of: "
+                                                                       "nccl, mpi (did you mean 'mpi'?)"),
     (["--plan", "/"], "--plan '/' is a directory; give a SeCoPaPlan.txt file"),
     (["--plan", ""], "--plan is empty; give a SeCoPaPlan.txt path, - (standard input) or 'auto', or leave --plan out"),
     (["--comprplan", " "], "--plan is empty; give a SeCoPaPlan.txt path, - (standard input) or 'auto'"),
