@@ -26,9 +26,10 @@ from hipress.launch.emulate import DEFAULT_PREFIX as DEFAULT_PREFIX  # the defau
 
 #: Plain text by default: what the commands print is mostly paths, gradient names and messages that
 #: hold user input, and rich would take a ``[v2]`` or ``[/x]`` in them for markup (drop it, or fail
-#: with a traceback). Styled lines say so: ``console.print(styled("[dim]{}[/]", path))``.
-console = Console(markup=False)
-err_console = Console(stderr=True, markup=False)
+#: with a traceback). Styled lines say so: ``console.print(styled("[dim]{}[/]", path))``. No emoji codes
+#: either: rich turned the ``:x:`` of a quoted /etc/passwd line ("root:x:0:0") into an emoji.
+console = Console(markup=False, emoji=False)
+err_console = Console(stderr=True, markup=False, emoji=False)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 #: What ``--prefix`` is, in every command that names an emulated cluster (``cluster emulate``, ``run``,
@@ -209,7 +210,7 @@ def styled(template: str, *values: object) -> Text:
     ``styled("[yellow]note:[/] {}", message)``: the template's tags style the line, while a path or
     name in ``values`` with ``[brackets]`` in it is printed, not taken for markup.
     """
-    return Text.from_markup(template.format(*(escape(str(v)) for v in values)))
+    return Text.from_markup(template.format(*(escape(str(v)) for v in values)), emoji=False)
 
 
 def path_option(value: str | Path) -> Path:

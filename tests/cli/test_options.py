@@ -225,3 +225,16 @@ def test_every_option_and_argument_of_every_command_says_what_it_is():
 
     walk(typer.main.get_command(build()), ["hipress"])
     assert not silent, f"options without help: {silent}"
+
+
+def test_text_with_an_emoji_code_in_it_is_printed_as_it_is(capsys):
+    """`plan --input /etc/passwd` quoted its first line as 'root\u274c0:0:root:...': rich read the ':x:' of
+    'root:x:0:0' as an emoji code. Errors, styled lines and plain prints keep the text."""
+    from hipress_cli.options import console, fail, styled
+
+    fail("/etc/passwd:1: got 'root:x:0:0:root' and :smile:")
+    console.print("a gradient :thumbs_up: named")
+    console.print(styled("[dim]{}[/] :x:", "p:x:q"))
+    out, err = capsys.readouterr()
+    assert "'root:x:0:0:root' and :smile:" in err, err
+    assert "a gradient :thumbs_up: named" in out and "p:x:q :x:" in out, out
