@@ -322,7 +322,8 @@ def load_cost_model(spec: str | Path | CostModel) -> CostModel:
     except NotUtf8 as e:  # by line, as a JSON error is
         raise PlanError(f"{p}:{e.line}: byte {e.byte:#04x} is not UTF-8 text; save the profile as UTF-8") from None
     except json.JSONDecodeError as e:
-        raise PlanError(f"{p}:{e.lineno}: not valid JSON: {e.msg}") from None
+        raise PlanError(f"{p}:{e.lineno}: not valid JSON: {e.msg} (column {e.colno}); a cost model file is the "
+                        "profile JSON that `hipress profile --output FILE` writes") from None
     if isinstance(d, Mapping) and "secopa_cost_model" in d:  # the whole sosp21.json
         d = {"ratio": HIPRESS_RATIO, "planner": "hipress", **d["secopa_cost_model"]}
     return CostModel.from_json(d, str(p))

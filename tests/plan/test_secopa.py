@@ -301,6 +301,9 @@ def test_profile_json_that_is_not_utf8_is_refused_at_its_line(tmp_path):
 
 @pytest.mark.parametrize(("content", "what"), [
     ("{", "not valid JSON"),
+    # a wrong file (an input.txt): the parser's words alone ("Expecting value") did not say what file was wanted
+    ("a,1\n", r"bad.json:1: not valid JSON: Expecting value \(column 1\); a cost model file is the profile JSON "
+               r"that `hipress profile --output FILE` writes"),
     ("[]", "is a JSON object"),
     ('{"encode": {"B": 1, "A": 0}}', "no cost constants for 'decode'.*`hipress profile --output FILE`.*sosp21"),
     ('{"encode": {"B": -1, "A": 0}, "decode": {}, "merge": {}, "send": {}}', "finite number >= 0"),
