@@ -37,7 +37,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 PREFIX_HELP = "The emulated cluster's name prefix (its namespaces: {prefix}-h0, {prefix}-h1, .., {prefix}-sw)."
 #: The emulated cluster a command builds, uses or borrows (default ``DEFAULT_PREFIX``).
 PrefixOpt = Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)]
-DeviceOpt = Annotated[str, typer.Option("--device", help="Where the ranks train: auto (CUDA when torch sees a "
+DeviceOpt = Annotated[str, typer.Option("--device", help="Where the ranks run: auto (CUDA when torch sees a "
                                        "GPU, else the CPU), cuda or cpu. Rank i binds GPU (local rank % GPUs).")]
 PaperSizeOpt = Annotated[bool | None, typer.Option("--paper-size/--no-paper-size", help="Use the paper's input "
                                                    "size, sequence length and batch (default: on a GPU yes, on the "

@@ -238,3 +238,15 @@ def test_text_with_an_emoji_code_in_it_is_printed_as_it_is(capsys):
     out, err = capsys.readouterr()
     assert "'root:x:0:0:root' and :smile:" in err, err
     assert "a gradient :thumbs_up: named" in out and "p:x:q :x:" in out, out
+
+
+@pytest.mark.parametrize("command", [["run"], ["profile"], ["bench", "sync"], ["bench", "train"]])
+def test_device_help_fits_every_command_that_takes_it(command):
+    """`profile --help` and `bench sync --help` said --device is "Where the ranks train": they train nothing."""
+    from typer.testing import CliRunner
+
+    from hipress_cli.app import build
+
+    r = CliRunner().invoke(build(), [*command, "--help"], env={"COLUMNS": "400"})
+    text = " ".join(r.output.replace("│", " ").split())
+    assert r.exit_code == 0 and "--device <str> Where the ranks run: auto (CUDA when torch sees a GPU" in text, text
