@@ -243,3 +243,11 @@ def test_bench_sync_says_nothing_of_alg_none_beside_fp32_topologies(monkeypatch)
                                          "--size", "64K"], env={"COLUMNS": "200"})
         assert isinstance(r.exception, RuntimeError), r.output
         assert ("does not apply to ring" in r.output) is noted, r.output
+
+
+def test_bench_sync_names_the_topology_a_typo_meant():
+    """`bench sync --topo rign` listed the topologies ("available: ...") but not the one meant, as other
+    commands' --topo does (hipress.suggest.use_one_of)."""
+    r = hipress("bench", "sync", "--topo", "rign", "--np", 1)
+    assert r.returncode == 2, r
+    assert "unknown topology 'rign'; use one of: " in r.stderr and "(did you mean 'ring'?)" in r.stderr, r.stderr

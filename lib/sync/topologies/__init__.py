@@ -68,10 +68,14 @@ def available() -> list[str]:
 
 
 def get(name: str) -> Topology:
+    """The topology registered as ``name``; ``ValueError`` naming the choices and the near miss otherwise
+    (``bench sync --topo rign`` listed the names but left the user to spot 'ring')."""
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown topology {name!r}; available: {', '.join(available())}") from None
+        from hipress.suggest import use_one_of
+
+        raise ValueError(f"unknown topology {name!r}; {use_one_of(name, available())}") from None
 
 
 for _m in pkgutil.iter_modules(__path__):
