@@ -453,8 +453,11 @@ def read_compll_dir(path: str | Path) -> dict[str, str]:
     from hipress.compll.loader import spec_text
 
     d = Path(path)
+    if not d.exists():  # a typo in the path was answered "not a directory", sending the user to check its type
+        raise ConfigError(f"--compll-dir {d} does not exist; give the directory that holds your *.pse specs")
     if not d.is_dir():
-        raise ConfigError(f"--compll-dir {d}: not a directory")
+        raise ConfigError(f"--compll-dir {d} is not a directory; give the directory that holds the *.pse specs, "
+                          "not a spec file")
     try:
         specs = {p.name: spec_text(p) for p in sorted(d.glob("*.pse"))}
     except CompLLError as e:

@@ -519,3 +519,14 @@ def test_the_line_of_what_runs_counts_a_small_model_in_its_own_unit():
 
     line = " ".join(_what_runs(make_config("mlp", "ring", "tbq", 2, 1)).plain.split())
     assert "9.6 k parameters, 37.54 KiB of gradients in 4 tensors" in line, line
+
+
+def test_compll_dir_that_does_not_exist_is_told_from_one_that_is_a_file(tmp_path):
+    """`--compll-dir /nonexist` said "not a directory", as for a file: the user checked the wrong thing."""
+    spec = tmp_path / "x.pse"
+    spec.write_text("")
+    for path, said in ((tmp_path / "nonexist", "does not exist; give the directory that holds your *.pse specs"),
+                       (spec, "is not a directory; give the directory that holds the *.pse specs, not a spec file")):
+        r = _invoke(["run", "mlp", "--compll-dir", str(path), "--results", str(tmp_path / "results")])
+        assert r.exit_code == 2 and f"--compll-dir {path} {said}" in _text(r), _text(r)
+        assert not (tmp_path / "results").exists()

@@ -117,7 +117,7 @@ def test_compll_dir_algorithm_trains(results, tmp_path):
 
 def test_compll_dir_errors(results, tmp_path):
     res = hipress("run", "mlp", "--alg", "tbq", "--compll-dir", str(tmp_path / "missing"), "--results", str(results))
-    assert res.returncode != 0 and "not a directory" in res.stderr
+    assert res.returncode != 0 and "does not exist" in res.stderr
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "oops.pse").write_text("void OopsEncode(float* g, uint8* c) { c = concat(nosuch); }\n")
