@@ -145,6 +145,27 @@ def all_or(option: str, text: str, names: list[str], every: list[str], what: str
     return names
 
 
+def check_count(option: str, value: int, low: int, high: int, bound: str = "") -> None:
+    """Exit 2 unless ``low <= value <= high``, in ``hipress run``'s words ("--np must be at least 1, got 0").
+
+    For counts whose bound is a fact of the library (ranks, emulated hosts): Typer's own ``min=``/``max=``
+    said "Input should be greater than or equal to 1", without the upper bound or where it comes from.
+    ``bound``: what the upper bound is, said when it is passed (e.g. " (hipress.launch.emulate.MAX_HOSTS)").
+    """
+    if value < low:
+        raise fail(f"{option} must be at least {low}, got {value}")
+    if value > high:
+        raise fail(f"{option} must be at most {high}, got {value}{bound}")
+
+
+def check_ranks(np_: int) -> None:
+    """A benchmark's ``--np`` within ``hipress run --np``'s bound (``hipress.train.validate.MAX_RANKS``): the
+    same local MPI ranks, so the same limit and the same message."""
+    from hipress.train.validate import MAX_RANKS
+
+    check_count("--np", np_, 1, MAX_RANKS, " (the bound is hipress.train.validate.MAX_RANKS, as for hipress run)")
+
+
 def check_kernel_threads(threads: int, what: str = "--threads") -> None:
     """Exit 2 if ``threads`` is more than numba runs (``NUMBA_NUM_THREADS``, this machine's cores by default):
     ``hipress.compress.kernels.set_threads`` cuts it to that without a word, so a benchmark asked for 1000

@@ -26,6 +26,7 @@ from hipress_cli.options import (
     all_or,
     check_emulate,
     check_kernel_threads,
+    check_ranks,
     console,
     err_console,
     fail,
@@ -49,7 +50,7 @@ def register(parent: typer.Typer) -> None:
 
 def sync(
     ctx: typer.Context,
-    np_: Annotated[int, typer.Option("--np", min=1, max=64, help="Number of ranks.")] = 4,
+    np_: Annotated[int, typer.Option("--np", help="Number of ranks (with --emulate: one emulated host each).")] = 4,
     topo: Annotated[str, typer.Option("--topo", help=(
         "Engine topologies, comma-separated, or 'all'. casync-ring, casync-ps and allgather compress with "
         "--alg; ring, ps and allreduce move fp32 (hipress run's --topo ring --alg none is this 'ring', "
@@ -76,6 +77,7 @@ def sync(
     from hipress.compress import AlgorithmSpec, UnknownAlgorithm
     from hipress.sync import topologies
 
+    check_ranks(np_)
     check_emulate(emulate, prefix)
     dev = resolve_device(device)  # the ranks bind GPU local rank % GPUs (hipress.sync.device)
     names = all_or("--topo", topo, [t.strip().lower() for t in topo.split(",") if t.strip()],

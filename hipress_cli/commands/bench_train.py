@@ -20,6 +20,7 @@ from hipress_cli.options import (
     PaperSizeOpt,
     PrefixOpt,
     check_emulate,
+    check_ranks,
     console,
     err_console,
     fail,
@@ -38,7 +39,7 @@ def train(
     model: Annotated[str, typer.Argument(help="A model of the zoo (`hipress models`).")] = "vgg19",
     variants: Annotated[str, typer.Option("--variants", help="TOPO+ALG pairs separated by ';' (see `hipress run "
                                           "--help` for --topo).")] = "ring+tbq;ps+tbq;ring+none;ps+none;ddp+none",
-    np_: Annotated[int, typer.Option("--np", min=1, max=64, help="Number of ranks.")] = 4,
+    np_: Annotated[int, typer.Option("--np", help="Number of ranks (with --emulate: one emulated host each).")] = 4,
     iters: Annotated[int | None, typer.Option("--iters", min=1, help="Measured iterations per run (default 5; "
                                               "with --target-accuracy, the most a run may take: default "
                                               "1000).")] = None,
@@ -77,6 +78,7 @@ def train(
     from hipress.train.bench_tta import DEFAULT_MAX_ITERS
     from hipress.train.config import ConfigError, make_run_id
 
+    check_ranks(np_)
     tta = None
     if target_accuracy is not None:
         if model != "mlp":

@@ -7,7 +7,17 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hipress_cli.options import DEFAULT_PREFIX, JsonOpt, PrefixOpt, check_emulate, console, fail, print_json
+from hipress.launch.emulate import MAX_HOSTS
+from hipress_cli.options import (
+    DEFAULT_PREFIX,
+    JsonOpt,
+    PrefixOpt,
+    check_count,
+    check_emulate,
+    console,
+    fail,
+    print_json,
+)
 
 app = typer.Typer(help="Clusters: check real hosts over SSH, or emulate hosts on this machine.",
                   no_args_is_help=True)
@@ -37,7 +47,7 @@ def _describe(cluster, json_: bool, state: str) -> None:
 
 @emulate_app.command("up")
 def up(
-    hosts: Annotated[int, typer.Option("--hosts", min=1, max=64, help="Number of hosts.")] = 4,
+    hosts: Annotated[int, typer.Option("--hosts", help=f"Number of hosts, 1 to {MAX_HOSTS}.")] = 4,
     rate: Annotated[str, typer.Option("--rate", help="Link rate, e.g. 1gbit, 10gbit, 500mbit, or 'unshaped'.")] = (
         "1gbit"),
     prefix: PrefixOpt = DEFAULT_PREFIX,
@@ -46,6 +56,7 @@ def up(
     """Build the hosts (or only re-shape them if they exist with this size): idempotent."""
     from hipress.launch import emulate
 
+    check_count("--hosts", hosts, 1, MAX_HOSTS, " (an emulated cluster's hosts: hipress.launch.emulate.MAX_HOSTS)")
     bits = check_emulate(rate, None, option="--rate")  # an empty one (an unset "$RATE") is no 'unshaped'
     try:
         cluster = emulate.up(hosts, bits, prefix)

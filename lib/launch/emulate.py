@@ -45,6 +45,10 @@ MIN_RATE_BITS = 10**5
 MAX_RATE_BITS = 10**12
 _UNSHAPED = ("", "none", "unshaped", "0", "off")
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,14}$")
+#: The most hosts an emulated cluster has: each is a network namespace of this one machine running its
+#: ranks, so far more would measure the machine's cores, not the links. ``cluster emulate up --hosts``
+#: and the commands that borrow a cluster (one host a rank) are bounded by it.
+MAX_HOSTS = 64
 
 
 class EmulationError(RuntimeError):
@@ -251,8 +255,8 @@ def up(hosts: int, rate: str | int | None = None, prefix: str = DEFAULT_PREFIX) 
     """Build (or re-shape) the cluster; idempotent. Returns its description."""
     check_support()
     validate_prefix(prefix)
-    if not 1 <= hosts <= 64:
-        raise EmulationError(f"hosts must be between 1 and 64, got {hosts}")
+    if not 1 <= hosts <= MAX_HOSTS:
+        raise EmulationError(f"hosts must be between 1 and {MAX_HOSTS}, got {hosts}")
     rate_bits = rate if isinstance(rate, int) else parse_rate(rate)
     if rate_bits is not None:
         rate_bits -= rate_bits % 8  # the kernel keeps whole bytes per second: what status will read back

@@ -251,3 +251,23 @@ def test_bench_sync_names_the_topology_a_typo_meant():
     r = hipress("bench", "sync", "--topo", "rign", "--np", 1)
     assert r.returncode == 2, r
     assert "unknown topology 'rign'; use one of: " in r.stderr and "(did you mean 'ring'?)" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args, said", [
+    (["bench", "sync", "--np", "0"], "--np must be at least 1, got 0"),
+    (["bench", "sync", "--np", "5000"], "--np must be at most 1024, got 5000 (the bound is "
+                                        "hipress.train.validate.MAX_RANKS, as for hipress run)"),
+    (["bench", "train", "mlp", "--np", "0"], "--np must be at least 1, got 0"),
+    (["cluster", "emulate", "up", "--hosts", "0"], "--hosts must be at least 1, got 0"),
+    (["cluster", "emulate", "up", "--hosts", "65"], "--hosts must be at most 64, got 65 (an emulated cluster's "
+                                                    "hosts: hipress.launch.emulate.MAX_HOSTS)"),
+])
+def test_counts_out_of_range_are_refused_as_run_refuses_them(args, said):
+    """`bench sync --np 0` and `cluster emulate up --hosts 0` gave Typer's "Input should be greater than or
+    equal to 1", with no upper bound and not in `run --np`'s words; the bounds are MAX_RANKS and MAX_HOSTS."""
+    from hipress.launch.emulate import MAX_HOSTS
+    from hipress.train.validate import MAX_RANKS
+
+    assert (MAX_RANKS, MAX_HOSTS) == (1024, 64)  # the numbers written above
+    r = hipress(*args)
+    assert r.returncode == 2 and f"error: {said}" in r.stderr, r
