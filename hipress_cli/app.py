@@ -4,7 +4,7 @@ As in huggingface_hub's ``cli/``: one table, ``COMMANDS``, says where every comm
 commands never import each other (the options they share live in ``hipress_cli.options``). A row is
 either a group (the module's ``app``, a Typer, becomes ``hipress MODULE``) or a command module whose
 ``register(parent)`` adds its command(s) to the root or to a group named earlier in the table.
-Adding a command is adding its module and one row.
+Adding a command is adding its module and one row; how its ``--help`` reads is ``hipress_cli.help_format``'s.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import typer
 
 from hipress import __version__
 from hipress.quick_exit import quick_exit
+from hipress_cli.help_format import plain_help
 
 GROUP, ROOT = "group", "root"
 
@@ -67,6 +68,7 @@ def build() -> typer.Typer:
             app.add_typer(mod.app, name=module)
         else:
             mod.register(app if where == ROOT else groups[where])
+    plain_help(app)  # every command's --help alike, whichever module added it
     return app
 
 

@@ -250,3 +250,52 @@ def test_device_help_fits_every_command_that_takes_it(command):
     r = CliRunner().invoke(build(), [*command, "--help"], env={"COLUMNS": "400"})
     text = " ".join(r.output.replace("│", " ").split())
     assert r.exit_code == 0 and "--device <str> Where the ranks run: auto (CUDA when torch sees a GPU" in text, text
+
+
+def _every_command() -> list[tuple[list[str], object]]:
+    """Every group and command of the CLI: (its words after ``hipress``, its click command)."""
+    import typer.main
+
+    from hipress_cli.app import build
+
+    found: list[tuple[list[str], object]] = []
+
+    def walk(command, path: list[str]) -> None:
+        found.append((path, command))
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(build()), [])
+    return found
+
+
+def _help_rows(path: list[str]) -> list[str]:
+    """``hipress PATH --help``, one string per line, wide enough that no option's row wraps."""
+    from typer.testing import CliRunner
+
+    from hipress_cli.app import build
+
+    r = CliRunner().invoke(build(), [*path, "--help"], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    return r.output.splitlines()
+
+
+def test_no_flag_shows_a_value_placeholder_in_any_help():
+    """`--json <bool>`: Typer's help gave every flag (and -h itself) a value placeholder, as if it took one;
+    an option that takes a value keeps its own (`--np <int>`)."""
+    from typer.core import TyperOption
+
+    shown = []
+    for path, command in _every_command():
+        # an option's row: its names (--np,--numprocess  -h  --no-x), then its value placeholder if any, then help
+        rows = {words[0].split(",")[0]: words[1:] for words in (r.replace("│", " ").split() for r in _help_rows(path))
+                if words and words[0].startswith("--")}
+        ctx = command.make_context(" ".join(["hipress", *path]), [], resilient_parsing=True)
+        for param in command.get_params(ctx):
+            if not isinstance(param, TyperOption) or getattr(param, "hidden", False):
+                continue
+            long = next(o for o in param.opts if o.startswith("--"))
+            after = [w for w in rows[long] if not w.startswith("-")][0]  # past the short and --no- names
+            if (param.is_flag or param.count) == after.startswith("<"):
+                shown.append(f"hipress {' '.join(path)} {long}: {after}")
+    assert not shown, shown
