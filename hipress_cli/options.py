@@ -34,7 +34,7 @@ err_console = Console(stderr=True, markup=False, emoji=False)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 #: What ``--prefix`` is, in every command that names an emulated cluster (``cluster emulate``, ``run``,
 #: the benches, ``profile``, ``reproduce``): one text.
-PREFIX_HELP = "The emulated cluster's name prefix (its namespaces: {prefix}-h0, {prefix}-h1, .., {prefix}-sw)."
+PREFIX_HELP = "The emulated cluster's name prefix (its namespaces: PREFIX-h0, PREFIX-h1, .., PREFIX-sw)."
 #: The emulated cluster a command builds, uses or borrows (default ``DEFAULT_PREFIX``).
 PrefixOpt = Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)]
 DeviceOpt = Annotated[str, typer.Option("--device", help="Where the ranks run: auto (CUDA when torch sees a "

@@ -52,11 +52,11 @@ def gen(
     ptx: Annotated[bool, typer.Option("--ptx", help="With -f cupy: also compile the CUDA with nvcc -ptx.")] = False,
     json_: JsonOpt = False,
 ) -> None:
-    """Generate code from a spec: ``hipress compll gen SPEC.pse [DECODE.pse] [-b] [-w] [-r] -f cpu|cupy [-o DIR]``.
+    """Generate code from a spec: hipress compll gen SPEC.pse [DECODE.pse] [-b] [-w] [-r] -f cpu|cupy [-o DIR].
 
-    As in HiPress, ``XDecode.pse -b`` generates a decoder alone and ``XEncode.pse -b`` an encoder
-    alone; a wrapper (``-w``/``-r``) needs both: one spec holding both functions, or the two files.
-    """
+    As in HiPress, XDecode.pse -b generates a decoder alone and XEncode.pse -b an encoder alone; a wrapper (-w/-r)
+    needs both: one spec holding both functions, or the two files.
+    """  # the help of `compll gen --help`, so plain text: no ``literal`` markup
     from hipress.compll import CompLLError
     from hipress.compll.loader import read_specs, write_modules
     from hipress.compll.names import check_name

@@ -299,3 +299,22 @@ def test_no_flag_shows_a_value_placeholder_in_any_help():
             if (param.is_flag or param.count) == after.startswith("<"):
                 shown.append(f"hipress {' '.join(path)} {long}: {after}")
     assert not shown, shown
+
+
+def test_every_help_reads_as_plain_text():
+    """`compll gen --help` printed its docstring's ``literal`` marks and broke lines where the source did, its
+    usage line read `{specs}...`, and --prefix's help named `{prefix}-h0`: templates and markup, not text."""
+    import re
+
+    leaks = []
+    for path, _ in _every_command():
+        rows = _help_rows(path)
+        text = "\n".join(rows)
+        leaks += [f"hipress {' '.join(path)}: {m.group(0)}" for m in re.finditer(r"``[^`]*``|\{[^{}\s]*\}", text)]
+    assert not leaks, leaks
+    gen = " ".join(" ".join(_help_rows(["compll", "gen"])).split())
+    assert "Usage: hipress compll gen [OPTIONS] SPECS..." in gen or "compll gen [OPTIONS] SPECS..." in gen, gen
+    rows = _help_rows(["compll", "gen"])  # 400 columns: a paragraph is one line, as the terminal wraps it
+    assert any("an encoder alone; a wrapper (-w/-r) needs both: one spec holding both functions" in r for r in rows)
+    run = " ".join(" ".join(_help_rows(["run"])).split())
+    assert "run [OPTIONS] [MODEL]" in run, run
