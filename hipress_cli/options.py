@@ -192,7 +192,7 @@ def out_of_memory(error: BaseException, size: str, nbytes: int) -> typer.Exit:
 
 
 def check_emulate(rate: str | None, prefix: str | None, hosts: object = None, *,
-                  option: str = "--emulate") -> int | None:
+                  option: str = "--emulate", ranks: int | None = None) -> int | None:
     """Everything about an emulated cluster's link rate and ``--prefix`` that can be checked before any side effect.
 
     Returns the rate in bits/s (None: unshaped, or no rate given). ``option``: the option the rate came
@@ -201,7 +201,9 @@ def check_emulate(rate: str | None, prefix: str | None, hosts: object = None, *,
     given (falsy when none): an emulated cluster runs on this machine, so the two are refused together
     here, before SSH pre-flight or the run directory. A ``--prefix`` other than the default without a
     rate is refused too: it names the emulated cluster to run on, and silently running on this
-    machine's loopback instead is not what was asked.
+    machine's loopback instead is not what was asked. ``ranks``: the ``--np`` given; an emulated
+    cluster runs one rank per host, so more ranks than it can have hosts are refused in ``--np``'s
+    words (the cluster itself would speak of hosts, which the user did not type).
     """
     if rate is None:
         if prefix is not None and prefix != DEFAULT_PREFIX:
@@ -212,7 +214,12 @@ def check_emulate(rate: str | None, prefix: str | None, hosts: object = None, *,
         raise fail(f"{option} is empty (an unset variable?): give a link rate, e.g. 1gbit, or unshaped for none")
     if hosts:
         raise fail(f"{option} runs on this machine; it cannot be combined with --hosts/--hostfile")
-    from hipress.launch.emulate import EmulationError, parse_rate, validate_prefix
+    from hipress.launch.emulate import MAX_HOSTS, EmulationError, parse_rate, validate_prefix
+
+    if ranks is not None and ranks > MAX_HOSTS:
+        raise fail(f"--np {ranks} with {option}: an emulated cluster runs one rank per host and has at most "
+                   f"{MAX_HOSTS} hosts (hipress.launch.emulate.MAX_HOSTS); give --np {MAX_HOSTS} or fewer, "
+                   f"or leave {option} out to run the ranks on this machine")
 
     if prefix is not None:
         try:

@@ -78,7 +78,7 @@ def sync(
     from hipress.sync import topologies
 
     check_ranks(np_)
-    check_emulate(emulate, prefix)
+    check_emulate(emulate, prefix, ranks=np_)
     dev = resolve_device(device)  # the ranks bind GPU local rank % GPUs (hipress.sync.device)
     names = all_or("--topo", topo, [t.strip().lower() for t in topo.split(",") if t.strip()],
                    topologies.available(), "topology")

@@ -89,7 +89,7 @@ def train(
     elif eval_every is not None or lr is not None or seed or lr_schedule != CONSTANT:
         raise fail("--eval-every, --lr, --lr-schedule and --seed apply with --target-accuracy only")
     iters = iters or (DEFAULT_MAX_ITERS if tta else 5)
-    check_emulate(emulate, prefix)
+    check_emulate(emulate, prefix, ranks=np_)
     dev = resolve_device(device)
     preset = "paper" if (dev == "cuda" if paper_size is None else paper_size) else "cpu"
     try:

@@ -227,7 +227,7 @@ def register(app: typer.Typer) -> None:
         np_ = resumed.np if resumed else np_
         topo = pick_topology(topo, horovodrun)
         # before any side effect (SSH, the run directory); an empty --hosts '' counts as given (refused later)
-        check_emulate(emulate, prefix, hosts is not None or hostfile is not None)
+        check_emulate(emulate, prefix, hosts is not None or hostfile is not None, ranks=np_)
         if resumed is None:
             _check_results(results, run_id)  # before SSH pre-flight or a --plan auto profile, not after them
         asked = np_ if resumed or on_command_line(ctx, "np_") else None

@@ -271,3 +271,14 @@ def test_counts_out_of_range_are_refused_as_run_refuses_them(args, said):
     assert (MAX_RANKS, MAX_HOSTS) == (1024, 64)  # the numbers written above
     r = hipress(*args)
     assert r.returncode == 2 and f"error: {said}" in r.stderr, r
+
+
+@pytest.mark.parametrize("command", [["run", "mlp"], ["bench", "sync"], ["bench", "train", "mlp"]])
+def test_more_ranks_than_an_emulated_cluster_has_hosts_is_said_in_np_words(command):
+    """`--np 100 --emulate 1gbit` was refused by the cluster as "hosts must be between 1 and 64, got 100",
+    about hosts the user never typed (and only after the run started building it); now before any side
+    effect, in --np's words, with the bound."""
+    r = hipress(*command, "--np", 100, "--emulate", "1gbit")
+    assert r.returncode == 2, r
+    assert ("error: --np 100 with --emulate: an emulated cluster runs one rank per host and has at most 64 hosts "
+            "(hipress.launch.emulate.MAX_HOSTS); give --np 64 or fewer") in r.stderr, r
