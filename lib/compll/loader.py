@@ -308,8 +308,10 @@ def load_dir(path: str | Path, *, cache: Path | None = None) -> list[str]:
     registry as it was.
     """
     d = Path(path)
+    if not d.exists():
+        raise CompLLError(f"does not exist: {d}", str(d), hint="give the directory that holds your *.pse specs")
     if not d.is_dir():
-        raise CompLLError(f"not a directory: {d}", str(d))
+        raise CompLLError(f"not a directory: {d}", str(d), hint="give the directory that holds your *.pse specs")
     specs = sorted(d.glob("*.pse"))
     if not specs:
         raise CompLLError(f"no *.pse specs in {d}", str(d))

@@ -304,8 +304,10 @@ def test_load_dir_errors_register_nothing(user_dir):
     with pytest.raises(CompLLError, match=r"broken\.pse:1:\d+: unexpected"):
         load_dir(user_dir, cache=CACHE)
     assert "scaledsign" not in available()
-    with pytest.raises(CompLLError, match="not a directory"):
+    with pytest.raises(CompLLError, match="does not exist"):  # told apart from a file, not "not a directory"
         load_dir(user_dir / "nope")
+    with pytest.raises(CompLLError, match="not a directory"):
+        load_dir(user_dir / "broken.pse")
 
 
 BOM = "\ufeff".encode()  # what an editor on Windows writes in front of UTF-8 text
