@@ -27,6 +27,12 @@ rank, world = comm.Get_rank(), comm.Get_size()
 spec = get("mlp")
 
 
+def assert_same_parameters(want: torch.nn.Module, got: torch.nn.Module) -> None:
+    """``got``'s parameters equal ``want``'s, one by one (to the float error of another summation order)."""
+    for (n, p), q in zip(want.named_parameters(), got.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=f"{n}: {float((q - p).abs().max())}")
+
+
 def allgather(t: torch.Tensor) -> np.ndarray:
     out = np.empty((world, t.numel()), dtype=np.float32)
     comm.Allgather(np.ascontiguousarray(t.detach().numpy().ravel()), out)
@@ -621,8 +627,7 @@ def torch_resume() -> None:
     opt.load_state_dict(saved)
     _steps(resumed, opt, range(3, 6))
     opt.close()
-    for (n, p), q in zip(ref.named_parameters(), resumed.parameters(), strict=True):
-        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=n)
+    assert_same_parameters(ref, resumed)
 
     back = spec.build()
     back.load_state_dict(start)
@@ -641,8 +646,7 @@ def torch_resume() -> None:
     cont.optimizer.load_state_dict(exported)
     _steps(back, cont, range(3, 6))
     cont.close()
-    for (n, p), q in zip(ref.named_parameters(), back.parameters(), strict=True):
-        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=n)
+    assert_same_parameters(ref, back)
 
     # and a corrected run's own state_dict() resumed without correction: the mean velocity is the buffer
     again = spec.build()
@@ -655,8 +659,7 @@ def torch_resume() -> None:
     cont.load_state_dict(mine)
     _steps(again, cont, range(3, 6))
     cont.close()
-    for (n, p), q in zip(ref.named_parameters(), again.parameters(), strict=True):
-        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=n)
+    assert_same_parameters(ref, again)
 
 
 def ddp_torch_resume() -> None:
@@ -687,8 +690,7 @@ def ddp_torch_resume() -> None:
         hooked.register_comm_hook(CompressionHookState("none", optimizer=opt), compression_hook)
         left = opt.state_dict()["state"]
         _steps(hooked, opt, range(3, 6))
-        for (n, p), q in zip(plain.module.named_parameters(), model.parameters(), strict=True):
-            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=f"{n}: {float((q - p).abs().max())}")
+        assert_same_parameters(plain.module, model)
         assert not left, "the buffers moved into the velocities"
 
         # the reverse: the hook's torch_state_dict() gives a plain SGD the mean of the ranks' velocities
@@ -714,8 +716,7 @@ def ddp_torch_resume() -> None:
         sgd = torch.optim.SGD(cont.parameters(), **kw)
         sgd.load_state_dict(exported)
         _steps(cont, sgd, range(3, 6))
-        for (n, p), q in zip(plain.module.named_parameters(), back.parameters(), strict=True):
-            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=f"{n}: {float((q - p).abs().max())}")
+        assert_same_parameters(plain.module, back)
     finally:
         destroy_process_group()
 
@@ -741,8 +742,7 @@ def momentum_later(alg: str) -> None:
     for (n, p), q in zip(models[1].named_parameters(), models[0].parameters(), strict=True):
         torch.testing.assert_close(q, p, rtol=0, atol=0, msg=f"{alg} {n}")
     if alg == "none":
-        for (n, p), q in zip(models[2].named_parameters(), models[0].parameters(), strict=True):
-            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=n)
+        assert_same_parameters(models[2], models[0])
 
 
 SCENARIOS = {
