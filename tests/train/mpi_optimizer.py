@@ -39,6 +39,18 @@ def allgather(t: torch.Tensor) -> np.ndarray:
     return out
 
 
+def assert_exported_buffers(exported: dict, saved: dict, own: torch.Tensor) -> None:
+    """A ``torch_state_dict()`` export's momentum buffers are torch SGD's own (``saved``, from the
+    uncorrected run), the mean of the ranks' velocities rather than this rank's (``own``, the first
+    parameter's), and the same on every rank."""
+    bufs = [exported["state"][i]["momentum_buffer"] for i in sorted(exported["state"])]
+    want = [saved["state"][i]["momentum_buffer"] for i in sorted(saved["state"])]
+    assert len(bufs) == len(want) and not torch.allclose(own, bufs[0].view(-1), rtol=1e-3, atol=0)
+    for b, w in zip(bufs, want, strict=True):
+        torch.testing.assert_close(b, w, rtol=1e-5, atol=1e-6)
+        assert (allgather(b) == allgather(b)[0]).all()
+
+
 def same_everywhere(model: torch.nn.Module) -> bool:
     crc = zlib.crc32(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
     every = np.empty(world, dtype=np.int64)
@@ -636,12 +648,7 @@ def torch_resume() -> None:
     exported = opt.torch_state_dict()
     own = velocity(opt.states, opt.gradient_names()[0])  # the first parameter's, state index 0
     opt.close()
-    bufs = [exported["state"][i]["momentum_buffer"] for i in sorted(exported["state"])]
-    want = [saved["state"][i]["momentum_buffer"] for i in sorted(saved["state"])]
-    assert len(bufs) == len(want) and not torch.allclose(own, bufs[0].view(-1), rtol=1e-3, atol=0)
-    for b, w in zip(bufs, want, strict=True):
-        torch.testing.assert_close(b, w, rtol=1e-5, atol=1e-6)
-        assert (allgather(b) == allgather(b)[0]).all()
+    assert_exported_buffers(exported, saved, own)
     cont = wrapped(back, False)  # its optimizer is a plain torch SGD, stepped on the averaged gradient
     cont.optimizer.load_state_dict(exported)
     _steps(back, cont, range(3, 6))
@@ -704,12 +711,7 @@ def ddp_torch_resume() -> None:
         exported = state.torch_state_dict()
         own = velocity(state.states, "group0.param0")
         assert not opt.state_dict()["state"], "the optimizer's own state has no buffers"
-        bufs = [exported["state"][i]["momentum_buffer"] for i in sorted(exported["state"])]
-        want = [saved["state"][i]["momentum_buffer"] for i in sorted(saved["state"])]
-        assert len(bufs) == len(want) and not torch.allclose(own, bufs[0].view(-1), rtol=1e-3, atol=0)
-        for b, w in zip(bufs, want, strict=True):
-            torch.testing.assert_close(b, w, rtol=1e-5, atol=1e-6)
-            assert (allgather(b) == allgather(b)[0]).all()
+        assert_exported_buffers(exported, saved, own)
         back = spec.build()
         back.load_state_dict(model.state_dict())
         cont = DistributedDataParallel(back)  # plain DDP: torch's SGD on the averaged gradient
