@@ -323,9 +323,6 @@ def make_config(
         """The ready order (a pass on the model, seconds for the big ones): only a plan needs it."""
         return gradient_sizes(model, **build)  # cached by hipress.models
 
-    def forward() -> list[tuple[str, int]]:
-        return counted
-
     def shapes() -> dict[str, tuple[int, ...]]:
         from hipress.models import parameter_shapes
 
@@ -341,7 +338,7 @@ def make_config(
     if plan is not None and not plan.strip():  # a --plan "$PLAN" with PLAN unset: not a run without a plan
         raise ConfigError("--plan is empty; give a SeCoPaPlan.txt path, - (standard input) or 'auto', or leave "
                           "--plan out to run without a plan")
-    plan_entries = (resolve_plan(plan, ready(), np, alg, eng, forward, shapes, device, plan_transport, compll_specs)
+    plan_entries = (resolve_plan(plan, ready(), np, alg, eng, counted, shapes, device, plan_transport, compll_specs)
                     if plan else None)
     if comp_threshold == "default":
         comp_threshold = DEFAULT_COMP_THRESHOLD if eng in CASYNC_ENGINES and not plan else None
@@ -482,6 +479,12 @@ def install_compll(specs: dict[str, str], source: str | Path | None = None) -> l
         raise ConfigError(f"--compll-dir: {e}") from None
 
 
+def casync_topologies() -> str:
+    """The ``--topo`` names of CaSync's ring and PS (those with a SeCoPa plan), as a ``ring|ps`` choice for
+    messages: the options only CaSync reads name them, and a topology added to ``CHOICES`` joins them."""
+    return "|".join(o.name for o in CHOICES if o.plan is not None)
+
+
 def check_reencode(eng: str, caps: Capabilities, topo: str, alg: str) -> None:
     """``--reencode-aggregates`` (``merge_sparse=False``) where it changes something: a sparse algorithm
     on CaSync's ring or PS, whose aggregators otherwise merge payloads without decoding. Elsewhere it
@@ -492,7 +495,7 @@ def check_reencode(eng: str, caps: Capabilities, topo: str, alg: str) -> None:
     if eng in CASYNC_ENGINES and sparse_merging(caps):
         return
     sparse = [n for n in available() if (c := getattr(get_class(n), "caps", None)) is not None and sparse_merging(c)]
-    casync = "|".join(o.name for o in CHOICES if o.plan is not None)
+    casync = casync_topologies()
     raise ConfigError(f"--reencode-aggregates applies to sparse algorithms (--alg {', '.join(sparse)}) on --topo "
                       f"{casync}, whose aggregators otherwise merge payloads without decoding; it changes nothing "
                       f"for --topo {topo} --alg {alg}: leave it out")
@@ -504,7 +507,7 @@ def not_casync(option: str, eng: str, alg: str) -> ConfigError:
     ``--alg``) and the engine's display name: the engine's own name alone ("not to 'ring'", for
     ``--topo ring --alg none``) read as the very ``--topo`` the option asks for."""
     c, shown = choice_of_engine(eng)
-    casync = "|".join(o.name for o in CHOICES if o.plan is not None)
+    casync = casync_topologies()
     fix = "give a compressing --alg" if c.plan is not None else f"use --topo {casync}"
     return ConfigError(f"{option} applies to CaSync (--topo {casync} with a compressing --alg), not to --topo "
                        f"{c.name} --alg {alg}, which runs {shown}; {fix}, or leave {option} out")
@@ -512,7 +515,7 @@ def not_casync(option: str, eng: str, alg: str) -> ConfigError:
 
 def resolve_plan(
     plan: str, sizes: list[tuple[str, int]], np: int, alg: str, eng: str,
-    forward: Callable[[], list[tuple[str, int]]] | None = None,
+    definition: list[tuple[str, int]] | None = None,
     shapes: Callable[[], dict[str, tuple[int, ...]]] | None = None,
     device: str = "cpu",
     transport: Callable[[], dict[str, Any]] | None = None,
@@ -524,7 +527,7 @@ def resolve_plan(
     ``partitions`` is the plan's K as a ``SeCoPaPlan.txt`` means it (for a ring, chunks: K = N is one
     ring); the engine converts it to its own partitions (``hipress.sync.plan.engine_partitions``).
 
-    ``forward`` gives the model's gradients in definition order: a plan file written with another
+    ``definition`` is the model's gradients in definition order: a plan file written with another
     framework's names (HiPress's MXNet files list parameters that way) is then mapped by position.
     ``shapes`` gives the gradients' shapes, which a summable compressor's (PowerSGD's) plan needs.
     ``device``: where the ranks' codecs will run; ``auto`` measures encode/decode there (a GPU's
@@ -554,7 +557,7 @@ def resolve_plan(
                 if not path.is_file():
                     raise ConfigError(f"plan file {plan!r} does not exist; give a SeCoPaPlan.txt path, - (standard "
                                       "input) or 'auto'")
-            entries = load_plan(path, dict(sizes), forward=forward() if forward else None, world_size=np,
+            entries = load_plan(path, dict(sizes), forward=definition, world_size=np,
                                 topology=c.plan, source=source)
     except PlanError as e:
         raise ConfigError(f"--plan {plan}: {e}") from None
