@@ -152,10 +152,10 @@ def check_count(option: str, value: int, low: int, high: int, bound: str = "") -
     said "Input should be greater than or equal to 1", without the upper bound or where it comes from.
     ``bound``: what the upper bound is, said when it is passed (e.g. " (hipress.launch.emulate.MAX_HOSTS)").
     """
-    if value < low:
-        raise fail(f"{option} must be at least {low}, got {value}")
-    if value > high:
-        raise fail(f"{option} must be at most {high}, got {value}{bound}")
+    from hipress.bounds import out_of_bounds
+
+    if (why := out_of_bounds(option, value, low, high, bound)) is not None:
+        raise fail(why)
 
 
 def check_ranks(np_: int) -> None:

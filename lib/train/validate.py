@@ -12,6 +12,8 @@ import math
 import re
 from typing import Any
 
+from ..bounds import out_of_bounds
+
 #: Ranks of one run. HiPress's largest setting is 16 nodes x 8 GPUs = 128; 1024 leaves room for
 #: bigger clusters while refusing a typo that would start a million processes.
 MAX_RANKS = 1024
@@ -39,12 +41,8 @@ class ConfigError(ValueError):
 
 
 def _int_in(option: str, value: Any, low: int, high: int, hint: str = "") -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{option} must be a whole number, got {value!r}")
-    if value < low:
-        raise ConfigError(f"{option} must be at least {low}, got {value}")
-    if value > high:
-        raise ConfigError(f"{option} must be at most {high}, got {value}{hint}")
+    if (why := out_of_bounds(option, value, low, high, hint)) is not None:
+        raise ConfigError(why)
 
 
 def check_run_id(run_id: str | None) -> None:
