@@ -15,6 +15,27 @@ seeds 21-26, dgc:ratio=0.03): adapted, 13/18 settings within 1.5 points of uncom
 10/18. Exact top-k of the same budget did no better at lr 0.06-0.08 (7/12, worst -6.1): at these
 learning rates a 3 % budget is what limits, not the threshold.
 
+``warmup`` (default 0: none): DGC's warm-up training (Lin et al. 2018, sec. 3.3). For the first
+``warmup`` encodes of a gradient the density rises exponentially towards ``ratio``: the warm-up is cut
+into equal stages, stage e keeping 0.25^(e+1) of the elements (75 %, 93.75 %, 98.4375 %, 99.6 %
+sparsity), as many stages as such densities lie above ``ratio`` (4 at 0.1 %: the paper's four
+warm-up epochs; none at a ratio of 0.25 or more), then ``ratio`` itself. ``dgc:ratio=0.001,warmup=440``
+is the paper's schedule over 440 iterations (110 per stage); give the warm-up as iterations, e.g.
+epochs x iterations per epoch. The step is the gradient state's encode count (``GradientState.step``),
+which checkpoints save, so a resumed run continues the schedule where it stopped; without a state
+(``encode(x)``) there is no step and the target ``ratio`` is used. Buffers are sized for the
+warm-up's first stage (``max_kept``, hence ``payload_size``), so during warm-up nothing overflows,
+and ``widened(f)`` scales every stage's density by f. A SeCoPa plan made from ``payload_size`` sees
+that first stage's size (an upper bound), not the steady ``ratio``.
+
+Small gradients: where the budget k is at most 4 (n <= 4000 at 0.1 %), ``lower_bound`` 0.8 asks
+for ceil(0.8 k) = k candidates, so the threshold is lowered until k pass, and the cap then keeps the
+k largest: exactly top-k's choice. At larger k the sample's threshold (the ceil of ``ratio`` x the
+sample, 2 of the minimum 1024 samples at 0.1 %, about twice the density) mostly passes more than k,
+and the cap again keeps the k largest. So at 0.1 % on small networks DGC selects what top-k with
+error feedback selects, bit for bit: by design (the reference implementation caps the same way),
+not a fallback; the two differ where the sampled threshold passes fewer than k.
+
 Payload: the sparse format. On the CPU all of it is one pass over the gradient after a
 finiteness check (``sparse.select_sampled``).
 """
@@ -39,6 +60,31 @@ from ..sparse import (
 from ..state import GradientState
 from ..wire import WIRE_IDS
 
+#: DGC's warm-up: stage e of the warm-up keeps WARMUP_COEFF^(e+1) of the elements (Lin et al., sec. 3.3).
+WARMUP_COEFF = 0.25
+
+
+def warmup_stages(ratio: float) -> int:
+    """How many warm-up stages lie above ``ratio``: the e >= 0 with WARMUP_COEFF^(e+1) > ratio (4 at
+    0.001, 0 from 0.25 on). Multiplied out, not a logarithm: the powers of 0.25 are exact floats, so
+    a ratio that is one of them (0.0625) is its own last stage, not one stage short or over."""
+    stages, d = 0, WARMUP_COEFF
+    while d > ratio:
+        stages, d = stages + 1, d * WARMUP_COEFF
+    return stages
+
+
+def warmup_density(ratio: float, warmup: int, step: int) -> float:
+    """The density DGC keeps at a gradient's encode number ``step`` (0-based): during the first
+    ``warmup`` encodes, WARMUP_COEFF^(e+1) in stage e of ``warmup_stages(ratio)`` equal stages
+    (never below ``ratio``); from then on, and without a warm-up, ``ratio``. Never increases with
+    ``step``, so stage 0 (step 0) is the most any step keeps."""
+    stages = warmup_stages(ratio)
+    if warmup <= 0 or step >= warmup or not stages:
+        return ratio
+    stage = max(0, step) * stages // warmup
+    return max(ratio, WARMUP_COEFF ** (stage + 1))
+
 
 @register
 class DGC(SparseCompressor):
@@ -47,7 +93,7 @@ class DGC(SparseCompressor):
     caps = Capabilities(compressed_merge=True, sparse=True, uses_state=True, error_feedback=True)
 
     def __init__(self, ratio: float = 0.001, sample_ratio: float = 0.01, momentum: float = 0.0,
-                 lower_bound: float = 0.8) -> None:
+                 lower_bound: float = 0.8, warmup: int = 0) -> None:
         if not 0 < ratio <= 1:
             raise ValueError(f"dgc: ratio must be in (0, 1], got {ratio}")
         if not 0 < sample_ratio <= 1:
@@ -56,25 +102,40 @@ class DGC(SparseCompressor):
             raise ValueError(f"dgc: momentum must be in [0, 1), got {momentum}")
         if not 0 <= lower_bound < 1:
             raise ValueError(f"dgc: lower_bound must be in [0, 1) (0: no threshold adaptation), got {lower_bound}")
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"dgc: warmup must be a whole number of iterations >= 0 (0: no warm-up), got {warmup!r}")
         self.density = float(ratio)  # `ratio()` is the payload/fp32 size ratio
         self.sample_ratio = float(sample_ratio)
         self.momentum = float(momentum)
         self.lower_bound = float(lower_bound)
+        self.warmup = warmup
+        self._base = self.density  # the unwidened ratio the warm-up's stages are counted from
+        self._factor = 1  # ``widened``'s factor, applied to every stage's density
 
     def params(self) -> dict:
         return {"ratio": self.density, "sample_ratio": self.sample_ratio, "momentum": self.momentum,
-                "lower_bound": self.lower_bound}
+                "lower_bound": self.lower_bound, "warmup": self.warmup}
+
+    def density_at(self, step: int | None) -> float:
+        """The density this encoder keeps at a gradient's encode number ``step`` (None: no state,
+        the steady ``ratio``), widened by ``widened``'s factor, at most 1."""
+        if step is None:
+            return self.density
+        return min(1.0, self._factor * warmup_density(self._base, self.warmup, step))
 
     def max_kept(self, numel: int) -> int:
-        return budget(numel, self.density)
+        return budget(numel, self.density_at(0))  # the warm-up only ever lowers the density
 
     def widened(self, factor: int) -> DGC:
-        return DGC(min(1.0, self.density * factor), self.sample_ratio, self.momentum, self.lower_bound)
+        w = DGC(self._base, self.sample_ratio, self.momentum, self.lower_bound, self.warmup)
+        w._factor = self._factor * factor
+        w.density = min(1.0, w._base * w._factor)
+        return w
 
     def _choose(self, x: torch.Tensor, state: GradientState | None, name: str) -> Selection:
-        limit = budget(x.numel(), self.density)
-        return choose_sampled(x, state, name, self.density, self.sample_ratio, limit, self.momentum,
-                              self.lower_bound)
+        density = self.density_at(state.step if state is not None else None)
+        return choose_sampled(x, state, name, density, self.sample_ratio, budget(x.numel(), density),
+                              self.momentum, self.lower_bound)
 
     def _select(self, x: torch.Tensor, state: GradientState | None, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         n = x.numel()
@@ -87,8 +148,9 @@ class DGC(SparseCompressor):
             x = u
         v = accumulate(x, state, name, momentum=u)
         seed = state.step_seed() if state is not None else 0
-        thr = sampled_threshold(v, self.density, self.sample_ratio, seed)
-        backend, limit = backend_for(v, name), budget(n, self.density)
+        density = self.density_at(state.step if state is not None else None)
+        thr = sampled_threshold(v, density, self.sample_ratio, seed)
+        backend, limit = backend_for(v, name), budget(n, density)
         idx, val = adapt_threshold(backend.select_abs_ge(v, thr), thr, limit, self.lower_bound,
                                    lambda sel: sel[0].numel(), lambda t: backend.select_abs_ge(v, t))
         idx, val = top_by_magnitude(idx, val, limit)
