@@ -165,8 +165,18 @@ class Compressor(ABC):
         """Exact payload bytes for ``numel`` elements (an upper bound for sparse algorithms)."""
 
     def ratio(self, numel: int = 1 << 24) -> float:
-        """Payload bytes over fp32 bytes at ``numel`` elements: the nominal compression ratio."""
+        """Payload bytes over fp32 bytes at ``numel`` elements: the nominal compression ratio (of the
+        ``steady`` algorithm: a warm-up's larger payloads are transient)."""
+        steady = self.steady()
+        if steady is not self:
+            return steady.ratio(numel)
         return self.payload_size(numel) / (4 * numel) if numel else 1.0
+
+    def steady(self) -> Compressor:
+        """This algorithm as it runs once any warm-up is over (``dgc:warmup``): what a plan or a cost
+        model should weigh. ``payload_size`` stays the bound over every step, warm-up included, since
+        it sizes receive buffers. Without a warm-up, the algorithm itself."""
+        return self
 
     def merged_payload_size(self, numel: int, parts: int) -> int:
         """Upper bound of the bytes of ``merge`` applied to ``parts`` payloads of ``numel`` elements

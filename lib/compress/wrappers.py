@@ -76,6 +76,10 @@ class ErrorFeedback(_Wrapper):
     def widened(self, factor: int) -> Compressor:
         return ErrorFeedback(self.inner.widened(factor))
 
+    def steady(self) -> Compressor:
+        inner = self.inner.steady()
+        return self if inner is self.inner else ErrorFeedback(inner)
+
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
         if state is None:
             return self.inner._encode(x, dtype, None, name)
@@ -110,6 +114,10 @@ class MomentumCorrection(_Wrapper):
 
     def widened(self, factor: int) -> Compressor:
         return MomentumCorrection(self.inner.widened(factor), self.momentum)
+
+    def steady(self) -> Compressor:
+        inner = self.inner.steady()
+        return self if inner is self.inner else MomentumCorrection(inner, self.momentum)
 
     def params(self) -> dict:
         return {"inner": repr(self.inner), "momentum": self.momentum}

@@ -53,6 +53,7 @@ class PayloadModel:
             comp = create_from_spec(spec)
         except (UnknownAlgorithm, ValueError) as e:
             raise PlanError(str(e)) from None
+        comp = comp.steady()  # a warm-up's payloads are transient: plan for the run past it
         n0, n1 = 1 << 20, 1 << 21
         b0, b1 = comp.payload_size(n0), comp.payload_size(n1)
         slope = (b1 - b0) / (n1 - n0)

@@ -117,3 +117,19 @@ def test_cpu_and_torch_paths_keep_the_same_during_warmup():
 def test_bad_warmup_is_refused(bad):
     with pytest.raises(ValueError, match="warmup"):
         create("dgc", warmup=bad)
+
+
+def test_plans_and_the_nominal_ratio_weigh_the_steady_algorithm():
+    """SeCoPa's payload model and ``ratio()`` see dgc past its warm-up (the 0.1 % it runs at for the rest
+    of training), while ``payload_size`` keeps bounding the warm-up's payloads (it sizes buffers)."""
+    from hipress.compress.wrappers import MomentumCorrection
+    from hipress.plan.payload import PayloadModel
+
+    warm, plain = create("dgc", ratio=0.001, warmup=100), create("dgc", ratio=0.001)
+    planned, steady = PayloadModel.from_alg("dgc:ratio=0.001,warmup=100"), PayloadModel.from_alg("dgc:ratio=0.001")
+    assert (planned.header, planned.per_element) == (steady.header, steady.per_element)
+    assert warm.ratio() == plain.ratio() and warm.payload_size(10**6) > 200 * plain.payload_size(10**6)
+    assert warm.widened(3).steady().density_at(0) == plain.widened(3).density == 0.003
+    assert plain.steady() is plain
+    mc = MomentumCorrection(warm)
+    assert mc.steady().inner.warmup == 0 and mc.ratio() == plain.ratio()

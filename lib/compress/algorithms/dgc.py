@@ -25,8 +25,8 @@ epochs x iterations per epoch. The step is the gradient state's encode count (``
 which checkpoints save, so a resumed run continues the schedule where it stopped; without a state
 (``encode(x)``) there is no step and the target ``ratio`` is used. Buffers are sized for the
 warm-up's first stage (``max_kept``, hence ``payload_size``), so during warm-up nothing overflows,
-and ``widened(f)`` scales every stage's density by f. A SeCoPa plan made from ``payload_size`` sees
-that first stage's size (an upper bound), not the steady ``ratio``.
+and ``widened(f)`` scales every stage's density by f. SeCoPa plans (and ``ratio()``) weigh the
+steady algorithm (``steady()``: past the warm-up), not the warm-up's transient payloads.
 
 Small gradients: where the budget k is at most 4 (n <= 4000 at 0.1 %), ``lower_bound`` 0.8 asks
 for ceil(0.8 k) = k candidates, so the threshold is lowered until k pass, and the cap then keeps the
@@ -131,6 +131,13 @@ class DGC(SparseCompressor):
         w._factor = self._factor * factor
         w.density = min(1.0, w._base * w._factor)
         return w
+
+    def steady(self) -> DGC:
+        """Past the warm-up: the same algorithm (widened alike) without it; itself without one."""
+        if not self.warmup:
+            return self
+        w = DGC(self._base, self.sample_ratio, self.momentum, self.lower_bound)
+        return w.widened(self._factor) if self._factor != 1 else w
 
     def _choose(self, x: torch.Tensor, state: GradientState | None, name: str) -> Selection:
         density = self.density_at(state.step if state is not None else None)
