@@ -362,13 +362,27 @@ class StallWatch:
             "a debugger, frozen, or stuck holding the GIL?)")
         if quiet >= stop_at:
             return None, (f"rank {first.rank} made no progress for {quiet:.0f} s (stalled in {first.doing()}){dead}; "
-                          f"the run was stopped (--stall-timeout {self.timeout_s:g})")
+                          f"the run was stopped ({self._stop_rule(limit, stop_at)})")
         key = (first.rank, first.phase, first.time, bool(dead))
         if key not in self.warned:
             self.warned.add(key)
             return (f"rank {first.rank} has made no progress for {quiet:.0f} s (in {first.doing()}){dead}; the run "
                     f"will be stopped after {stop_at:g} s"), None
         return None, None
+
+    def _stop_rule(self, limit: float, stop_at: float) -> str:
+        """The rule that stopped the run, in the stop message: ``--stall-timeout`` as given, or, when the stop
+        came later (``stop_at``), the allowance that put it off, so that a user who gave 2 s and waited 6 is
+        told why rather than shown the 2 s."""
+        given = f"--stall-timeout {self.timeout_s:g}"
+        if stop_at <= self.timeout_s:
+            return given
+        why = []
+        if limit > self.timeout_s:
+            why.append(f"start-up and the first iteration get {limit:g} s at least")
+        if stop_at > limit:
+            why.append("telling a stopped rank from the ranks waiting for it takes that long")
+        return f"{given}, stopped at {stop_at:g} s: {'; '.join(why)}"
 
     @staticmethod
     def culprit(beats: dict[int, Beat], pulses: dict[int, Pulse], now: float) -> Beat:

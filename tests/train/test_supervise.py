@@ -405,6 +405,31 @@ def test_a_short_stall_timeout_names_the_stopped_rank_from_the_first_warning(tmp
     assert t - now >= max(timeout, judge + heartbeat.WARNING_LEAD_S)
 
 
+def test_the_stop_message_says_when_and_why_the_stop_came_later_than_the_stall_timeout(tmp_path):
+    """A --stall-timeout under the floors (the start-up allowance, the time the pulses take to tell) stops the run
+    later than given; the stop message showed the value given ("--stall-timeout 2") after 6 s without progress.
+    It now says when the stop came and why; a stop at the value given still shows just that."""
+    now = time.time()
+    _beat(tmp_path, 0, "gather of the iteration's statistics", 7, now, seq=29)
+    _beat(tmp_path, 1, "forward/backward", 7, now, seq=28)
+    _pulse(tmp_path, 0, now + 100)
+    _pulse(tmp_path, 1, now + 100)  # both running: the beats decide, not before the pulses could tell
+    judge = heartbeat.judge_s(heartbeat.read_pulses(tmp_path))
+    late = judge + heartbeat.WARNING_LEAD_S
+    w = StallWatch(tmp_path, timeout_s=2, ranks=2)
+    assert w.check(now + late - 0.5)[1] is None
+    stop = w.check(now + late)[1]
+    assert stop.startswith("rank 1 made no progress for 6 s") and stop.endswith(
+        f"the run was stopped (--stall-timeout 2, stopped at {late:g} s: telling a stopped rank from the ranks "
+        "waiting for it takes that long)"), stop
+    assert StallWatch(tmp_path, timeout_s=10, ranks=2).check(now + 10)[1].endswith(
+        "the run was stopped (--stall-timeout 10)")
+    _beat(tmp_path, 1, "forward/backward", 0, now, seq=28)  # iteration 0: the start-up allowance
+    stop = StallWatch(tmp_path, timeout_s=2, ranks=2).check(now + heartbeat.STARTUP_S)[1]
+    assert stop.endswith(f"the run was stopped (--stall-timeout 2, stopped at {heartbeat.STARTUP_S:g} s: start-up "
+                         f"and the first iteration get {heartbeat.STARTUP_S:g} s at least)"), stop
+
+
 def test_judge_time_is_what_the_run_help_says():
     """``hipress run --help`` gives the floor of --stall-timeout (local and over --hosts) in words."""
     from typer.testing import CliRunner
