@@ -32,7 +32,7 @@ Other optimizers (Adam...) are left as they are: their moments are not a linear 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -51,13 +51,9 @@ class MomentumCorrection:
         #: each parameter's group, by position: the hyper-parameters are read from the group at every
         #: step, not copied here, so that a scheduler cycling momentum (OneCycleLR, CyclicLR), a changed
         #: weight decay or an optimizer.load_state_dict (which replaces the group dicts) take effect
-        self._group_of: dict[int, int] = {}
+        self._group_of = {id(p): gi for gi, g in enumerate(optimizer.param_groups) for p in g["params"]}
         #: a stable name per parameter (its position in the optimizer), for those who have no names
-        self.position: dict[int, str] = {}
-        for gi, g in enumerate(optimizer.param_groups):
-            for pi, p in enumerate(g["params"]):
-                self._group_of[id(p)] = gi
-                self.position[id(p)] = f"group{gi}.param{pi}"
+        self.position: dict[int, str] = {id(p): name for name, p in positions(optimizer)}
         self._moms = [LocalMomentum(0.0, mask=mask) for _ in optimizer.param_groups]
         self._saved: list[dict] | None = None  # the groups' own values while ``plain_step`` zeroes them
         #: the groups whose weight decay ``before_sync`` folded into the gradient since the last step:
@@ -147,9 +143,24 @@ class MomentumCorrection:
             self._folded.clear()
 
 
+def positions(optimizer: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
+    """Every parameter of ``optimizer`` with its position as a name (``group0.param3``): the same in every run
+    and every resumed process, for those who have no names (the DDP hook keys velocities and states by it)."""
+    return [(f"group{gi}.param{pi}", p) for gi, g in enumerate(optimizer.param_groups)
+            for pi, p in enumerate(g["params"])]
+
+
+_VELOCITY = "@velocity"
+
+
 def velocity_key(name: str) -> str:
     """The ``StateStore`` key under which a gradient's velocity lives (apart from the engine's keys)."""
-    return f"{name}@velocity"
+    return f"{name}{_VELOCITY}"
+
+
+def is_velocity_key(key: str) -> bool:
+    """Whether a ``StateStore`` key is a velocity's (``velocity_key``), whatever its gradient's name."""
+    return key.endswith(_VELOCITY)
 
 
 def velocity_state(states: StateStore, name: str) -> GradientState:
@@ -237,6 +248,7 @@ def give_momentum_buffers(optimizer: torch.optim.Optimizer, states: StateStore, 
         states.discard(velocity_key(name))
 
 
-def holds_velocities(states: StateStore, named: list[tuple[str, torch.Tensor]]) -> bool:
-    """Whether any of ``named`` has a velocity in ``states`` (a momentum-corrected run's state)."""
+def holds_velocities(states: Container[str], named: list[tuple[str, torch.Tensor]]) -> bool:
+    """Whether any of ``named`` has a velocity in ``states`` (a momentum-corrected run's state): a ``StateStore``
+    or the ``gradients`` of its ``state_dict()``, to tell before loading it."""
     return any(velocity_key(n) in states for n, _ in named)

@@ -36,6 +36,7 @@ gives its buffers back as the velocities.
 """
 
 # no `from __future__ import annotations`: DDP checks the hook's annotations as objects
+import warnings
 import zlib
 from typing import Any, NamedTuple
 
@@ -45,7 +46,17 @@ import torch.distributed as dist
 from hipress.compress import AlgorithmSpec, Compressor, GradientState, StateStore
 from hipress.compress.payload import seal
 
-from .correction import MomentumCorrection, adopt_momentum_buffers, mean_velocities, torch_sgd_state_dict
+from .correction import (
+    MomentumCorrection,
+    adopt_momentum_buffers,
+    give_momentum_buffers,
+    holds_velocities,
+    is_velocity_key,
+    mean_velocities,
+    positions,
+    torch_sgd_state_dict,
+)
+from .load_agreement import agree_on_load
 
 _DEFAULT = object()  # "the default process group", as opposed to "not attached yet" (None after a load)
 
@@ -105,9 +116,7 @@ class CompressionHookState:
         self.iterations = 0
         # summable compressors: a stable state key per parameter, its position in the optimizer when
         # there is one (the same every run, resumes included), else fixed at first sight (``_param_key``)
-        self._param_keys: dict[int, str] = {} if optimizer is None else {
-            id(p): f"group{gi}.param{pi}" for gi, g in enumerate(optimizer.param_groups)
-            for pi, p in enumerate(g["params"])}
+        self._param_keys: dict[int, str] = {} if optimizer is None else {id(p): k for k, p in positions(optimizer)}
         #: each parameter's place in the canonical order (descending): its position in the optimizer,
         #: else the order of first sight
         self._ordinal: dict[int, int] = {} if optimizer is None else {
@@ -123,7 +132,7 @@ class CompressionHookState:
     def _velocity_names(self) -> list[tuple[str, torch.Tensor]]:
         """Every parameter of the optimizer with the name of its velocity (its position in the optimizer:
         DDP's buckets change, see ``_apply_correction``)."""
-        return [(self.correction.position[id(p)], p) for g in self.optimizer.param_groups for p in g["params"]]
+        return positions(self.optimizer)
 
     def torch_state_dict(self) -> dict[str, Any]:
         """The optimizer's ``state_dict()`` as torch's own SGD would have it after this run, to continue
@@ -175,13 +184,52 @@ class CompressionHookState:
                 "layouts": {k: [[pk, n] for pk, n in m] for k, m in self._layouts.items()}}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
+        """Resume from ``state_dict()``; load the optimizer's own ``state_dict()`` first.
+
+        A state made with an ``optimizer`` loads collectively (every rank of its process group, each its own
+        ``state_dict()``): the ranks first agree that their states belong together (``load_agreement``:
+        the same iteration, all with or all without velocities), or all raise ``CheckpointMismatch``.
+
+        A momentum-corrected checkpoint (its momentum is each rank's velocity, its optimizer without
+        buffers) loaded with ``momentum_correction=False`` and a ``torch.optim.SGD``: each ``momentum_buffer``
+        becomes the mean of the ranks' velocities, as ``torch_state_dict()`` gives them, and the velocities
+        are dropped, as ``DistributedOptimizer.load_state_dict`` does; before, they were loaded and never
+        used, so momentum restarted from zero. A state that cannot take them over (no optimizer: unpickled
+        or ``from_state_dict`` without one; an optimizer other than SGD) warns that they are not used."""
         if d["compression"] != self.compression:
             raise ValueError(f"checkpoint was made with {d['compression']!r}, this state uses {self.compression!r}")
+        saved = d["states"]["gradients"]
+        if self.optimizer is not None:
+            group = self.group()
+            velocities = holds_velocities(saved, self._velocity_names())
+            agree_on_load("CompressionHookState", int(d["iterations"]), velocities, dist.get_rank(group),
+                          dist.get_world_size(group), lambda flat: _sum(flat, group))
+        else:
+            velocities = any(is_velocity_key(k) for k in saved)
         self.states.load_state_dict(d["states"])
         self.bytes_sent, self.iterations = int(d["bytes_sent"]), int(d["iterations"])
         self._layouts = {k: tuple((str(pk), int(n)) for pk, n in m) for k, m in d.get("layouts", {}).items()}
         self._owner = {pk: k for k, m in self._layouts.items() for pk, _ in m}
         self._scratch = {}
+        if self.correction is None and velocities:
+            self._take_over_velocities()
+
+    def _take_over_velocities(self) -> None:
+        """A corrected checkpoint's velocities, loaded into a state without correction: an SGD's momentum
+        buffers (their mean over the ranks; collective, as ``load_state_dict`` decided on every rank); for a
+        state without an SGD, a warning that its momentum restarts from zero."""
+        if type(self.optimizer) is torch.optim.SGD:
+            group, named = self.group(), self._velocity_names()
+            give_momentum_buffers(self.optimizer, self.states, named, mean_velocities(
+                self.states, named, dist.get_world_size(group), lambda flat: _sum(flat, group)))
+            return
+        held_by = "no optimizer" if self.optimizer is None else f"a {type(self.optimizer).__name__}, not an SGD"
+        warnings.warn(
+            f"CompressionHookState: this checkpoint was made under momentum correction (its momentum is each "
+            f"rank's velocity), and this state has {held_by} to give it to: the velocities are not used and "
+            f"momentum restarts from zero. Load it with the SGD: from_state_dict(d, optimizer=opt) keeps "
+            f"correcting momentum; momentum_correction=False with optimizer=opt hands the SGD the ranks' mean "
+            f"velocity as its momentum buffers", stacklevel=3)
 
     @classmethod
     def from_state_dict(cls, d: dict[str, Any], process_group: dist.ProcessGroup | None = None,

@@ -39,6 +39,7 @@ from .correction import (
     mean_velocities,
     torch_sgd_state_dict,
 )
+from .load_agreement import agree_on_load
 
 
 class GradientMismatch(RuntimeError):
@@ -452,10 +453,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
         exact uncompressed; compressed, the residuals are loaded as they are, so what error
         feedback still held back of the velocities is sent as gradient, to which the optimizer's
         momentum is then applied (about 1/(1 - momentum) times, in all, what correction would have
-        applied once). Collective in that case only (an all-reduce of the velocities): every rank loads its
-        own ``state_dict()``, as every rank saved it."""
+        applied once).
+
+        Collective, always: every rank loads its own ``state_dict()``, as every rank saved it. The ranks
+        first agree that their states belong together (``load_agreement``: the same iteration, all with
+        or all without velocities) and every rank raises ``CheckpointMismatch`` before changing anything
+        if not; before, a rank whose file held velocities waited for ever in the all-reduce of the mean
+        that a rank whose file held none never entered."""
         if "optimizer" not in d and {"state", "param_groups"} <= d.keys():
             d = {"optimizer": d, "compression": StateStore(self.states.base_seed).state_dict(), "iteration": 0}
+        agree_on_load("DistributedOptimizer", int(d.get("iteration", 0)),
+                      holds_velocities(d["compression"]["gradients"], self._params), self.comm.Get_rank(),
+                      self.comm.Get_size(), self._sum_over_ranks)
         self.optimizer.load_state_dict(d["optimizer"])
         self.states.load_state_dict(d["compression"])
         if self.correction is not None:

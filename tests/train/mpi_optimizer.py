@@ -20,6 +20,7 @@ from mpi4py import MPI
 from hipress.models import get, gradient_sizes
 from hipress.train import DistributedOptimizer
 from hipress.train.correction import velocity
+from hipress.train.load_agreement import CheckpointMismatch
 from hipress.train.optimizer import GradientMismatch
 
 comm = MPI.COMM_WORLD
@@ -723,6 +724,103 @@ def ddp_torch_resume() -> None:
         destroy_process_group()
 
 
+def expect_mismatch(load, *words: str) -> None:
+    """``load()`` raises ``CheckpointMismatch`` on this rank (every rank must: a rank that went on, or waited
+    in a collective, fails the job or hangs it until the test's timeout) with ``words`` in its message."""
+    try:
+        load()
+    except CheckpointMismatch as e:
+        assert all(w in str(e) for w in words), str(e)
+    else:
+        raise AssertionError(f"rank {rank}: mixed checkpoints were loaded")
+
+
+def mixed_checkpoints() -> None:
+    """Checkpoints mixed from two runs (rank 0's with momentum-corrected velocities, rank 1's without) loaded
+    by ``momentum_correction=False``: before, only the rank whose file held velocities entered the all-reduce
+    of their mean, and waited for ever. Now every rank refuses them, naming what each holds; so do states
+    of different iterations, while a set saved together loads (and leaves nothing waiting)."""
+    kw = {"lr": 0.05, "momentum": 0.9}
+
+    def run(correct: bool, steps: int) -> dict:
+        torch.manual_seed(0)
+        model = spec.build()
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), **kw), model.named_parameters(),
+                                   compression="none", topology="ring", comm=comm, momentum_correction=correct)
+        _steps(model, opt, range(steps))
+        out = copy.deepcopy(opt.state_dict())
+        opt.close()
+        return out
+
+    corrected, plain, later = run(True, 2), run(False, 2), run(False, 3)
+    model = spec.build()
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), **kw), model.named_parameters(),
+                               compression="none", topology="ring", comm=comm, momentum_correction=False)
+    expect_mismatch(lambda: opt.load_state_dict(corrected if rank == 0 else plain),
+                    "rank(s) [0]: iteration 2, with momentum-corrected velocities",
+                    "iteration 2, without momentum-corrected velocities", "DistributedOptimizer.load_state_dict")
+    assert not opt.state, "refused before anything was loaded"
+    expect_mismatch(lambda: opt.load_state_dict(later if rank == world - 1 else plain), "iteration 3", "iteration 2")
+    opt.load_state_dict(corrected)  # saved together: the mean velocity becomes the buffers on every rank
+    assert all("momentum_buffer" in opt.state[p] for p in model.parameters())
+    _steps(model, opt, range(2, 3))
+    assert same_everywhere(model)
+    opt.close()
+
+
+def ddp_uncorrected_resume() -> None:
+    """The DDP hook made with ``momentum_correction=False`` and an SGD loads a corrected hook checkpoint: the
+    ranks' mean velocity becomes the SGD's momentum buffers, and the run continues as the uninterrupted one
+    (lossless: torch's momentum SGD either way). Before, the velocities were loaded and never used: momentum
+    restarted from zero. A state without an SGD says that it cannot use them; mixed checkpoints are refused."""
+    import warnings
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hipress.train import CompressionHookState, compression_hook
+    from hipress.train.torchdist import destroy_process_group, init_process_group
+
+    kw = {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}
+    init_process_group(comm, "gloo")
+    try:
+        torch.manual_seed(0)
+        ref = DistributedDataParallel(spec.build())
+        opt = torch.optim.SGD(ref.parameters(), **kw)
+        state = CompressionHookState("none", optimizer=opt)
+        ref.register_comm_hook(state, compression_hook)
+        _steps(ref, opt, range(3))
+        saved = copy.deepcopy((ref.module.state_dict(), opt.state_dict(), state.state_dict()))
+        _steps(ref, opt, range(3, 6))
+
+        model = spec.build()
+        model.load_state_dict(saved[0])
+        cont = DistributedDataParallel(model)
+        sgd = torch.optim.SGD(cont.parameters(), **kw)
+        sgd.load_state_dict(saved[1])  # the corrected run's: no momentum buffers
+        uncorrected = CompressionHookState("none", optimizer=sgd, momentum_correction=False)
+        uncorrected.load_state_dict(saved[2])
+        assert all("momentum_buffer" in sgd.state[p] for p in cont.parameters()), "the mean velocity, as buffers"
+        assert not any(k.endswith("@velocity") for k in uncorrected.states.names()), "the velocities handed over"
+        cont.register_comm_hook(uncorrected, compression_hook)
+        _steps(cont, sgd, range(3, 6))
+        assert_same_parameters(ref.module, model)
+
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            CompressionHookState.from_state_dict(saved[2])  # no optimizer to give the velocities to
+        assert any("momentum restarts from zero" in str(w.message) for w in said), [str(w.message) for w in said]
+
+        plain = copy.deepcopy(saved[2])
+        plain["states"]["gradients"] = {k: v for k, v in plain["states"]["gradients"].items()
+                                        if not k.endswith("@velocity")}
+        other = CompressionHookState("none", optimizer=torch.optim.SGD(spec.build().parameters(), **kw),
+                                     momentum_correction=False)
+        expect_mismatch(lambda: other.load_state_dict(saved[2] if rank == 0 else plain),
+                        "CompressionHookState.load_state_dict", "rank(s) [0]: iteration 3, with")
+    finally:
+        destroy_process_group()
+
+
 def momentum_later(alg: str) -> None:
     """Momentum raised from 0 by a scheduler is corrected as one set at construction: an SGD made with
     momentum 0 trains as one made with 0.9 under the same schedule (0 for two steps, then 0.9).
@@ -773,6 +871,8 @@ SCENARIOS = {
     "torch-resume": torch_resume,
     "ddp-torch-resume": ddp_torch_resume,
     "momentum-later": lambda: [momentum_later(a) for a in ("none", "tbq:tau=0.02", "dgc:ratio=0.05")],
+    "mixed-checkpoints": mixed_checkpoints,
+    "ddp-uncorrected-resume": ddp_uncorrected_resume,
 }
 
 if __name__ == "__main__":

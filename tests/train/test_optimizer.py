@@ -36,6 +36,16 @@ def test_momentum_buffers_and_scheduled_momentum_at_two_ranks():
         assert f"OK {s}" in res.output, res.output
 
 
+def test_checkpoints_saved_apart_are_refused_on_every_rank_and_uncorrected_loads_take_the_velocities():
+    """Mixed checkpoints (another run, another iteration) refused on every rank, not a rank left waiting (the
+    job's timeout is the hang's bound); the DDP hook without correction takes a corrected run's momentum."""
+    scenarios = ["mixed-checkpoints", "ddp-uncorrected-resume"]
+    res = run_mpi(2, "mpi_optimizer.py", *scenarios, timeout=240)
+    assert res.ok, res.output
+    for s in scenarios:
+        assert f"OK {s}" in res.output, res.output
+
+
 def test_three_ranks():
     res = run_mpi(3, "mpi_optimizer.py", "average-ring", "mismatch", timeout=300)
     assert res.ok, res.output
