@@ -13,6 +13,7 @@ import it.
 
 from __future__ import annotations
 
+import glob
 import os
 import stat
 import tempfile
@@ -20,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-__all__ = ["DASH", "STDIN_NAME", "STDIN_PATH", "NotUtf8", "TooLarge", "decode_text", "fsync_dir", "read_at_most",
-           "source_of", "umask", "write_atomic"]
+__all__ = ["DASH", "STDIN_NAME", "STDIN_PATH", "NotUtf8", "TooLarge", "decode_text", "fsync_dir",
+           "leftover_temporaries", "read_at_most", "source_of", "umask", "write_atomic"]
 
 #: A file argument of ``-`` is standard input (``plan --input -``, ``run --plan -``), as ``--output -``
 #: is standard output: a pipe (``hipress plan ... | hipress run ... --plan -``), a redirection.
@@ -92,7 +93,7 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes | Callable[[IO[
     if make_parents:
         parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+        fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=_TMP_SUFFIX, dir=parent)
     except OSError as e:
         if not parent.is_dir():  # the usual reason: said as it is ("No such file or directory")
             raise
@@ -111,6 +112,24 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes | Callable[[IO[
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(parent)
+
+
+_TMP_SUFFIX = ".tmp"
+
+
+def _tmp_prefix(path: Path) -> str:
+    """How ``write_atomic``'s temporary for ``path`` begins (``.NAME.``, then ``mkstemp``'s random part)."""
+    return f".{path.name}."
+
+
+def leftover_temporaries(path: str | os.PathLike[str]) -> list[Path]:
+    """The temporaries ``write_atomic(path, ...)`` left beside ``path`` when its process was killed while
+    writing (SIGKILL, the out-of-memory killer: no cleanup runs), each as large as what was written so far.
+
+    Only the one process that writes ``path`` may remove them, before it writes again: another writer of
+    the same path has its own temporary there while it writes."""
+    p = Path(path)
+    return sorted(p.parent.glob(f"{glob.escape(_tmp_prefix(p))}*{_TMP_SUFFIX}"))
 
 
 def _write_into(f: IO[bytes], data: str | bytes | Callable[[IO[bytes]], None]) -> None:

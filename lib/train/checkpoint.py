@@ -24,7 +24,8 @@ schedule is part of what a checkpoint must match.
 Everything is stored as plain tensors, numbers and strings, so it loads with
 ``torch.load(weights_only=True)``: a checkpoint cannot run code when it is read. A file is written
 to a temporary name in the same directory, fsynced, renamed over the old one and the directory
-fsynced, so a crash leaves the previous checkpoint or the new one, never half of one. The ranks'
+fsynced, so a crash leaves the previous checkpoint or the new one, never half of one (a rank killed
+while writing leaves its temporary, which its next write removes). The ranks'
 files are written after the same iteration, but each on its own: a run stopped while they write
 (Ctrl-C during a large model's seconds-long write, a rank killed) leaves some ranks at the new
 iteration and some at the old one. So each rank keeps its previous checkpoint beside the latest
@@ -49,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hipress.files import fsync_dir, write_atomic
+from hipress.files import fsync_dir, leftover_temporaries, write_atomic
 from hipress.lr_schedules import CONSTANT
 
 from .results import ERRORS, EVENTS
@@ -166,6 +167,8 @@ def save(run_dir: Path | None, rank: int, cfg: Any, iteration: int, model: torch
         except OSError:  # a file system without hard links: a copy
             shutil.copyfile(path, link)
         os.replace(link, prev)
+    for tmp in leftover_temporaries(path):  # a write of this rank's cut short (the rank killed): as large as a model
+        tmp.unlink(missing_ok=True)
     write_atomic(path, lambda f: torch.save(blob, f))
     return path
 

@@ -215,6 +215,32 @@ def test_a_checkpoint_must_match_the_runs_lr_schedule(tmp_path):
         checkpoint.load(tmp_path, 0, cfg)
 
 
+def test_a_checkpoint_write_removes_what_a_killed_write_of_its_rank_left(tmp_path):
+    """A rank killed (SIGKILL) while writing its checkpoint leaves write_atomic's temporary (seen: a
+    `.rank-1.pt.XXXXXXXX.tmp` after `kill -9` of rank 1 of `hipress run --checkpoint-every 2`), as large as the
+    part written (a model's size for vgg19), and nothing removed it: one more per killed run. The rank's next
+    write now does; other ranks' and other files' temporaries are not its business."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from hipress.models import get
+    from hipress.train import checkpoint
+
+    cfg = make_config("mlp", np=2, iters=3, run_id="r")
+    model = get("mlp").build(**cfg.model_options)
+    runner = SimpleNamespace(opt=torch.optim.SGD(model.parameters(), lr=cfg.lr))
+    folder = checkpoint.path_for(tmp_path, 1).parent
+    folder.mkdir()
+    left = [folder / ".rank-1.pt.4od_l9nj.tmp", folder / ".rank-1.pt.x.tmp"]
+    others = [folder / ".rank-0.pt.abcdefgh.tmp", folder / ".rank-11.pt.abcdefgh.tmp", folder / "notes.tmp"]
+    for f in left + others:
+        f.write_bytes(b"partial")
+    checkpoint.save(tmp_path, 1, cfg, 4, model, runner)
+    assert not [f for f in left if f.exists()] and all(f.exists() for f in others)
+    assert checkpoint.load(tmp_path, 1, cfg)["iteration"] == 4
+
+
 def test_resume_takes_the_latest_iteration_every_ranks_checkpoints_have(tmp_path):
     """A run stopped while its ranks wrote: rank 0 at 9 (previous 6), rank 1 at 6 (previous 3): 6, which both
     have; a rank's damaged or foreign previous file is not fallen back on; no iteration in common is refused."""
