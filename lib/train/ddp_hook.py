@@ -31,8 +31,8 @@ rebuilds the state. A state loaded without a process group does not fall back to
 silently: the hook refuses to run until ``attach(group)`` says which group it is. Under momentum
 correction the optimizer's ``state_dict()`` has no momentum buffers (the velocities are the hook's):
 ``state.torch_state_dict()`` (collective) is the optimizer's with the mean of the ranks' velocities as
-its buffers, for a plain torch SGD to continue from; an SGD loaded from one, handed to a new state,
-gives its buffers back as the velocities.
+its buffers, for a plain torch SGD to continue from; an SGD loaded from one, before or after it is
+handed to a state, gives its buffers back as the velocities (at once, or at the next backward).
 """
 
 # no `from __future__ import annotations`: DDP checks the hook's annotations as objects
@@ -413,7 +413,13 @@ def _bucket_state(state: CompressionHookState, members: tuple[tuple[str, int], .
 def _apply_correction(corr: MomentumCorrection, bucket: dist.GradBucket, states: StateStore) -> None:
     """Momentum and weight decay on this rank's gradients, one velocity per parameter (keyed by its
     position in the optimizer: DDP rebuilds its buckets after the first iteration, so a per-bucket
-    velocity would be lost). The bucket's gradients are views of its buffer."""
+    velocity would be lost). The bucket's gradients are views of its buffer.
+
+    A ``momentum_buffer`` in the optimizer's state was loaded since the last step (``sgd.load_state_dict``
+    of a torch checkpoint after the hook state was made: under correction the optimizer steps without
+    momentum and keeps none): it becomes the velocity first, as at construction. Before, it sat unused
+    and momentum restarted from zero."""
+    adopt_momentum_buffers(corr.optimizer, states, [(corr.position[id(p)], p) for p in bucket.parameters()])
     for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
         corr.before_sync(p, g, states, corr.position[id(p)])
 

@@ -690,16 +690,21 @@ def ddp_torch_resume() -> None:
         _steps(plain, sgd, range(3))
         saved, weights = copy.deepcopy((sgd.state_dict(), plain.module.state_dict()))
         _steps(plain, sgd, range(3, 6))
-        model = spec.build()
-        model.load_state_dict(weights)
-        hooked = DistributedDataParallel(model)
-        opt = torch.optim.SGD(hooked.parameters(), **kw)
-        opt.load_state_dict(saved)
-        hooked.register_comm_hook(CompressionHookState("none", optimizer=opt), compression_hook)
-        left = opt.state_dict()["state"]
-        _steps(hooked, opt, range(3, 6))
-        assert_same_parameters(plain.module, model)
-        assert not left, "the buffers moved into the velocities"
+        for load_first in (True, False):  # the SGD loaded before the hook state is made, or after (before:
+            model = spec.build()  # its buffers sat unused, momentum restarted from zero)
+            model.load_state_dict(weights)
+            hooked = DistributedDataParallel(model)
+            opt = torch.optim.SGD(hooked.parameters(), **kw)
+            if load_first:
+                opt.load_state_dict(saved)
+            hooked.register_comm_hook(CompressionHookState("none", optimizer=opt), compression_hook)
+            if not load_first:
+                opt.load_state_dict(saved)
+            _steps(hooked, opt, range(3, 4))
+            left = opt.state_dict()["state"]
+            _steps(hooked, opt, range(4, 6))
+            assert_same_parameters(plain.module, model)
+            assert not left, f"the buffers moved into the velocities (loaded first: {load_first})"
 
         # the reverse: the hook's torch_state_dict() gives a plain SGD the mean of the ranks' velocities
         torch.manual_seed(0)
