@@ -222,6 +222,8 @@ def register(app: typer.Typer) -> None:
             check_stall_timeout(stall_timeout)
         except ValueError as e:
             raise fail(str(e)) from None
+        if resume is not None:  # first: what --resume reads and rewinds is the run's only while this holds it
+            _hold_run_dir(ctx, resume)
         resumed, resume_at, resume_note = _resume_config(ctx, resume, iters) if resume is not None else (None, 0, None)
         model = resumed.model if resumed else pick_model(model, model_opt)
         np_ = resumed.np if resumed else np_
@@ -300,6 +302,8 @@ def register(app: typer.Typer) -> None:
                 raise fail(f"run directory {run_dir} already exists; choose another --run-id") from None
             except OSError as e:
                 raise fail(f"cannot create the run directory {run_dir}: {e.strerror or e}") from None
+            if resume is None:
+                _hold_run_dir(ctx, run_dir)
             if resumed is not None:  # only now, every option checked: a refused --resume leaves the run as it was
                 _rewind(run_dir, resume_at)
             cfg.write(run_dir)
@@ -349,6 +353,16 @@ def register(app: typer.Typer) -> None:
             print_json(summary)
         else:
             _render_summary(summary)
+
+
+def _hold_run_dir(ctx: typer.Context, run_dir: Path) -> None:
+    """Hold ``run_dir`` until the command ends (``hipress.train.run_lock``); exit 2 while another run has it."""
+    from hipress.train.run_lock import RunDirBusy, holding
+
+    try:
+        ctx.with_resource(holding(run_dir))
+    except RunDirBusy as e:
+        raise fail(str(e)) from None
 
 
 def _check_results(results: Path, run_id: str | None) -> None:

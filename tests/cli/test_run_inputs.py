@@ -423,6 +423,49 @@ def test_a_refused_resume_leaves_the_run_as_it_was(tmp_path, launch):
     assert {name: (run_dir / name).read_bytes() for name in before} == before
 
 
+def test_a_resume_of_a_run_still_going_is_refused_before_it_changes_anything(tmp_path):
+    """`hipress run --resume DIR` while DIR's run still went (another terminal): the second job rewound
+    events.jsonl under the first, both appended iterations to it and wrote the same checkpoints, and one died
+    on a checkpoint file the other had replaced (seen: FileNotFoundError for .rank-0.pt.XXXX.tmp). A running
+    launcher holds its run directory; a resume is refused while it does, and goes on once it is let go."""
+    from hipress.train.run_lock import holding
+
+    run_dir = tmp_path / "r1"
+    _finished_run(run_dir)
+    before = {name: (run_dir / name).read_bytes() for name in ("events.jsonl", "config.json")}
+    with holding(run_dir):  # as the launcher of the run still going does
+        r = _invoke(["run", "--resume", str(run_dir), "--iters", "5", "--emulate", ""])
+    assert r.exit_code == 2, r.output
+    assert (f"run directory {run_dir} is in use by another hipress run still going (its launcher holds it); wait "
+            "until that run ends, or stop it (Ctrl-C in its terminal), then --resume it") in _text(r), r.output
+    assert {name: (run_dir / name).read_bytes() for name in before} == before
+    r = _invoke(["run", "--resume", str(run_dir), "--iters", "5", "--emulate", ""])  # let go: the next check speaks
+    assert r.exit_code == 2 and "in use" not in r.output and "--emulate" in r.output, r.output
+
+
+def test_a_new_run_holds_its_directory_while_it_runs(tmp_path, monkeypatch):
+    """The run started fresh is the one a resume from another terminal met: it holds its directory from the
+    moment it makes it, while its ranks run."""
+    from hipress.train.run_lock import RunDirBusy, holding
+    from hipress_cli.commands import run as run_cmd
+
+    seen = []
+
+    def launch(cfg, run_dir, *rest, **kw):
+        try:
+            with holding(run_dir):
+                seen.append("free")
+        except RunDirBusy:
+            seen.append("held")
+        raise KeyboardInterrupt  # instead of starting ranks
+
+    monkeypatch.setattr(run_cmd, "_launch_and_watch", launch)
+    _invoke(["run", "mlp", "--np", "2", "--iters", "2", "--results", str(tmp_path), "--run-id", "x"])
+    assert seen == ["held"]
+    with holding(tmp_path / "x"):  # let go when the command ended
+        pass
+
+
 @pytest.mark.parametrize("resume", [False, True])
 def test_ranks_asked_for_must_match_the_host_slots_even_when_two(tmp_path, resume):
     """--np 2 beside 4 slots, and a resumed 2-rank run given 4 slots: 2, --np's default, was taken for "not
