@@ -56,7 +56,7 @@ from .correction import (
     positions,
     torch_sgd_state_dict,
 )
-from .load_agreement import agree_on_load
+from .load_agreement import CheckpointMismatch, agree_on_load
 
 _DEFAULT = object()  # "the default process group", as opposed to "not attached yet" (None after a load)
 
@@ -196,15 +196,18 @@ class CompressionHookState:
         are dropped, as ``DistributedOptimizer.load_state_dict`` does; before, they were loaded and never
         used, so momentum restarted from zero. A state that cannot take them over (no optimizer: unpickled
         or ``from_state_dict`` without one; an optimizer other than SGD) warns that they are not used."""
+        refusal = None
         if d["compression"] != self.compression:
-            raise ValueError(f"checkpoint was made with {d['compression']!r}, this state uses {self.compression!r}")
+            refusal = f"checkpoint was made with {d['compression']!r}, this state uses {self.compression!r}"
         saved = d["states"]["gradients"]
-        if self.optimizer is not None:
+        if self.optimizer is not None:  # the other ranks learn of a refusal here rather than wait for ever
             group = self.group()
             velocities = holds_velocities(saved, self._velocity_names())
             agree_on_load("CompressionHookState", int(d["iterations"]), velocities, dist.get_rank(group),
-                          dist.get_world_size(group), lambda flat: _sum(flat, group))
+                          dist.get_world_size(group), lambda flat: _sum(flat, group), refusal)
         else:
+            if refusal is not None:
+                raise CheckpointMismatch(refusal)
             velocities = any(is_velocity_key(k) for k in saved)
         self.states.load_state_dict(d["states"])
         self.bytes_sent, self.iterations = int(d["bytes_sent"]), int(d["iterations"])

@@ -17,25 +17,36 @@ import torch
 from .correction import SumOverRanks
 
 
-class CheckpointMismatch(RuntimeError):
+class CheckpointMismatch(ValueError):
     """The ranks' checkpoints were not saved together (another run, another iteration, with and without
-    momentum correction): raised on every rank, before any of them changed its state."""
+    momentum correction), or some rank's does not fit its state: raised on every rank, before any of them
+    changed its state."""
 
 
 def agree_on_load(what: str, iteration: int, velocities: bool, rank: int, world: int,
-                  sum_over_ranks: SumOverRanks) -> None:
+                  sum_over_ranks: SumOverRanks, refusal: str | None = None) -> None:
     """Return when every rank loads a state of the same ``iteration``, all with or all without momentum-corrected
-    ``velocities``; else raise ``CheckpointMismatch`` on every rank. Collective: every rank of the group
-    calls it (``sum_over_ranks``: the caller's all-reduce of a float64 CPU tensor); ``what`` names the
-    loading object in the message."""
-    mine = torch.zeros(2 * world, dtype=torch.float64)
-    mine[2 * rank], mine[2 * rank + 1] = float(iteration), float(bool(velocities))
-    rows = [(int(it), bool(v)) for it, v in sum_over_ranks(mine).view(world, 2).tolist()]
+    ``velocities``, and no rank refuses its own; else raise ``CheckpointMismatch`` on every rank.
+
+    ``refusal``: why this rank cannot load its state (checked by the caller before anything changed: a
+    checkpoint of another algorithm); that rank raises it, the others name the rank. Collective: every
+    rank of the group calls it (``sum_over_ranks``: the caller's all-reduce of a float64 CPU tensor);
+    ``what`` names the loading object in the messages."""
+    mine = torch.zeros(3 * world, dtype=torch.float64)
+    mine[3 * rank: 3 * rank + 3] = torch.tensor([float(iteration), float(bool(velocities)), float(refusal is not None)],
+                                                dtype=torch.float64)
+    rows = [(int(it), bool(v), bool(no)) for it, v, no in sum_over_ranks(mine).view(world, 3).tolist()]
+    refused = [r for r, (_, _, no) in enumerate(rows) if no]
+    if refusal is not None:
+        raise CheckpointMismatch(f"{what}.load_state_dict on rank {rank}: {refusal}")
+    if refused:
+        raise CheckpointMismatch(f"{what}.load_state_dict: rank(s) {refused} cannot load their state (their error "
+                                 f"says why); no rank loaded its own")
     if all(r == rows[0] for r in rows):
         return
     groups: dict[tuple[int, bool], list[int]] = {}
-    for r, row in enumerate(rows):
-        groups.setdefault(row, []).append(r)
+    for r, (it, v, _) in enumerate(rows):
+        groups.setdefault((it, v), []).append(r)
     said = "; ".join(f"rank(s) {ranks}: iteration {it}, {'with' if v else 'without'} momentum-corrected velocities"
                      for (it, v), ranks in groups.items())
     raise CheckpointMismatch(

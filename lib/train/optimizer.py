@@ -462,9 +462,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         that a rank whose file held none never entered."""
         if "optimizer" not in d and {"state", "param_groups"} <= d.keys():
             d = {"optimizer": d, "compression": StateStore(self.states.base_seed).state_dict(), "iteration": 0}
-        agree_on_load("DistributedOptimizer", int(d.get("iteration", 0)),
-                      holds_velocities(d["compression"]["gradients"], self._params), self.comm.Get_rank(),
-                      self.comm.Get_size(), self._sum_over_ranks)
+        refusal = self._refusal(d)
+        velocities = refusal is None and holds_velocities(d["compression"]["gradients"], self._params)
+        agree_on_load("DistributedOptimizer", int(d.get("iteration", 0)), velocities, self.comm.Get_rank(),
+                      self.comm.Get_size(), self._sum_over_ranks, refusal)
         self.optimizer.load_state_dict(d["optimizer"])
         self.states.load_state_dict(d["compression"])
         if self.correction is not None:
@@ -476,6 +477,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._warm.close()
             self._warm = None
         self._reopen_warm_up()
+
+    def _refusal(self, d: dict) -> str | None:
+        """Why this rank cannot load ``d``, as far as it can tell before changing anything (the agreement tells
+        the other ranks, which would otherwise go on into collectives this rank never enters): not a
+        ``state_dict()``, or one of another model or optimizer (other parameter groups)."""
+        if not {"optimizer", "compression"} <= d.keys() or "gradients" not in d["compression"]:
+            return "not a DistributedOptimizer.state_dict() nor a torch optimizer's state_dict()"
+        want = [len(g["params"]) for g in self.optimizer.param_groups]
+        got = [len(g.get("params", ())) for g in d["optimizer"].get("param_groups", ())]
+        if got != want:
+            return (f"its optimizer has parameter groups of {got} parameters, this one of {want}: the state of "
+                    f"another model or optimizer")
+        return None
 
     def _reopen_warm_up(self) -> None:
         """Open the uncompressed warm-up engine if this iteration is in the warm-up and none is open: at

@@ -766,6 +766,12 @@ def mixed_checkpoints() -> None:
                     "iteration 2, without momentum-corrected velocities", "DistributedOptimizer.load_state_dict")
     assert not opt.state, "refused before anything was loaded"
     expect_mismatch(lambda: opt.load_state_dict(later if rank == world - 1 else plain), "iteration 3", "iteration 2")
+    # a rank whose file is of another model refuses it, and says so to the others, which would have gone on
+    other = copy.deepcopy(plain)
+    other["optimizer"]["param_groups"][0]["params"] = [0]
+    expect_mismatch(lambda: opt.load_state_dict(other if rank == 1 else plain),
+                    *(["on rank 1: its optimizer has parameter groups of [1] parameters, this one of [4]"] if rank == 1
+                      else ["rank(s) [1] cannot load their state"]))
     opt.load_state_dict(corrected)  # saved together: the mean velocity becomes the buffers on every rank
     assert all("momentum_buffer" in opt.state[p] for p in model.parameters())
     _steps(model, opt, range(2, 3))
@@ -822,6 +828,10 @@ def ddp_uncorrected_resume() -> None:
                                      momentum_correction=False)
         expect_mismatch(lambda: other.load_state_dict(saved[2] if rank == 0 else plain),
                         "CompressionHookState.load_state_dict", "rank(s) [0]: iteration 3, with")
+        foreign = {**plain, "compression": "tbq"}  # before, rank 1 raised alone and rank 0 went on
+        expect_mismatch(lambda: other.load_state_dict(foreign if rank == 1 else plain),
+                        *(["on rank 1: checkpoint was made with 'tbq', this state uses 'none'"] if rank == 1
+                          else ["rank(s) [1] cannot load their state"]))
     finally:
         destroy_process_group()
 
