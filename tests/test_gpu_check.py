@@ -110,3 +110,54 @@ def test_mpi_says_hello_through_hipresss_own_mpiexec_before_the_checks(tmp_path)
     assert names.index("mpi hello") == names.index("versions") + 1
     assert steps[names.index("mpi hello")]["rc"] == 3 and rc == 1
     assert (tmp_path / "mpiexec.txt").read_text().split() == ["-n", "2", "python3", "-m", "mpi4py.bench", "helloworld"]
+
+
+def _install_calls(tmp_path: Path, wheels: tuple[str, ...]) -> tuple[list[str], list[dict], str]:
+    """gpu-check's pip calls (python3's arguments, in order) with ``wheels`` (empty files) carried in
+    GPU_WHEELS, its steps, and its log."""
+    bin_dir = _stub_bin(tmp_path)
+    calls = tmp_path / "calls.txt"
+    (bin_dir / "python3").write_text(
+        "#!/usr/bin/env bash\ncat >/dev/null\n"
+        f'case "$*" in *"-m pip"*) echo "$*" >>{calls} ;; *mpiexec_path*) echo {bin_dir / "mpiexec"} ;; esac\n'
+    )
+    carried = tmp_path / "wheels"
+    carried.mkdir()
+    for name in wheels:
+        (carried / name).touch()
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "DEADLINE": "120", "GPU_WHEELS": str(carried),
+           "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    subprocess.run(["bash", str(SCRIPT), "gpu"], env=env, capture_output=True, text=True, timeout=120,
+                   stdin=subprocess.DEVNULL)
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    return calls.read_text().splitlines(), steps, (out / "log.txt").read_text()
+
+
+MPI4PY = "mpi4py-4.1.1-cp312-cp312-manylinux_2_17_x86_64.whl"
+MPICH = "mpich-4.3.2-py3-none-manylinux_2_17_x86_64.whl"
+LARK = "lark-1.2.2-py3-none-any.whl"
+
+
+@pytest.mark.timeout(200)
+def test_carried_mpi_wheels_replace_the_images_own_of_the_same_version(tmp_path):
+    """The image has its own mpi4py (built for no MPI library), and pip keeps an installed package whose
+    version equals a given wheel's: mpi4py and mpich are installed with --force-reinstall, so the carried
+    MPI-ABI mpi4py and the mpich it loads are the ones the checks run, whatever the image's version."""
+    calls, steps, _ = _install_calls(tmp_path, (MPI4PY, MPICH, LARK))
+    assert {s["step"]: s["rc"] for s in steps}["install"] == 0, steps
+    forced = [c for c in calls if "--force-reinstall" in c]
+    assert len(forced) == 1, calls
+    assert MPI4PY in forced[0] and MPICH in forced[0] and LARK not in forced[0], forced
+    assert "--no-deps" in forced[0].split() and "--no-index" in forced[0].split()
+    first = calls.index(forced[0])
+    assert LARK in calls[first - 1] and "-e ." in calls[first + 1], calls  # after the rest, before hipress
+
+
+@pytest.mark.timeout(200)
+def test_carried_wheels_without_mpi4py_fail_the_install_step_saying_so(tmp_path):
+    """A .gpu-wheels/ without the mpi4py wheel would leave the image's: the install step fails and says
+    what to do, rather than the MPI steps failing later for a reason the log does not give."""
+    _, steps, log = _install_calls(tmp_path, (MPICH, LARK))
+    assert {s["step"]: s["rc"] for s in steps}["install"] == 1, steps
+    assert "lacks the mpi4py or the mpich wheel: run bash .ci/gpu-wheels" in log
