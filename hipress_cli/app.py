@@ -17,6 +17,7 @@ import typer
 
 from hipress import __version__
 from hipress.quick_exit import quick_exit
+from hipress_cli import compat
 from hipress_cli.help_format import plain_help
 
 GROUP, ROOT = "group", "root"
@@ -91,6 +92,10 @@ def _said_interrupted() -> None:
 
 def main() -> None:
     with quick_exit():
+        broken = compat.check()
+        if broken is not None:  # before Typer runs: it would end every command, --help too, in a traceback
+            typer.echo(f"error: {broken}", err=True)
+            sys.exit(1)
         try:
             build()()
         except KeyboardInterrupt:  # during build()'s imports, before Typer runs
