@@ -115,6 +115,25 @@ def test_a_gradient_of_lower_rank_than_r_is_exact_and_its_error_stays_small(eps)
     assert off.abs().max() < 1e-2
 
 
+@pytest.mark.parametrize("eps", [0.0, 1e-8])
+@pytest.mark.parametrize("scale", [0.5, 10.0, 1e3, 1e5, 1e12])
+def test_a_low_rank_gradient_is_exact_at_any_scale(eps, scale):
+    """A constant gradient makes P's rows equal, so what Gram-Schmidt leaves of a spanned column is a
+    rounding error along the first column, which a second pass cannot remove: normalized, it made P
+    hold one direction twice or more. Only epsilon kept that leftover small, and only while the
+    gradient was: a constant 64 x 64 gradient of 10 decoded 93 % off, one of 1000 200 %, a 11 x 3
+    view of [v, -v, 1] 19 % at v = 1000."""
+    c = create("powersgd", rank=4, epsilon=eps)
+    row = torch.tensor([scale, -scale, 1.0])
+    for x in (torch.full((4096,), scale), row.repeat(11), low_rank(64, 64, 1, 3).reshape(-1) * scale):
+        back = c.decode(c.encode(x))
+        assert (back - x).norm() <= 1e-5 * x.norm(), (back - x).norm() / x.norm()
+        st = StateStore()["w"]
+        for _ in range(5):
+            c.encode(x, st, name="w")
+        assert st.residual.norm() <= 1e-5 * x.norm()
+
+
 @pytest.mark.parametrize("topo", ["casync-ring", "casync-ps", "allgather"])
 def test_topologies_sum_powersgd_payloads(topo):
     """Every rank gets the same approximate average; a low-rank common structure is recovered; 1-D
