@@ -22,6 +22,8 @@ from .payload import DEFAULT_MAX_ELEMENTS, DTYPE_CODES, Header, parse, seal
 from .registry import name_of_wire_id
 from .state import GradientState
 
+_HALF_MAX = torch.finfo(torch.float16).max
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -108,6 +110,10 @@ class Compressor(ABC):
             tmp = torch.empty(header.numel, dtype=torch.float32, device=out.device)
             self._decode(header, body, tmp, False, name)
             tmp = tmp.view(out.shape)
+            if not add and out.dtype == torch.float16:
+                # a finite half gradient near its largest value (65504) decodes a little above it (bf16's
+                # rounding, qsgd's levels, powersgd's factors): the nearest half is 65504, not Inf
+                tmp.clamp_(-_HALF_MAX, _HALF_MAX)
             out.add_(tmp) if add else out.copy_(tmp)
         return out
 

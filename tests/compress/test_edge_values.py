@@ -329,3 +329,15 @@ def test_powersgd_factors_that_overflow_are_refused_not_sent_as_nan():
     assert torch.equal(st.residual, torch.zeros(100))
     x = randn(100, seed=1)
     assert torch.isfinite(c.decode(c.encode(x, st, name="w"))).all()
+
+
+@pytest.mark.parametrize("alg", ["bf16", "qsgd", "powersgd", "none", "tbq", "onebit"])
+def test_a_finite_half_gradient_decodes_finite(alg):
+    """A float16 gradient at its largest value, 65504, came back as Inf from bf16 (which rounds it to
+    65536), qsgd and powersgd (a level or factor product a little above it), written into the float16
+    output as is: the nearest float16 is 65504."""
+    c = hc.create(alg)
+    x = torch.tensor([65504.0, -65504.0, 1.0] * 11, dtype=torch.float16)
+    p = c.encode(x, hc.GradientState(seed=1), name="w")
+    for y in (c.decode(p, name="w"), c.decode(p, out=torch.empty_like(x), name="w")):
+        assert y.dtype == torch.float16 and torch.isfinite(y).all(), y
