@@ -276,6 +276,18 @@ def test_tbq_parameters_that_vanish_in_float32_are_refused(spec):
         hc.create_from_spec(spec)
 
 
+@pytest.mark.parametrize("spec", ["tbq:tau=1e300", "tbq:tau=-1e300", "tbq:tau=3.5e38"])
+def test_tbq_tau_past_float32_is_refused_without_a_numpy_warning(spec):
+    """numpy's "RuntimeWarning: overflow encountered in cast", with the source line, came before the
+    error on the terminal (`hipress plan --alg tbq:tau=1e300`)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(hc.AlgorithmSpecError, match="tau must be >= 0 and finite in float32"):
+            hc.create_from_spec(spec)
+
+
 def test_tbq_tiny_positive_float32_scale_is_kept():
     assert hc.create_from_spec("tbq:scale=1e-44").scale > 0
 

@@ -83,7 +83,9 @@ class TBQ(Compressor):
         A block size given with a fixed tau is refused rather than dropped: ``tbq:tau=0.5,block=256``
         used to build a per-tensor compressor while its user believed they had set a block size.
         """
-        if not (tau >= 0 and math.isfinite(float(np.float32(tau))) and (tau == 0 or np.float32(tau) > 0)):
+        with np.errstate(over="ignore"):  # a tau past float32 (1e300) is refused below, not warned of first
+            f32_tau = np.float32(tau) if tau >= 0 else np.float32(0)
+        if not (tau >= 0 and math.isfinite(float(f32_tau)) and (tau == 0 or f32_tau > 0)):
             raise ValueError(f"tbq: tau must be >= 0 and finite in float32, and a positive tau positive there "
                              f"(0: adaptive), got {tau}")
         # scale is used as float32: one that rounds to 0 there would leave tau = 0 * mean|v| and the
