@@ -15,8 +15,10 @@ import json
 import os
 import platform
 import time
+import types
+import typing
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +157,7 @@ class RunConfig:
             raise ConfigError("config.json does not hold a JSON object")
         known = set(cls.__dataclass_fields__)
         fields = {k: v for k, v in d.items() if k in known}
+        _check_fields(cls, fields)
         if fields.get("algorithm") is not None:
             try:
                 fields["algorithm"] = AlgorithmSpec.from_json(fields["algorithm"])
@@ -186,6 +189,46 @@ class RunConfig:
         from hipress.sync.plan import PlanEntry
 
         return {n: PlanEntry(n, int(s), bool(c), int(k)) for n, s, c, k in self.plan}
+
+
+def _json_type_ok(value: Any, hint: Any) -> bool:
+    """Whether a JSON value has the field's declared type (``X | None``, the generic's outer type)."""
+    if hint is Any or hint is AlgorithmSpec:  # AlgorithmSpec.from_json checks its own
+        return True
+    if hint is type(None):
+        return value is None
+    args = typing.get_args(hint)
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return any(_json_type_ok(value, a) for a in args)
+    outer = typing.get_origin(hint) or hint
+    if outer is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if outer is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, outer)
+
+
+def _check_fields(cls: type[RunConfig], fields: dict[str, Any]) -> None:
+    """A config.json with a field missing or of another type (hand-edited, truncated, another program's)
+    is refused naming the field: it failed as a TypeError inside the dataclass's ``__init__``, or with a
+    traceback later (``"np": "2"``, ``"np": -5`` crashed the checkpoint check)."""
+    missing = [n for n, f in cls.__dataclass_fields__.items() if n not in fields
+               and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise ConfigError(f"config.json lacks {', '.join(map(repr, missing))}: not a `hipress run`'s config.json, "
+                          "or cut short since")
+    hints = typing.get_type_hints(cls)
+    for name, value in fields.items():
+        if not _json_type_ok(value, hints[name]):
+            want = getattr(hints[name], "__name__", None) if isinstance(hints[name], type) else None
+            raise ConfigError(f"config.json's {name!r} is {value!r} ({type(value).__name__}), expected "
+                              f"{want or str(hints[name]).replace('typing.', '')}: not what `hipress run` wrote")
+    try:
+        check_numbers(np=fields["np"], iters=fields["iters"], warmup=fields.get("warmup", 1),
+                      lr=fields.get("lr"), momentum=fields.get("momentum"), threads=fields.get("threads", 0),
+                      seed=fields.get("seed", 0))
+    except ConfigError as e:
+        raise ConfigError(f"config.json's {str(e).removeprefix('--')}") from None
 
 
 #: A config.json's most bytes: a few kilobytes and one plan entry per gradient (some 80 bytes each).

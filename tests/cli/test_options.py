@@ -183,6 +183,36 @@ def test_resume_of_no_run_directory_says_what_the_path_is(make, said, tmp_path):
     assert r.exit_code == 2 and said.format(p=path) in text and "Traceback" not in text, text
 
 
+@pytest.mark.parametrize("change,said", [
+    ({"np": "2"}, "config.json's 'np' is '2' (str), expected int"),
+    ({"np": -5}, "config.json's np must be at least 1, got -5"),
+    ({"iters": 2.5}, "config.json's 'iters' is 2.5 (float), expected int"),
+    ({"momentum": 2}, "config.json's momentum must be in [0, 1), got 2"),
+    ({"model_options": []}, "config.json's 'model_options' is [] (list), expected dict[str, int]"),
+    ({"np": None, "iters": None}, "config.json lacks 'np', 'iters': not a `hipress run`'s config.json"),
+])
+def test_resume_of_a_config_json_with_a_field_of_another_type_names_it(change, said, tmp_path):
+    """A hand-edited config.json ("np": "2" or -5) failed with a Python traceback in the checkpoint check,
+    and one without a field with 'RunConfig.__init__() missing 2 required positional arguments'."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from hipress.train.config import RunConfig
+    from hipress_cli.app import build
+
+    d = json.loads(RunConfig(run_id="r", model="mlp", model_options={"batch_size": 32}, topology="ring",
+                             engine_topology="casync-ring", alg="tbq", np=2, iters=1).to_json())
+    d.update(change)
+    d = {k: v for k, v in d.items() if v is not None or k not in ("np", "iters")}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text(json.dumps(d))
+    r = CliRunner().invoke(build(), ["run", "--resume", str(tmp_path / "run")], env={"COLUMNS": "400"})
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), (text, r.exception)
+    assert said in text, text
+
+
 def test_resume_of_a_directory_whose_config_json_has_no_end_is_refused_unread(tmp_path):
     """`--resume DIR` read DIR/config.json whole: a link to /dev/zero there never returned."""
     from typer.testing import CliRunner
