@@ -597,7 +597,7 @@ def resolve_plan(
                 if path.is_dir():
                     raise ConfigError(f"--plan {plan!r} is a directory; give a SeCoPaPlan.txt file (e.g. {plan}/"
                                       f"SeCoPaPlan.txt, written by `hipress plan --output`) or 'auto'")
-                if not path.is_file():
+                if not path.exists():  # one that is no regular file (/dev/null, a shell's <(...) pipe) is read
                     raise ConfigError(f"plan file {plan!r} does not exist; give a SeCoPaPlan.txt path, - (standard "
                                       "input) or 'auto'")
             entries = load_plan(path, dict(sizes), forward=definition, world_size=np,

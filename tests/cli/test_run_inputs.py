@@ -573,3 +573,20 @@ def test_compll_dir_that_does_not_exist_is_told_from_one_that_is_a_file(tmp_path
         r = _invoke(["run", "mlp", "--compll-dir", str(path), "--results", str(tmp_path / "results")])
         assert r.exit_code == 2 and f"--compll-dir {path} {said}" in _text(r), _text(r)
         assert not (tmp_path / "results").exists()
+
+
+def test_a_plan_that_is_no_regular_file_is_read_not_called_missing(tmp_path):
+    """`--plan /dev/null` and a shell's `--plan <(hipress plan ... --output -)` (a pipe, /dev/fd/N) said
+    "plan file ... does not exist", of paths that exist; `hipress plan --input` reads them. Both are read
+    now: what they hold is checked as any plan's (here, refused before any rank starts)."""
+    r = _invoke(["run", "mlp", "--np", "2", "--results", str(tmp_path), "--plan", "/dev/null"])
+    assert r.exit_code == 2 and "/dev/null: no gradients: it is empty" in _text(r), _text(r)
+    read, write = os.pipe()
+    try:
+        os.write(write, b"not,a plan\n")
+        os.close(write)
+        r = _invoke(["run", "mlp", "--np", "2", "--results", str(tmp_path), "--plan", f"/dev/fd/{read}"])
+    finally:
+        os.close(read)
+    assert r.exit_code == 2 and "expected 4 comma-separated fields" in _text(r), _text(r)
+    assert "does not exist" not in _text(r) and not any(tmp_path.iterdir())
