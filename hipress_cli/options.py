@@ -145,6 +145,11 @@ def all_or(option: str, text: str, names: list[str], every: list[str], what: str
     return names
 
 
+#: The most repetitions a benchmark takes (its --repeat, --warmup, --rounds, --iters): a million of even a
+#: microsecond's measurement is a second. Without it `--repeat 99999999999999999999999` was taken and never ended.
+MAX_REPEAT = 1_000_000
+
+
 def check_count(option: str, value: int, low: int, high: int, bound: str = "") -> None:
     """Exit 2 unless ``low <= value <= high``, in ``hipress run``'s words ("--np must be at least 1, got 0").
 

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from hipress_cli.options import (
+    MAX_REPEAT,
     JsonOpt,
     all_or,
     check_kernel_threads,
@@ -26,8 +27,8 @@ app = typer.Typer(help="Benchmarks: compressors, synchronization, planning and t
 def compress(
     alg: Annotated[str, typer.Option("--alg", help="Algorithm spec(s), comma-separated, or 'all'.")] = "all",
     size: Annotated[str, typer.Option("--size", help="Gradient size in bytes of fp32 (e.g. 64M).")] = "64M",
-    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions.")] = 10,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured warm-up runs.")] = 2,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, max=MAX_REPEAT, help="Measured repetitions.")] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, max=MAX_REPEAT, help="Unmeasured warm-up runs.")] = 2,
     threads: Annotated[int, typer.Option("--threads", min=0, help="Kernel threads (0: all cores).")] = 0,
     reference: Annotated[bool, typer.Option(help="Also time the plain-torch reference implementations.")] = True,
     device: Annotated[

@@ -10,7 +10,16 @@ import typer
 from rich.table import Table
 
 from hipress.topology_names import PLAN_TOPOLOGIES, plan_topology
-from hipress_cli.options import JsonOpt, console, err_console, fail, on_command_line, print_json, styled
+from hipress_cli.options import (
+    MAX_REPEAT,
+    JsonOpt,
+    console,
+    err_console,
+    fail,
+    on_command_line,
+    print_json,
+    styled,
+)
 
 #: ``--gradients``: a model has thousands of gradients at most; a million plan in about five seconds
 #: here (0.8 GB). Far more is a typo: 10^12 asked numpy for 7 TiB and ended in a MemoryError traceback.
@@ -29,8 +38,8 @@ def plan(
     topology: Annotated[str, typer.Option("--topology", help="ps, ring or both; any case.")] = "both",
     alg: Annotated[str, typer.Option("--alg", help="Compressor spec (checked); sosp21 plans as HiPress does, with "
                                      "its fixed 1/16 ratio, whatever the algorithm.")] = "onebit",
-    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions.")] = 7,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured warm-up runs.")] = 1,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, max=MAX_REPEAT, help="Measured repetitions.")] = 7,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, max=MAX_REPEAT, help="Unmeasured warm-up runs.")] = 1,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the random gradient sizes (0 or more).")] = 0,
     json_: JsonOpt = False,
 ) -> None:

@@ -20,6 +20,7 @@ from rich.table import Table
 from hipress.topology_names import DEFAULT_CHOICE, FP32_ONLY_ENGINES
 from hipress_cli.options import (
     DEFAULT_PREFIX,
+    MAX_REPEAT,
     DeviceOpt,
     JsonOpt,
     PrefixOpt,
@@ -61,8 +62,10 @@ def sync(
     emulate: Annotated[str | None, typer.Option(
         "--emulate", help="Run on an emulated cluster with this link rate (1gbit, 10gbit, unshaped); needs root. "
                           "Without it ranks talk through shared memory.")] = None,
-    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured iterations per topology.")] = 10,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured iterations per topology.")] = 2,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, max=MAX_REPEAT,
+        help="Measured iterations per topology.")] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, max=MAX_REPEAT,
+        help="Unmeasured iterations per topology.")] = 2,
     partition_bytes: Annotated[str, typer.Option(
         "--partition-bytes", help="Target bytes per message when partitioning (0: one partition).")] = "4M",
     threads: Annotated[int, typer.Option("--threads", min=1, help="Compressor kernel threads per rank.")] = 1,

@@ -14,6 +14,7 @@ from hipress.lr_schedules import CONSTANT
 from hipress_cli.options import (
     DEFAULT_PREFIX,
     INTERRUPTED,
+    MAX_REPEAT,
     DeviceOpt,
     JsonOpt,
     LrScheduleOpt,
@@ -40,11 +41,13 @@ def train(
     variants: Annotated[str, typer.Option("--variants", help="TOPO+ALG pairs separated by ';' (see `hipress run "
                                           "--help` for --topo).")] = "ring+tbq;ps+tbq;ring+none;ps+none;ddp+none",
     np_: Annotated[int, typer.Option("--np", help="Number of ranks (with --emulate: one emulated host each).")] = 4,
-    iters: Annotated[int | None, typer.Option("--iters", min=1, help="Measured iterations per run (default 5; "
-                                              "with --target-accuracy, the most a run may take: default "
-                                              "1000).")] = None,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured iterations first.")] = 1,
-    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Interleaved repetitions of all variants.")] = 1,
+    iters: Annotated[int | None, typer.Option(
+        "--iters", min=1, max=MAX_REPEAT,
+        help="Measured iterations per run (default 5; with --target-accuracy, the most a run may take: "
+             "default 1000).")] = None,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, max=MAX_REPEAT, help="Unmeasured iterations first.")] = 1,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, max=MAX_REPEAT,
+        help="Interleaved repetitions of all variants.")] = 1,
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Samples per rank.")] = None,
     input_size: Annotated[int | None, typer.Option("--input-size", help="Image size (vision models).")] = None,
     seq_len: Annotated[int | None, typer.Option("--seq-len", help="Sequence length (text models).")] = None,

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from hipress_cli.options import (
+    MAX_REPEAT,
     JsonOpt,
     all_or,
     check_kernel_threads,
@@ -192,8 +193,9 @@ def stats(json_: JsonOpt = False) -> None:
 def bench(
     alg: Annotated[str, typer.Option("--alg", help="Built-ins to compare, comma-separated, or 'all'.")] = "all",
     size: Annotated[str, typer.Option("--size", help="Gradient size in bytes of fp32 (e.g. 64M).")] = "64M",
-    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions (interleaved).")] = 10,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured warm-up runs.")] = 2,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, max=MAX_REPEAT,
+        help="Measured repetitions (interleaved).")] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, max=MAX_REPEAT, help="Unmeasured warm-up runs.")] = 2,
     threads: Annotated[int, typer.Option("--threads", min=0, help="Kernel threads (0: all cores).")] = 0,
     json_: JsonOpt = False,
 ) -> None:

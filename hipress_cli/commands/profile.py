@@ -11,6 +11,7 @@ from rich.table import Table
 from hipress_cli import options
 from hipress_cli.options import (
     INTERRUPTED,
+    MAX_REPEAT,
     MAX_SIZE,
     JsonOpt,
     check_output_beside_json,
@@ -77,8 +78,9 @@ def profile(
     prefix: options.PrefixOpt = options.DEFAULT_PREFIX,
     sizes: Annotated[str, typer.Option("--sizes", help="Element counts to measure, comma-separated.")]
     = "1K,4K,16K,64K,256K,1M,4M",
-    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Measured repetitions per size.")] = 5,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured repetitions per size.")] = 1,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, max=MAX_REPEAT, help="Measured repetitions per size.")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, max=MAX_REPEAT,
+        help="Unmeasured repetitions per size.")] = 1,
     stat: Annotated[str, typer.Option("--stat", help="median (typical) or min (on a shared, busy machine).")]
     = "median",
     device: options.DeviceOpt = "auto",

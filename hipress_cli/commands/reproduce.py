@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hipress_cli.options import (
+    MAX_REPEAT,
     PREFIX_HELP,
     JsonOpt,
     check_emulate,
@@ -62,7 +63,7 @@ OwnPrefixOpt = Annotated[str | None, typer.Option("--prefix", help=(
     f"real: {PREFIX_HELP} reproduce builds it and removes it when done, so no cluster of that prefix may exist "
     "yet (default: hrepro-PID, one per process)."))]
 ItersOpt = Annotated[int | None, typer.Option(
-    "--iters", min=1, help="real: measured iterations per point (default: real.toml's).")]
+    "--iters", min=1, max=MAX_REPEAT, help="real: measured iterations per point (default: real.toml's).")]
 ModelsOpt = Annotated[str | None, typer.Option(
     "--models", help="Only these models, e.g. vgg19,resnet50 (sim: all; real: real.toml's default_models, "
                      "vgg19 and resnet50, since all six take well over 30 minutes here).")]

@@ -282,3 +282,23 @@ def test_more_ranks_than_an_emulated_cluster_has_hosts_is_said_in_np_words(comma
     assert r.returncode == 2, r
     assert ("error: --np 100 with --emulate: an emulated cluster runs one rank per host and has at most 64 hosts "
             "(hipress.launch.emulate.MAX_HOSTS); give --np 64 or fewer") in r.stderr, r
+
+
+@pytest.mark.parametrize("command,option", [
+    (["bench", "compress", "--alg", "nope"], "--repeat"), (["bench", "compress", "--alg", "nope"], "--warmup"),
+    (["compll", "bench", "--alg", "nope"], "--repeat"), (["compll", "bench", "--alg", "nope"], "--warmup"),
+    (["bench", "plan", "--alg", "nope"], "--repeat"), (["bench", "plan", "--alg", "nope"], "--warmup"),
+    (["bench", "sync", "--alg", "nope"], "--repeat"), (["bench", "sync", "--alg", "nope"], "--warmup"),
+    (["bench", "train", "--variants", "x+y"], "--iters"), (["bench", "train", "--variants", "x+y"], "--warmup"),
+    (["bench", "train", "--variants", "x+y"], "--rounds"), (["profile", "--alg", "nope"], "--repeat"),
+    (["profile", "--alg", "nope"], "--warmup"), (["reproduce", "sosp21", "--mode", "nope"], "--iters"),
+])
+def test_a_benchmarks_repetitions_are_bounded(command, option):
+    """`bench compress --repeat 99999999999999999999999` was taken (its only bound was >= 1) and never ended.
+    Each command here also has a bad argument its body refuses, so without the bound it fails on that
+    (another message) instead of running a million and one repetitions."""
+    from hipress_cli.options import MAX_REPEAT
+
+    r = CliRunner().invoke(build(), [*command, option, str(MAX_REPEAT + 1)], env={"COLUMNS": "200"})
+    text = " ".join(r.output.replace("│", " ").split())
+    assert r.exit_code == 2 and f"Invalid value for '{option}'" in text and str(MAX_REPEAT) in text, text
