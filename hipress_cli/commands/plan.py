@@ -221,6 +221,13 @@ def plan(
                    "stream; give the plan a file, or leave out --json (the JSON carries the plan too)")
     check_output_beside_json(output, json_)
     check_output_is_not_a_source(output, {"--input": input_, "--profile": profile})
+    # an empty value (an unset $VAR) planned silently with the defaults, where `bench plan --alg ''` is refused
+    if alg is not None and not alg.strip():
+        raise fail("--alg is empty (an unset variable?): give an algorithm spec, e.g. tbq or 'dgc:ratio=0.01', or "
+                   "leave --alg out for the profile's (or sosp21's fixed 1/16)")
+    if cost_model is not None and not cost_model.strip():
+        raise fail("--cost-model is empty (an unset variable?): give a built-in (sosp21) or a profile JSON from "
+                   "`hipress profile --output FILE`, or leave it out for sosp21")
     if not 1 <= nnodes <= MAX_NODES:
         raise fail(f"--nnodes {nnodes} is out of range: give 1..{MAX_NODES} nodes (machines; K ranges over 1..N)")
     check_bounded("--compute-ms", compute_ms, MAX_COMPUTE_MS, "one iteration's compute time in milliseconds")

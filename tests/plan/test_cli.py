@@ -735,3 +735,15 @@ def test_profile_ctrl_c_says_so(tmp_path, monkeypatch):
     assert r.exit_code == 130, r.output
     assert "interrupted by the user (Ctrl-C); nothing was written to" in " ".join(r.output.split()), r.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("option,said", [
+    ("--alg", "--alg is empty (an unset variable?): give an algorithm spec"),
+    ("--cost-model", "--cost-model is empty (an unset variable?): give a built-in (sosp21)"),
+])
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_alg_or_cost_model_is_refused_not_taken_as_the_default(option, said, value):
+    """`hipress plan --model vgg19 --alg "$ALG"` with ALG unset planned with the default and exit 0, while
+    `hipress bench plan --alg ''` is refused."""
+    r = hipress("plan", "--model", "vgg19", option, value)
+    assert r.returncode == 2 and said in r.stderr and not r.stdout, (r.stdout, r.stderr)
