@@ -134,6 +134,16 @@ def test_a_low_rank_gradient_is_exact_at_any_scale(eps, scale):
         assert st.residual.norm() <= 1e-5 * x.norm()
 
 
+@pytest.mark.parametrize("scale", [1e20, 1e30, 1e36])
+def test_a_gradient_whose_sum_of_squares_overflows_float32_is_not_decoded_as_zeros(scale):
+    """Past ~1.8e19 a column's float32 norm was Inf: Gram-Schmidt divided P to zeros and the gradient
+    decoded as all zeros, without an error (its residual kept everything, until it overflowed)."""
+    c = create("powersgd", rank=4)
+    for x in (torch.full((4096,), scale), low_rank(64, 64, 2, 5).reshape(-1) * scale):
+        back = c.decode(c.encode(x)).double()
+        assert (back - x.double()).norm() <= 1e-5 * x.double().norm(), (back - x.double()).norm() / x.double().norm()
+
+
 @pytest.mark.parametrize("topo", ["casync-ring", "casync-ps", "allgather"])
 def test_topologies_sum_powersgd_payloads(topo):
     """Every rank gets the same approximate average; a low-rank common structure is recovered; 1-D

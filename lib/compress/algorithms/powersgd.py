@@ -77,18 +77,26 @@ def orthogonalize(p: torch.Tensor, epsilon: float) -> None:
     if epsilon == 0:
         p.copy_(torch.linalg.qr(p).Q)
         return
-    first = p.norm(dim=0)  # each column's norm before any projection: what a spanned one's leftover is measured by
+    first = _norm(p, dim=0)  # each column's norm before any projection: what a spanned one's leftover is measured by
     for i in range(p.shape[1]):
         col = p[:, i]
         if i:
             done = p[:, :i]
             col.sub_(done @ (done.t() @ col))
-        norm = col.norm()
+        norm = _norm(col)
         col.div_(norm + epsilon)
         col.mul_(norm > SPANNED * first[i])  # a spanned column's leftover is zeroed, not normalized (no host sync)
         if i + 1 < p.shape[1]:
             rest = p[:, i + 1 :]
             rest.sub_(col.unsqueeze(1) * (col @ rest).unsqueeze(0))
+
+
+def _norm(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """float32 norms, summed in float64 where float32's sum of squares overflowed (values past ~1.8e19):
+    an Inf norm divided the column to zeros, and the gradient decoded as all zeros without an error.
+    Branch-free (no host sync); finite norms keep their float32 bits."""
+    n = x.norm(dim=dim)
+    return torch.where(torch.isinf(n), x.norm(dim=dim, dtype=torch.float64).to(n.dtype), n)
 
 
 def near_square(numel: int) -> tuple[int, int]:
