@@ -13,9 +13,10 @@
 Both readers refuse, with the file name and line number, what HiPress's own scripts would silently
 mis-read or crash on: an empty file, a wrong number of fields, an empty, non-numeric, negative, zero
 or absurd size (above ``limits.MAX_ELEMENTS``, checked on the digits before any conversion), a name
-with whitespace, a name given twice. Blank lines (and a trailing newline, CRLF endings, spaces around
-fields, a UTF-8 byte order mark as Windows editors write it) are accepted. Nothing is evaluated:
-fields are matched by regex.
+with whitespace, a name given twice, a line starting with ``#`` (the formats define no comments,
+HiPress's files have none, and ``#fc.weight,4096`` would be a gradient named ``#fc.weight``). Blank
+lines (and a trailing newline, CRLF endings, spaces around fields, a UTF-8 byte order mark as Windows
+editors write it) are accepted. Nothing is evaluated: fields are matched by regex.
 
 A plan's K may exceed its gradient's size: HiPress's planner tries every K up to N, so it writes
 ``bias,1,n,4`` for a 1-element gradient at N = 4 (the engine leaves empty partitions out). K is
@@ -39,6 +40,9 @@ from .limits import MAX_ELEMENTS, MAX_PARTITIONS
 
 _INT = re.compile(r"[0-9]+")
 _BAD_NAME = re.compile(r"[\s,\x00-\x1f\x7f]")
+
+#: What starts a comment in other files (a hostfile), and never a gradient name in HiPress's files.
+COMMENT = "#"
 
 INPUT_FORMAT = "name,num_floats"
 PLAN_FORMAT = "name,size,y|n,K"
@@ -127,6 +131,12 @@ _SWAPPED = {
 
 
 def _fields(source: str, no: int, line: str, n: int, fmt: str) -> list[str]:
+    if line.lstrip().startswith(COMMENT):
+        # the formats define no comments: '#fc.weight,4096' (a gradient "commented out") was planned
+        # as a gradient named '#fc.weight', and '# note' refused as "expected 2 fields, got 1"
+        raise PlanFormatError(source, no, f"the line starts with {COMMENT!r}: HiPress's files have no comments "
+                              f"(every line is a gradient, {fmt})",
+                              "delete the line (to leave a gradient out, delete its line)")
     fields = line.split(",")
     if len(fields) != n:
         raise PlanFormatError(source, no, f"expected {n} comma-separated fields ({fmt}), got {len(fields)}: "
@@ -195,9 +205,9 @@ def read_plan(path: str | os.PathLike, source: str | None = None) -> Plan:
 
 
 def _check_writable_name(name: str) -> None:
-    if not name or _BAD_NAME.search(name):
+    if not name or _BAD_NAME.search(name) or name.startswith(COMMENT):
         raise PlanError(f"gradient name {name!r} cannot be written to a HiPress file "
-                        "(empty, or contains whitespace, commas or control characters)")
+                        f"(empty, starts with {COMMENT!r}, or contains whitespace, commas or control characters)")
 
 
 def format_input(gradients: Iterable[tuple[str, int]]) -> str:

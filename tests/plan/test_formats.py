@@ -131,6 +131,19 @@ def test_the_other_files_line_says_which_file_it_is():
     assert ei.value.hint == ""
 
 
+@pytest.mark.parametrize("line", ["#vgg0_conv1_weight,36864", "# VGG19, from MXNet", "  #note", "#"])
+def test_a_comment_line_is_refused_as_one(line):
+    """The files have no comments: '#fc.weight,4096' (a gradient "commented out") was planned as a
+    gradient named '#fc.weight', and '# note' refused as 'expected 2 fields, got 1'."""
+    for parse, fields in ((parse_input, ",1"), (parse_plan, ",1,n,1")):
+        with pytest.raises(PlanFormatError) as ei:
+            parse(f"a{fields}\n{line}{fields if ',' not in line else ''}\n", "f.txt")
+        assert ei.value.line == 2 and "starts with '#'" in ei.value.message and "no comments" in ei.value.message
+        assert "delete the line" in ei.value.hint
+    with pytest.raises(PlanError, match="starts with '#'"):
+        format_input([("#a", 1)])
+
+
 def test_file_errors(tmp_path):
     with pytest.raises(PlanError, match="no such file"):
         read_input(tmp_path / "nope.txt")
