@@ -200,7 +200,13 @@ class Checker(StmtChecks, ExprChecks):
         else:
             raise self.err(e, "a parameter default must be a number or true/false")
         if ty.kind == "bool":
-            return bool(v)
+            # what the constructor takes for a bool (runtime.compressor.convert_param): `bool b = 2;`
+            # passed check and became true, where b=2 given to the compressor is refused
+            if isinstance(v, bool) or v in (0, 1):
+                return bool(v)
+            raise self.err(e, f"default {e.text} is not a bool", "write true or false")
+        if isinstance(v, bool):  # refused by the constructor likewise, rather than read as 1 or 0
+            raise self.err(e, f"default {'true' if v else 'false'} is not a number", f"{ty} takes a number")
         if ty.is_int:
             if isinstance(v, float) and not float(v).is_integer():
                 raise self.err(e, f"default {e.text if isinstance(e, ast.Num) else v} is not an integer")

@@ -429,6 +429,28 @@ void FDecode(uint8* out, float* g) {{ float x; float* v; extract(out, x, v); g =
 """
 
 
+BOOL_PARAM = """param P {{ {ty} b = {default}; }}
+void FEncode(float* g, uint8* out, P p) {{ out = concat(g); }}
+"""
+
+
+@pytest.mark.parametrize("default", ["2", "-1", "0.5", "255"])
+def test_a_bool_default_that_is_not_a_bool_is_refused_where_it_is(default):
+    """``bool b = 2;`` passed check and became true, though the constructor refuses b=2 ("must be true
+    or false"); now check refuses it at the default's file:line:col, as it refuses 256 for a uint8."""
+    e = _error(BOOL_PARAM.format(ty="bool", default=default))
+    assert (e.file, e.line, e.col) == ("t.pse", 1, 20) and e.message == f"default {default} is not a bool", str(e)
+    assert e.hint == "write true or false"
+
+
+def test_bool_defaults_the_constructor_takes_and_no_bool_for_a_number():
+    for default, want in (("true", True), ("false", False), ("1", True), ("0", False), ("1.0", True)):
+        assert compile_spec(BOOL_PARAM.format(ty="bool", default=default), "t.pse").params[0].default is want
+    for ty in ("int", "uint8", "float", "double"):  # the constructor refuses True for a number likewise
+        e = _error(BOOL_PARAM.format(ty=ty, default="true"))
+        assert e.message == "default true is not a number" and e.hint == f"{ty} takes a number", str(e)
+
+
 def test_a_float_parameter_past_float32_is_refused_not_made_infinite(tmp_path):
     """A float parameter is a float32: 1e39 (default or given) became inf, with a NumPy overflow
     warning, though inf and NaN given as such are refused; now ``check`` refuses such a default and the
