@@ -304,6 +304,8 @@ class ExprChecks:
         self._need_scalar(e.args[0], a, f"argument of {f}")
         if f == "isfinite":
             e.opty = T.domain(a)
+            if self.fn is not None:
+                self.fn.checks_finite = True
             return T.BOOL
         if f == "abs":
             e.opty = T.domain(a)

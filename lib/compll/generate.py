@@ -287,6 +287,7 @@ def generate_wrapper(
         uses_state=bool(encode.states) or encode.uses_random,
         sparse=sparse,
         stochastic=encode.uses_random,
+        checks_finite=encode.checks_finite,
         params=params,
         states=[s.name for s in encode.states],
         bodies={"cpu": f"{name}_cpu", "cuda": f"{name}_cupy"},

@@ -74,6 +74,9 @@ class FunctionInfo:
     output_assign: ast.Assign | None = None  # decoder: the one assignment of the output
     lambdas: list[LambdaInfo] = field(default_factory=list)
     uses_random: bool = False
+    # calls isfinite: it decides itself what a NaN or Inf does (the built-ins refuse and reset their
+    # residual as the library does); without, the compressor refuses such a gradient before it runs
+    checks_finite: bool = False
     symbols: list[Symbol] = field(default_factory=list)
     # symbolic bit widths: canonical text -> (expression, the one variable it reads or None)
     widths: dict[str, tuple[ast.Expr, Symbol | None]] = field(default_factory=dict)

@@ -18,7 +18,7 @@ import torch
 
 from hipress.compll import CompLLError, compile_spec, load_dir
 from hipress.compll.loader import group_files, pair_specs, read_spec, read_specs, write_modules
-from hipress.compress import GradientState, create
+from hipress.compress import CompressionError, GradientState, create
 from hipress.compress.registry import unregister
 
 from .conftest import DATA
@@ -194,6 +194,31 @@ def test_pair_round_trips(hpterngrad, bitwidth):
             assert torch.allclose(y, x.min() + codes * gap, atol=1e-5)
         # payload: 20-byte header, bitwidth, tail, min, max, then ceil(n * bitwidth / 8) bytes of codes
         assert payload.numel() == 20 + 10 + (n * bitwidth + 7) // 8
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+@pytest.mark.parametrize("n", [100, 300_000])  # one chunk, and the parallel check
+def test_pair_refuses_a_nonfinite_gradient_as_every_compressor_does(hpterngrad, bad, n):
+    """HiPress's encoder has no check of its own: an Inf made max - min Inf, and every element decoded
+    as NaN; a NaN was sent as codes that decoded to ordinary numbers. The built-in terngrad (and every
+    library compressor) refuses such a gradient; a generated one now does before its kernels run,
+    leaving its state untouched."""
+    comp = create("hpterngrad", bitwidth=2)
+    x = torch.from_numpy(np.random.default_rng(1).standard_normal(n).astype(np.float32))
+    x[n // 2] = bad
+    state = GradientState(seed=3)
+    with pytest.raises(CompressionError, match=r"gradient 'fc\.w': gradient contains NaN or Inf") as ei:
+        comp.encode(x, state, name="fc.w")
+    assert str(ei.value) == _library_error(x)  # word for word the built-in's
+    assert state.step == 0
+    x[n // 2] = 0.0  # the same compressor and state go on with a finite gradient
+    assert torch.isfinite(comp.decode(comp.encode(x, state, name="fc.w"))).all() and state.step == 1
+
+
+def _library_error(x: torch.Tensor) -> str:
+    with pytest.raises(CompressionError) as ei:
+        create("terngrad").encode(x, GradientState(seed=3), name="fc.w")
+    return str(ei.value)
 
 
 def test_pair_needs_its_parameter_and_checks_it(hpterngrad):

@@ -24,6 +24,7 @@ class DgcCompLL(GeneratedCompressor):
     BODIES = {"cpu": "dgc_cpu", "cuda": "dgc_cupy"}
     SPEC_FILE = "dgc.pse"
     HEADER_BYTES = 4
+    CHECKS_FINITE = True
 
     def __init__(self, *, ratio: float = 0.001, sample_ratio: float = 0.01, momentum: float = 0.0) -> None:
         super().__init__(ratio=ratio, sample_ratio=sample_ratio, momentum=momentum)

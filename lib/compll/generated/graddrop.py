@@ -24,6 +24,7 @@ class GraddropCompLL(GeneratedCompressor):
     BODIES = {"cpu": "graddrop_cpu", "cuda": "graddrop_cupy"}
     SPEC_FILE = "graddrop.pse"
     HEADER_BYTES = 4
+    CHECKS_FINITE = True
 
     def __init__(self, *, drop_ratio: float = 0.99, sample_ratio: float = 0.01) -> None:
         super().__init__(drop_ratio=drop_ratio, sample_ratio=sample_ratio)

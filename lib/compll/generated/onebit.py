@@ -24,6 +24,7 @@ class OnebitCompLL(GeneratedCompressor):
     BODIES = {"cpu": "onebit_cpu", "cuda": "onebit_cupy"}
     SPEC_FILE = "onebit.pse"
     HEADER_BYTES = 8
+    CHECKS_FINITE = True
 
     def __init__(self) -> None:
         super().__init__()

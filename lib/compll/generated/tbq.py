@@ -24,6 +24,7 @@ class TbqCompLL(GeneratedCompressor):
     BODIES = {"cpu": "tbq_cpu", "cuda": "tbq_cupy"}
     SPEC_FILE = "tbq.pse"
     HEADER_BYTES = 4
+    CHECKS_FINITE = True
 
     def __init__(self, *, tau: float = 0.0, scale: float = 1.0) -> None:
         super().__init__(tau=tau, scale=scale)

@@ -24,6 +24,7 @@ class TerngradCompLL(GeneratedCompressor):
     BODIES = {"cpu": "terngrad_cpu", "cuda": "terngrad_cupy"}
     SPEC_FILE = "terngrad.pse"
     HEADER_BYTES = 10
+    CHECKS_FINITE = True
 
     def __init__(self, *, bits: int = 2, stochastic: bool = True) -> None:
         super().__init__(bits=bits, stochastic=stochastic)

@@ -8,7 +8,10 @@ library's ``encode``/``decode`` protocol into calls of the generated drivers:
   spec's leading scalars as the extra header) and the kernels write the body in place;
 - per-gradient state vectors (``residual``, ``momentum``, any other name) live in the caller's
   ``GradientState``; without one, zeros stand in and nothing is kept;
-- a failed ``require`` or a malformed payload becomes a ``CompressionError`` naming the gradient.
+- a failed ``require`` or a malformed payload becomes a ``CompressionError`` naming the gradient;
+- a gradient holding NaN or Inf is refused before the kernels run, as by every library compressor,
+  unless the encoder calls ``isfinite`` (``CHECKS_FINITE``): then it decides itself, as the built-ins'
+  specs do in their fused passes (refusing, and resetting a residual as the library does).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import numpy as np
 import torch
 
 from hipress.compress import Capabilities, CompressionError, Compressor, GradientState, register
+from hipress.compress.base import nonfinite
+from hipress.compress.kernels.select import all_finite
 from hipress.compress.payload import Header, allocate
 
 from .host import GeneratedError
@@ -164,6 +169,7 @@ class GeneratedCompressor(Compressor):
     STATES: ClassVar[tuple[str, ...]] = ()
     BODIES: ClassVar[dict[str, str]] = {}
     SPEC_FILE: ClassVar[str] = ""
+    CHECKS_FINITE: ClassVar[bool] = False  # the encoder calls isfinite: it handles NaN and Inf itself
     caps = Capabilities()
 
     def __init__(self, **params) -> None:
@@ -234,6 +240,10 @@ class GeneratedCompressor(Compressor):
         return cache[kind]
 
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
+        if not self.CHECKS_FINITE and not all_finite(x):
+            # as every library compressor: HiPress's TernGradEncode.pse has no check and turned an Inf
+            # into a payload decoding as all NaN; refused before any state changes
+            raise nonfinite(name)
         cuda = x.device.type == "cuda"
         mod = self.body(x.device)
         ctx = _PayloadContext(self, dtype, x.numel(), x.device, cuda)
