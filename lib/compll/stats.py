@@ -1,4 +1,5 @@
-"""``hipress compll stats``: the paper's productivity claim, measured on this code base.
+"""``hipress compll stats``: the paper's productivity claim, measured on this code base, and on a
+user's specs (``spec_stats``: a spec's lines against what it generates; nothing is hand-written).
 
 Counts lines of code the same way for every language: non-blank lines that are neither comments
 nor (in Python) docstrings. Hand-written: each algorithm's file in ``compress/algorithms``, the
@@ -166,3 +167,29 @@ def builtin_stats() -> list[dict]:
             }
         )
     return rows
+
+
+def spec_stats(files: list[Path]) -> dict:
+    """Lines of one compressor given as spec files (one spec, or HiPress's ``XEncode.pse`` and
+    ``XDecode.pse``) against the code ``compll gen`` makes of it, counted as for the built-ins.
+
+    Generated in memory: stats writes nothing. The wrapper needs an encoder and a decoder, so a file
+    holding one of them has none (``None``), as ``compll gen -w`` refuses it."""
+    from .gen_cuda import generate_cuda
+    from .generate import generate_cpu, generate_wrapper
+    from .loader import read_specs, spec_text
+
+    checked = read_specs(list(files))
+    name = checked.name
+    cuda_c, cuda_py = cuda_lines(generate_cuda(checked, name))
+    both = checked.encode is not None and checked.decode is not None
+    return {
+        "alg": name,
+        "files": [str(f) for f in files],
+        "roles": checked.roles,
+        "dsl": sum(dsl_lines(spec_text(f)) for f in files),
+        "generated_cpu": python_lines(generate_cpu(checked, name)),
+        "generated_cuda_c": cuda_c,
+        "generated_cuda_py": cuda_py,
+        "generated_wrapper": python_lines(generate_wrapper(checked, name)) if both else None,
+    }

@@ -162,6 +162,32 @@ def test_stats_json():
         assert row["generated_cuda_c"] > 0 and row["generated_wrapper"] > 0
 
 
+def test_stats_of_a_users_specs(tmp_path):
+    """``compll stats TernGradEncode.pse`` (HiPress's file, as ``check`` and ``gen`` take it) was
+    'Got unexpected extra argument(s)': stats counted the built-ins only. Now each compressor the files
+    make (HiPress's pair as one) is counted against what gen makes of it, and nothing is written."""
+    hp = DATA / "hipress"
+    enc, dec, alone = hp / "HpTernGradEncode.pse", hp / "HpTernGradDecode.pse", DATA / "TernGradEncode.pse"
+    r = hipress("compll", "stats", "--json", str(alone), str(dec), str(enc), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["specs"]
+    assert [(row["alg"], row["files"]) for row in rows] == [("hpterngrad", [str(enc), str(dec)]),
+                                                          ("terngradencode", [str(alone)])]
+    pair, single = rows
+    assert single["dsl"] == 28 and single["roles"] == "encoder only" and single["generated_wrapper"] is None
+    assert pair["dsl"] == 43 and pair["generated_wrapper"] > 0  # 28 of the encoder + 15 of the decoder
+    for row in rows:
+        assert row["dsl"] < row["generated_cpu"] and row["generated_cuda_c"] > 0 and row["generated_cuda_py"] > 0
+    assert list(tmp_path.iterdir()) == []
+    r = hipress("compll", "stats", str(alone))
+    assert r.returncode == 0 and "lines of DSL against lines generated" in r.stdout, r.stderr
+    bad = tmp_path / "bad.pse"
+    bad.write_text("param P { bool b = 2; }\nvoid XEncode(float* g, uint8* out, P p) { out = concat(g); }\n")
+    for spec, what in ((bad, f"{bad}:1:20: default 2 is not a bool"), (tmp_path / "none.pse", "No such file")):
+        r = hipress("compll", "stats", str(spec))
+        assert r.returncode == 2 and what in " ".join(r.stderr.split()) and "Traceback" not in r.stderr, r.stderr
+
+
 def test_bench_side_by_side():
     r = hipress("compll", "bench", "--alg", "tbq,onebit", "--size", "64K", "--repeat", "2", "--warmup", "0", "--json")
     assert r.returncode == 0, r.stderr
