@@ -451,6 +451,43 @@ def test_bool_defaults_the_constructor_takes_and_no_bool_for_a_number():
         assert e.message == "default true is not a number" and e.hint == f"{ty} takes a number", str(e)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    ty=st.sampled_from(["bool", "int", "uint", "uint8", "float", "double"]),
+    default=st.one_of(
+        st.sampled_from(["true", "false", "0", "1", "-0", "1.0", "255", "256", "4294967296", "1e39", "0x10"]),
+        st.integers(-(2**63) + 1, 2**63 - 1).map(str),
+        st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    ),
+)
+def test_fuzz_a_default_check_accepts_is_one_the_constructor_takes(ty, default):
+    """check and the generated constructor agree on parameter defaults: a literal check accepts is
+    one the constructor takes, written as the user wrote it (``bool b = 2`` passed check, and b=2 is
+    refused by the constructor); what check refuses, it refuses at the default's line and column."""
+    from hipress.compll.runtime.compressor import ParamSpec, convert_param
+
+    try:
+        checked = compile_spec(BOOL_PARAM.format(ty=ty, default=default), "t.pse")
+    except CompLLError as e:
+        assert (e.file, e.line, e.col) == ("t.pse", 1, 16 + len(ty)), str(e)
+        return
+    (p,) = checked.params
+    spec = ParamSpec(p.name, p.ty.kind, p.default, False)
+    written = convert_param("t", spec, _literal(default))  # raises ValueError if the constructor refuses it
+    if ty not in ("float", "double"):  # (a float default is rounded to float32 by the constructor, by design)
+        assert written == p.default == convert_param("t", spec, p.default)
+
+
+def _literal(text: str) -> bool | int | float:
+    """A default as Python reads the same literal."""
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return int(text, 0)
+    except ValueError:
+        return float(text)
+
+
 def test_a_float_parameter_past_float32_is_refused_not_made_infinite(tmp_path):
     """A float parameter is a float32: 1e39 (default or given) became inf, with a NumPy overflow
     warning, though inf and NaN given as such are refused; now ``check`` refuses such a default and the

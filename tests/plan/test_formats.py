@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hipress.plan import (
@@ -190,6 +190,32 @@ def test_fuzz_plan_never_crashes(lines):
         assert 0 <= e.line <= text.count("\n") + 1
         return
     assert parse_plan(format_plan(plan)) == plan
+
+
+# lines of HiPress's shape, with what editors and users add: comments, byte order marks, CR, unicode
+# spaces and digits, zero-width characters, signs, exponents, huge numbers
+PIECES = st.sampled_from(["a", "b", "fc.w", ",", ",", "1", "0", "9", "-", "+", " ", "\t", "\r", "#", "y", "n", "Y",
+                          "\ufeff", "\u2028", "\x85", "\x0b", "\u200b", "\u00a0", "١", "1e3", "9" * 30, "é", "\x00"])
+shaped_lines = st.lists(PIECES, max_size=12).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(shaped_lines, max_size=8), st.sampled_from([parse_input, parse_plan]))
+def test_fuzz_shaped_lines_parse_or_name_their_line(lines, parse):
+    """Either a file of gradients that reads back as written (no name a comment), or a PlanFormatError
+    naming a line that exists; a line starting with '#' (after spaces) is never read as a gradient."""
+    text = "\n".join(lines)
+    try:
+        parsed = parse(text, "f.txt")
+    except PlanFormatError as e:
+        assert 0 <= e.line <= len(lines) and str(e).startswith("f.txt")
+        if e.line and lines[e.line - 1].removeprefix("\ufeff" if e.line == 1 else "").lstrip().startswith("#"):
+            assert "starts with '#'" in e.message
+        return
+    names = [n for n, _ in parsed] if parse is parse_input else list(parsed)
+    assert not any(n.startswith("#") for n in names)
+    fmt = format_input if parse is parse_input else format_plan
+    assert parse(fmt(parsed)) == parsed
 
 
 bad_fields = st.sampled_from(["", "-3", "x", "1.0", "0", " ", "1,2", "+4", "0x10"])
