@@ -81,7 +81,9 @@ SPEC = """
 void CastEncode(float* gradient, uint8* compressed) {
     int ten = (int) 1e10;
     int big = (int) 1e20;
-    lambda_func cast = [&](float x) -> double { return (double) ((int) (x * 1e15)); }
+    // isfinite: this spec takes NaN and Inf itself (else the compressor refuses them before it runs);
+    // a NaN still goes through a cast, (int) x, which gives 0
+    lambda_func cast = [&](float x) -> double { return isfinite(x) ? (double) ((int) (x * 1e15)) : (double) ((int) x); }
     compressed = concat((double) ten, (double) big, (double) (big / 1000000000), map(gradient, cast));
 }
 void CastDecode(uint8* compressed, float* gradient) {
