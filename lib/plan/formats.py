@@ -134,9 +134,9 @@ def _fields(source: str, no: int, line: str, n: int, fmt: str) -> list[str]:
     if line.lstrip().startswith(COMMENT):
         # the formats define no comments: '#fc.weight,4096' (a gradient "commented out") was planned
         # as a gradient named '#fc.weight', and '# note' refused as "expected 2 fields, got 1"
-        raise PlanFormatError(source, no, f"the line starts with {COMMENT!r}: HiPress's files have no comments "
-                              f"(every line is a gradient, {fmt})",
-                              "delete the line (to leave a gradient out, delete its line)")
+        raise PlanFormatError(source, no, f"the line starts with {COMMENT!r}: HiPress's files have no comments, "
+                              f"every line is a gradient ({fmt})",
+                              "delete the line")
     fields = line.split(",")
     if len(fields) != n:
         raise PlanFormatError(source, no, f"expected {n} comma-separated fields ({fmt}), got {len(fields)}: "
