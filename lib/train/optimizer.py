@@ -84,7 +84,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         without them (``correction.MomentumCorrection``), in every step where the parameter's group
         has a non-zero momentum (read each step: a scheduler may raise it from 0). On by default:
         compressed runs lose accuracy otherwise. An SGD that holds momentum buffers (its state
-        loaded from a torch checkpoint) hands them over as the velocities (see ``load_state_dict``).
+        loaded from a torch checkpoint, before or after wrapping) hands them over as the velocities
+        (see ``load_state_dict``; loaded after, at the next backward).
         False: momentum applied by the optimizer to the average. Either way every lossy compressor
         gets error feedback (``wrappers.with_feedback``: on the velocity or on the gradient); the
         flag decides only where momentum is applied.
@@ -242,11 +243,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return hook
 
     def _submit(self, name: str, p: torch.Tensor) -> None:
+        """Hand ``p``'s gradient to this iteration's engine, corrected first under momentum correction.
+
+        A ``momentum_buffer`` in the wrapped SGD's state was loaded into it since the last step
+        (``opt.optimizer.load_state_dict(torch_ckpt)``, or the SGD's own, after wrapping: under
+        correction it steps without momentum and keeps none): it becomes the velocity before correcting,
+        as at construction and in ``load_state_dict``; one dict look-up when there is none. Before, it sat
+        unused and momentum restarted from zero."""
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         elif not p.grad.is_contiguous():
             p.grad = p.grad.contiguous()
         if self.correction is not None:
+            adopt_momentum_buffers(self.optimizer, self.states, [(name, p)])
             self.correction.before_sync(p, p.grad, self.states, name)
         self._submitted.add(name)
         self.submit_order.append(name)

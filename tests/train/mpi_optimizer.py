@@ -615,10 +615,12 @@ def _steps(model: torch.nn.Module, opt: torch.optim.Optimizer, steps: range, sch
 def torch_resume() -> None:
     """A torch SGD checkpoint (``momentum_buffer``: the velocity of the averaged gradient) resumed under
     momentum correction continues as torch's run: every rank's velocity starts at the buffer, so their
-    mean is it. Before, momentum restarted from zero. The reverse: ``torch_state_dict()`` gives
-    torch the mean of the ranks' velocities (one rank's own is not the buffer), the same on every
-    rank, and a plain torch SGD continues from it; so does ``momentum_correction=False`` loading a
-    corrected run's ``state_dict()`` (before, it ignored the velocities: momentum restarted from 0)."""
+    mean is it, whether loaded through the wrapper or into the wrapped SGD after wrapping. Before,
+    momentum restarted from zero (into the SGD after wrapping: its buffers sat unused in its state).
+    The reverse: ``torch_state_dict()`` gives torch the mean of the ranks' velocities (one rank's own
+    is not the buffer), the same on every rank, and a plain torch SGD continues from it; so does
+    ``momentum_correction=False`` loading a corrected run's ``state_dict()`` (before, it ignored the
+    velocities: momentum restarted from 0)."""
     kw = {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}
 
     def wrapped(model: torch.nn.Module, correct: bool) -> DistributedOptimizer:
@@ -634,13 +636,22 @@ def torch_resume() -> None:
     _steps(ref, plain, range(3, 6))
     plain.close()
 
-    resumed = spec.build()
-    resumed.load_state_dict(weights)
-    opt = wrapped(resumed, True)
-    opt.load_state_dict(saved)
-    _steps(resumed, opt, range(3, 6))
-    opt.close()
-    assert_same_parameters(ref, resumed)
+    # loaded through the wrapper, or into the wrapped SGD itself after wrapping (before the fix its buffers
+    # sat unused there, the plain step runs without momentum, and the velocities started from the gradient)
+    for load in ("wrapper", "sgd"):
+        resumed = spec.build()
+        resumed.load_state_dict(weights)
+        opt = wrapped(resumed, True)
+        if load == "wrapper":
+            opt.load_state_dict(saved)
+        else:
+            opt.optimizer.load_state_dict(saved)
+        _steps(resumed, opt, range(3, 4))
+        left = opt.optimizer.state_dict()["state"]
+        _steps(resumed, opt, range(4, 6))
+        opt.close()
+        assert_same_parameters(ref, resumed)
+        assert not left, f"the buffers moved into the velocities (loaded into the {load})"
 
     back = spec.build()
     back.load_state_dict(start)
