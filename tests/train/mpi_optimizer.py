@@ -31,7 +31,7 @@ spec = get("mlp")
 def assert_same_parameters(want: torch.nn.Module, got: torch.nn.Module) -> None:
     """``got``'s parameters equal ``want``'s, one by one (to the float error of another summation order)."""
     for (n, p), q in zip(want.named_parameters(), got.parameters(), strict=True):
-        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=f"{n}: {float((q - p).abs().max())}")
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=f"{n}: {float((q - p).detach().abs().max())}")
 
 
 def allgather(t: torch.Tensor) -> np.ndarray:
