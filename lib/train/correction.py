@@ -108,7 +108,14 @@ class MomentumCorrection:
         Decided at every step from the group's momentum now: 0 leaves ``grad`` as it is and weight
         decay to the optimizer, as without correction (the velocity, if any, is kept, as torch's SGD
         keeps its buffer while momentum is 0); non-zero applies both here. The first corrected step
-        starts the velocity at the gradient, as torch's first momentum step starts its buffer."""
+        starts the velocity at the gradient, as torch's first momentum step starts its buffer.
+
+        A ``momentum_buffer`` loaded into the optimizer's state since the last step (a torch checkpoint's,
+        loaded into the SGD after the wrapper or hook state was made: under correction the SGD steps
+        without momentum and keeps none) becomes the velocity first, as at construction; one dict look-up
+        when there is none. Before, it sat unused and momentum restarted from zero. Here, so that both
+        ``DistributedOptimizer`` and the DDP hook take it over."""
+        adopt_momentum_buffers(self.optimizer, states, [(name, p)])
         mom, wd = self.settings(p)
         if not mom.momentum:
             return

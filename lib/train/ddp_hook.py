@@ -419,10 +419,8 @@ def _apply_correction(corr: MomentumCorrection, bucket: dist.GradBucket, states:
     velocity would be lost). The bucket's gradients are views of its buffer.
 
     A ``momentum_buffer`` in the optimizer's state was loaded since the last step (``sgd.load_state_dict``
-    of a torch checkpoint after the hook state was made: under correction the optimizer steps without
-    momentum and keeps none): it becomes the velocity first, as at construction. Before, it sat unused
-    and momentum restarted from zero."""
-    adopt_momentum_buffers(corr.optimizer, states, [(corr.position[id(p)], p) for p in bucket.parameters()])
+    of a torch checkpoint after the hook state was made): it becomes the velocity first
+    (``MomentumCorrection.before_sync``)."""
     for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
         corr.before_sync(p, g, states, corr.position[id(p)])
 

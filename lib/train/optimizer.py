@@ -245,17 +245,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _submit(self, name: str, p: torch.Tensor) -> None:
         """Hand ``p``'s gradient to this iteration's engine, corrected first under momentum correction.
 
-        A ``momentum_buffer`` in the wrapped SGD's state was loaded into it since the last step
-        (``opt.optimizer.load_state_dict(torch_ckpt)``, or the SGD's own, after wrapping: under
-        correction it steps without momentum and keeps none): it becomes the velocity before correcting,
-        as at construction and in ``load_state_dict``; one dict look-up when there is none. Before, it sat
-        unused and momentum restarted from zero."""
+        A ``momentum_buffer`` loaded into the wrapped SGD since the last step
+        (``opt.optimizer.load_state_dict(torch_ckpt)`` after wrapping) becomes the velocity there
+        (``MomentumCorrection.before_sync``)."""
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         elif not p.grad.is_contiguous():
             p.grad = p.grad.contiguous()
         if self.correction is not None:
-            adopt_momentum_buffers(self.optimizer, self.states, [(name, p)])
             self.correction.before_sync(p, p.grad, self.states, name)
         self._submitted.add(name)
         self.submit_order.append(name)
