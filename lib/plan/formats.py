@@ -130,6 +130,27 @@ _SWAPPED = {
 }
 
 
+def _other_files_line(fields: list[str]) -> bool:
+    """Whether ``fields`` read as a whole line of the other file: a size (and y|n, K) where they go.
+
+    The count of fields alone is no sign: ``{"a": 1, "b": 2, "c": 3, "d": 4}`` (a JSON file given as an
+    input.txt) has four, and was called "a line of a plan".
+    """
+    whole = [f.strip() for f in fields]
+    if len(whole) == 2:
+        return bool(whole[0]) and bool(_INT.fullmatch(whole[1]))
+    return (len(whole) == 4 and bool(whole[0]) and bool(_INT.fullmatch(whole[1])) and whole[2] in ("y", "n")
+            and bool(_INT.fullmatch(whole[3])))
+
+
+def _hint(line: str, fields: list[str], n: int, fmt: str) -> str:
+    """What a line with the wrong number of fields probably is, said only where the line shows it."""
+    if line.lstrip().startswith(("{", "[")):
+        return (f"this looks like JSON, but HiPress's files are plain text, one '{fmt}' line per gradient; "
+                "a profile JSON from hipress profile goes to hipress plan --profile")
+    return _SWAPPED.get((n, len(fields)), "") if _other_files_line(fields) else ""
+
+
 def _fields(source: str, no: int, line: str, n: int, fmt: str) -> list[str]:
     if line.lstrip().startswith(COMMENT):
         # the formats define no comments: '#fc.weight,4096' (a gradient "commented out") was planned
@@ -140,7 +161,7 @@ def _fields(source: str, no: int, line: str, n: int, fmt: str) -> list[str]:
     fields = line.split(",")
     if len(fields) != n:
         raise PlanFormatError(source, no, f"expected {n} comma-separated fields ({fmt}), got {len(fields)}: "
-                              f"{line.strip()[:80]!r}", _SWAPPED.get((n, len(fields)), ""))
+                              f"{line.strip()[:80]!r}", _hint(line, fields, n, fmt))
     return fields
 
 

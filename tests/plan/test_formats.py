@@ -308,3 +308,24 @@ def test_a_ring_plan_for_a_large_cluster_reads_back(tmp_path):
         load_plan(path, {"w": 10**8, "b": 10}, world_size=n, topology="ps")
     with pytest.raises(PlanFormatError, match=r"partition count K 16777217 is too large: at most 16777216"):
         parse_plan("w,10,y,16777217\n")
+
+
+@pytest.mark.parametrize(("parse", "line"), [
+    (parse_input, '{"a": 1, "b": 2, "c": 3, "d": 4}'), (parse_input, "{"), (parse_input, '["a", 1, 2]'),
+    (parse_plan, '{"a": 1, "b": 2}'), (parse_plan, "{"), (parse_plan, '["a", 1]'),
+])
+def test_a_json_line_is_not_called_a_line_of_the_other_file(parse, line):
+    """The hint went by the count of fields alone: a JSON object of four keys given as an input.txt was
+    called "a line of a plan" (and one of two keys given as a plan "a line of an input.txt")."""
+    with pytest.raises(PlanFormatError) as ei:
+        parse(line + "\n", "f.txt")
+    assert "line of" not in ei.value.hint and "looks like JSON" in ei.value.hint, ei.value.hint
+
+
+@pytest.mark.parametrize(("parse", "line"), [(parse_input, "a b,1,2,3"), (parse_input, "a,1,maybe,2"),
+                                             (parse_input, "a,x,n,1"), (parse_plan, "a,many")])
+def test_four_or_two_fields_that_are_not_the_other_files_line_get_no_hint(parse, line):
+    """Only a line that reads as the other file's (a size where it goes, y|n and K) is said to be one."""
+    with pytest.raises(PlanFormatError) as ei:
+        parse(line + "\n", "f.txt")
+    assert ei.value.hint == ""
