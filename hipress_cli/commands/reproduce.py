@@ -42,7 +42,8 @@ from hipress_cli.options import (
 
 app = typer.Typer(no_args_is_help=True, help="Reproduce a paper's figures (simulated or measured).")
 
-FigureOpt = Annotated[int | None, typer.Option("--figure", help="Only this figure (7, 8, 11 or 12).")]
+#: Text, not int: Typer read ``7.0`` as 7; ``load_figures`` matches it exactly against the files' figures.
+FigureOpt = Annotated[str | None, typer.Option("--figure", help="Only this figure (7, 8, 11 or 12).")]
 ModeOpt = Annotated[str, typer.Option("--mode", help="sim (calibrated simulator) or real (emulated cluster).")]
 OutOpt = Annotated[Path | None, typer.Option("--out", parser=path_option,
                                              help="Output directory (default: results/sosp21-MODE).")]
@@ -211,7 +212,7 @@ def _out_dir(out: Path | None, mode: str) -> Path:
     return out_dir
 
 
-def _real(ref: Any, exp_dir: Path, figs: list, figure: int | None, out: Path | None, json_: bool, hosts: int,
+def _real(ref: Any, exp_dir: Path, figs: list, figure: str | None, out: Path | None, json_: bool, hosts: int,
           rate: str, iters: int | None, models: list[str] | None, systems: list[str] | None,
           prefix: str | None = None) -> None:
     """``--mode real``: the figures' points on the emulated cluster (``hipress.reproduce``); ``prefix``: its

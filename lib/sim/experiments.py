@@ -233,8 +233,12 @@ def _check_model(model: str, ref: Reference, cluster: str, where: str) -> None:
         )
 
 
-def load_figures(directory: Path, ref: Reference, only: int | None = None) -> list[Figure]:
-    """Every ``fig*.toml`` in ``directory`` (sorted by figure number), or just figure ``only``."""
+def load_figures(directory: Path, ref: Reference, only: str | None = None) -> list[Figure]:
+    """Every ``fig*.toml`` in ``directory`` (sorted by figure number), or just figure ``only``.
+
+    ``only`` is the figure's name as typed (``--figure``), matched exactly against the numbers the
+    files define (spaces around it aside): read as a number, ``7.0``, ``07`` and ``+7`` were figure 7.
+    """
     if not directory.is_dir():
         what = "is not a directory" if directory.exists() else "does not exist"
         raise ExperimentError(f"experiment directory {directory} {what}; pass --experiments DIR, a directory "
@@ -250,10 +254,11 @@ def load_figures(directory: Path, ref: Reference, only: int | None = None) -> li
         first[f.figure] = f.source
     figs.sort(key=lambda f: f.figure)
     if only is not None:
-        chosen = [f for f in figs if f.figure == only]
+        chosen = [f for f in figs if str(f.figure) == only.strip()]
         if not chosen:
             have = ", ".join(str(f.figure) for f in figs)
-            raise ExperimentError(f"no figure {only} in {directory}; defined: {have}")
+            raise ExperimentError(f"no figure {only!r} in {directory}; give exactly one of the figures it "
+                                  f"defines: {have}")
         return chosen
     return figs
 

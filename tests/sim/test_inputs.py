@@ -20,8 +20,8 @@ def test_packaged_figures_load(experiments_dir):
     assert {p.system for p in fig7.points if p.model == "resnet50"} == {"byteps", "ring", "ring-dgc",
                                                                          "casync-ring", "linear"}
     assert paper_systems(REF, "ugatit") == ["byteps", "ring", "casync-ps", "linear"]
-    with pytest.raises(ExperimentError, match="no figure 9"):
-        load_figures(experiments_dir, REF, 9)
+    with pytest.raises(ExperimentError, match="no figure '9'"):
+        load_figures(experiments_dir, REF, "9")
 
 
 @pytest.mark.parametrize(

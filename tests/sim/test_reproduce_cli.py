@@ -56,11 +56,22 @@ def test_figure11_json_resumes_from_cache(tmp_path):
     assert tally in r3.stdout
 
 
+@pytest.mark.parametrize("figure", ["7.0", "07", "+7", "7e0", "", "seven"])
+def test_a_figure_is_one_of_the_names_exactly(tmp_path, figure):
+    """--figure was an int option: Typer read 7.0 (and 07, +7) as figure 7 and ran it. It is refused now,
+    with the figures there are, before anything is simulated or written."""
+    r = invoke("reproduce", "sosp21", "--figure", figure, "--out", str(tmp_path / "out"))
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and f"no figure {figure!r}" in text, text
+    assert "give exactly one of the figures it defines: 7, 8, 11, 12" in text
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_options(tmp_path):
     r = invoke("reproduce", "sosp21", "--mode", "magic", "--out", str(tmp_path))
     assert r.exit_code == 2 and "--mode must be sim or real" in r.output
     r = invoke("reproduce", "sosp21", "--figure", "9", "--out", str(tmp_path))
-    assert r.exit_code == 2 and "no figure 9" in r.output
+    assert r.exit_code == 2 and "no figure '9'" in r.output
     r = invoke("reproduce", "sosp21", "--experiments", str(tmp_path / "none"), "--out", str(tmp_path))
     assert r.exit_code == 2 and "does not exist" in r.output
     (tmp_path / "afile").write_text("")
