@@ -216,7 +216,7 @@ def check_emulate(rate: str | None, prefix: str | None, hosts: object = None, *,
                        f"{option} 1gbit), or leave --prefix out to run on this machine")
         return None
     if not rate.strip():  # parse_rate reads "" as unshaped: an unset "$RATE" built a cluster nobody asked for
-        raise fail(f"{option} is empty (an unset variable?): give a link rate, e.g. 1gbit, or unshaped for none")
+        raise empty_option(option, "give a link rate, e.g. 1gbit, or unshaped for none")
     if hosts:
         raise fail(f"{option} runs on this machine; it cannot be combined with --hosts/--hostfile")
     from hipress.launch.emulate import MAX_HOSTS, EmulationError, parse_rate, validate_prefix
@@ -341,6 +341,15 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def empty_option(option: str, fix: str) -> typer.Exit:
+    """The exit for an option given as empty text, in one wording: ``raise empty_option("--alg", "give ...")``.
+
+    ``--model "$MODEL"`` with the variable unset reaches the command as ``''``; taken as "not given", it
+    ran something other than what was typed. ``fix``: what to give instead (or leave out).
+    """
+    return fail(f"{option} is empty (an unset variable?): {fix}")
+
+
 def ready_to_read_stdin(arg: str | os.PathLike[str], option: str, what: str, lines: str) -> None:
     """Before ``option``'s ``-`` (``hipress.files.source_of``) is read: refuse a closed standard input,
     and at a terminal say what the command waits for. Every command that reads ``-`` does both here.
@@ -421,7 +430,12 @@ def pick_topology(topo: str | None, horovodrun: bool) -> str:
 
 
 def pick_model(argument: str | None, option: str | None) -> str:
-    """The model from the argument or HiPress's ``--model`` option (one of them, or both the same)."""
+    """The model from the argument or HiPress's ``--model`` option (one of them, or both the same).
+
+    An empty ``--model`` (an unset ``$MODEL``) is refused, beside an argument too: it was ignored there.
+    """
+    if option is not None and not option.strip():
+        raise empty_option("--model", "give a model of the zoo (`hipress models`), or leave --model out")
     if argument and option and argument != option:
         raise fail(f"the model is given twice: {argument!r} and --model {option!r}; give it once")
     model = argument or option

@@ -18,6 +18,7 @@ from hipress_cli.options import (
     check_output_beside_json,
     check_output_folder,
     console,
+    empty_option,
     err_console,
     fail,
     path_option,
@@ -223,11 +224,13 @@ def plan(
     check_output_is_not_a_source(output, {"--input": input_, "--profile": profile})
     # an empty value (an unset $VAR) planned silently with the defaults, where `bench plan --alg ''` is refused
     if alg is not None and not alg.strip():
-        raise fail("--alg is empty (an unset variable?): give an algorithm spec, e.g. tbq or 'dgc:ratio=0.01', or "
-                   "leave --alg out for the profile's (or sosp21's fixed 1/16)")
+        raise empty_option("--alg", "give an algorithm spec, e.g. tbq or 'dgc:ratio=0.01', or leave --alg out "
+                           "for the profile's (or sosp21's fixed 1/16)")
+    if model is not None and not model.strip():  # "unknown model ''" did not say why it was empty
+        raise empty_option("--model", "give a model of the zoo (`hipress models`), or --input FILE")
     if cost_model is not None and not cost_model.strip():
-        raise fail("--cost-model is empty (an unset variable?): give a built-in (sosp21) or a profile JSON from "
-                   "`hipress profile --output FILE`, or leave it out for sosp21")
+        raise empty_option("--cost-model", "give a built-in (sosp21) or a profile JSON from "
+                           "`hipress profile --output FILE`, or leave it out for sosp21")
     if not 1 <= nnodes <= MAX_NODES:
         raise fail(f"--nnodes {nnodes} is out of range: give 1..{MAX_NODES} nodes (machines; K ranges over 1..N)")
     check_bounded("--compute-ms", compute_ms, MAX_COMPUTE_MS, "one iteration's compute time in milliseconds")

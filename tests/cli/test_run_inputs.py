@@ -109,6 +109,16 @@ def test_model_as_option_and_none_at_all(tmp_path):
     assert r.exit_code == 2 and "unknown model 'alexnet'" in _text(r)
 
 
+@pytest.mark.parametrize("model", [["mlp"], []])
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_model_option_is_refused(model, value, tmp_path):
+    """`run mlp --model ''` (an unset $MODEL) ran mlp: the empty alias was taken for "not given"."""
+    results = tmp_path / "r"
+    r = _invoke(["run", *model, "--model", value, "--np", "1", "--iters", "1", "--results", str(results)])
+    assert r.exit_code == 2 and "--model is empty (an unset variable?)" in _text(r), _text(r)
+    assert not results.exists()
+
+
 def test_horovodrun_selects_casync_ring():
     """HiPress's ``--horovodrun`` picks its Horovod path (CaSync-Ring); a contradicting ``--topo`` is refused."""
     from hipress.topology_names import DEFAULT_CHOICE, HOROVODRUN_CHOICE, choice

@@ -747,3 +747,10 @@ def test_an_empty_alg_or_cost_model_is_refused_not_taken_as_the_default(option, 
     `hipress bench plan --alg ''` is refused."""
     r = hipress("plan", "--model", "vgg19", option, value)
     assert r.returncode == 2 and said in r.stderr and not r.stdout, (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_model_is_called_empty(value):
+    """`hipress plan --model "$MODEL"` with MODEL unset said "unknown model ''", not why it was empty."""
+    r = hipress("plan", "--model", value)
+    assert r.returncode == 2 and "--model is empty (an unset variable?): give a model of the zoo" in r.stderr, r.stderr
