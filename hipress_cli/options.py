@@ -135,6 +135,17 @@ def _human(n: int) -> str:
     return str(n)
 
 
+def split_option(option: str, text: str, split: Callable[[str], list[str]] | None = None) -> list[str]:
+    """``text`` split at its commas (``split``: a finer reading, e.g. ``split_specs``; default
+    ``hipress.lists.split_items``); an empty item exits 2, naming ``option`` and the item's position."""
+    from hipress.lists import EmptyItem, split_items
+
+    try:
+        return (split or split_items)(text)
+    except EmptyItem as e:
+        raise fail(f"{option} {e}") from None
+
+
 def all_or(option: str, text: str, names: list[str], every: list[str], what: str) -> list[str]:
     """``every`` if ``text`` is ``all`` (any case, spaces around it), else ``names`` (``text`` split as the
     option splits it); ``all`` beside names is refused, where it was called an unknown name."""

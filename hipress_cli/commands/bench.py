@@ -17,6 +17,7 @@ from hipress_cli.options import (
     out_of_memory,
     parse_fp32_size,
     print_json,
+    split_option,
 )
 
 app = typer.Typer(help="Benchmarks: compressors, synchronization, planning and training; medians side by side.",
@@ -41,7 +42,7 @@ def compress(
     from hipress.compress.bench import bench_compress, human_bytes
     from hipress.compress.registry import split_specs
 
-    names = all_or("--alg", alg, split_specs(alg), available(), "algorithm")
+    names = all_or("--alg", alg, split_option("--alg", alg, split_specs), available(), "algorithm")
     if not names:  # an empty table with exit 0 reads as "measured, nothing to report"
         raise fail(f"--alg {alg!r} names no algorithm: give one or more of {', '.join(available())} "
                    "(comma-separated), or all")

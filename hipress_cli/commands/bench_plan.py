@@ -14,6 +14,7 @@ from hipress_cli.options import (
     MAX_REPEAT,
     JsonOpt,
     console,
+    empty_option,
     err_console,
     fail,
     on_command_line,
@@ -50,6 +51,9 @@ def plan(
     from hipress.stats import median_ci
 
     alg = alg.strip()  # ' tbq' (a quoted list's space) is tbq, and said so in the table and the JSON
+    if not alg:  # as `hipress plan --alg ''`; the spec parser spoke of a ':' that was never typed
+        raise empty_option("--alg", "give a compressor spec, e.g. onebit or 'dgc:ratio=0.01', or leave --alg out "
+                           "for onebit")
 
     # The planner's own bound (hipress.plan.limits), checked here, not as the option's max=: importing
     # hipress.plan at start-up would load torch for every command. Without it the planner's PlanError

@@ -20,6 +20,7 @@ from hipress_cli.options import (
     parse_fp32_size,
     path_option,
     print_json,
+    split_option,
     styled,
 )
 
@@ -246,7 +247,7 @@ def bench(
     from hipress.compll.builtins import BUILTINS
     from hipress.compress.bench import human_bytes
 
-    names = all_or("--alg", alg, [a.strip() for a in alg.split(",") if a.strip()], list(BUILTINS), "built-in")
+    names = all_or("--alg", alg, split_option("--alg", alg), list(BUILTINS), "built-in")
     if not names:
         raise fail(f"--alg names no built-in; give some of {', '.join(BUILTINS)} (comma-separated) or 'all'")
     unknown = [n for n in names if n not in BUILTINS]

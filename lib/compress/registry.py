@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hipress.lists import split_items
 from hipress.suggest import SAME_BUT_FOR_CASE_ELSE_CLOSE, suggestion
 
 if TYPE_CHECKING:
@@ -200,12 +201,11 @@ def split_specs(text: str) -> list[str]:
     """``"tbq,onebit,terngrad:bits=2,stochastic=false"`` -> ``["tbq", "onebit", "terngrad:bits=2,stochastic=false"]``.
 
     A comma separates algorithms, except before a ``key=value`` that continues the previous spec's
-    parameters (a bare algorithm name has no ``=``).
+    parameters (a bare algorithm name has no ``=``). An empty item (``tbq,,onebit``) raises
+    ``hipress.lists.EmptyItem`` naming its position: it was dropped, and fewer algorithms ran.
     """
     out: list[str] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
+    for part in split_items(text):
         if out and "=" in part and ":" not in part and ":" in out[-1]:
             out[-1] += "," + part
         else:
@@ -240,6 +240,9 @@ class AlgorithmSpec:
             raise AlgorithmSpecError(f"an algorithm spec is text like 'dgc:ratio=0.01', got {type(spec).__name__}")
         name, _, rest = spec.partition(":")
         name = name.strip()
+        if not name and not _:  # '' or '  ' (an unset $ALG): there is no ':' to speak of
+            raise AlgorithmSpecError(f"algorithm spec {spec!r} is empty: give an algorithm name, e.g. tbq or "
+                                     "'dgc:ratio=0.01'")
         if not name:
             raise AlgorithmSpecError(f"algorithm spec {spec!r}: no algorithm name before ':'; e.g. 'dgc:ratio=0.01'")
         declared = parameters(name)  # raises UnknownAlgorithm first: the name is the likelier typo

@@ -18,6 +18,7 @@ from typing import Any
 
 from hipress.compress.registry import split_specs
 from hipress.launch.runner import Interrupted, signals_noted
+from hipress.lists import EmptyItem
 from hipress.stats import median_ci
 from hipress.topology_names import choice
 
@@ -59,7 +60,10 @@ def parse_variants(text: str) -> list[Variant]:
     if ";" in text:
         items = [t.strip() for t in text.split(";") if t.strip()]
     else:  # a 'key=value' continues the spec before it (ring+terngrad:bits=2,stochastic=false), as in --alg
-        items = split_specs(text)
+        try:
+            items = split_specs(text)
+        except EmptyItem as e:
+            raise ConfigError(f"--variants {e}") from None
     out = []
     for item in items:
         topo, plus, alg = item.partition("+")

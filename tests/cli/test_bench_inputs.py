@@ -44,11 +44,33 @@ def test_bench_refuses_sizes_that_are_not_whole_fp32_elements(command, size, mat
 
 
 def test_bench_compress_refuses_an_empty_alg_list():
-    for alg in ("", " , "):
+    for alg in ("", " "):  # " , " is two empty items: test_bench_refuses_an_empty_item_in_the_alg_list
         r = hipress("bench", "compress", "--alg", alg, "--size", "1K")
         assert r.returncode == 2 and not r.stdout
         assert f"--alg {alg!r} names no algorithm: give one or more of" in r.stderr
         assert ", ".join(available()) in r.stderr and "or all" in r.stderr
+
+
+@pytest.mark.parametrize(("alg", "position"), [("tbq,,", "item 2 of 3"), ("tbq,", "item 2 of 2"),
+                                               (",tbq", "item 1 of 2"), ("tbq, ,onebit", "item 2 of 3"),
+                                               (" , ", "item 1 of 2")])
+@pytest.mark.parametrize("command", [["bench", "compress"], ["compll", "bench"]])
+def test_bench_refuses_an_empty_item_in_the_alg_list(command, alg, position):
+    """'tbq,,' benchmarked tbq alone: the empty names were dropped, and fewer algorithms ran than asked."""
+    r = hipress(*command, "--alg", alg, "--size", "4K")
+    assert r.returncode == 2 and f"--alg {alg!r}: {position} is empty" in r.stderr, r.stderr
+
+
+def test_bench_train_refuses_an_empty_variant():
+    r = hipress("bench", "train", "mlp", "--np", 1, "--variants", "ring+tbq,,ring+none")
+    assert r.returncode == 2 and "--variants 'ring+tbq,,ring+none': item 2 of 3 is empty" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("alg", ["", "  "])
+def test_bench_plan_says_an_empty_alg_is_empty(alg):
+    """It said "no algorithm name before ':'" of text without a colon."""
+    r = hipress("bench", "plan", "--alg", alg)
+    assert r.returncode == 2 and "--alg is empty (an unset variable?)" in r.stderr and "':'" not in r.stderr
 
 
 def test_bench_sync_refuses_an_empty_topo_list():

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import hipress.compress as hc
+from hipress.compress.registry import AlgorithmSpec, AlgorithmSpecError
 
 from .conftest import ALGS, randn
 
@@ -149,7 +150,27 @@ def test_split_specs_keeps_parameters_together():
 
     assert split_specs("tbq,onebit,terngrad:bits=2,stochastic=false,dgc:ratio=0.01") == [
         "tbq", "onebit", "terngrad:bits=2,stochastic=false", "dgc:ratio=0.01"]
-    assert split_specs(" tbq ,, ") == ["tbq"]
+    assert split_specs(" tbq , onebit ") == ["tbq", "onebit"] and split_specs(" ") == []
+
+
+@pytest.mark.parametrize(("text", "position"), [(" tbq ,, ", "item 2 of 3"), ("tbq,", "item 2 of 2"),
+                                                ("terngrad:bits=2,,stochastic=false", "item 2 of 3")])
+def test_split_specs_refuses_an_empty_item_by_its_position(text, position):
+    """An empty item was dropped: `bench compress --alg 'tbq,,'` benchmarked fewer algorithms than typed."""
+    from hipress.compress.registry import split_specs
+    from hipress.lists import EmptyItem
+
+    with pytest.raises(EmptyItem, match=f"{position} is empty"):
+        split_specs(text)
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_an_empty_spec_is_called_empty(text):
+    """It was "no algorithm name before ':'" of text that has no ':'."""
+    with pytest.raises(AlgorithmSpecError, match=f"algorithm spec {text!r} is empty: give an algorithm name"):
+        AlgorithmSpec.parse(text)
+    with pytest.raises(AlgorithmSpecError, match="no algorithm name before ':'"):
+        AlgorithmSpec.parse(":ratio=0.1")
 
 
 @pytest.mark.parametrize("kind", ["shaped", "transposed", "float64"])
