@@ -224,7 +224,7 @@ def test_check_json(tmp_path):
         (["--size", "6"], "--size '6' (6 bytes) is not a whole number of fp32 elements"),
         (["--size", "2"], "--size '2' is smaller than one fp32 element"),
         (["--alg", ""], "--alg names no built-in"),
-        (["--alg", " , "], "--alg names no built-in"),
+        (["--alg", " , "], "--alg ' , ': item 1 of 2 is empty"),
     ],
 )
 def test_bench_refuses_what_it_would_not_measure(args, words):
