@@ -40,6 +40,7 @@ from hipress.topology_names import (
     choice_of_engine,
 )
 
+from .correction import own_momentum
 from .evaluate import check_evaluation
 from .threshold import DEFAULT_COMP_THRESHOLD, apply_threshold
 from .validate import ConfigError, check_numbers, check_run_id
@@ -372,7 +373,7 @@ def make_config(
         return parameter_shapes(model, **build)
 
     sgd_momentum = momentum if momentum is not None else (0.0 if data == "digits" else 0.9)
-    own = float(compressor.params().get("momentum", 0.0))
+    own = own_momentum(compressor)
     if own and sgd_momentum:  # dgc's velocity inside the compressor, and SGD's (moved or not) on top of it
         raise ConfigError(
             f"--alg {alg} keeps a velocity of its own (momentum {own:g}) and SGD applies --momentum "
