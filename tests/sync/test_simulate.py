@@ -283,3 +283,50 @@ def test_small_gradients_are_fused_whatever_k_the_plan_gives_them(topo):
     for out in simulate(inputs, "tbq", topo, plan):
         for i, n in enumerate(plan):
             assert torch.equal(out[n], torch.full((64,), i + 1.5))  # exact: the uncompressed average
+
+
+def _residual_sum(states: list[StateStore], name: str, n: int, parts: int, world: int) -> torch.Tensor:
+    """Every residual of gradient ``name`` on every rank (workers', ring hops', aggregators'), each added at the
+    elements its state key covers (``name``, ``name#part{i}``, ``#chunk{c}``, ``@agg``: the topologies' keys)."""
+    import re
+
+    total = torch.zeros(n, dtype=torch.float64)
+    for st_ in states:
+        for key in st_.names():
+            m = re.fullmatch(re.escape(name) + r"(?:#part(\d+))?(?:#chunk(\d+))?(?:@agg)?", key)
+            assert m, f"state key {key!r} of no known form"
+            o, ln = split_even(n, parts)[int(m.group(1))] if m.group(1) else (0, n)
+            if m.group(2):
+                co, ln = split_even(ln, world)[int(m.group(2))]
+                o += co
+            for t in (st_[key].residual, st_[key].extra.get("ef_residual")):
+                if t is not None:
+                    assert t.numel() == ln, (key, t.numel(), ln)
+                    total[o : o + ln] += t.double()
+    return total
+
+
+@pytest.mark.parametrize("topo,k,merge", [("casync-ring", None, True), ("casync-ring", 6, True),
+                                          ("casync-ring", 6, False), ("casync-ps", None, True),
+                                          ("casync-ps", 2, True), ("casync-ps", 3, False)])
+@pytest.mark.parametrize("alg", ["tbq", "onebit", "dgc:ratio=0.05", "efsignsgd"])
+def test_error_feedback_loses_nothing_whatever_the_partitions(topo, k, merge, alg):
+    """What the ranks put in = world x what came out + every residual, to float rounding, over many
+    iterations: for each plan (a ring's K counts chunks: 6 at 3 ranks is two rings), PS owners, merged or
+    re-encoded sparse aggregates. A residual kept under a key that another partition also used, or
+    reset between iterations, or an aggregate's error dropped, breaks it by the residuals' size (~10)."""
+    world, n = 3, 3001
+    comp = create_from_spec(alg)
+    plan = None if k is None else {"g": PlanEntry("g", n, True, k)}
+    parts = 1 if k is None else (k // world if topo == "casync-ring" else k)
+    states = [StateStore() for _ in range(world)]
+    gen = torch.Generator().manual_seed(7)
+    put, got = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
+    for _ in range(8):
+        inputs = [{"g": torch.randn(n, generator=gen)} for _ in range(world)]
+        out = simulate(inputs, comp, topo, plan, states, bulk_bytes=0, partition_bytes=0, merge_sparse=merge)
+        put += sum(i["g"].double() for i in inputs)
+        got += world * out[0]["g"].double()
+    held = _residual_sum(states, "g", n, parts, world)
+    assert held.abs().max() > 1  # the residuals do hold something back
+    assert (put - got - held).abs().max() < 1e-4, float((put - got - held).abs().max())
