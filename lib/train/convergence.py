@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -139,9 +140,59 @@ def lr_scheduler(opt: torch.optim.Optimizer, kind: str, steps: int) -> torch.opt
 
 def _floats(text: str, what: str) -> list[float]:
     try:
-        return [float(t) for t in text.split(",") if t.strip()]
+        out = [float(t) for t in text.split(",") if t.strip()]
     except ValueError:
         raise SystemExit(f"convergence: {what} must be comma-separated numbers, got {text!r}") from None
+    if not out:
+        raise SystemExit(f"convergence: {what} is empty; give at least one number")
+    return out
+
+
+def check_settings(moms: list[float], lrs: list[float] | None, seeds: list[float], algs: list[str],
+                   topologies: list[str]) -> None:
+    """Refuse, before MPI starts and anything trains, what would fail part-way through the job (every
+    earlier combination's minutes spent) or train without a word of warning what is not meant:
+    momentum 1 (the default rate 0.5 * (1 - m) is 0, and every algorithm "reaches" the untrained
+    accuracy), a rate of 0 or less, a seed 1.5 (taken as 1), no algorithm, an unknown topology or
+    algorithm spec, or an algorithm's own momentum beside SGD's (``correction.refuse_double_momentum``).
+    Raises ``SystemExit`` naming the option and the value."""
+    from .correction import own_momentum
+
+    bad = [m for m in moms if not 0.0 <= m < 1.0]
+    if bad:
+        raise SystemExit(f"convergence: --momentum must be in [0, 1), got {bad[0]:g}")
+    if lrs is not None and (bad := [x for x in lrs if not (x > 0 and math.isfinite(x))]):
+        raise SystemExit(f"convergence: --lr must be positive and finite, got {bad[0]:g}")
+    if bad := [x for x in seeds if x != int(x) or x < 0]:
+        raise SystemExit(f"convergence: --seed must be whole numbers >= 0, got {bad[0]:g}")
+    if not algs:
+        raise SystemExit("convergence: --algs names no algorithm; give e.g. --algs none,tbq")
+    if not topologies:
+        raise SystemExit("convergence: --topology names no topology; give e.g. --topology casync-ring")
+    known = topology_choices()
+    if unknown := [t for t in topologies if t not in known]:
+        raise SystemExit(f"convergence: --topology {unknown[0]!r} is not one of {', '.join(known)}")
+    for i, alg in enumerate(algs, 1):
+        try:
+            comp = compressor_for(alg)
+        except (ValueError, KeyError) as e:
+            raise SystemExit(f"convergence: --algs item {i} ({alg!r}): {e}") from None
+        own = own_momentum(comp)
+        if own and any(moms):
+            raise SystemExit(f"convergence: --algs item {i} ({alg!r}) keeps a velocity of its own (momentum "
+                             f"{own:g}) and SGD applies --momentum {max(moms):g} as well: momentum twice; give "
+                             f"--momentum 0 or drop the algorithm's momentum parameter")
+
+
+def topology_choices() -> list[str]:
+    """The engines ``--topology`` takes: the compressing ones (``ring`` or ``allreduce`` would move fp32,
+    and ``DistributedOptimizer`` refuses a lossy algorithm there); ``none`` runs on their fp32 counterpart."""
+    return [str(c.engine) for c in (RING, PS, ALLGATHER)]
+
+
+def split_algs(text: str) -> list[str]:
+    """``--algs``: specs separated by ``;``, or by ``,`` when no spec has parameters."""
+    return [a.strip() for a in text.split(";" if ";" in text else ",") if a.strip()]
 
 
 def table(rows: list[dict]) -> str:
@@ -164,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algs", default=";".join(DEFAULT_ALGS),
                    help='algorithm specs separated by ";" (or "," when no spec has parameters)')
     p.add_argument("--topology", default=DEFAULT_ENGINE,
-                   help=", ".join(str(c.engine) for c in (RING, PS, ALLGATHER)) + "; comma-separated")
+                   help=", ".join(topology_choices()) + "; comma-separated")
     p.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", default=None,
@@ -184,7 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     moms = _floats(args.momentum, "--momentum")
     lrs = _floats(args.lr, "--lr") if args.lr is not None else None
-    seeds = [int(s) for s in _floats(args.seed, "--seed")]
+    seed_values = _floats(args.seed, "--seed")
+    algs = split_algs(args.algs)
+    topologies = [t.strip() for t in args.topology.split(",") if t.strip()]
+    check_settings(moms, lrs, seed_values, algs, topologies)
+    seeds = [int(s) for s in seed_values]
     if args.epochs < 1 or args.batch_size < 1 or args.compress_after < 0:
         raise SystemExit("convergence: --epochs and --batch-size must be >= 1, --compress-after >= 0")
     from mpi4py import MPI
@@ -197,8 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     data = Digits.load()
     rows: list[dict] = []
     try:
-        algs = [a.strip() for a in args.algs.split(";" if ";" in args.algs else ",") if a.strip()]
-        for topology in (t.strip() for t in args.topology.split(",") if t.strip()):
+        for topology in topologies:
             for mom in moms:
                 for lr in lrs if lrs is not None else [round(DEFAULT_STEP * (1.0 - mom), 12)]:
                     for seed in seeds:
