@@ -84,3 +84,9 @@ def compress(
     console.print(t)
     console.print("GB/s = input fp32 bytes / median time; x memcpy = median of paired ratios to a memory copy timed "
                   "just before each repetition; 95% CIs of the medians are in --json.")
+    for r in result["algorithms"]:
+        if r.get("measured") == "steady":
+            w = r["warmup_payload_bytes"]
+            console.print(f"{r['alg']}: measured past its warm-up (ratio {r['ratio']:.4f}, what a run sends "
+                          f"once it is over); during the warm-up a payload is up to {human_bytes(w)} "
+                          f"(ratio {w / result['size_bytes']:.4f}).")

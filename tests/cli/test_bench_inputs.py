@@ -324,3 +324,25 @@ def test_a_benchmarks_repetitions_are_bounded(command, option):
     r = CliRunner().invoke(build(), [*command, option, str(MAX_REPEAT + 1)], env={"COLUMNS": "200"})
     text = " ".join(r.output.replace("│", " ").split())
     assert r.exit_code == 2 and f"Invalid value for '{option}'" in text and str(MAX_REPEAT) in text, text
+
+
+def test_bench_compress_measures_a_warmup_dgc_past_its_warmup():
+    """``dgc:ratio=0.001,warmup=100`` used to be timed at its warm-up's first stage (25 % kept: ratio
+    0.49 under a label reading 0.001, against a reference timed at 0.001). It is measured as it runs
+    once the warm-up is over, the same ratio as plain ``dgc:ratio=0.001``, and says so."""
+    import json
+
+    n = 65536
+    args = ("--size", 4 * n, "--repeat", 1, "--warmup", 0, "--no-reference", "--device", "cpu")
+    warm = hipress("bench", "compress", "--alg", "dgc:ratio=0.001,warmup=100", *args, "--json")
+    plain = hipress("bench", "compress", "--alg", "dgc:ratio=0.001", *args, "--json")
+    assert warm.returncode == 0 and plain.returncode == 0, warm.stderr + plain.stderr
+    w, p = json.loads(warm.stdout)["algorithms"][0], json.loads(plain.stdout)["algorithms"][0]
+    assert w["payload_bytes"] == p["payload_bytes"] and w["ratio"] == p["ratio"] < 0.01
+    assert w["measured"] == "steady" and w["params"]["warmup"] == 100
+    assert w["warmup_payload_bytes"] == 20 + 4 + 8 * (n // 4)  # the first stage keeps 25 %
+    assert "measured" not in p and "warmup_payload_bytes" not in p
+    table = hipress("bench", "compress", "--alg", "dgc:ratio=0.001,warmup=100", *args)
+    assert table.returncode == 0, table.stderr
+    assert "dgc:ratio=0.001,warmup=100: measured past its warm-up" in table.stdout
+    assert "during the warm-up a payload is up to 128 KiB (ratio 0.5001)" in table.stdout
