@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from hipress.plan import PlanError, auto_plan, load_cost_model, plan_gradients
-from hipress.plan.profile import fit_linear, measure_transport, profile, save_profile
+from hipress.plan.profile import fit_linear, measure_compute, measure_transport, profile, save_profile
 
 from ..netns_names import netns_prefix
 
@@ -50,6 +50,19 @@ def test_fit_finds_the_floor_of_a_shaped_link():
 
 @needs_mpi
 @pytest.mark.mpi
+def test_compute_of_a_warmup_dgc_is_timed_past_its_warmup(monkeypatch):
+    """``profile --alg dgc:ratio=0.001,warmup=100`` timed encode/decode at the warm-up's first stage
+    (25 % kept: its few encodes never leave it) while the plan weighs the steady payload (0.1 %):
+    codec curves and payload of two different algorithms. Every encode now keeps the target ratio."""
+    from hipress.compress.algorithms.dgc import DGC
+
+    seen: list[float] = []
+    density_at = DGC.density_at
+    monkeypatch.setattr(DGC, "density_at", lambda self, step: seen.append(density_at(self, step)) or seen[-1])
+    measure_compute("dgc:ratio=0.001,warmup=100", [4096], repeat=2, warmup=1)
+    assert seen and set(seen) == {0.001}
+
+
 def test_transport_over_real_mpi():
     out = measure_transport(2, [1024, 1 << 18], repeat=2, warmup=1)
     assert out["nprocs"] == 2 and out["mpi"]
