@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from pathlib import Path
 
 BUILTINS = ("onebit", "tbq", "terngrad", "dgc", "graddrop")
@@ -104,6 +105,14 @@ def _with_library_merge(cls, name: str):
 
         def body_size(self, header):
             return self._lib().body_size(header)
+
+        @classmethod
+        def missing_parameter_hint(cls, key: str) -> str:
+            """Installed in the hand-written class's place (``install_builtins``): say that one takes ``key``."""
+            if key not in inspect.signature(lib_cls).parameters:
+                return ""
+            return (f"the hand-written {name} takes {key!r}, the CompLL-generated {name} installed in its place "
+                    f"(install_builtins) does not: leave {name} hand-written to use it")
 
         def widened(self, factor: int):
             mine = self.params()  # the library's extra parameters (dgc's lower_bound) are not the spec's

@@ -178,6 +178,13 @@ class Compressor(ABC):
             return steady.ratio(numel)
         return self.payload_size(numel) / (4 * numel) if numel else 1.0
 
+    @classmethod
+    def missing_parameter_hint(cls, key: str) -> str:
+        """What to add when a spec gives this algorithm a parameter ``key`` it does not take, beyond the
+        list of those it does: nothing here. A CompLL-generated algorithm names the library's that takes
+        it (``dgc.pse`` has no ``warmup``; the hand-written ``dgc`` has), since its name says nothing of it."""
+        return ""
+
     def steady(self) -> Compressor:
         """This algorithm as it runs once any warm-up is over (``dgc:warmup``): what a plan or a cost
         model should weigh. ``payload_size`` stays the bound over every step, warm-up included, since

@@ -133,6 +133,13 @@ def _describe(params: dict[str, tuple[type | None, Any]]) -> str:
     return "its parameters: " + ", ".join(parts)
 
 
+def _missing_hint(cls: Callable[..., Compressor], unknown: list[str]) -> str:
+    """The algorithm's own word on parameters it does not take (``Compressor.missing_parameter_hint``),
+    as a tail of the error: ``"; ..."`` for each that has one."""
+    hint = getattr(cls, "missing_parameter_hint", None)
+    return "".join(f"; {h}" for h in (hint(k) for k in unknown) if h) if hint is not None else ""
+
+
 def _typed(name: str, key: str, value: Any, kind: type | None) -> Any:
     """A value given from Python, checked against the declared type (an int is accepted for a float)."""
     import numbers
@@ -158,7 +165,8 @@ def create(name: str, **params: Any) -> Compressor:
     unknown = [k for k in params if k not in declared]
     if unknown:
         raise AlgorithmSpecError(f"algorithm {name!r}: bad parameters {params}: no parameter "
-                                 f"{', '.join(map(repr, unknown))}; {_describe(declared)}")
+                                 f"{', '.join(map(repr, unknown))}; {_describe(declared)}"
+                                 f"{_missing_hint(cls, unknown)}")
     params = {k: _typed(name, k, v, declared[k][0]) for k, v in params.items()}
     missing = [k for k, (_, d) in declared.items() if d is inspect.Parameter.empty and k not in params]
     if missing:
@@ -259,7 +267,7 @@ class AlgorithmSpec:
                 raise AlgorithmSpecError(f"algorithm spec {spec!r}: parameter {key!r} is given twice; give it once")
             if key not in declared:
                 raise AlgorithmSpecError(f"algorithm spec {spec!r}: algorithm {name!r} has no parameter {key!r}; "
-                                         f"{_describe(declared)}")
+                                         f"{_describe(declared)}{_missing_hint(get_class(name), [key])}")
             if not val.strip():
                 raise AlgorithmSpecError(f"algorithm spec {spec!r}: parameter {key!r} has no value")
             params[key] = _parse_value(val.strip(), declared[key][0], f"algorithm spec {spec!r}: parameter {key!r}")

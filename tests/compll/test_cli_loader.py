@@ -418,3 +418,64 @@ def test_install_builtins_replaces_only_what_was_measured_faster():
         for n, cls in before.items():
             unregister(n)
             register(cls)
+
+
+@pytest.fixture
+def dgc_copy(tmp_path):
+    """dgc.pse under a name of the user's (a built-in's name is refused): the generated DGC, loadable."""
+    d = tmp_path / "specs"
+    d.mkdir()
+    shutil.copy(spec_path("dgc"), d / "mydgc.pse")
+    yield d
+    if "mydgc" in available():
+        unregister("mydgc")
+
+
+def test_a_generated_dgc_refuses_warmup_naming_the_librarys_dgc(dgc_copy):
+    """dgc.pse has no warm-up (only the hand-written dgc does): ``mydgc:warmup=100`` said "no
+    parameter 'warmup'" and listed the spec's three, which reads as if DGC had no warm-up; it now
+    names the library's dgc, which takes it. A parameter no algorithm takes gets no such hint."""
+    from hipress.compress import create_from_spec
+
+    assert load_dir(dgc_copy, cache=CACHE) == ["mydgc"]
+    hint = ("'warmup' is a parameter of the library's dgc, which mydgc.pse does not implement: use dgc:warmup=... "
+            "for it, or declare and implement it in the spec")
+    with pytest.raises(ValueError) as e:
+        create_from_spec("mydgc:ratio=0.001,warmup=100")
+    assert "algorithm 'mydgc' has no parameter 'warmup'" in str(e.value) and str(e.value).endswith(hint)
+    with pytest.raises(ValueError) as e:
+        create("mydgc", warmup=100)
+    assert str(e.value).endswith(hint)
+    with pytest.raises(ValueError) as e:
+        create_from_spec("mydgc:nope=1")
+    assert "library's" not in str(e.value)
+
+
+def test_run_with_a_generated_dgc_and_warmup_is_refused_before_any_rank_starts(dgc_copy, tmp_path):
+    r = hipress("run", "vgg19", "--np", "1", "--iters", "1", "--compll-dir", str(dgc_copy),
+                "--alg", "mydgc:ratio=0.001,warmup=100", timeout=300, cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    text = " ".join(r.stderr.split())
+    assert "bad --alg 'mydgc:ratio=0.001,warmup=100'" in text
+    assert "'warmup' is a parameter of the library's dgc, which mydgc.pse does not implement" in text
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_generated_dgc_installed_for_the_builtin_says_the_hand_written_one_takes_warmup():
+    from hipress.compll import install_builtins
+    from hipress.compress import create_from_spec
+    from hipress.compress.registry import get_class, register
+
+    before = get_class("dgc")
+    try:
+        install_builtins(["dgc"])
+        with pytest.raises(ValueError) as e:
+            create_from_spec("dgc:ratio=0.001,warmup=100")
+        assert str(e.value).endswith("the hand-written dgc takes 'warmup', the CompLL-generated dgc installed in "
+                                     "its place (install_builtins) does not: leave dgc hand-written to use it")
+        with pytest.raises(ValueError, match="the hand-written dgc takes 'lower_bound'"):
+            create("dgc", lower_bound=0.5)
+    finally:
+        unregister("dgc")
+        register(before)
+    assert create_from_spec("dgc:ratio=0.001,warmup=100").warmup == 100

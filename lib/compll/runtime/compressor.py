@@ -195,6 +195,20 @@ class GeneratedCompressor(Compressor):
                 f"{self.name}: {problem} (got {', '.join(f'{k}={plain(v)!r}' for k, v in values.items())})"
             )
 
+    @classmethod
+    def missing_parameter_hint(cls, key: str) -> str:
+        """Name the library's (hand-written) algorithms that take ``key``: a spec copied from a built-in
+        (``dgc.pse`` under another name) lacks what only the library implements (``dgc``'s ``warmup``,
+        ``lower_bound``), and "no parameter 'warmup'" alone reads as if DGC had no warm-up at all."""
+        from hipress.compress.registry import available, get_class, parameters
+
+        takers = [n for n in available()
+                  if not issubclass(get_class(n), GeneratedCompressor) and key in parameters(n)]
+        if not takers:
+            return ""
+        return (f"{key!r} is a parameter of the library's {', '.join(takers)}, which {cls.SPEC_FILE or cls.name} "
+                f"does not implement: use {takers[0]}:{key}=... for it, or declare and implement it in the spec")
+
     # generated subclasses override these two
     def _check_params(self, params: dict) -> str | None:
         return None
