@@ -62,6 +62,13 @@ class Algorithm:
         return Algorithm(self.name, min(4.0, self.bytes_per_element * contributions), self.work)
 
 
+#: What a simulated point prices, said where a figure names its algorithm and in ``--explain``: one
+#: iteration in the steady state. DGC's warm-up (``dgc:warmup=N``: 25 % kept at first, 250x the bytes
+#: of 0.1 %, falling in stages to the rate) is a transient of a run's first N iterations; a figure's
+#: rate is what DGC keeps past it, as SeCoPa plans weigh (``Compressor.steady``).
+STEADY_STATE = ("each point is one steady-state iteration: an algorithm by its name alone, at the rate it keeps "
+                "past any warm-up; a run's first iterations under dgc:warmup (25 % kept at first) are not simulated")
+
 #: The paper's three algorithms (and the rate variants figure 12 sweeps, made by :func:`algorithm`).
 ALGORITHMS: dict[str, Algorithm] = {
     "none": Algorithm("none", 4.0, 0.0),

@@ -20,7 +20,7 @@ from typing import Any
 from hipress.suggest import CLOSE, SAME_BUT_FOR_CASE_OR_PUNCTUATION, suggestion
 
 from .cluster import cluster_from_reference
-from .costs import ALGORITHMS, algorithm
+from .costs import ALGORITHMS, STEADY_STATE, algorithm
 from .fields import Field, FieldError, check_table, read_toml
 from .reference import Reference
 from .systems import ALL_SYSTEMS
@@ -108,12 +108,13 @@ _PANEL: dict[str, dict[str, Field]] = {
         "gpus": Field(int, lo=1, example="gpus = 32"),
         "compute_ms": Field(float, required=False, lo=0, above=True, example="compute_ms = 278.0",
                             why="the computation per iteration; leave it out to take the model's"),
-        "algorithm": Field(str, required=False, choices=tuple(ALGORITHMS), example='algorithm = "onebit"'),
+        "algorithm": Field(str, required=False, choices=tuple(ALGORITHMS), example='algorithm = "onebit"',
+                           why=STEADY_STATE),
         "steps": Field(dict, many=True, example='[[steps]] tables, each with name and system'),
     },
     "rate": {
         "gpus": Field(int, lo=1, example="gpus = 128"),
-        "algorithm": Field(str, choices=tuple(ALGORITHMS), example='algorithm = "dgc"'),
+        "algorithm": Field(str, choices=tuple(ALGORITHMS), example='algorithm = "dgc"', why=STEADY_STATE),
         "rates": Field(float, many=True, unique=True, lo=0, above=True, example="rates = [0.001, 0.01]",
                        why="DGC's kept fraction, TernGrad's bit width"),
         "models": _MODELS,

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .costs import CodecCosts
+from .costs import STEADY_STATE, CodecCosts
 from .reference import Reference
 
 #: The parameters a calibration may fit, with (lower, upper) bounds and the system they serve.
@@ -162,7 +162,8 @@ def explain(params: SimParams | dict[str, SimParams], calibration: dict[str, Any
                 rows.append({"name": name, "value": getattr(p, f.name), "source": src})
         else:
             rows.append({"name": f.name, "value": getattr(first, f.name), "source": SOURCES.get(f.name, "")})
-    return rows + _hardware_figures() + _published_constants()
+    what = {"name": "iteration", "value": "steady state", "source": STEADY_STATE}
+    return [what, *rows, *_hardware_figures(), *_published_constants()]
 
 
 def _hardware_figures() -> list[dict[str, Any]]:

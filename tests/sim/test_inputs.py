@@ -358,3 +358,19 @@ def test_transfer_spread_compares_a_refit_on_the_models_without_curves_only():
     assert all(x == 0.0 for x in by_system["ring"])
     assert max(by_system["byteps"]) <= 0.0 and min(by_system["byteps"]) < -1.0
     assert slower["worst"]["system"] in ("byteps", "byteps-onebit")
+
+
+def test_a_warmup_dgc_is_refused_by_a_figure_saying_the_simulator_prices_the_steady_state(tmp_path):
+    """A figure could not name ``dgc:ratio=0.001,warmup=100`` and was refused with the algorithm names
+    alone, leaving open whether the rates swept meant the warm-up's or not. The error, and ``--explain``'s
+    first row, now say that each point is one iteration past any warm-up, which is not simulated."""
+    f = tmp_path / "fig12.toml"
+    f.write_text("figure = 12\nkind = 'rate'\ncluster = 'aws'\ngpus = 128\nmodels = ['vgg19']\n"
+                 "systems = ['casync-ring']\nalgorithm = 'dgc:ratio=0.001,warmup=100'\nrates = [0.001]\n")
+    with pytest.raises(ExperimentError) as e:
+        load_figure(f, REF)
+    steady = ("(each point is one steady-state iteration: an algorithm by its name alone, at the rate it keeps past "
+              "any warm-up; a run's first iterations under dgc:warmup (25 % kept at first) are not simulated)")
+    assert str(e.value).endswith(f"not 'dgc:ratio=0.001,warmup=100'; e.g. algorithm = \"dgc\" {steady}")
+    first = explain(SimParams())[0]
+    assert first["name"] == "iteration" and first["value"] == "steady state" and f"({first['source']})" == steady
