@@ -265,6 +265,9 @@ def plan(
         raise fail(f"cannot write {output}: {e.strerror or e}") from None
 
     tot = result.totals()
+    from hipress.plan.warmup import warmup_cost
+
+    warm = warmup_cost(result, alg or cm.alg)
     derived = [k for k in ("gather", "broadcast")
                if topology == PS.plan and nnodes > 1 and nnodes not in cm.fitted_nodes(k)]
     origins = {k: cm.collective_origin(k, nnodes) for k in derived}
@@ -282,7 +285,8 @@ def plan(
     if json_:
         print_plan_json({
             "source": source, "topology": topology, "nnodes": nnodes, "cost_model": cm.name,
-            "payload": result.payload.source, "planner": result.planner, "decided_by": decided_by,
+            "payload": result.payload.source, "warmup": result.payload.warmup or None, "warmup_cost": warm,
+            "planner": result.planner, "decided_by": decided_by,
             "derived_collectives": derived, "collective_origin": origins, "output": str(output) if output else None,
             "totals": tot,
             "iteration_ms": {k: v for k, v in iters.items()} if compute_ms is not None else None,
@@ -333,6 +337,13 @@ def plan(
               f"({tot['compressed_elements'] / max(tot['elements'], 1):.1%} of {tot['elements']:,} elements); "
               f"partitions: {hist}")
     out.print(f"decided by: {decided_by}")
+    if result.payload.warmup:
+        out.print(styled("[yellow]note:[/] {}", result.payload.warmup))
+    if warm is not None:
+        ratios = ", ".join(f"{st['ratio']:.4g}" for st in warm["stages"])
+        out.print(f"warm-up: its {warm['iterations']} iterations sync in {warm['mean_sync_ms']:.2f} ms on average "
+                  f"(sum over gradients, this plan's decisions; stages at payload ratios {ratios}) against "
+                  f"{warm['steady_sync_ms']:.2f} ms past it: {warm['extra_ms']:.1f} ms more in all")
     if derived:
         how = "; ".join(f"{k} {v}" for k, v in origins.items())
         out.print(styled("[yellow]note:[/] no measured {} constants for N={} in {} (measured for N in {}): {}",

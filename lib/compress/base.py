@@ -178,6 +178,12 @@ class Compressor(ABC):
             return steady.ratio(numel)
         return self.payload_size(numel) / (4 * numel) if numel else 1.0
 
+    def warmup_schedule(self) -> list[tuple[int, Compressor]]:
+        """The warm-up, in order, as ``(encodes, algorithm as it runs them)`` (``dgc:warmup``'s
+        stages), so a cost model can price a run's first iterations apart from the ``steady`` rest.
+        Empty without a warm-up."""
+        return []
+
     @classmethod
     def missing_parameter_hint(cls, key: str) -> str:
         """What to add when a spec gives this algorithm a parameter ``key`` it does not take, beyond the

@@ -13,11 +13,18 @@ partition counts) instead of calling Python once per (gradient, K).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import PlanError
+
+if TYPE_CHECKING:
+    from hipress.compress import Compressor
+
+#: the two sizes ``payload_size`` is read at (fp32 elements): large, so a header is its own intercept
+_N0, _N1 = 1 << 20, 1 << 21
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,8 @@ class PayloadModel:
     header: float
     per_element: float
     source: str = "ratio"
+    #: what the model leaves out of the run, said where the plan is shown: a warm-up's larger payloads
+    warmup: str = ""
 
     def __call__(self, x: float) -> float:
         return self.header + self.per_element * x
@@ -53,9 +62,21 @@ class PayloadModel:
             comp = create_from_spec(spec)
         except (UnknownAlgorithm, ValueError) as e:
             raise PlanError(str(e)) from None
-        comp = comp.steady()  # a warm-up's payloads are transient: plan for the run past it
-        n0, n1 = 1 << 20, 1 << 21
-        b0, b1 = comp.payload_size(n0), comp.payload_size(n1)
-        slope = (b1 - b0) / (n1 - n0)
-        intercept = max(0.0, b0 - slope * n0)
-        return cls(intercept / 4.0, slope / 4.0, spec)
+        steady = comp.steady()  # a warm-up's payloads are transient: plan for the run past it
+        if steady is comp:
+            return cls.of(comp, spec)
+        # ``payload_size`` of the algorithm itself bounds every step, its warm-up's first stage included
+        more = comp.payload_size(_N1) / steady.payload_size(_N1)
+        iters = comp.params().get("warmup")
+        during = f"its first {iters} iterations" if iters else "its warm-up"
+        return replace(cls.of(steady, f"{spec} past its warm-up"),
+                       warmup=f"{spec}: planned for the steady state, past its warm-up; {during} send payloads "
+                              f"up to {more:.0f}x larger, which the plan's decisions do not weigh")
+
+    @classmethod
+    def of(cls, comp: Compressor, source: str) -> PayloadModel:
+        """The affine fit of ``comp.payload_size``, from two large sizes (see the module notes)."""
+        b0, b1 = comp.payload_size(_N0), comp.payload_size(_N1)
+        slope = (b1 - b0) / (_N1 - _N0)
+        intercept = max(0.0, b0 - slope * _N0)
+        return cls(intercept / 4.0, slope / 4.0, source)

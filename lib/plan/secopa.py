@@ -238,6 +238,23 @@ def plan_gradients(
     )
 
 
+def decided_cost(result: PlanResult, payload: PayloadModel) -> float:
+    """The summed sync ms of ``result``'s decisions (compress or not, K) with another ``payload`` (a
+    warm-up stage's): uncompressed gradients as planned, compressed ones at their K under ``payload``.
+    With the plan's own payload, the plan's own total (``totals()["secopa_ms"]``)."""
+    if result.planner == "hipress" or result.summed is not None:
+        raise PlanError("decided_cost prices hipress's CaSync formulas with a payload per gradient; HiPress's "
+                        "planner fixes the payload at 1/16, and a summed compressor has none")
+    cost = result.cost.astype(np.float64, copy=True)
+    ring = result.topology == "ring"
+    k_engine = result.partitions // ring_k(1, result.nnodes) if ring else result.partitions
+    m = result.sizes.astype(np.float64)
+    for k in np.unique(k_engine[result.compress]).tolist():
+        sel = result.compress & (k_engine == k)
+        cost[sel] = costs(m[sel], int(k), result.nnodes, result.topology, result.model, payload)[1]
+    return float(cost.sum())
+
+
 def _summable(spec: str | None):
     """The compressor of ``spec`` if it is summable (PowerSGD), else None."""
     if not spec:

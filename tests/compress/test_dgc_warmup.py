@@ -133,3 +133,17 @@ def test_plans_and_the_nominal_ratio_weigh_the_steady_algorithm():
     assert plain.steady() is plain
     mc = MomentumCorrection(warm)
     assert mc.steady().inner.warmup == 0 and mc.ratio() == plain.ratio()
+
+
+@settings(max_examples=200, deadline=None)
+@given(ratio=st.floats(1e-6, 1.0), warmup=st.integers(0, 60), factor=st.sampled_from([1, 2, 3, 8]))
+def test_the_warmup_schedule_is_the_density_of_every_step(ratio, warmup, factor):
+    """``warmup_schedule`` (what a plan prices the warm-up by) runs, stage by stage, the density the
+    encoder keeps at each of the warm-up's steps, widened alike; none past it or without one."""
+    comp = create("dgc", ratio=ratio, warmup=warmup)
+    comp = comp.widened(factor) if factor != 1 else comp
+    seq = [c.density for steps, c in comp.warmup_schedule() for _ in range(steps)]
+    want = [comp.density_at(s) for s in range(warmup)] if warmup_stages(ratio) else []
+    assert seq == want
+    assert all(c.warmup_schedule() == [] and c.warmup == 0 for _, c in comp.warmup_schedule())
+    assert create("dgc", ratio=ratio).warmup_schedule() == [] and create("topk").warmup_schedule() == []

@@ -754,3 +754,29 @@ def test_an_empty_model_is_called_empty(value):
     """`hipress plan --model "$MODEL"` with MODEL unset said "unknown model ''", not why it was empty."""
     r = hipress("plan", "--model", value)
     assert r.returncode == 2 and "--model is empty (an unset variable?): give a model of the zoo" in r.stderr, r.stderr
+
+
+def test_plan_for_a_warmup_dgc_says_it_plans_past_the_warmup(tmp_path):
+    """``--alg dgc:ratio=0.001,warmup=100`` is planned with the steady payload (0.1 %), but the table
+    and the JSON named the spec as the payload, as if its warm-up (25 % kept at first, 250x the bytes)
+    were weighed. Both now say the plan is of the steady state and what the warm-up sends."""
+    path = _profile_json(tmp_path / "p.json")
+    args = ("plan", "--model", "mlp", "--profile", path, "--nnodes", 4)
+    r = hipress(*args, "--alg", "dgc:ratio=0.001,warmup=100", "--json")
+    assert r.returncode == 0, r.stderr
+    out = _strict_json(r.raw)
+    note = ("dgc:ratio=0.001,warmup=100: planned for the steady state, past its warm-up; its first 100 iterations "
+            "send payloads up to 250x larger, which the plan's decisions do not weigh")
+    assert out["payload"] == "dgc:ratio=0.001,warmup=100 past its warm-up" and out["warmup"] == note
+    steady = _strict_json(hipress(*args, "--alg", "dgc:ratio=0.001", "--json").raw)
+    assert steady["warmup"] is None and steady["payload"] == "dgc:ratio=0.001"
+    assert [p["compress"] for p in out["plan"]] == [p["compress"] for p in steady["plan"]]
+    w = out["warmup_cost"]
+    assert w["iterations"] == 100 and w["extra_ms"] == pytest.approx(100 * (w["mean_sync_ms"] - w["steady_sync_ms"]))
+    assert steady["warmup_cost"] is None
+    r = hipress(*args, "--alg", "dgc:ratio=0.001,warmup=100")
+    assert r.returncode == 0, r.stderr
+    assert f"note: {note}" in r.stdout
+    assert (f"warm-up: its 100 iterations sync in {w['mean_sync_ms']:.2f} ms on average (sum over gradients, this "
+            "plan's decisions; stages at payload ratios 0.5, 0.125, 0.03125, 0.007813) against "
+            f"{w['steady_sync_ms']:.2f} ms past it: {w['extra_ms']:.1f} ms more in all") in r.stdout

@@ -393,3 +393,34 @@ def test_powersgd_is_planned_by_its_two_summed_steps_not_a_per_rank_payload():
                                        "fc2.bias": (10,)}
     plan = auto_plan(grads, 16, "powersgd", "ring", profile="sosp21", shapes=shapes)
     assert plan["fc"].compress and not plan["bias"].compress
+
+
+@pytest.mark.parametrize("topology", ["ps", "ring"])
+def test_a_warmup_is_priced_with_the_plans_decisions_and_each_stages_payload(topology):
+    """``plan --alg dgc:ratio=0.001,warmup=100`` plans the steady state; ``warmup_cost`` prices the run's
+    first 100 iterations with the same decisions and each stage's payload (25 % kept at first)."""
+    from hipress.compress import create_from_spec
+    from hipress.plan.secopa import decided_cost
+    from hipress.plan.warmup import warmup_cost
+
+    fast = Linear(1e-8, 0.01, 0.0)
+    model = CostModel(encode=fast, decode=fast, merge=fast, send=Linear(1e-6, 0.1, 0.0), gather={}, broadcast={})
+    grads = [("a", 4_000_000), ("b", 1_000_000), ("c", 300), ("d", 50_000)]
+    spec = "dgc:ratio=0.001,warmup=100"
+    result = plan_gradients(grads, 4, topology, model, PayloadModel.from_alg(spec))
+    assert result.compress.any()
+    steady = result.totals()["secopa_ms"]
+    assert decided_cost(result, result.payload) == pytest.approx(steady)  # its own payload: its own total
+    w = warmup_cost(result, spec)
+    assert [s["iterations"] for s in w["stages"]] == [25, 25, 25, 25] and w["iterations"] == 100
+    assert [s["ratio"] for s in w["stages"]] == [create_from_spec(f"dgc:ratio={d}").ratio()
+                                                  for d in (0.25, 0.0625, 0.015625, 0.00390625)]
+    ms = [s["sync_ms"] for s in w["stages"]]
+    assert ms == sorted(ms, reverse=True) and ms[-1] > steady  # each stage sends less, all more than past it
+    assert w["mean_sync_ms"] == pytest.approx(sum(ms) / 4) and w["steady_sync_ms"] == pytest.approx(steady)
+    assert w["extra_ms"] == pytest.approx(100 * (w["mean_sync_ms"] - steady)) and w["extra_ms"] > 0
+    assert warmup_cost(result, "dgc:ratio=0.001") is None and warmup_cost(result, None) is None
+    hipress = plan_gradients(grads, 4, topology, sosp21(), PayloadModel.from_alg(spec))
+    assert warmup_cost(hipress, spec) is None  # HiPress's planner: 1/16 whatever the algorithm
+    with pytest.raises(PlanError, match="fixes the payload at 1/16"):
+        decided_cost(hipress, result.payload)

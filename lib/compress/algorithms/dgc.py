@@ -147,6 +147,21 @@ class DGC(SparseCompressor):
         w = DGC(self._base, self.sample_ratio, self.momentum, self.lower_bound)
         return w.widened(self._factor) if self._factor != 1 else w
 
+    def warmup_schedule(self) -> list[tuple[int, DGC]]:
+        """Each warm-up stage's encodes and the algorithm that runs them (that stage's density, no
+        warm-up, widened alike): stage e holds the steps s with ``s * stages // warmup == e``, i.e.
+        from ceil(e * warmup / stages) on, as ``warmup_density`` counts them."""
+        stages = warmup_stages(self._base)
+        if not self.warmup or not stages:
+            return []
+        out: list[tuple[int, DGC]] = []
+        for e in range(stages):
+            steps = -(-(e + 1) * self.warmup // stages) - -(-e * self.warmup // stages)
+            if steps:
+                d = DGC(max(self._base, WARMUP_COEFF ** (e + 1)), self.sample_ratio, self.momentum, self.lower_bound)
+                out.append((steps, d.widened(self._factor) if self._factor != 1 else d))
+        return out
+
     def _choose(self, x: torch.Tensor, state: GradientState | None, name: str) -> Selection:
         density = self.density_at(state.step if state is not None else None)
         return choose_sampled(x, state, name, density, self.sample_ratio, budget(x.numel(), density),
