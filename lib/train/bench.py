@@ -18,7 +18,7 @@ from typing import Any
 
 from hipress.compress.registry import split_specs
 from hipress.launch.runner import Interrupted, signals_noted
-from hipress.lists import EmptyItem
+from hipress.lists import EmptyItem, split_items
 from hipress.stats import median_ci
 from hipress.topology_names import choice
 
@@ -57,13 +57,11 @@ def _gpu_figures(its: list[dict]) -> dict[str, Any]:
 
 def parse_variants(text: str) -> list[Variant]:
     """``"ring+tbq;ps+tbq;ring+none"`` (``,`` also separates when no spec holds one)."""
-    if ";" in text:
-        items = [t.strip() for t in text.split(";") if t.strip()]
-    else:  # a 'key=value' continues the spec before it (ring+terngrad:bits=2,stochastic=false), as in --alg
-        try:
-            items = split_specs(text)
-        except EmptyItem as e:
-            raise ConfigError(f"--variants {e}") from None
+    try:  # 'ring+tbq;;ring+none' (an unset "$V2") is refused by its position, as ',,' is
+        # with ',', a 'key=value' continues the spec before it (ring+terngrad:bits=2,stochastic=false), as in --alg
+        items = split_items(text, ";") if ";" in text else split_specs(text)
+    except EmptyItem as e:
+        raise ConfigError(f"--variants {e}") from None
     out = []
     for item in items:
         topo, plus, alg = item.partition("+")

@@ -61,9 +61,16 @@ def test_bench_refuses_an_empty_item_in_the_alg_list(command, alg, position):
     assert r.returncode == 2 and f"--alg {alg!r}: {position} is empty" in r.stderr, r.stderr
 
 
-def test_bench_train_refuses_an_empty_variant():
-    r = hipress("bench", "train", "mlp", "--np", 1, "--variants", "ring+tbq,,ring+none")
-    assert r.returncode == 2 and "--variants 'ring+tbq,,ring+none': item 2 of 3 is empty" in r.stderr, r.stderr
+@pytest.mark.parametrize(("variants", "said"), [
+    ("ring+tbq,,ring+none", "item 2 of 3 is empty (two commas in a row"),
+    # ';' lists dropped theirs: 'ring+tbq;;ring+none' (an unset "$V2") benchmarked two variants of three
+    ("ring+tbq;;ring+none", "item 2 of 3 is empty (two semicolons in a row"),
+    ("ring+tbq;ring+none;", "item 3 of 3 is empty (two semicolons in a row, or one at an end"),
+    (";ring+tbq", "item 1 of 2 is empty"),
+])
+def test_bench_train_refuses_an_empty_variant(variants, said):
+    r = hipress("bench", "train", "mlp", "--np", 1, "--variants", variants)
+    assert r.returncode == 2 and f"--variants {variants!r}: {said}" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("alg", ["", "  "])
