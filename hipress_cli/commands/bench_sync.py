@@ -37,6 +37,7 @@ from hipress_cli.options import (
     print_json,
     resolve_device,
     seconds_option,
+    split_option,
     styled,
 )
 
@@ -83,8 +84,8 @@ def sync(
     check_ranks(np_)
     check_emulate(emulate, prefix, ranks=np_)
     dev = resolve_device(device)  # the ranks bind GPU local rank % GPUs (hipress.sync.device)
-    names = all_or("--topo", topo, [t.strip().lower() for t in topo.split(",") if t.strip()],
-                   topologies.available(), "topology")
+    names = all_or("--topo", topo, [t.lower() for t in split_option("--topo", topo)], topologies.available(),
+                   "topology")
     if not names:  # the ranks would start, measure nothing and print an empty table with exit 0
         raise fail(f"--topo {topo!r} names no topology: give one or more of {', '.join(topologies.available())} "
                    "(comma-separated), or all")

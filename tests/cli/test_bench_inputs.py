@@ -7,6 +7,8 @@ Output is compared with whitespace collapsed, as rich wraps lines at the termina
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -81,11 +83,31 @@ def test_bench_plan_says_an_empty_alg_is_empty(alg):
 
 
 def test_bench_sync_refuses_an_empty_topo_list():
-    for topo in ("", ","):
+    for topo in ("", " "):  # "," is two empty items: test_bench_sync_refuses_an_empty_item_in_the_topo_list
         r = hipress("bench", "sync", "--np", 1, "--topo", topo, "--size", "1K")
         assert r.returncode == 2 and not r.stdout
         assert f"--topo {topo!r} names no topology: give one or more of" in r.stderr
         assert ", ".join(topologies.available()) in r.stderr and "or all" in r.stderr
+
+
+@pytest.mark.parametrize(("topo", "position"), [("ring,,ps", "item 2 of 3"), ("ring,", "item 2 of 2"),
+                                                (",", "item 1 of 2"), ("all,", "item 2 of 2")])
+def test_bench_sync_refuses_an_empty_item_in_the_topo_list(topo, position):
+    """'ring,' (an unset "$TOPO2") measured ring alone, and ',' was said to name no topology: the empty items
+    were dropped. Refused by position, before any rank starts, as --alg's are."""
+    r = hipress("bench", "sync", "--np", 1, "--topo", topo, "--size", "1K")
+    assert r.returncode == 2 and not r.stdout
+    assert f"--topo {topo!r}: {position} is empty (two commas in a row, or one at an end" in r.stderr, r.stderr
+
+
+def test_the_sync_bench_ranks_refuse_an_empty_item_in_the_topo_list(tmp_path):
+    """The ranks' own reading (``python -m hipress.sync.bench``, run by hand too) dropped 'ring,''s empty item."""
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "hipress.sync.bench", "--topo", "ring,,ps", "--size", "64",
+                        "--repeat", "1", "--warmup", "0", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and not out.exists(), r.stderr
+    assert "--topo 'ring,,ps': item 2 of 3 is empty" in r.stderr, r.stderr
 
 
 def test_fp32_elements_counts_whole_elements():
