@@ -32,11 +32,13 @@ from hipress_cli.options import (
     check_emulate,
     check_writable_dir,
     console,
+    empty_option,
     err_console,
     fail,
     on_command_line,
     path_option,
     print_json,
+    split_option,
     styled,
 )
 
@@ -81,8 +83,16 @@ def _experiments_dir(given: Path | None) -> Path:
     return Path(hipress.__file__).resolve().parent.parent / "experiments" / "sosp21"
 
 
-def _names(text: str | None) -> list[str] | None:
-    return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
+def _names(option: str, text: str | None, example: str) -> list[str] | None:
+    """``--models``/``--systems`` as names (None: not given). Empty text or an empty item (``vgg19,`` from an
+    unset ``$M2``) exits 2: dropped, the run covered fewer names than typed, or '' said the filters left no
+    point, as if the figures had none."""
+    if text is None:
+        return None
+    names = split_option(option, text)
+    if not names:
+        raise empty_option(option, f"give one or more names, e.g. {example}, or leave {option} out")
+    return names
 
 
 @app.command("sosp21")
@@ -136,6 +146,8 @@ def sosp21(
                        f"sizes are the paper's: leave {'it' if len(real_only) == 1 else 'them'} out or add --mode real")
     if mode == "real":
         check_emulate(rate, prefix, option="--rate")  # before the reference, the settings or the output directory
+    model_names = _names("--models", models, "vgg19,resnet50")
+    system_names = _names("--systems", systems, "byteps,casync-ps")
     say = err_console if json_ else console
     ref = load_reference()
 
@@ -160,9 +172,9 @@ def sosp21(
     try:
         figs = load_figures(exp_dir, ref, figure)
         if mode == "real":
-            return _real(ref, exp_dir, figs, figure, out, json_, hosts, rate, iters, _names(models),
-                         _names(systems), prefix)
-        figs = select(figs, _names(models), _names(systems))
+            return _real(ref, exp_dir, figs, figure, out, json_, hosts, rate, iters, model_names, system_names,
+                         prefix)
+        figs = select(figs, model_names, system_names)
     except ExperimentError as e:
         raise fail(str(e)) from None
     out_dir = _out_dir(out, mode)

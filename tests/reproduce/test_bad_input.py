@@ -81,3 +81,20 @@ def test_bad_rate(tmp_path):
                "--out", str(tmp_path / "o"))
     assert r.exit_code == 2 and "--rate: rate 'fast' is not understood" in " ".join(r.output.split())
     assert not (tmp_path / "o").exists(), "the rate is checked before anything is written"
+
+
+@pytest.mark.parametrize("mode", ["sim", "real"])
+@pytest.mark.parametrize("args,match", [
+    (("--models", "vgg19,"), "--models 'vgg19,': item 2 of 2 is empty (two commas in a row, or one at an end"),
+    (("--systems", "byteps,,ring"), "--systems 'byteps,,ring': item 2 of 3 is empty"),
+    (("--models", ""), "--models is empty (an unset variable?): give one or more names, e.g. vgg19,resnet50"),
+    (("--systems", " "), "--systems is empty (an unset variable?): give one or more names, e.g. byteps,casync-ps"),
+])
+def test_empty_filters_are_refused_as_empty(tmp_path, mode, args, match):
+    """'vgg19,' (an unset "$M2") ran vgg19 alone, the empty item dropped; --models '' said the filters left
+    no point in the figures, as if they had none. Both exit 2 before anything runs or is written."""
+    exp = experiments(tmp_path)
+    r = invoke("reproduce", "sosp21", "--mode", mode, "--experiments", str(exp), "--out", str(tmp_path / "o"), *args)
+    assert r.exit_code == 2, r.output
+    assert match in " ".join(r.output.split()), r.output
+    assert not (tmp_path / "o").exists()
