@@ -22,6 +22,7 @@ from hipress_cli.options import (
     parse_size,
     path_option,
     print_json,
+    split_option,
     styled,
 )
 
@@ -36,7 +37,7 @@ def register(root: typer.Typer) -> None:
 
 def _sizes(text: str) -> list[int]:
     """``"1K,64K,4M"`` -> element counts (binary multiples); the bound is said in elements, not bytes."""
-    given = [s for s in text.split(",") if s.strip()]
+    given = split_option("--sizes", text)  # '1K,,64K' (an unset "$S2") is refused, not measured at fewer sizes
     try:
         sizes = sorted({parse_size(s, what="element count", maximum=MAX_PROFILE_ELEMENTS, unit="elements")
                         for s in given})

@@ -452,6 +452,24 @@ def test_profile_sizes_bound_speaks_of_elements(no_measuring):
     assert "bytes" not in r.stderr and not no_measuring
 
 
+@pytest.mark.parametrize(("sizes", "position"), [("1K,,64K", "item 2 of 3"), ("1K,64K,", "item 3 of 3")])
+def test_profile_refuses_an_empty_size(sizes, position, no_measuring):
+    """'1K,,64K' (an unset "$S2") measured at 1K and 64K alone: the empty item was dropped."""
+    r = hipress("profile", "--sizes", sizes)
+    assert r.returncode == 2 and f"--sizes {sizes!r}: {position} is empty (two commas in a row" in r.stderr, r.stderr
+    assert not no_measuring
+
+
+def test_the_profile_ranks_refuse_an_empty_size(tmp_path, capsys):
+    """The ranks' own reading (``python -m hipress.plan.profile_worker``) dropped it too; refused before MPI."""
+    from hipress.plan.profile_worker import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--sizes", "1024,,4096", "--output", str(tmp_path / "p.json")])
+    assert e.value.code == 2 and "--sizes '1024,,4096': item 2 of 3 is empty" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 def test_profile_np_bounded_as_run_np(tmp_path, no_measuring):
     """--np 1000000 went on to start a million local MPI processes; `hipress run --np` stops at 1024."""
     r = hipress("profile", "--np", 1_000_000, "--output", tmp_path / "p.json", "--sizes", "1K,2K")
