@@ -37,6 +37,7 @@ import torch
 
 from hipress import lr_schedules
 from hipress.compress import Compressor, ErrorFeedback, create_from_spec
+from hipress.lists import EmptyItem, split_items
 from hipress.models import get
 from hipress.quick_exit import quick_exit
 from hipress.topology_names import ALLGATHER, DEFAULT_ENGINE, PS, RING, choice_of_engine
@@ -138,14 +139,25 @@ def lr_scheduler(opt: torch.optim.Optimizer, kind: str, steps: int) -> torch.opt
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda it: schedule.factor(it, steps))
 
 
-def _floats(text: str, what: str) -> list[float]:
+def _items(text: str, what: str, sep: str = ",") -> list[str]:
+    """``text`` split at ``sep``; an empty item (``0.1,`` from an unset ``$LR2``) is a ``ValueError`` naming
+    ``what`` and its position: dropped, the sweep ran fewer settings than asked. Empty text is one too."""
     try:
-        out = [float(t) for t in text.split(",") if t.strip()]
+        items = split_items(text, sep)
+    except EmptyItem as e:
+        raise ValueError(f"{what} {e}") from None
+    if not items:  # '' ran nothing at all and printed an empty table
+        raise ValueError(f"{what} {text!r} names nothing: give one or more values, separated by {sep!r}")
+    return items
+
+
+def _floats(text: str, what: str) -> list[float]:
+    """Comma-separated numbers; a ``ValueError`` naming ``what`` for an empty item or one that is no number."""
+    items = _items(text, what)
+    try:
+        return [float(t) for t in items]
     except ValueError:
-        raise SystemExit(f"convergence: {what} must be comma-separated numbers, got {text!r}") from None
-    if not out:
-        raise SystemExit(f"convergence: {what} is empty; give at least one number")
-    return out
+        raise ValueError(f"{what} must be comma-separated numbers, got {text!r}") from None
 
 
 def check_settings(moms: list[float], lrs: list[float] | None, seeds: list[float], algs: list[str],
@@ -190,11 +202,6 @@ def topology_choices() -> list[str]:
     return [str(c.engine) for c in (RING, PS, ALLGATHER)]
 
 
-def split_algs(text: str) -> list[str]:
-    """``--algs``: specs separated by ``;``, or by ``,`` when no spec has parameters."""
-    return [a.strip() for a in text.split(";" if ";" in text else ",") if a.strip()]
-
-
 def table(rows: list[dict]) -> str:
     """Accuracy per algorithm and setting, with the difference from ``none`` at the same setting: in
     percent and points here (the JSON lines keep ``accuracy`` a fraction, as every other output)."""
@@ -233,11 +240,14 @@ def main(argv: list[str] | None = None) -> int:
                    help=lr_schedules.describe().replace("%", "%%") + f" (default {DEFAULT_SCHEDULE})")
     p.add_argument("--json", action="store_true", help="print only the JSON lines, no table")
     args = p.parse_args(argv)
-    moms = _floats(args.momentum, "--momentum")
-    lrs = _floats(args.lr, "--lr") if args.lr is not None else None
-    seed_values = _floats(args.seed, "--seed")
-    algs = split_algs(args.algs)
-    topologies = [t.strip() for t in args.topology.split(",") if t.strip()]
+    try:  # every list read here, before MPI: a usage error (exit 2), not one rank's Abort
+        moms = _floats(args.momentum, "--momentum")
+        lrs = _floats(args.lr, "--lr") if args.lr is not None else None
+        seed_values = _floats(args.seed, "--seed")
+        algs = _items(args.algs, "--algs", ";" if ";" in args.algs else ",")
+        topologies = _items(args.topology, "--topology")
+    except ValueError as e:
+        p.error(str(e))
     check_settings(moms, lrs, seed_values, algs, topologies)
     seeds = [int(s) for s in seed_values]
     if args.epochs < 1 or args.batch_size < 1 or args.compress_after < 0:

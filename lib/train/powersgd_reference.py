@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from hipress.lists import EmptyItem, split_items
 from hipress.quick_exit import quick_exit
 from hipress.topology_names import DDP_RUNNER, ENGINE_RUNNER, RING
 
@@ -138,10 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compress-after", type=int, default=2)
     p.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, in order: {', '.join(RUNS)}")
     args = p.parse_args(argv)
-    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    try:  # 'torch,' (an unset "$RUN2") is refused by its position: dropped, fewer runs were compared
+        runs = split_items(args.runs)
+    except EmptyItem as e:
+        p.error(f"--runs {e}")
     bad = [r for r in runs if r not in RUNS]
     if bad or not runs:
-        p.error(f"--runs: unknown {bad or runs}; choose from {', '.join(RUNS)}")
+        p.error(f"--runs: unknown {', '.join(map(repr, bad))}; choose from {', '.join(RUNS)}" if bad else
+                f"--runs {args.runs!r} names no run; choose from {', '.join(RUNS)}")
     import torch.distributed as dist
     from mpi4py import MPI
 
