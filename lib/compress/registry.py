@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hipress.lists import split_items
+from hipress.lists import EmptyItem, split_items
 from hipress.suggest import SAME_BUT_FOR_CASE_ELSE_CLOSE, suggestion
 
 if TYPE_CHECKING:
@@ -257,8 +257,12 @@ class AlgorithmSpec:
         if _ and not rest.strip():  # "tbq:" reads as parameters that went missing (an empty $VAR), not none
             raise AlgorithmSpecError(f"algorithm spec {spec!r}: nothing after ':'; write {name!r} alone for its "
                                      f"defaults, or parameters after the colon ({_describe(declared)})")
+        try:  # 'dgc:ratio=0.01,' (an unset "$MORE") is refused by its position, as in a list of specs
+            items = split_items(rest)
+        except EmptyItem as e:
+            raise AlgorithmSpecError(f"algorithm spec {spec!r}: its parameters {e}") from None
         params: dict[str, Any] = {}
-        for item in filter(None, (p.strip() for p in rest.split(","))):
+        for item in items:
             key, eq, val = item.partition("=")
             key = key.strip()
             if not eq or not key:

@@ -100,6 +100,14 @@ def test_bench_sync_refuses_an_empty_item_in_the_topo_list(topo, position):
     assert f"--topo {topo!r}: {position} is empty (two commas in a row, or one at an end" in r.stderr, r.stderr
 
 
+def test_bench_sync_refuses_an_empty_parameter_of_the_alg():
+    """'dgc:ratio=0.01,' was measured as dgc:ratio=0.01. (--size 6 is refused after --alg: were the spec
+    taken, that would be the error, not a measurement.)"""
+    r = hipress("bench", "sync", "--np", 1, "--alg", "terngrad:bits=4,,stochastic=false", "--size", 6)
+    assert r.returncode == 2 and not r.stdout
+    assert "its parameters 'bits=4,,stochastic=false': item 2 of 3 is empty" in r.stderr, r.stderr
+
+
 def test_the_sync_bench_ranks_refuse_an_empty_item_in_the_topo_list(tmp_path):
     """The ranks' own reading (``python -m hipress.sync.bench``, run by hand too) dropped 'ring,''s empty item."""
     out = tmp_path / "r.json"

@@ -102,6 +102,24 @@ def test_bad_run_inputs_exit_2_before_any_side_effect(args, match, tmp_path):
     assert not results.exists(), "nothing may be written for a refused run"
 
 
+def test_an_empty_parameter_of_the_alg_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    """'dgc:ratio=0.01,' (an unset "$MORE") ran dgc:ratio=0.01 as if nothing had been left out."""
+    from hipress_cli.commands import run as run_cmd
+
+    launched = []
+
+    def launch(cfg, *rest, **kw):
+        launched.append(cfg.alg)
+        raise KeyboardInterrupt  # instead of starting ranks
+
+    monkeypatch.setattr(run_cmd, "_launch_and_watch", launch)
+    results = tmp_path / "results"
+    r = _invoke(["run", "mlp", "--np", "1", "--iters", "1", "--alg", "dgc:ratio=0.01,", "--results", str(results)])
+    assert r.exit_code == 2 and "algorithm spec 'dgc:ratio=0.01,': its parameters 'ratio=0.01,': item 2 of 2 is " \
+        "empty (two commas in a row, or one at an end" in _text(r), _text(r)
+    assert not launched and not results.exists()
+
+
 def test_model_as_option_and_none_at_all(tmp_path):
     r = _invoke(["run", "--results", str(tmp_path / "r")])
     assert r.exit_code == 2 and "no model given" in _text(r)

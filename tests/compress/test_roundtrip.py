@@ -1,6 +1,7 @@
 """Every algorithm: shapes, dtypes, odd sizes, exact payload sizes, state checkpointing."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -162,6 +163,18 @@ def test_split_specs_refuses_an_empty_item_by_its_position(text, position):
 
     with pytest.raises(EmptyItem, match=f"{position} is empty"):
         split_specs(text)
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("dgc:ratio=0.01,", "'dgc:ratio=0.01,': its parameters 'ratio=0.01,': item 2 of 2 is empty"),
+    ("terngrad:bits=4,,stochastic=false", "its parameters 'bits=4,,stochastic=false': item 2 of 3 is empty"),
+    ("tbq: ,", "its parameters ' ,': item 1 of 2 is empty"),
+])
+def test_an_empty_parameter_is_refused_by_its_position(text, said):
+    """'dgc:ratio=0.01,' (an unset "$MORE") was taken as 'dgc:ratio=0.01', the empty item dropped, while a
+    list of specs ('tbq,,onebit') already refused its own: one reading of a comma for both."""
+    with pytest.raises(AlgorithmSpecError, match=re.escape(said) + r" \(two commas in a row, or one at an end"):
+        AlgorithmSpec.parse(text)
 
 
 @pytest.mark.parametrize("text", ["", "   "])
