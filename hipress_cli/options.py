@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
+from typer.core import TyperOption
 
 from hipress import lr_schedules
 from hipress.launch.emulate import DEFAULT_PREFIX as DEFAULT_PREFIX  # the default of PrefixOpt
@@ -257,6 +258,22 @@ def styled(template: str, *values: object) -> Text:
     return Text.from_markup(template.format(*(escape(str(v)) for v in values)), emoji=False)
 
 
+class EmptyPath(typer.BadParameter):
+    """:func:`path_option`'s refusal of empty text, said in :func:`empty_text`'s wording.
+
+    A ``parser=`` is given the value alone; click learns which option it was (``self.param``) only after the
+    parser raised, so the message is made when it is shown, with the option's name in front (``--output is
+    empty ...``), as :func:`empty_option` says it of the other options."""
+
+    def format_message(self) -> str:
+        param = self.param
+        if isinstance(param, TyperOption):
+            name = max(param.opts, key=len)  # --out rather than -o
+        else:  # an argument (compll check SPECS...), by the name its usage line shows
+            name = param.display_name_raw.upper() if param is not None else "the path"
+        return empty_text(name, "give a path; . is this directory")
+
+
 def path_option(value: str | Path) -> Path:
     """Typer's ``parser=`` for every path option: an empty value (``--results "$RESULTS"`` with the variable
     unset) is refused. Typer reads it as ``.``, so a run or a plan went into whatever directory the
@@ -264,7 +281,7 @@ def path_option(value: str | Path) -> Path:
     if isinstance(value, Path):  # a default, already a path
         return value
     if not value:
-        raise typer.BadParameter("is empty (an unset variable?): give a path; . is this directory")
+        raise EmptyPath("")
     return Path(value)
 
 
@@ -352,13 +369,19 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def empty_text(option: str, fix: str) -> str:
+    """The one wording of an option given as empty text (:func:`empty_option`, and :class:`EmptyPath` for the
+    path options): ``--model "$MODEL"`` with the variable unset reaches the command as ``''``."""
+    return f"{option} is empty (an unset variable?): {fix}"
+
+
 def empty_option(option: str, fix: str) -> typer.Exit:
     """The exit for an option given as empty text, in one wording: ``raise empty_option("--alg", "give ...")``.
 
     ``--model "$MODEL"`` with the variable unset reaches the command as ``''``; taken as "not given", it
     ran something other than what was typed. ``fix``: what to give instead (or leave out).
     """
-    return fail(f"{option} is empty (an unset variable?): {fix}")
+    return fail(empty_text(option, fix))
 
 
 def ready_to_read_stdin(arg: str | os.PathLike[str], option: str, what: str, lines: str) -> None:

@@ -260,7 +260,7 @@ def test_an_empty_spec_path_is_refused_as_empty(command, tmp_path):
     """compll check '' (an unset "$SPEC") said '.: cannot read spec: Is a directory', a path nobody typed."""
     r = hipress("compll", command, "", cwd=tmp_path)
     err = " ".join(r.stderr.split())
-    assert r.returncode == 2 and "is empty (an unset variable?): give a path" in err, err
+    assert r.returncode == 2 and "SPECS is empty (an unset variable?): give a path; . is this directory" in err, err
     assert "'.'" not in err and ".: " not in err and not list(tmp_path.iterdir())
 
 

@@ -501,7 +501,7 @@ def test_plan_output_through_a_link_to_a_device_and_not_a_directory(tmp_path):
     r = hipress("plan", "--input", inp, "--output", tmp_path)
     assert r.returncode == 2 and f"--output {tmp_path} is a directory: give the plan's file name" in r.stderr
     r = hipress("plan", "--input", inp, "--output", "")
-    assert r.returncode == 2 and "'--output': is empty (an unset variable?)" in " ".join(r.stderr.split()), r.stderr
+    assert r.returncode == 2 and "--output is empty (an unset variable?)" in " ".join(r.stderr.split()), r.stderr
 
 
 def test_plan_output_in_a_missing_folder_says_which_and_how_to_make_it(tmp_path):
