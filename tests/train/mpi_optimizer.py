@@ -6,11 +6,14 @@ prints ``OK <scenario>`` at the end.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import pickle
 import sys
 import zlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,6 +25,11 @@ from hipress.train import DistributedOptimizer
 from hipress.train.correction import velocity
 from hipress.train.load_agreement import CheckpointMismatch
 from hipress.train.optimizer import GradientMismatch
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hipress.train import CompressionHookState
 
 comm = MPI.COMM_WORLD
 rank, world = comm.Get_rank(), comm.Get_size()
@@ -612,6 +620,39 @@ def _steps(model: torch.nn.Module, opt: torch.optim.Optimizer, steps: range, sch
             sched.step()
 
 
+#: The SGD of the DDP resume scenarios: with momentum and weight decay, both of which a resume must carry over.
+DDP_RESUME_SGD = {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}
+
+
+@contextlib.contextmanager
+def gloo_group() -> Iterator[None]:
+    """torch.distributed on gloo for the body (rank 0's loopback port, agreed over MPI), destroyed after it
+    whichever way the body ends, so a failed scenario does not leave the next one a group to trip on."""
+    from hipress.train.torchdist import destroy_process_group, init_process_group
+
+    init_process_group(comm, "gloo")
+    try:
+        yield
+    finally:
+        destroy_process_group()
+
+
+def hooked_ddp() -> tuple[DistributedDataParallel, torch.optim.SGD, CompressionHookState]:
+    """The run the DDP resume scenarios checkpoint: the model made from seed 0 in DDP, a torch SGD of
+    ``DDP_RESUME_SGD`` and the hook's state (``none``, momentum-corrected: it keeps its own velocities)
+    registered as its communication hook."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hipress.train import CompressionHookState, compression_hook
+
+    torch.manual_seed(0)
+    ddp = DistributedDataParallel(spec.build())
+    opt = torch.optim.SGD(ddp.parameters(), **DDP_RESUME_SGD)
+    state = CompressionHookState("none", optimizer=opt)
+    ddp.register_comm_hook(state, compression_hook)
+    return ddp, opt, state
+
+
 def torch_resume() -> None:
     """A torch SGD checkpoint (``momentum_buffer``: the velocity of the averaged gradient) resumed under
     momentum correction continues as torch's run: every rank's velocity starts at the buffer, so their
@@ -690,11 +731,9 @@ def ddp_torch_resume() -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     from hipress.train import CompressionHookState, compression_hook
-    from hipress.train.torchdist import destroy_process_group, init_process_group
 
-    kw = {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}
-    init_process_group(comm, "gloo")
-    try:
+    kw = DDP_RESUME_SGD
+    with gloo_group():
         torch.manual_seed(0)
         plain = DistributedDataParallel(spec.build())
         sgd = torch.optim.SGD(plain.parameters(), **kw)
@@ -718,12 +757,8 @@ def ddp_torch_resume() -> None:
             assert not left, f"the buffers moved into the velocities (loaded first: {load_first})"
 
         # the reverse: the hook's torch_state_dict() gives a plain SGD the mean of the ranks' velocities
-        torch.manual_seed(0)
-        model = spec.build()
-        hooked = DistributedDataParallel(model)
-        opt = torch.optim.SGD(hooked.parameters(), **kw)
-        state = CompressionHookState("none", optimizer=opt)
-        hooked.register_comm_hook(state, compression_hook)
+        hooked, opt, state = hooked_ddp()
+        model = hooked.module
         _steps(hooked, opt, range(3))
         exported = state.torch_state_dict()
         own = velocity(state.states, "group0.param0")
@@ -736,8 +771,6 @@ def ddp_torch_resume() -> None:
         sgd.load_state_dict(exported)
         _steps(cont, sgd, range(3, 6))
         assert_same_parameters(plain.module, back)
-    finally:
-        destroy_process_group()
 
 
 def expect_mismatch(load, *words: str) -> None:
@@ -800,16 +833,10 @@ def ddp_uncorrected_resume() -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     from hipress.train import CompressionHookState, compression_hook
-    from hipress.train.torchdist import destroy_process_group, init_process_group
 
-    kw = {"lr": 0.05, "momentum": 0.9, "weight_decay": 1e-3}
-    init_process_group(comm, "gloo")
-    try:
-        torch.manual_seed(0)
-        ref = DistributedDataParallel(spec.build())
-        opt = torch.optim.SGD(ref.parameters(), **kw)
-        state = CompressionHookState("none", optimizer=opt)
-        ref.register_comm_hook(state, compression_hook)
+    kw = DDP_RESUME_SGD
+    with gloo_group():
+        ref, opt, state = hooked_ddp()
         _steps(ref, opt, range(3))
         saved = copy.deepcopy((ref.module.state_dict(), opt.state_dict(), state.state_dict()))
         _steps(ref, opt, range(3, 6))
@@ -843,8 +870,6 @@ def ddp_uncorrected_resume() -> None:
         expect_mismatch(lambda: other.load_state_dict(foreign if rank == 1 else plain),
                         *(["on rank 1: checkpoint was made with 'tbq', this state uses 'none'"] if rank == 1
                           else ["rank(s) [1] cannot load their state"]))
-    finally:
-        destroy_process_group()
 
 
 def momentum_later(alg: str) -> None:
