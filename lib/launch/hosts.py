@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hipress.files import NotUtf8, TooLarge, decode_text, read_at_most
+from hipress.lists import EmptyItem, split_items
 
 MAX_SLOTS = 4096
 _LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
@@ -166,8 +167,14 @@ def _check_duplicates(hosts: list[Host]) -> list[Host]:
 
 
 def parse_hosts(text: str) -> list[Host]:
-    """``--hosts`` value: entries separated by commas (or whitespace)."""
-    items = [t for t in re.split(r"[,\s]+", text.strip()) if t]
+    """``--hosts`` value: entries separated by commas (or whitespace). An empty item between commas
+    (``127.0.0.1,,127.0.0.2``, or ``"$H1,$H2"`` with one unset) is refused by its position, as in every
+    comma-separated option: dropped, the job ran on fewer hosts than the command named."""
+    try:
+        parts = split_items(text)
+    except EmptyItem as e:
+        raise HostListError(f"--hosts {e}") from None
+    items = [t for part in parts for t in part.split()]
     return _check_duplicates([parse_entry(t, f"--hosts item {i + 1}") for i, t in enumerate(items)])
 
 

@@ -388,6 +388,18 @@ def test_run_plan_dash_from_a_terminal_says_what_it_waits_for(tmp_path):
 
 
 @pytest.mark.parametrize("command", [["run", "mlp", "--iters", "1"], ["profile"], ["cluster", "check"]])
+def test_an_empty_item_of_hosts_is_refused_by_its_position(tmp_path, command):
+    """--hosts '127.0.0.1,,127.0.0.1' ("$H1,$H2,$H3", $H2 unset) dropped the empty item: a job named three hosts
+    and ran on two. (The same host twice is refused too, after: so nothing here reaches SSH either way.)"""
+    results = tmp_path / "results"
+    extra = {"run": ["--results", str(results)], "profile": ["--output", str(results / "profile.json")]}
+    r = _invoke([*command, "--hosts", "127.0.0.1,,127.0.0.1", *extra.get(command[0], [])])
+    assert r.exit_code == 2, r.output
+    assert "--hosts '127.0.0.1,,127.0.0.1': item 2 of 3 is empty (two commas in a row" in _text(r), r.output
+    assert not results.exists()
+
+
+@pytest.mark.parametrize("command", [["run", "mlp", "--iters", "1"], ["profile"], ["cluster", "check"]])
 def test_an_empty_hosts_is_refused_not_taken_for_this_machine(tmp_path, command):
     """--hosts '' (a `--hosts "$HOSTS"` with $HOSTS unset): hipress run trained on this machine instead, exit 0;
     now, as --hosts ',' was, the host list is empty, before anything runs."""

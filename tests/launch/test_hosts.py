@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import string
 
 import pytest
@@ -30,6 +31,17 @@ def test_hosts_option_forms():
     assert hosts[3].spec == "[2001:db8::7]:3"
     assert hosts[4].label == "fe80__1_eth0"
     assert total_slots(hosts) == 12
+
+
+@pytest.mark.parametrize(("text", "position"), [("127.0.0.1,,127.0.0.2", "item 2 of 3"),
+                                                ("127.0.0.1:2, 127.0.0.2,", "item 3 of 3"),
+                                                (",127.0.0.1", "item 1 of 2"), (" , ", "item 1 of 2")])
+def test_an_empty_host_between_commas_is_refused_by_its_position(text, position):
+    """'127.0.0.1,,127.0.0.2' ("$H1,$H2,$H3" with $H2 unset) ran on two hosts of the three named: the split
+    dropped the empty item. Whitespace still separates hosts as a comma does ('a, b' and 'a b' are two)."""
+    with pytest.raises(HostListError, match=re.escape(f"--hosts {text!r}: {position} is empty (two commas")):
+        parse_hosts(text)
+    assert [h.name for h in parse_hosts("127.0.0.1, 127.0.0.2 127.0.0.3")] == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 
 
 def test_hostfile_comments_blank_lines_and_line_numbers(tmp_path):
