@@ -2,7 +2,7 @@
 
 Before, ``--momentum 1`` trained every algorithm at the default rate 0.5 * (1 - 1) = 0 and printed them all
 "+0.0" from an untrained ``none`` (8.1 %), exit 0; ``--seed 1.5`` ran seed 1; ``--lr 0`` and ``--algs ,``
-ran nothing useful and exited 0; a bad spec, an fp32 topology with a lossy algorithm, a negative momentum
+ran nothing useful and exited 0 (an empty item is a usage error: ``test_script_lists``); a bad spec, an fp32 topology with a lossy algorithm, a negative momentum
 after the first of several, or ``dgc:momentum=0.9`` beside ``--momentum 0.9`` failed only when their turn
 came, the earlier combinations' minutes spent, in an MPI_Abort.
 """
@@ -34,11 +34,9 @@ def fake_training(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
 @pytest.mark.parametrize("argv, said", [
     (["--momentum", "1"], "--momentum must be in [0, 1), got 1"),
     (["--momentum", "0.9,-0.1"], "--momentum must be in [0, 1), got -0.1"),
-    (["--momentum", ","], "--momentum is empty"),
     (["--lr", "0"], "--lr must be positive and finite, got 0"),
     (["--lr", "0.05,inf"], "--lr must be positive and finite, got inf"),
     (["--seed", "1.5"], "--seed must be whole numbers >= 0, got 1.5"),
-    (["--algs", ","], "--algs names no algorithm"),
     (["--topology", "ring", "--algs", "tbq"], "--topology 'ring' is not one of casync-ring, casync-ps, allgather"),
     (["--algs", "none;dgc:ratio=2"], "--algs item 2 ('dgc:ratio=2'): algorithm 'dgc': dgc: ratio must be in (0, 1]"),
     (["--algs", "none,bogus"], "--algs item 2 ('bogus'): unknown compression algorithm 'bogus'"),
