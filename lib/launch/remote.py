@@ -360,7 +360,7 @@ class RemoteJob:
                 base = remote_dir if remote_dir.startswith("/") else posixpath.join(sftp.normalize("."), remote_dir)
                 wdir = posixpath.join(base, self.run_id, f"{i}-{host.label}")
                 if sftp_dir.exists(sftp, wdir):
-                    raise RemoteLaunchError(f"{host.name}: {wdir} already exists; choose another run id")
+                    raise RemoteLaunchError(self._leftover_message(host, wdir))
                 sftp_dir.makedirs(sftp, wdir)
                 if self.heartbeat_dir is not None:
                     sftp_dir.makedirs(sftp, _beats_dir(wdir))
@@ -381,6 +381,23 @@ class RemoteJob:
                     errors.append(str(e))
         if errors:
             raise RemoteLaunchError("\n".join(errors))
+
+    def _leftover_message(self, host: Host, wdir: str) -> str:
+        """Why a host's run directory of this run id being there already stops the job, and what to do.
+
+        Why not "choose another run id": the directory is what a job of this run left when its launcher
+        ended before fetching it (killed with SIGKILL, or the host lost): it holds that job's newest
+        checkpoints and events, which ``--resume`` of the same run id needs and cannot rename around.
+        Removing it here would lose them; so the user is told where it is, how to fetch it and remove it.
+        """
+        user, port = self.cluster.options.username, self.cluster.options.port
+        at = f"{user}@[{host.name}]" if host.is_ipv6 else f"{user}@{host.name}"
+        return (f"{host.name}: {wdir} is there already, left by an earlier job of run {self.run_id!r} whose launcher "
+                f"ended before fetching it (killed, or the host lost); it may hold that job's newest checkpoint/ and "
+                f"events. To keep them, copy them into {self.run_dir} (e.g. `scp -r -P {port} "
+                f"{shlex.quote(f'{at}:{wdir}/checkpoint')} {shlex.quote(str(self.run_dir))}/`); then remove it on "
+                f"the host (`ssh -p {port} {at} {shlex.quote('rm -r ' + shlex.quote(wdir))}`) and run again, or "
+                f"start a new run with another --run-id")
 
     def _rank_argv(self, argv: list[str]) -> list[str]:
         """Python rank programs run on the remote interpreter, line-buffered; anything else as given."""

@@ -174,6 +174,30 @@ def test_bad_run_id_is_refused_before_anything_starts(sshd, ssh_opts, tmp_path):
     assert wait_until(lambda: not sshd_children(sshd), 10)
 
 
+def test_a_host_directory_left_by_a_killed_launcher_is_kept_and_explained(sshd, ssh_opts, tmp_path):
+    """A launcher killed with SIGKILL (or that lost a host) leaves the host's run directory, with the job's newest
+    checkpoints, unfetched. The next job of that run id (a ``--resume``, which cannot change it) was refused with
+    "choose another run id"; now the message says what the directory is, that it is kept, and how to fetch and
+    remove it, and the directory is not touched."""
+    run_dir = _run_dir(tmp_path, "run-left")
+    remote = tmp_path / "remote"
+    left = remote / "run-left" / "1-127.0.0.2"
+    (left / "checkpoint").mkdir(parents=True)
+    (left / "checkpoint" / "rank-1.pt").write_bytes(b"newest")
+    cluster = Cluster.connect(parse_hosts("127.0.0.1:1,127.0.0.2:1"), ssh_opts)
+    with pytest.raises(RemoteLaunchError) as e:
+        RemoteJob(cluster, [sys.executable, PROG], run_dir=run_dir, remote_dir=str(remote))
+    text = str(e.value)
+    assert text.startswith(f"127.0.0.2: {left} is there already, left by an earlier job of run 'run-left'"), text
+    assert "choose another run id" not in text
+    user, port = ssh_opts.username, ssh_opts.port
+    assert f"`scp -r -P {port} {user}@127.0.0.2:{left}/checkpoint {run_dir}/`" in text, text
+    assert f"`ssh -p {port} {user}@127.0.0.2 'rm -r {left}'`" in text, text
+    assert (left / "checkpoint" / "rank-1.pt").read_bytes() == b"newest", "the leftover must be kept"
+    assert not (remote / "run-left" / "0-127.0.0.1").exists(), "the other host's fresh directory is removed"
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
 def test_interface_sets_the_mpi_transport(sshd, ssh_opts, tmp_path):
     run_dir = _run_dir(tmp_path, "run-iface")
     res = launch_hosts(parse_hosts("127.0.0.1,127.0.0.2"), [sys.executable, PROG], ssh_opts, {}, run_dir,
