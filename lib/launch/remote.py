@@ -668,6 +668,7 @@ class RemoteJob:
             self.returncode = rc if rc is not None else 1
         collected: list[Path] = []
         conflicts: list[Path] = []
+        unfetched: set[int] = set()  # hosts whose directory holds results not here: it is not removed
         if collect and self._sftp:
             self._mirror(force=True)
             for i, sftp in enumerate(self._sftp):
@@ -677,12 +678,17 @@ class RemoteJob:
                     collected += c
                     conflicts += k
                 except (OSError, paramiko.SSHException) as e:
-                    self._emit(f"[hipress] could not fetch the results from {self.hosts[i].name}: {e}")
+                    unfetched.add(i)
+                    why = (f"could not fetch the results from {self.hosts[i].name} ({_reason(e)}); they stay "
+                           f"there, in {self.wdirs[i]}: copy them into {self.run_dir} once the host answers")
+                    self._emit(f"[hipress] {why}")
                     if self.returncode == 0:
                         self.returncode = 1
-                        self._failure = f"results from {self.hosts[i].name} could not be fetched: {e}"
+                        self._failure = why
         if not self.keep_remote:
             for i, sftp in enumerate(self._sftp):
+                if i in unfetched:
+                    continue
                 sftp_dir.rmtree(sftp, self.wdirs[i])
                 sftp_dir.rmtree(sftp, _beats_dir(self.wdirs[i]))
                 try:
@@ -709,6 +715,14 @@ class RemoteJob:
             host = self.hosts[self._rank_host[r]].name if isinstance(r, int) and 0 <= r < len(self._rank_host) else "?"
             return f"rank {r} (on {host}) failed: {first.get('error')}"
         return self._failure or (f"the job exited with code {self.returncode}" if self.returncode else "")
+
+
+def _reason(e: BaseException) -> str:
+    """What went wrong with an SFTP or SSH operation, never empty: paramiko's timeouts are a bare
+    ``socket.timeout()``, whose text is '' (the message read "could not fetch the results from HOST: ")."""
+    if isinstance(e, TimeoutError):
+        return f"{str(e) or 'no answer in time'}: is the host or its link down?"
+    return str(e) or type(e).__name__
 
 
 def _beats_dir(wdir: str) -> str:

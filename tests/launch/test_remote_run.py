@@ -198,6 +198,34 @@ def test_a_host_directory_left_by_a_killed_launcher_is_kept_and_explained(sshd, 
     assert wait_until(lambda: not sshd_children(sshd), 10)
 
 
+def test_results_that_could_not_be_fetched_stay_on_their_host(sshd, ssh_opts, tmp_path, monkeypatch):
+    """A host whose results cannot be fetched (its link went down: paramiko's bare ``socket.timeout()``) had
+    its directory removed right after, the results lost, and the reason printed empty ("could not fetch the
+    results from HOST: "). Now the directory stays, and the message says why and where it is."""
+    import hipress.launch.sftp as sftp_mod
+
+    real = sftp_mod.collect
+
+    def collect(sftp, wdir, run_dir, label, sent):
+        if label.startswith("1-"):
+            raise TimeoutError()
+        return real(sftp, wdir, run_dir, label, sent)
+
+    monkeypatch.setattr(sftp_mod, "collect", collect)
+    run_dir = _run_dir(tmp_path, "run-unfetched")
+    lines: list[str] = []
+    res = launch_hosts(parse_hosts("127.0.0.1:1,127.0.0.2:1"), [sys.executable, PROG], ssh_opts, {}, run_dir,
+                       remote_dir=str(tmp_path / "remote"), on_line=lines.append, timeout=120)
+    left = tmp_path / "remote" / "run-unfetched" / "1-127.0.0.2"
+    assert not res.ok
+    assert res.failure == (f"could not fetch the results from 127.0.0.2 (no answer in time: is the host or its link "
+                           f"down?); they stay there, in {left}: copy them into {run_dir} once the host answers")
+    assert f"[hipress] {res.failure}" in lines
+    assert (left / "rank1.json").is_file(), "results not fetched must not be removed from their host"
+    assert (run_dir / "rank0.json").is_file() and not (tmp_path / "remote" / "run-unfetched" / "0-127.0.0.1").exists()
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
 def test_interface_sets_the_mpi_transport(sshd, ssh_opts, tmp_path):
     run_dir = _run_dir(tmp_path, "run-iface")
     res = launch_hosts(parse_hosts("127.0.0.1,127.0.0.2"), [sys.executable, PROG], ssh_opts, {}, run_dir,
