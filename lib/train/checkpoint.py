@@ -182,10 +182,30 @@ def load(run_dir: Path, rank: int, cfg: Any) -> dict[str, Any]:
         if others:
             raise CheckpointError(f"no checkpoint for rank {rank} at {path}, though {', '.join(others[:4])} "
                                   f"{'is' if len(others) == 1 else 'are'} there: the checkpoint directory is "
-                                  f"incomplete (a file lost or removed); restore it from a copy or start the run again")
-        raise CheckpointError(f"no checkpoint for rank {rank} at {path}: the run was not started with "
-                              f"--checkpoint-every N, or stopped before its first checkpoint; start it again")
+                                  f"incomplete (a file lost or removed, or {_on_hosts(run_dir)}); restore it from a "
+                                  f"copy or start the run again")
+        every = int(getattr(cfg, "checkpoint_every", 0) or 0)
+        if not every:
+            raise CheckpointError(f"no checkpoint for rank {rank} at {path}: the run was started without "
+                                  f"--checkpoint-every N, so there is nothing to resume from; start it again")
+        raise CheckpointError(f"no checkpoint for rank {rank} at {path}: the run (--checkpoint-every {every}) stopped "
+                              f"before its first checkpoint, or {_on_hosts(run_dir)}; copy them in and resume, "
+                              f"or start the run again")
     return _read(path, rank, cfg)
+
+
+def _on_hosts(run_dir: Path) -> str:
+    """Where a ``--hosts`` run's checkpoints are when they never came here, for a message about missing ones.
+
+    Why: each host's ranks write into that host's copy of the run directory, fetched only when the launcher
+    ends the job; one killed (SIGKILL) or that lost a host leaves them there, and "not started with
+    --checkpoint-every" sent the user to start again with the checkpoints a copy away.
+    """
+    from hipress.launch.remote import DEFAULT_REMOTE_DIR  # here: the launcher (paramiko) only on this path
+
+    return (f"it ran on --hosts and its launcher ended before fetching a host's results (killed, or the host "
+            f"lost): they are then on that host, in ~/{DEFAULT_REMOTE_DIR}/{Path(run_dir).name}/<i>-<host>/"
+            f"{CHECKPOINT_DIR}/")
 
 
 def _read(path: Path, rank: int, cfg: Any) -> dict[str, Any]:

@@ -271,6 +271,34 @@ def test_resume_takes_the_latest_iteration_every_ranks_checkpoints_have(tmp_path
         checkpoint.check_resumable(tmp_path, cfg)
 
 
+def test_a_missing_checkpoint_says_where_a_hosts_run_keeps_it(tmp_path):
+    """A ``--hosts`` run whose launcher was killed (SIGKILL) before fetching leaves its checkpoints on the hosts;
+    ``--resume`` said "the run was not started with --checkpoint-every N ...; start it again" of a run started
+    with it. The message now tells the two apart by the run's own ``checkpoint_every`` and, for one that
+    checkpoints, says where the hosts keep what was not fetched; so does one for a rank's missing file."""
+    from hipress.launch.remote import DEFAULT_REMOTE_DIR
+    from hipress.train import checkpoint
+
+    run_dir = tmp_path / "k2"
+    run_dir.mkdir()
+    hosts = f"on that host, in ~/{DEFAULT_REMOTE_DIR}/k2/<i>-<host>/checkpoint/"
+    with pytest.raises(ConfigError) as e:
+        checkpoint.check_resumable(run_dir, make_config("mlp", np=2, iters=20, run_id="k2", checkpoint_every=2))
+    text = str(e.value)
+    assert "not started with" not in text and "(--checkpoint-every 2) stopped before its first checkpoint" in text
+    assert f"its launcher ended before fetching a host's results (killed, or the host lost): they are then {hosts}" \
+        in text, text
+    with pytest.raises(ConfigError) as e:
+        checkpoint.check_resumable(run_dir, make_config("mlp", np=2, iters=20, run_id="k2"))
+    assert "started without --checkpoint-every N, so there is nothing to resume from" in str(e.value)
+    assert "hosts" not in str(e.value)
+    checkpoint.path_for(run_dir, 0).parent.mkdir()
+    checkpoint.path_for(run_dir, 0).write_bytes(b"x")
+    with pytest.raises(ConfigError) as e:
+        checkpoint.load(run_dir, 1, make_config("mlp", np=2, iters=20, run_id="k2", checkpoint_every=2))
+    assert "though rank-0.pt is there" in str(e.value) and hosts in str(e.value), str(e.value)
+
+
 @pytest.mark.parametrize("args,match", [
     (["run", "alexnet"], "unknown model 'alexnet'"),
     (["run", "VGG19"], "unknown model 'VGG19' (did you mean 'vgg19'?)"),
