@@ -289,6 +289,9 @@ class RemoteJob:
         self._mirror_pos: dict[str, int] = {}
         self._last_mirror = 0.0
         self._stopped = False
+        #: Why each host's results could not be fetched by ``stop`` (they stay on the host, where it says):
+        #: ``runner.follow`` adds them to whatever else ended the run, or they would be in the log alone.
+        self.unfetched: list[str] = []
         self._pids: list[int] = []
         self._last_pid_check = 0.0
         self._gone_since: float | None = None
@@ -682,9 +685,10 @@ class RemoteJob:
                     why = (f"could not fetch the results from {self.hosts[i].name} ({_reason(e)}); they stay "
                            f"there, in {self.wdirs[i]}: copy them into {self.run_dir} once the host answers")
                     self._emit(f"[hipress] {why}")
-                    if self.returncode == 0:
-                        self.returncode = 1
-                        self._failure = why
+                    self.unfetched.append(why)
+            if self.unfetched and self.returncode == 0:
+                self.returncode = 1
+                self._failure = "; ".join(self.unfetched)
         if not self.keep_remote:
             for i, sftp in enumerate(self._sftp):
                 if i in unfetched:

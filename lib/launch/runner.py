@@ -293,6 +293,8 @@ def follow(job: Any, run_dir: Path, on_event: Callable[[dict[str, Any]], None] |
             shutil.rmtree(beats, ignore_errors=True)
     if status == "ok" and job.returncode not in (0, None):  # stopping found a failure (e.g. results not fetched)
         status, code, failure = "failed", job.returncode, job.failure_message(run_dir)
+    elif status != "ok":  # a run stopped for another reason still says which hosts kept results that are not here
+        failure = "; ".join([failure, *getattr(job, "unfetched", ())])
     with signals_noted():
         for e in tail.poll():  # what rank 0 wrote last (mirrored by stop() on a remote run)
             if on_event:
