@@ -325,6 +325,17 @@ class Relay:
             pass  # the directory is gone: the follower that reads it is done
 
 
+def _no_life(pulse: Pulse, now: float) -> str:
+    """What a stale pulse says of its rank. Why two wordings: a local rank's pulse stops only with its process;
+    a relayed one (``lag_s``) also when its host stops answering the relay (down, or its link), where "its
+    process is not running" sent the user after a SIGSTOP that never was."""
+    why = "stopped by SIGSTOP or a debugger, frozen, or stuck holding the GIL?"
+    if pulse.lag_s > 0:
+        return (f"; no sign of life from it for {pulse.age(now):.0f} s: its host stopped answering (down, or its "
+                f"link), or its process is not running ({why})")
+    return f"; its process is not running: no sign of life for {pulse.age(now):.0f} s ({why})"
+
+
 class StallWatch:
     """Decides, from the beats and pulses, when to warn and when to stop a run whose ranks make no progress,
     and which rank to name (``culprit``)."""
@@ -357,9 +368,7 @@ class StallWatch:
         if quiet < warn_at:
             return None, None
         pulse = pulses.get(first.rank)
-        dead = "" if pulse is None or not pulse.stale(now) else (
-            f"; its process is not running: no sign of life for {pulse.age(now):.0f} s (stopped by SIGSTOP or "
-            "a debugger, frozen, or stuck holding the GIL?)")
+        dead = "" if pulse is None or not pulse.stale(now) else _no_life(pulse, now)
         if quiet >= stop_at:
             return None, (f"rank {first.rank} made no progress for {quiet:.0f} s (stalled in {first.doing()}){dead}; "
                           f"the run was stopped ({self._stop_rule(limit, stop_at)})")

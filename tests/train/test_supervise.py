@@ -287,6 +287,22 @@ def test_stall_watch_names_the_stopped_rank_not_the_one_waiting_for_it(tmp_path)
     assert w.check(now + 10)[1].startswith("rank 0 made no progress for 10 s (stalled in gather")
 
 
+def test_stall_watch_does_not_call_a_rank_on_a_silent_host_stopped(tmp_path):
+    """A relayed pulse (a rank on --hosts) also goes stale when its host stops answering the relay (its link
+    down): the stop said "its process is not running ... (stopped by SIGSTOP ...)" of a rank whose host was
+    unreachable. A relayed one now names both causes; a local one keeps its wording (test above)."""
+    now = time.time()
+    relay = heartbeat.Relay(tmp_path)
+    for rank, seq in ((0, 29), (1, 28)):
+        relay.feed(json.dumps({"rank": rank, "phase": "forward/backward", "iter": 7, "time": 0, "seq": seq}), now)
+    relay.feed(json.dumps({"rank": 1, "pulse": 3, "time": 0, "pid": 1}), now)
+    relay.feed(json.dumps({"rank": 0, "pulse": 3, "time": 0, "pid": 1}), now + 20)
+    stop = StallWatch(tmp_path, timeout_s=10, ranks=2).check(now + 20)[1]
+    assert stop.startswith("rank 1 made no progress for 20 s (stalled in forward/backward of iteration 7); no sign "
+                           "of life from it for 20 s: its host stopped answering (down, or its link), or its "
+                           "process is not running (stopped by SIGSTOP"), stop
+
+
 def test_stall_watch_takes_a_rank_that_beat_since_its_last_pulse_for_running(tmp_path):
     """A stale pulse with progress after it (the pulse thread gone, the main thread not) says nothing: the rank
     behind is named, not the one whose pulse stopped; and a stopped rank is preferred even when it is not behind."""
