@@ -201,7 +201,10 @@ class RemoteProcess:
         """TERM, then KILL after ``grace`` s, the command and every process of the job on the host.
 
         Returns how many of the job's processes are still there afterwards (0 when all are gone;
-        None when the host cannot be asked, e.g. the connection is lost).
+        None when the host cannot be asked, e.g. the connection is lost). A host that does not answer the
+        TERM is not asked again: each ask waits its whole timeout (15 s) for a host whose link is down, which
+        made stopping a run that lost a host take a minute more; its guard ends the job there once the
+        connection is seen closed.
         """
         if self.poll() is None:
             try:
@@ -210,6 +213,8 @@ class RemoteProcess:
                 pass
             self._kill_group("TERM")
         left = signal_job(self.client, self.python, self.token, "TERM")
+        if left is None:
+            return None
         deadline = time.monotonic() + grace
         while left and time.monotonic() < deadline:
             time.sleep(0.1)
