@@ -2,7 +2,8 @@
 
 Before, ``--momentum 1`` trained every algorithm at the default rate 0.5 * (1 - 1) = 0 and printed them all
 "+0.0" from an untrained ``none`` (8.1 %), exit 0; ``--seed 1.5`` ran seed 1; ``--lr 0`` and ``--algs ,``
-ran nothing useful and exited 0 (an empty item is a usage error: ``test_script_lists``); a bad spec, an fp32 topology with a lossy algorithm, a negative momentum
+ran nothing useful and exited 0 (an empty item is a usage error:
+``test_script_lists``); a bad spec, an fp32 topology with a lossy algorithm, a negative momentum
 after the first of several, or ``dgc:momentum=0.9`` beside ``--momentum 0.9`` failed only when their turn
 came, the earlier combinations' minutes spent, in an MPI_Abort.
 """
