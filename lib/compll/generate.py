@@ -216,6 +216,23 @@ def _static_expr(checked: CheckedSpec, info, e, ty) -> str | None:
         return None
 
 
+def _static_length(checked: CheckedSpec, info, vec) -> str | None:
+    """Python code for a payload vector's element count from ``numel`` and the parameters, or None
+    where the data decide it (a ``filter``'s result, a vector reassigned in a branch).
+
+    The gradient's own length is ``numel``; a vector over ``range(e)`` (mapped, sorted, scanned) has
+    ``e`` elements, none when ``e`` is negative, as the driver's ``range``. Counting such a vector at
+    ``numel`` instead made a per-block scale vector (``map(range((n + b - 1) / b), scale)``) weigh as
+    much as the gradient: ``payload_size`` and the plan's payload model over 20 times too large.
+    """
+    if vec.key == "N":
+        return "numel"
+    if vec.len_expr is None:
+        return None
+    code = _static_expr(checked, info, vec.len_expr, T.INT)
+    return None if code is None else f"max(0, {code})"
+
+
 def _py_kind(kind: str) -> str:
     return {"float": "float", "double": "float", "bool": "bool"}.get(kind, "int")
 
@@ -234,23 +251,25 @@ def generate_wrapper(
     from .ir import SConcat
 
     concat = next(st for st in _walk_steps(plan.steps) if isinstance(st, SConcat))
-    sparse = any(f.vec is not None and f.vec.key != "N" for f in concat.fields)
     terms = []
     exact = True
+    sparse = False  # a vector whose length the data decide: the payload's size depends on the data
     for f in concat.fields:
         if f.in_header:
             continue
         if f.vec is None:
             terms.append(str(T.SIZES[f.ty.kind]))
             continue
-        exact = exact and f.vec.key == "N"
+        length = _static_length(checked, encode, f.vec)
+        sparse = sparse or length is None
+        exact = exact and length is not None
         bits = f.ty.elem.elem_bits()  # type: ignore[union-attr]
         if isinstance(bits, str):
             expr, _dep = encode.widths[bits]
             code = _static_expr(checked, encode, expr, T.INT)
             bits = f"H.width({code})" if code is not None else "8"
             exact = exact and code is not None
-        terms.append(f"H.nbytes(numel, {bits})")
+        terms.append(f"H.nbytes({length or 'numel'}, {bits})")
     params = []
     for p in checked.params:
         default = p.default

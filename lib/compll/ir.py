@@ -23,6 +23,9 @@ class Vec:
 
     ``length``: driver code for the element count. ``key``: canonical text of the length, equal for
     vectors known to have the same length (fusion and bounds-check elision rely on it).
+    ``len_expr``: the ``range(...)`` argument the length comes from, where it does (None for the
+    gradient's own length, key ``N``, and for lengths the data decide, as a ``filter``'s): the wrapper
+    computes a payload's exact size from it when it reads only ``.size`` and parameters.
     """
 
     kind: str
@@ -34,6 +37,7 @@ class Vec:
     src: Vec | None = None  # map
     lam: LambdaInfo | None = None  # map
     sym: Symbol | None = None  # the symbol bound to it, if any
+    len_expr: ast.Expr | None = None  # the range(...) argument of its length, if it has one
 
     def deps(self) -> set[Symbol]:
         """Symbols whose values this vector's elements read."""

@@ -369,6 +369,7 @@ class Lowerer:
             f"{name}.shape[0]",
             name=name,
             sym=sym,
+            len_expr=v.len_expr if sym.writes == 0 else None,
         )
         return steps
 
@@ -478,7 +479,7 @@ class Lowerer:
             return [], v
         tmp = self.temp(T.vec(v.elem), base)
         steps = self.materialize_into(v, tmp, v.elem)
-        return steps, ir.Vec("array", v.elem, v.key, f"{tmp}.shape[0]", name=tmp)
+        return steps, ir.Vec("array", v.elem, v.key, f"{tmp}.shape[0]", name=tmp, len_expr=v.len_expr)
 
     # ------------------------------------------------------------------ vector expressions
     def vec_expr(self, e: ast.Expr) -> tuple[list[ir.Step], ir.Vec]:
@@ -498,14 +499,15 @@ class Lowerer:
             arg = e.args[0]
             simple = self.simple_length(arg)
             if simple is not None:
-                return [], ir.Vec("range", T.INT, self.canon(arg), simple)
+                return [], ir.Vec("range", T.INT, self.canon(arg), simple, len_expr=arg)
             pre, n = self.host_expr(arg)
             tmp = self.temp(T.INT, "t_n")
-            return pre + [ir.SHost(ir.TempSym(tmp, T.INT), n)], ir.Vec("range", T.INT, self.canon(arg), tmp)
+            rng = ir.Vec("range", T.INT, self.canon(arg), tmp, len_expr=arg)
+            return pre + [ir.SHost(ir.TempSym(tmp, T.INT), n)], rng
         if f == "map":
             pre, src = self.vec_expr(e.args[0])
             lam = e.args[1].sym.lam  # type: ignore[union-attr]
-            return pre, ir.Vec("map", lam.ret, src.key, src.length, src=src, lam=lam)
+            return pre, ir.Vec("map", lam.ret, src.key, src.length, src=src, lam=lam, len_expr=src.len_expr)
         if f == "filter":
             pre, src = self.vec_expr(e.args[0])
             tmp = self.temp(e.ty, "t_filter")
@@ -518,20 +520,22 @@ class Lowerer:
             tmp = self.temp(e.ty, "t_sorted")
             lam = e.args[1].sym.lam  # type: ignore[union-attr]
             step = ir.SSort(tmp, arr.name, src.elem, lam, self.next_uid())
-            return pre + more + [step], ir.Vec("array", src.elem, src.key, f"{tmp}.shape[0]", name=tmp)
+            sorted_ = ir.Vec("array", src.elem, src.key, f"{tmp}.shape[0]", name=tmp, len_expr=src.len_expr)
+            return pre + more + [step], sorted_
         if f == "scan":
             pre, src = self.vec_expr(e.args[0])
             lam = e.args[2].sym.lam  # type: ignore[union-attr]
             ipre, init = self.host_expr(e.args[1])
             tmp = self.temp(e.ty, "t_scan")
             step = ir.SScan(tmp, src, init, lam, self.next_uid())
-            return pre + ipre + [step], ir.Vec("array", lam.ret, src.key, f"{tmp}.shape[0]", name=tmp)
+            scanned = ir.Vec("array", lam.ret, src.key, f"{tmp}.shape[0]", name=tmp, len_expr=src.len_expr)
+            return pre + ipre + [step], scanned
         if f == "scatter":
             pre, base = self.vec_expr(e.args[0])
             tmp = self.temp(e.ty, "t_scatter")
             steps = pre + self.materialize_into(base, tmp, base.elem)
             steps += self.scatter_into(e, tmp, base.elem, add=False, skip_base=True)
-            return steps, ir.Vec("array", base.elem, base.key, f"{tmp}.shape[0]", name=tmp)
+            return steps, ir.Vec("array", base.elem, base.key, f"{tmp}.shape[0]", name=tmp, len_expr=base.len_expr)
         raise self.err(e, f"{f}(...) does not give a vector here")
 
     def simple_length(self, e: ast.Expr) -> str | None:
