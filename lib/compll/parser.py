@@ -95,7 +95,7 @@ def _lark_error(e: UnexpectedInput, file: str, source: str) -> CompLLError:
             tok.line or 0,
             tok.column or 0,
             _in_width(e, source) or _missing_semicolon(e) or _misspelled_keyword(e, source)
-            or _capture(e),
+            or _capture(e) or _c_habit(e, source),
         )
     return CompLLError(f"syntax error: {e}", file, getattr(e, "line", 0) or 0, getattr(e, "column", 0) or 0)
 
@@ -142,6 +142,38 @@ def _capture(e: UnexpectedToken) -> str:
     """The hint for a C++ capture other than ``[&]`` (``[=]``, ``[]``, ``[x]``): the only one a lambda takes."""
     if set(e.expected) == {"AMPERSAND"}:
         return "a lambda is written [&](...) -> type { ... }: it reads the function's variables by reference"
+    return ""
+
+
+_LOOP = re.compile(r"\s*(?:\}\s*)?(?:(?:for|while)\s*\(|do\s*\{)")  # a C loop's head (not a variable 'for')
+_CONST = re.compile(r"\bconst\s+(?:bool|int|uint\w*|float|double)\b")
+_LAMBDA = "lambda_func name = [&](...) -> type { ... }"
+
+
+def _c_habit(e: UnexpectedToken, source: str) -> str:
+    """The hint for C or C++ the language does not have: loops, ``++``/``--``, ``const``, a lambda
+    written in place (``map(v, [&](...) ...)``) or without its return type.
+
+    Each lexes as names and operators, so the parser stops at a later token (``for (int i = 0;``
+    fails at ``i``, ``n++;`` at ``;``) with an 'expected' list that does not say what to write.
+    """
+    tok = e.token
+    at = getattr(tok, "start_pos", None)
+    if at is None or at < 0:
+        return ""
+    start = source.rfind("\n", 0, at) + 1
+    before = source[start:at]
+    if _LOOP.match(before) or (before.strip() == "do" and str(tok) == "{"):
+        return "CompLL has no loops: write the repetition as map, reduce or scan over range(n), see LANGUAGE.md"
+    if before.rstrip().endswith(("++", "--")):
+        op = before.rstrip()[-1]
+        return f"CompLL has no {op}{op}: write x = x {op} 1"
+    if _CONST.search(source, start, at + len(str(tok))):
+        return "CompLL has no const: drop it (an encoder reads its gradient and never writes it)"
+    if str(tok) == "[" and "AMPERSAND" not in e.expected:
+        return f"a lambda is declared first, as {_LAMBDA}, and passed by its name"
+    if [_terminal_text(n) for n in e.expected] == ["'->'"]:
+        return "a lambda names its return type: [&](float x) -> float { ... }"
     return ""
 
 

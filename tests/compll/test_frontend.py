@@ -170,6 +170,35 @@ def test_a_capture_other_than_by_reference_says_how_a_lambda_is_written(capture)
     assert (e.line, e.col) == (2, 30) and e.hint.startswith("a lambda is written [&](...)"), str(e)
 
 
+C_HABITS = [
+    ("    float t = 0;\n    for (int i = 0; i < 4; i++) { t = t + g[i]; }", (3, 14), "CompLL has no loops"),
+    ("    int n = 4;\n    while (n > 0) { n = n - 1; }", (3, 19), "CompLL has no loops"),
+    ("    int n = 4;\n    do { n = n - 1; } while (n > 0);", (3, 8), "CompLL has no loops"),
+    ("    int n = 4;\n    n++;", (3, 8), "CompLL has no ++: write x = x + 1"),
+    ("    int n = 4;\n    n--;", (3, 8), "CompLL has no --: write x = x - 1"),
+    ("    const float s = 1;", (2, 11), "CompLL has no const: drop it"),
+    ("    float* v = map(g, [&](float x) -> float { return x; });", (2, 23), "a lambda is declared first, as "
+     "lambda_func name = [&](...) -> type { ... }, and passed by its name"),
+    ("    lambda_func f = [&](float x) { return x; }", (2, 34), "a lambda names its return type: [&](float x) -> "),
+]
+
+
+@pytest.mark.parametrize(("body", "where", "hint"), C_HABITS)
+def test_c_the_language_lacks_says_what_to_write(body, where, hint):
+    """A C loop, ``n++``, ``const`` or a lambda written in place stopped the parser at a later token
+    (``for (int i = 0;`` at ``i``, ``n++;`` at ``;``) with no hint: 'expected !=, %, ...'."""
+    e = _error(ENC.format(body + "\n    out = concat(g);"))
+    assert (e.line, e.col) == where and e.hint.startswith(hint), str(e)
+
+
+def test_c_habit_hints_spare_variables_so_named():
+    """Locals may take any name: a variable ``for`` or ``const`` is no loop or qualifier."""
+    e = _error(ENC.format("    int for = 1;\n    for = for + ;\n    out = concat(g);"))
+    assert "loops" not in e.hint, str(e)
+    e = _error(ENC.format("    int const = 1;\n    float x = const * ;\n    out = concat(g);"))
+    assert "const" not in e.hint, str(e)
+
+
 def test_an_unknown_type_suggests_the_type_it_sounds_like():
     e = _error(TERNGRAD.replace("uint8 bitwidth)", "uint9 bitwidth)"))
     assert e.message == "unknown type 'uint9'" and e.hint == "did you mean 'uint' or 'uint8'?", str(e)
