@@ -478,6 +478,11 @@ def pick_model(argument: str | None, option: str | None) -> str:
     return model
 
 
+# `run` and `bench compress`: a user's CompLL specs, named by --alg as the built-ins are
+CompllDirOpt = Annotated[Path | None, typer.Option("--compll-dir", parser=path_option, help="A directory of CompLL "
+                                                   "specs (*.pse): their algorithms can be named by --alg.")]
+
+
 # --- SSH hosts: the same options with the same meaning for `run`, `profile` and `cluster check` ----------
 HostsOpt = Annotated[str | None, typer.Option(
     "--hosts", help="Hosts and their slots (ranks), comma-separated: node1:2,node2:2 (IPv6: [2001:db8::2]:2).")]

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from hipress_cli.options import (
     MAX_REPEAT,
+    CompllDirOpt,
     JsonOpt,
     all_or,
     check_kernel_threads,
@@ -35,12 +36,25 @@ def compress(
     device: Annotated[
         str, typer.Option("--device", help="cpu, cuda (cuda:N) or auto: CUDA when torch sees a GPU.")
     ] = "auto",
+    compll_dir: CompllDirOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """Encode/decode throughput, ratio and error per algorithm, beside memory copy and plain torch."""
     from hipress.compress import CompressionError, UnknownAlgorithm, available
     from hipress.compress.bench import bench_compress, human_bytes
     from hipress.compress.registry import split_specs
+
+    if compll_dir is not None:  # a user's algorithm measured beside the built-ins, as `run --compll-dir` runs it
+        from hipress.compll import CompLLError, load_dir
+        from hipress.train.config import ConfigError, read_compll_dir
+
+        try:
+            read_compll_dir(compll_dir)  # run's checks, in its words: missing, a file, no specs, not UTF-8
+            load_dir(compll_dir)
+        except ConfigError as e:
+            raise fail(str(e)) from None
+        except CompLLError as e:
+            raise fail(f"--compll-dir: {e}") from None
 
     names = all_or("--alg", alg, split_option("--alg", alg, split_specs), available(), "algorithm")
     if not names:  # an empty table with exit 0 reads as "measured, nothing to report"

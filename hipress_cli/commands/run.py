@@ -183,9 +183,7 @@ def register(app: typer.Typer) -> None:
                                                     "(rank i in network-namespace host i) with this link rate, "
                                                     "e.g. 1gbit; needs root.")] = None,
         prefix: opt.PrefixOpt = opt.DEFAULT_PREFIX,
-        compll_dir: Annotated[Path | None, typer.Option("--compll-dir", parser=path_option,
-                                                        help="A directory of CompLL specs (*.pse): their "
-                                                        "algorithms can be named by --alg.")] = None,
+        compll_dir: opt.CompllDirOpt = None,
         compress_after: Annotated[int, typer.Option("--compress-after", help="Synchronize the first N iterations "
                                                     "uncompressed (warm-up), then compress.")] = 0,
         no_momentum_correction: Annotated[bool, typer.Option("--no-momentum-correction", help="Let SGD apply "

@@ -479,3 +479,23 @@ def test_the_generated_dgc_installed_for_the_builtin_says_the_hand_written_one_t
         unregister("dgc")
         register(before)
     assert create_from_spec("dgc:ratio=0.001,warmup=100").warmup == 100
+
+
+def test_bench_compress_measures_a_user_spec(tmp_path):
+    """``bench compress`` knew only the registry's algorithms: a user's spec, which ``run --compll-dir``
+    trains with, could not be measured beside the built-in it competes with."""
+    d = tmp_path / "specs"
+    d.mkdir()
+    shutil.copy(USER / "scaledsign.pse", d)
+    env = {**os.environ, "HIPRESS_COMPLL_CACHE": str(tmp_path / "cache")}
+    args = [sys.executable, "-m", "hipress_cli.app", "bench", "compress", "--size", "1K", "--repeat", "1"]
+    args += ["--warmup", "0", "--no-reference", "--device", "cpu", "--compll-dir", str(d)]
+    r = subprocess.run([*args, "--alg", "scaledsign,signsgd", "--json"], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    rows = {row["alg"]: row for row in json.loads(r.stdout)["algorithms"]}
+    assert set(rows) == {"scaledsign", "signsgd"} and rows["scaledsign"]["ratio"] < 0.1
+    (d / "broken.pse").write_text("void BrokenEncode(float* g, uint8* o) { o = concat(g) }")
+    r = subprocess.run([*args, "--alg", "scaledsign"], capture_output=True, text=True, timeout=600, env=env)
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "Traceback" not in err and "--compll-dir:" in err and "broken.pse:1:" in err, err
