@@ -34,7 +34,7 @@ from .common import (
     unpack_codes,
     zero_tail,
 )
-from .simd import linear_codes16_nearest, linear_codes16_stochastic
+from .simd import abs_sums8, linear_codes16_nearest, linear_codes16_stochastic
 
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)
@@ -228,49 +228,45 @@ def _abs_lane(a, tau, p, c):
 
 
 @inline
-def _abs_sums(g, r, use_r, tau):
-    """(sum of |v| over |v| >= tau, their count), float64 in 8 lanes."""
+def _abs_sums(g, r, use_r, tau, sums, counts):
+    """(sum of |v| over |v| >= tau, their count), float64 in 8 lanes. The whole 8-element steps run
+    as one vector step each (``simd.abs_sums8``, lanes in ``sums`` and ``counts``); the ragged tail
+    of a gradient's last block goes to lanes 0 .. t-1 one element at a time, as before."""
     m = g.size
-    p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = 0.0
-    c0 = c1 = c2 = c3 = c4 = c5 = c6 = c7 = 0
     full = m - m % 8
-    for b in range(0, full, 8):
-        p0, c0 = _abs_lane(abs(_v(g, r, use_r, b)), tau, p0, c0)
-        p1, c1 = _abs_lane(abs(_v(g, r, use_r, b + 1)), tau, p1, c1)
-        p2, c2 = _abs_lane(abs(_v(g, r, use_r, b + 2)), tau, p2, c2)
-        p3, c3 = _abs_lane(abs(_v(g, r, use_r, b + 3)), tau, p3, c3)
-        p4, c4 = _abs_lane(abs(_v(g, r, use_r, b + 4)), tau, p4, c4)
-        p5, c5 = _abs_lane(abs(_v(g, r, use_r, b + 5)), tau, p5, c5)
-        p6, c6 = _abs_lane(abs(_v(g, r, use_r, b + 6)), tau, p6, c6)
-        p7, c7 = _abs_lane(abs(_v(g, r, use_r, b + 7)), tau, p7, c7)
+    abs_sums8(g, r, use_r, tau, full, sums, counts)
+    p0, p1, p2, p3 = sums[0], sums[1], sums[2], sums[3]
+    p4, p5, p6, p7 = sums[4], sums[5], sums[6], sums[7]
+    c = counts[0] + counts[1] + counts[2] + counts[3] + counts[4] + counts[5] + counts[6] + counts[7]
     t = m - full
     if t > 0:
-        p0, c0 = _abs_lane(abs(_v(g, r, use_r, full)), tau, p0, c0)
+        p0, c = _abs_lane(abs(_v(g, r, use_r, full)), tau, p0, c)
     if t > 1:
-        p1, c1 = _abs_lane(abs(_v(g, r, use_r, full + 1)), tau, p1, c1)
+        p1, c = _abs_lane(abs(_v(g, r, use_r, full + 1)), tau, p1, c)
     if t > 2:
-        p2, c2 = _abs_lane(abs(_v(g, r, use_r, full + 2)), tau, p2, c2)
+        p2, c = _abs_lane(abs(_v(g, r, use_r, full + 2)), tau, p2, c)
     if t > 3:
-        p3, c3 = _abs_lane(abs(_v(g, r, use_r, full + 3)), tau, p3, c3)
+        p3, c = _abs_lane(abs(_v(g, r, use_r, full + 3)), tau, p3, c)
     if t > 4:
-        p4, c4 = _abs_lane(abs(_v(g, r, use_r, full + 4)), tau, p4, c4)
+        p4, c = _abs_lane(abs(_v(g, r, use_r, full + 4)), tau, p4, c)
     if t > 5:
-        p5, c5 = _abs_lane(abs(_v(g, r, use_r, full + 5)), tau, p5, c5)
+        p5, c = _abs_lane(abs(_v(g, r, use_r, full + 5)), tau, p5, c)
     if t > 6:
-        p6, c6 = _abs_lane(abs(_v(g, r, use_r, full + 6)), tau, p6, c6)
+        p6, c = _abs_lane(abs(_v(g, r, use_r, full + 6)), tau, p6, c)
     total = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
-    return total, c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7
+    return total, c
 
 
 @inline
-def _tbq_block_rule(g, r, use_r, scale):
+def _tbq_block_rule(g, r, use_r, scale, sums, counts):
     """(tau, value) of one block: the adaptive rule of ``algorithms.tbq``, 1.0 and 1.0 where tau is
-    not a positive finite float32 (an all-zero block: every code is 0, the residual keeps v)."""
-    total, _ = _abs_sums(g, r, use_r, _F0)
+    not a positive finite float32 (an all-zero block: every code is 0, the residual keeps v).
+    ``sums`` and ``counts`` are the lanes' scratch (float64[8], int64[8])."""
+    total, _ = _abs_sums(g, r, use_r, _F0, sums, counts)
     tau = np.float32(scale * (total / g.size))
     if not (tau > _F0 and tau <= FMAX):
         return _F1, _F1
-    above, count = _abs_sums(g, r, use_r, tau)
+    above, count = _abs_sums(g, r, use_r, tau, sums, counts)
     value = np.float32(above / count) if count > 0 else tau
     if not (value >= tau and value <= FMAX):
         value = tau
@@ -283,13 +279,15 @@ def tbq_blocks_range(g, r, use_r, bk, scale, values, out, s, e):
     codes 2 / 0 / 1 for v >= tau / <= -tau / else, and with ``use_r`` r <- v - (code - 1) * value.
     Returns 1 if some v was Inf or NaN."""
     codes = np.empty(CODES_LEN, np.uint8)
+    sums = np.empty(8)
+    counts = np.empty(8, np.int64)
     bad = U8_0
     for b0 in range(s, e, BLOCK):
         b1 = min(e, b0 + BLOCK)
         for j0 in range(b0, b1, bk):
             j1 = min(b1, j0 + bk)
             gs, rs = g[j0:j1], r[j0:j1]
-            tau, value = _tbq_block_rule(gs, rs, use_r, scale)
+            tau, value = _tbq_block_rule(gs, rs, use_r, scale, sums, counts)
             values[j0 // bk] = value
             if use_r:
                 bad = max(bad, _tbq_codes_res(gs, rs, tau, value, codes[j0 - b0 : j1 - b0]))
