@@ -165,9 +165,10 @@ def check_settings(moms: list[float], lrs: list[float] | None, seeds: list[float
     """Refuse, before MPI starts and anything trains, what would fail part-way through the job (every
     earlier combination's minutes spent) or train without a word of warning what is not meant:
     momentum 1 (the default rate 0.5 * (1 - m) is 0, and every algorithm "reaches" the untrained
-    accuracy), a rate of 0 or less, a seed 1.5 (taken as 1), no algorithm, an unknown topology or
-    algorithm spec, or an algorithm's own momentum beside SGD's (``correction.refuse_double_momentum``).
-    Raises ``SystemExit`` naming the option and the value."""
+    accuracy), a rate of 0 or less, a seed 1.5 (taken as 1), an unknown topology or algorithm
+    spec, or an algorithm's own momentum beside SGD's (``correction.refuse_double_momentum``).
+    Raises ``SystemExit`` naming the option and the value. Empty lists never reach it: ``_items`` refuses
+    them as usage errors."""
     from .correction import own_momentum
 
     bad = [m for m in moms if not 0.0 <= m < 1.0]
@@ -177,10 +178,6 @@ def check_settings(moms: list[float], lrs: list[float] | None, seeds: list[float
         raise SystemExit(f"convergence: --lr must be positive and finite, got {bad[0]:g}")
     if bad := [x for x in seeds if x != int(x) or x < 0]:
         raise SystemExit(f"convergence: --seed must be whole numbers >= 0, got {bad[0]:g}")
-    if not algs:
-        raise SystemExit("convergence: --algs names no algorithm; give e.g. --algs none,tbq")
-    if not topologies:
-        raise SystemExit("convergence: --topology names no topology; give e.g. --topology casync-ring")
     known = topology_choices()
     if unknown := [t for t in topologies if t not in known]:
         raise SystemExit(f"convergence: --topology {unknown[0]!r} is not one of {', '.join(known)}")
