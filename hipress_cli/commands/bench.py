@@ -45,16 +45,12 @@ def compress(
     from hipress.compress.registry import split_specs
 
     if compll_dir is not None:  # a user's algorithm measured beside the built-ins, as `run --compll-dir` runs it
-        from hipress.compll import CompLLError, load_dir
-        from hipress.train.config import ConfigError, read_compll_dir
+        from hipress.train.config import ConfigError, install_compll, read_compll_dir
 
-        try:
-            read_compll_dir(compll_dir)  # run's checks, in its words: missing, a file, no specs, not UTF-8
-            load_dir(compll_dir)
+        try:  # run's own recipe (make_config's), so --alg names the class a run would train with, and its words
+            install_compll(read_compll_dir(compll_dir), source=compll_dir)
         except ConfigError as e:
             raise fail(str(e)) from None
-        except CompLLError as e:
-            raise fail(f"--compll-dir: {e}") from None
 
     names = all_or("--alg", alg, split_option("--alg", alg, split_specs), available(), "algorithm")
     if not names:  # an empty table with exit 0 reads as "measured, nothing to report"
