@@ -7,6 +7,11 @@ is imported, so any layer of ``hipress`` (and ``hipress_cli``, without loading t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
+
 #: What each separator is called in the message (``;`` separates lists whose items hold commas, as
 #: ``--variants 'ring+terngrad:bits=2,stochastic=false;ring+none'``).
 _SEPARATOR_NAMES = {",": "comma", ";": "semicolon"}
@@ -32,3 +37,13 @@ def split_items(text: str, sep: str = ",") -> list[str]:
             raise EmptyItem(f"{text!r}: item {position} of {len(items)} is empty (two {name}s in a row, or one "
                             f"at an end: an unset variable?); name every item, or remove the extra {name}")
     return items
+
+
+def split_arg(parser: argparse.ArgumentParser, option: str, text: str, sep: str = ",") -> list[str]:
+    """``split_items`` for an ``argparse`` option of the ranks' scripts (``hipress.sync.bench``,
+    ``profile_worker``...): an empty item is ``parser.error`` naming ``option`` (a usage error, exit 2),
+    as ``hipress_cli.options.split_option`` says it for the commands."""
+    try:
+        return split_items(text, sep)
+    except EmptyItem as e:
+        parser.error(f"{option} {e}")

@@ -28,7 +28,7 @@ import sys
 import numpy as np
 
 from hipress.files import write_atomic
-from hipress.lists import EmptyItem, split_items
+from hipress.lists import split_arg
 from hipress.quick_exit import quick_exit
 
 
@@ -94,10 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--output", required=True, help="JSON file rank 0 writes")
     ap.add_argument("--compute", help="JSON file: rank 0 also times this algorithm's encode/decode/merge here")
     a = ap.parse_args(argv)
-    try:  # '1024,,4096' is refused by its position: dropped, the profile had fewer points than asked
-        sizes = [int(s) for s in split_items(a.sizes)]
-    except EmptyItem as e:
-        ap.error(f"--sizes {e}")
+    # '1024,,4096' is refused by its position: dropped, the profile had fewer points than asked
+    sizes = [int(s) for s in split_arg(ap, "--sizes", a.sizes)]
     out = run(sizes, a.repeat, a.warmup)
     if out is not None:
         if a.compute:

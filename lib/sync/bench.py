@@ -36,7 +36,7 @@ from mpi4py import MPI
 from hipress.compress import create_from_spec
 from hipress.compress.kernels import set_threads
 from hipress.files import write_atomic
-from hipress.lists import EmptyItem, split_items
+from hipress.lists import split_arg
 from hipress.quick_exit import quick_exit
 from hipress.stats import median_ci
 
@@ -157,10 +157,8 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     set_threads(a.threads)
-    try:  # 'ring,' (an unset "$TOPO2") is refused by its position: dropped, it measured fewer than asked
-        topos = available() if a.topo == "all" else split_items(a.topo)
-    except EmptyItem as e:
-        p.error(f"--topo {e}")
+    # 'ring,' (an unset "$TOPO2") is refused by its position: dropped, it measured fewer than asked
+    topos = available() if a.topo == "all" else split_arg(p, "--topo", a.topo)
     for t in topos:
         get(t)  # unknown names fail before anything runs
     numel = a.size // 4

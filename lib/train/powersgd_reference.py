@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from hipress.lists import EmptyItem, split_items
+from hipress.lists import split_arg
 from hipress.quick_exit import quick_exit
 from hipress.topology_names import DDP_RUNNER, ENGINE_RUNNER, RING
 
@@ -139,10 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compress-after", type=int, default=2)
     p.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, in order: {', '.join(RUNS)}")
     args = p.parse_args(argv)
-    try:  # 'torch,' (an unset "$RUN2") is refused by its position: dropped, fewer runs were compared
-        runs = split_items(args.runs)
-    except EmptyItem as e:
-        p.error(f"--runs {e}")
+    runs = split_arg(p, "--runs", args.runs)  # 'torch,' (an unset "$RUN2"): refused, not fewer runs compared
     bad = [r for r in runs if r not in RUNS]
     if bad or not runs:
         p.error(f"--runs: unknown {', '.join(map(repr, bad))}; choose from {', '.join(RUNS)}" if bad else
