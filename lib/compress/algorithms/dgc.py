@@ -50,6 +50,8 @@ finiteness check (``sparse.select_sampled``).
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from ..base import Capabilities
@@ -150,16 +152,18 @@ class DGC(SparseCompressor):
     def warmup_schedule(self) -> list[tuple[int, DGC]]:
         """Each warm-up stage's encodes and the algorithm that runs them (that stage's density, no
         warm-up, widened alike): stage e holds the steps s with ``s * stages // warmup == e``, i.e.
-        from ceil(e * warmup / stages) on, as ``warmup_density`` counts them."""
+        from ceil(e * warmup / stages) on, as ``warmup_density`` counts them; its density is
+        ``warmup_density``'s at its first step (one formula for the encoder and the schedule)."""
         stages = warmup_stages(self._base)
         if not self.warmup or not stages:
             return []
+        firsts = [-(-e * self.warmup // stages) for e in range(stages + 1)]  # stage e: steps firsts[e] ..
         out: list[tuple[int, DGC]] = []
-        for e in range(stages):
-            steps = -(-(e + 1) * self.warmup // stages) - -(-e * self.warmup // stages)
-            if steps:
-                d = DGC(max(self._base, WARMUP_COEFF ** (e + 1)), self.sample_ratio, self.momentum, self.lower_bound)
-                out.append((steps, d.widened(self._factor) if self._factor != 1 else d))
+        for first, end in itertools.pairwise(firsts):
+            if end > first:
+                d = DGC(warmup_density(self._base, self.warmup, first), self.sample_ratio, self.momentum,
+                        self.lower_bound)
+                out.append((end - first, d.widened(self._factor) if self._factor != 1 else d))
         return out
 
     def _choose(self, x: torch.Tensor, state: GradientState | None, name: str) -> Selection:
