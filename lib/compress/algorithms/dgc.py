@@ -146,7 +146,11 @@ class DGC(SparseCompressor):
         """Past the warm-up: the same algorithm (widened alike) without it; itself without one."""
         if not self.warmup:
             return self
-        w = DGC(self._base, self.sample_ratio, self.momentum, self.lower_bound)
+        return self._without_warmup(self._base)
+
+    def _without_warmup(self, ratio: float) -> DGC:
+        """This algorithm at ``ratio`` with no warm-up, widened alike: the steady one, or a warm-up stage."""
+        w = DGC(ratio, self.sample_ratio, self.momentum, self.lower_bound)
         return w.widened(self._factor) if self._factor != 1 else w
 
     def warmup_schedule(self) -> list[tuple[int, DGC]]:
@@ -161,9 +165,7 @@ class DGC(SparseCompressor):
         out: list[tuple[int, DGC]] = []
         for first, end in itertools.pairwise(firsts):
             if end > first:
-                d = DGC(warmup_density(self._base, self.warmup, first), self.sample_ratio, self.momentum,
-                        self.lower_bound)
-                out.append((end - first, d.widened(self._factor) if self._factor != 1 else d))
+                out.append((end - first, self._without_warmup(warmup_density(self._base, self.warmup, first))))
         return out
 
     def _choose(self, x: torch.Tensor, state: GradientState | None, name: str) -> Selection:
