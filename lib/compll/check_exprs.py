@@ -356,7 +356,7 @@ class ExprChecks:
             self._convertible(e.args[1], it, a.ty, f"initial value of {f}")
             return lam.ret if f == "reduce" else T.vec(lam.ret)
         if f == "filter":
-            self._args(e, 2)
+            self._args(e, (2, 3))
             vt = self._vec_arg(e.args[0], scope, "filter's first argument")
             lam = self._lambda_arg(e.args[1], scope, 1, "filter")
             self._bind(e.args[0], vt.elem, lam.params[0], "filter")
@@ -364,6 +364,12 @@ class ExprChecks:
                 raise self.err(e.args[1], "filter's lambda cannot draw random numbers", "map first, then filter")
             if not lam.ret.is_scalar:
                 raise self.err(e.args[1], "filter's lambda must return bool")
+            if len(e.args) == 3:  # the limit: at most that many elements (the payload's bound)
+                t = self._expr(e.args[2], scope, True)
+                if not t.is_int:
+                    raise self.err(e.args[2], f"filter's limit (its third argument) must be an integer, got {t}",
+                                   "the most elements to keep, e.g. (int) ceil(gradient.size * p.ratio)")
+                settle(e.args[2], T.INT)
             return vt
         if f == "sort":
             self._args(e, 2)

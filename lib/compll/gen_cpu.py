@@ -242,6 +242,12 @@ class NumbaBackend(KernelBackend):
         self.width_uses([xv, pred], uses)
         args = sorted(uses.names)
         dtype = NP_DTYPE[store.kind]
+        # with a limit, the first `limit` that pass (in order): positions past it are counted, not written
+        limited = st.limit is not None
+        size = "min(counts[nch], max(np.int64(0), limit))" if limited else "counts[nch]"
+        write = ["            out[o] = x"]
+        if limited:
+            write = ["            if o < out.shape[0]:", "                out[o] = x"]
         lines = [
             "nch = (n_loop + CHUNK - 1) // CHUNK",
             "counts = np.zeros(nch + 1, dtype=np.int64)",
@@ -256,7 +262,7 @@ class NumbaBackend(KernelBackend):
             "    counts[c + 1] = k",
             "for c in range(nch):",
             "    counts[c + 1] += counts[c]",
-            f"out = np.empty(counts[nch], dtype={dtype})",
+            f"out = np.empty({size}, dtype={dtype})",
             "for c in prange(nch):",
             "    s = np.int64(c) * CHUNK",
             "    e = min(n_loop, s + CHUNK)",
@@ -264,12 +270,13 @@ class NumbaBackend(KernelBackend):
             "    for i in range(s, e):",
             f"        x = {xv}",
             f"        if {pred}:",
-            "            out[o] = x",
+            *write,
             "            o += 1",
             "return out",
         ]
-        self.parallel_pair(kname, f"n_loop, {', '.join(args)}", lines)
-        call = f"{self.pick(kname, st.src.length)}({st.src.length}, {', '.join(args)})"
+        self.parallel_pair(kname, f"n_loop, {'limit, ' if limited else ''}{', '.join(args)}", lines)
+        lim = f"np.int64({st.limit}), " if limited else ""
+        call = f"{self.pick(kname, st.src.length)}({st.src.length}, {lim}{', '.join(args)})"
         return [f"{st.dst} = {call}"] + drv.oob_check(uses.checked)
 
     def launch_sort(self, st: SSort, drv: Driver) -> list[str]:

@@ -335,20 +335,26 @@ class CudaBackend(KernelBackend):
             head + [f"flags[i] = {pred} ? 1 : 0;"],
         )
         ctype = ELEM_C[store.kind]
+        # with a limit, the first `limit` that pass (in order): the gather skips positions past it
+        limited = st.limit is not None
+        keep = "if (!flags[i] || where[i] > total) return;" if limited else "if (!flags[i]) return;"
         self._kernel(
             k2,
-            ["long long n_loop"] + [self.decl(a) for a in args] + ["int* flags", "long long* where", f"{ctype}* out"],
-            head[:2] + ["if (!flags[i]) return;", f"{_scalar_c(vty)} x = {xv};", f"out[where[i] - 1] = ({ctype}) x;"],
+            ["long long n_loop"] + [self.decl(a) for a in args] + ["int* flags", "long long* where", f"{ctype}* out"]
+            + (["long long total"] if limited else []),
+            head[:2] + [keep, f"{_scalar_c(vty)} x = {xv};", f"out[where[i] - 1] = ({ctype}) x;"],
         )
         hargs = [self.host_arg(a) for a in args]
+        count = "int(where[-1].get()) if n_loop else 0"
         return [
             f"n_loop = int({st.src.length})",
             "flags = CR.empty(n_loop, np.int32)",
             self._launch(k1, "n_loop", ["np.int64(n_loop)"] + hargs + ["flags"]),
             "where = CR.cumsum(flags)",
-            "total = int(where[-1].get()) if n_loop else 0",
+            f"total = min({count}, max(0, int({st.limit})))" if limited else f"total = {count}",
             f"{st.dst} = CR.empty(total, {_host_np(ctype)})",
-            self._launch(k2, "n_loop", ["np.int64(n_loop)"] + hargs + ["flags", "where", st.dst]),
+            self._launch(k2, "n_loop", ["np.int64(n_loop)"] + hargs + ["flags", "where", st.dst]
+                         + (["np.int64(total)"] if limited else [])),
         ] + drv.oob_check(uses.checked)
 
     def launch_sort(self, st: SSort, drv: Driver) -> list[str]:

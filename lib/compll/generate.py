@@ -216,21 +216,33 @@ def _static_expr(checked: CheckedSpec, info, e, ty) -> str | None:
         return None
 
 
-def _static_length(checked: CheckedSpec, info, vec) -> str | None:
-    """Python code for a payload vector's element count from ``numel`` and the parameters, or None
-    where the data decide it (a ``filter``'s result, a vector reassigned in a branch).
+def _static_length(checked: CheckedSpec, info, vec) -> tuple[str | None, bool]:
+    """Python code for a payload vector's element count from ``numel`` and the parameters, and
+    whether it is exact: (None, False) where the data decide it (an unlimited ``filter``'s result, a
+    vector reassigned in a branch), (bound, False) for ``filter(v, pred, limit)``'s.
 
     The gradient's own length is ``numel``; a vector over ``range(e)`` (mapped, sorted, scanned) has
     ``e`` elements, none when ``e`` is negative, as the driver's ``range``. Counting such a vector at
     ``numel`` instead made a per-block scale vector (``map(range((n + b - 1) / b), scale)``) weigh as
-    much as the gradient: ``payload_size`` and the plan's payload model over 20 times too large.
+    much as the gradient: ``payload_size`` and the plan's payload model over 20 times too large. A
+    filter's limit bounds its result as the generated filter enforces it: at most ``limit`` (none
+    when negative), at most its source's length; without it a threshold spec keeping 0.1 % had
+    ``payload_size`` (and ``ratio()``) of every element as an (index, value) pair, 2x fp32.
     """
+    from .ir import Limit
+
     if vec.key == "N":
-        return "numel"
+        return "numel", True
+    if isinstance(vec.len_expr, Limit):
+        bound = _static_expr(checked, info, vec.len_expr.limit, T.INT)
+        if bound is None:
+            return None, False
+        src, _ = _static_length(checked, info, vec.len_expr.src)
+        return (f"max(0, min({bound}, {src}))" if src is not None else f"max(0, {bound})"), False
     if vec.len_expr is None:
-        return None
+        return None, False
     code = _static_expr(checked, info, vec.len_expr, T.INT)
-    return None if code is None else f"max(0, {code})"
+    return (None, False) if code is None else (f"max(0, {code})", True)
 
 
 def _py_kind(kind: str) -> str:
@@ -254,15 +266,17 @@ def generate_wrapper(
     terms = []
     exact = True
     sparse = False  # a vector whose length the data decide: the payload's size depends on the data
+    unbounded = False  # one with no bound but the gradient's length (a filter without a limit)
     for f in concat.fields:
         if f.in_header:
             continue
         if f.vec is None:
             terms.append(str(T.SIZES[f.ty.kind]))
             continue
-        length = _static_length(checked, encode, f.vec)
-        sparse = sparse or length is None
-        exact = exact and length is not None
+        length, known = _static_length(checked, encode, f.vec)
+        sparse = sparse or not known
+        exact = exact and known
+        unbounded = unbounded or length is None
         bits = f.ty.elem.elem_bits()  # type: ignore[union-attr]
         if isinstance(bits, str):
             expr, _dep = encode.widths[bits]
@@ -291,6 +305,8 @@ def generate_wrapper(
         "Exact payload bytes for numel elements."
         if exact
         else "An upper bound: data-dependent vectors counted at numel elements."
+        if unbounded
+        else "An upper bound: filtered vectors counted at their filter's limit."
     )
     return render(
         "wrapper.py.j2",

@@ -24,8 +24,9 @@ class Vec:
     ``length``: driver code for the element count. ``key``: canonical text of the length, equal for
     vectors known to have the same length (fusion and bounds-check elision rely on it).
     ``len_expr``: the ``range(...)`` argument the length comes from, where it does (None for the
-    gradient's own length, key ``N``, and for lengths the data decide, as a ``filter``'s): the wrapper
-    computes a payload's exact size from it when it reads only ``.size`` and parameters.
+    gradient's own length, key ``N``, and for lengths the data decide, as a ``filter``'s), or the
+    ``Limit`` of a ``filter`` given one: the wrapper computes a payload's exact size (or, from a
+    ``Limit``, its bound) from it when it reads only ``.size`` and parameters.
     """
 
     kind: str
@@ -37,7 +38,7 @@ class Vec:
     src: Vec | None = None  # map
     lam: LambdaInfo | None = None  # map
     sym: Symbol | None = None  # the symbol bound to it, if any
-    len_expr: ast.Expr | None = None  # the range(...) argument of its length, if it has one
+    len_expr: ast.Expr | Limit | None = None  # the range(...) argument of its length, or its bound
 
     def deps(self) -> set[Symbol]:
         """Symbols whose values this vector's elements read."""
@@ -49,6 +50,17 @@ class Vec:
         if self.lam is not None:
             out |= set(self.lam.captures)
         return out
+
+
+@dataclass(eq=False)
+class Limit:
+    """The bound of ``filter(src, pred, limit)``'s length: at most ``limit`` elements (none when it is
+    negative), and at most ``src``'s. The generated filter keeps the first ``limit`` that pass, so a
+    spec that selects by a threshold declares the most its payload carries, and ``payload_size`` (a
+    receive buffer's size, the ratio a plan weighs) is that bound instead of every element."""
+
+    limit: ast.Expr
+    src: Vec
 
 
 # ---------------------------------------------------------------------------- steps
@@ -181,6 +193,7 @@ class SFilter(Step):
     src: Vec
     lam: LambdaInfo
     uid: int = 0
+    limit: str | None = None  # driver variable: keep at most this many (the first in order), if given
 
 
 @dataclass(eq=False)

@@ -512,8 +512,16 @@ class Lowerer:
             pre, src = self.vec_expr(e.args[0])
             tmp = self.temp(e.ty, "t_filter")
             lam = e.args[1].sym.lam  # type: ignore[union-attr]
-            step = ir.SFilter(tmp, src, lam, self.next_uid())
-            return pre + [step], ir.Vec("array", src.elem, f"filter{id(e)}", f"{tmp}.shape[0]", name=tmp)
+            limit: str | None = None
+            bound: ir.Limit | None = None
+            if len(e.args) == 3:  # filter(v, pred, limit): the limit evaluated once, before the filter
+                lpre, lim = self.host_expr(e.args[2])
+                limit = self.temp(T.INT, "t_limit")
+                pre += lpre + [ir.SHost(ir.TempSym(limit, T.INT), lim)]
+                bound = ir.Limit(e.args[2], src)
+            step = ir.SFilter(tmp, src, lam, self.next_uid(), limit=limit)
+            kept = ir.Vec("array", src.elem, f"filter{id(e)}", f"{tmp}.shape[0]", name=tmp, len_expr=bound)
+            return pre + [step], kept
         if f == "sort":
             pre, src = self.vec_expr(e.args[0])
             more, arr = self.as_array(src, "t_unsorted")
