@@ -137,6 +137,17 @@ class Compressor(ABC):
             )
         return header, body
 
+    def sent_positions(self, payload: torch.Tensor, name: str = "<unnamed>") -> torch.Tensor:
+        """The positions (int64, ascending, on the payload's device) whose values ``payload`` carries:
+        what the encoder that made it selected and sent. DGC's momentum factor masking clears a
+        rank's velocity exactly there (Lin et al. 2018, sec. 3.2: its *own* selection, not the union
+        that reached the model), so it needs the selection, not the merged result.
+
+        This default decodes the payload and takes its non-zero positions (every position a value
+        reached; a sent value that is exactly 0 is missed); sparse formats override it with their
+        indices, exactly."""
+        return torch.nonzero(self.decode(payload, name=name)).view(-1)
+
     def merge(self, a: torch.Tensor, b: torch.Tensor, *, name: str = "<unnamed>") -> torch.Tensor:
         """Sum two payloads into one (sealed) without decoding; only where ``caps.compressed_merge``."""
         raise NotImplementedError(f"{self.name} payloads cannot be merged without decoding")

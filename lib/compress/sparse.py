@@ -336,6 +336,11 @@ class SparseCompressor(Compressor):
             raise CompressionError(name, f"{self.name} payload claims {k} kept of {header.numel} elements")
         return body[: 4 * k].view(torch.int32), body[4 * k : 8 * k].view(torch.float32)
 
+    def sent_positions(self, payload: torch.Tensor, name: str = "<unnamed>") -> torch.Tensor:
+        """The payload's indices (``Compressor.sent_positions``), a value of 0 among them too."""
+        header, body = self.parse(payload, name)
+        return self.split(header, body, name)[0].long()
+
     def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
         idx, val = self.split(header, body, name)
         if not backend_for(out, name).scatter(idx, val, out, add):

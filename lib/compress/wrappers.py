@@ -48,6 +48,9 @@ class _Wrapper(Compressor):
     def merge(self, a: torch.Tensor, b: torch.Tensor, *, name: str = "<unnamed>") -> torch.Tensor:
         return self.inner.merge(a, b, name=name)
 
+    def sent_positions(self, payload: torch.Tensor, name: str = "<unnamed>") -> torch.Tensor:
+        return self.inner.sent_positions(payload, name)
+
     def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
         self.inner._decode(header, body, out, add, name)
 
@@ -130,10 +133,7 @@ class MomentumCorrection(_Wrapper):
         if not all_finite(u):  # a bad x (or an overflow) must not stay in the velocity forever
             raise nonfinite_reset(name, u)
         payload = seal(self.inner._encode(u, dtype, state, name))
-        h, body = self.inner.parse(payload, name)
-        sent = torch.empty_like(u)
-        self.inner._decode(h, body, sent, False, name)
-        u.masked_fill_(sent != 0, 0.0)
+        u.index_fill_(0, self.inner.sent_positions(payload, name), 0.0)
         return payload
 
 
@@ -170,10 +170,11 @@ class LocalMomentum:
     velocity of the summed gradient, so this is plain momentum SGD exactly; compressed, error
     feedback and momentum act on the same quantity and nothing is applied twice.
 
-    Momentum factor masking (``mask=True``, for sparse payloads): where a coordinate was updated
-    this step (the synchronized gradient is non-zero there) its velocity is cleared, so momentum does
-    not keep pushing a value the accumulated residual already delivered (DGC's masking; here the
-    mask is what reached the model, the same on every rank, so ranks' velocities stay comparable).
+    Momentum factor masking (``mask=True``, for sparse payloads): where this rank's own payload sent
+    a coordinate this step, its velocity is cleared, so momentum does not keep pushing a value its
+    accumulated residual already delivered (DGC's masking, Lin et al. sec. 3.2: each worker masks
+    its own selection, as its residual is cleared there; not the union of every rank's selection
+    that reached the model, which cleared a rank's velocity where it had sent nothing).
 
     State: the velocity lives in the gradient's ``GradientState`` (``extra["velocity"]``), so it is
     checkpointed with the compressors' residuals.
@@ -228,8 +229,9 @@ class LocalMomentum:
         state.extra[cls.STARTED] = torch.ones(1)
         return u
 
-    def after_sync(self, synced: torch.Tensor, state: GradientState) -> None:
-        """Momentum factor masking (only with ``mask``): clear the velocity where ``synced`` is non-zero."""
-        if self.mask:
-            u = state.buffer(self.BUFFER, synced.view(-1))
-            u.masked_fill_(synced.view(-1) != 0, 0.0)
+    def after_sync(self, sent: torch.Tensor, state: GradientState) -> None:
+        """Momentum factor masking (only with ``mask``): clear the velocity at ``sent``, the flat
+        positions this rank's own payload carried (``Compressor.sent_positions``)."""
+        u = self.velocity(state)
+        if self.mask and u is not None:
+            u.index_fill_(0, sent.to(u.device), 0.0)

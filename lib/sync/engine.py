@@ -112,6 +112,9 @@ class Engine:
         The device is the first submitted gradient's; every gradient must be on it.
       gpu_timing: on CUDA, time every encode/decode/merge on the GPU (``SyncStats.gpu_s``); costs
         a host synchronization with the engine's stream in ``wait_all``, so it is off by default.
+      record_sent: keep what this rank's own sparse encodes selected, per gradient, for
+        ``sent_positions`` (DGC's momentum factor masking needs it); off by default, as it costs a
+        copy of every selection's indices.
     """
 
     def __init__(
@@ -131,6 +134,7 @@ class Engine:
         merge_sparse: bool = True,
         ready_order: Sequence[tuple[str, int]] | None = None,
         summed_bucket_bytes: int = DEFAULT_SUMMED_BUCKET_BYTES,
+        record_sent: bool = False,
     ) -> None:
         self.states = states if states is not None else StateStore()
         self.transport = Transport(staging)
@@ -151,6 +155,7 @@ class Engine:
                 merge_sparse=merge_sparse,
                 ready_order=ready_order,
                 summed_bucket_bytes=summed_bucket_bytes,
+                record_sent=record_sent,
             )
         except BaseException:
             self.executor.close(handshake=False)
@@ -161,6 +166,7 @@ class Engine:
         self._t0: float | None = None
         self._closed = False
         self._waiting = False
+        self._sent: dict[str, torch.Tensor] = {}
         guard.track(self)
 
     @property
@@ -217,6 +223,7 @@ class Engine:
             # before the iteration's buffers are dropped: their memory is reused in stream order
             self.transport.hand_back()
             self.program.end_iteration()
+            self._sent = self.program.take_sent()
             t0, self._t0 = self._t0, None
             ex = self.executor.take_stats()
         gpu_s: dict[str, float] = {}
@@ -242,6 +249,13 @@ class Engine:
             gpu_s=gpu_s,
             gpu_events=list(ex.gpu_events),
         )
+
+    def sent_positions(self, name: str) -> torch.Tensor | None:
+        """After ``wait_all``: the positions of gradient ``name`` (flat, int64, ascending, on its
+        device) that this rank's own encodes selected and sent in that iteration, with ``record_sent``.
+        None where nothing of it was selected: it travelled whole (fp32 by the plan, an uncompressed
+        topology, a world of one, a dense algorithm), or ``record_sent`` is off."""
+        return self._sent.get(name)
 
     def close(self, timeout: float | None = None) -> None:
         """Stop the engine's threads and free its communicators. Collective: call it on every rank.

@@ -98,11 +98,43 @@ def _deps(*groups: Iterable[Task | Slot | None]) -> list[Task]:
     return out
 
 
+class SentLog:
+    """The positions of one job's ``flat`` that this rank's own encodes sent, for DGC's momentum
+    factor masking (Lin et al. 2018, sec. 3.2), which clears a rank's velocity where *it* sent, not
+    where the merged aggregate is non-zero (the union of every rank's selection).
+
+    Every encode of a sparse payload adds its ``sent_positions``, moved by where its source lies in
+    ``flat`` (a topology encodes views of the job's gradient: its partitions and chunks). Under
+    ``merge_sparse`` (the default) those encodes are this rank's own selection, once per chunk; with
+    HiPress's re-encoding hops they are what this rank sent, its partial sums included. Encodes run
+    on the executor's threads: ``list.append`` is atomic, and ``positions`` is read once every task
+    of the job has finished."""
+
+    def __init__(self, flat: torch.Tensor) -> None:
+        self.flat = flat
+        self._parts: list[torch.Tensor] = []
+
+    def add(self, src: torch.Tensor, comp: Compressor, payload: torch.Tensor, key: str) -> None:
+        """Record what ``payload``, encoded from ``src`` (a view of ``flat``), sent."""
+        size = self.flat.element_size()
+        off, rem = divmod(src.data_ptr() - self.flat.data_ptr(), size)
+        if rem or src.element_size() != size or off < 0 or off + src.numel() > self.flat.numel():
+            raise RuntimeError(f"internal error: {key}'s encode read a tensor outside its job's gradient")
+        self._parts.append(comp.sent_positions(payload, key) + off)
+
+    def positions(self) -> torch.Tensor:
+        """Every recorded position (int64, ascending, each once)."""
+        if not self._parts:
+            return torch.empty(0, dtype=torch.int64, device=self.flat.device)
+        return torch.unique(torch.cat(self._parts))
+
+
 class GraphBuilder:
     """Records the tasks of one gradient on one rank; see the module docstring.
 
     ``states`` is this rank's ``StateStore``: every encode names the state it uses (its ``key``),
-    so residuals and seeds follow a stable name, never the order of calls.
+    so residuals and seeds follow a stable name, never the order of calls. ``sent``: where sparse
+    encodes record what they sent (``SentLog``), None to record nothing.
     """
 
     def __init__(
@@ -113,12 +145,14 @@ class GraphBuilder:
         order: int,
         states: StateStore,
         channel_seq: dict[tuple, itertools.count],
+        sent: SentLog | None = None,
     ) -> None:
         self.rank = rank
         self.world = world
         self.tag = tag
         self.order = order
         self.states = states
+        self.sent = sent
         self.tasks: list[Task] = []
         self._seq = channel_seq
         self._n = 0
@@ -156,10 +190,13 @@ class GraphBuilder:
         out = Slot()
         states = self.states
         use_state = comp.caps.uses_state
+        sent = self.sent if comp.caps.sparse else None
 
         def run() -> None:
             x = src.get() if isinstance(src, Slot) else src
             out.value = comp.encode(x, states[key] if use_state else None, name=key)
+            if sent is not None:
+                sent.add(x, comp, out.value, key)
 
         deps = [*after, src] if isinstance(src, Slot) else list(after)
         out.producer = self._add("encode", label, deps, run=run)

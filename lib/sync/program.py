@@ -20,7 +20,7 @@ import torch
 from hipress.compress import Compressor, StateStore, create_from_spec
 
 from . import topologies
-from .graph import GraphBuilder, Job, Task, split_even
+from .graph import GraphBuilder, Job, SentLog, Task, split_even
 from .plan import PlanEntry, engine_plan
 from .raw import Raw
 from .topologies import summed
@@ -138,6 +138,8 @@ class SyncProgram:
         submitted, whatever their order; without it (or for a gradient not in it) they are summed
         in one group at ``wait_all``. The order only decides overlap, never the result's validity.
       summed_bucket_bytes: the bucket size (0: one bucket per gradient).
+      record_sent: record, per gradient, the positions this rank's own sparse encodes sent
+        (``graph.SentLog``), for momentum factor masking: ``take_sent`` after each iteration.
     """
 
     def __init__(
@@ -155,6 +157,7 @@ class SyncProgram:
         merge_sparse: bool = True,
         ready_order: Sequence[tuple[str, int]] | None = None,
         summed_bucket_bytes: int = DEFAULT_SUMMED_BUCKET_BYTES,
+        record_sent: bool = False,
     ) -> None:
         if world < 1 or not 0 <= rank < world:
             raise SyncError(f"bad rank {rank} of world size {world}")
@@ -180,6 +183,9 @@ class SyncProgram:
         self.bulk_bytes = bulk_bytes
         self.tag_ub = tag_ub
         self.merge_sparse = bool(merge_sparse)
+        self.record_sent = bool(record_sent)
+        #: this iteration's ``record_sent`` positions by gradient name, filled as gradients finish
+        self._sent: dict[str, torch.Tensor] = {}
         self.owners = assign_owners(self.plan, world) if self.plan is not None else {}
         self._tags: dict[int, str] = {}
         self._tag_of: dict[str, int] = {}
@@ -304,6 +310,14 @@ class SyncProgram:
             tasks += self._build_summed(sorted(leftover, key=lambda s: s.name))
         return tasks
 
+    def take_sent(self) -> dict[str, torch.Tensor]:
+        """The positions of each gradient (flat, int64) that this rank's own sparse encodes sent in the
+        iteration that has just finished (``record_sent``), and a fresh record for the next. A gradient
+        that travelled otherwise (fp32 by the plan, an uncompressed topology, a world of one, a dense
+        algorithm) is absent: nothing of it was selected."""
+        sent, self._sent = self._sent, {}
+        return sent
+
     def end_iteration(self) -> None:
         self.submitted.clear()
         self._held.clear()
@@ -358,12 +372,15 @@ class SyncProgram:
         owners = [self.owners.get((name, i), (name_hash(name) + i) % self.world) for i in range(k)]
         job = Job(name=name, flat=flat, partitions=k, comp=comp, owners=owners,
                   shape=None if fused else tuple(members[0].tensor.shape), merge_sparse=self.merge_sparse)
-        b = GraphBuilder(self.rank, self.world, tag, next(self._order), self.states, self._channel_seq)
+        log = SentLog(flat) if self.record_sent and comp.caps.sparse else None
+        b = GraphBuilder(self.rank, self.world, tag, next(self._order), self.states, self._channel_seq, log)
         self.topology.build(b, job)
         world = self.world
+        record = self._sent
 
         def finish() -> None:
             flat.div_(world)
+            sent = log.positions() if log is not None else None
             off = 0
             for s in members:
                 n = s.flat.numel()
@@ -371,6 +388,9 @@ class SyncProgram:
                     s.flat.copy_(flat[off : off + n])
                 if s.copy_back:
                     s.tensor.copy_(s.flat.view(s.tensor.shape))
+                if sent is not None:  # ascending: this member's are one contiguous run
+                    lo, hi = torch.searchsorted(sent, torch.tensor([off, off + n], device=sent.device)).tolist()
+                    record[s.name] = sent[lo:hi] - off
                 off += n
 
         # after *every* task, sends included: raw payloads alias the gradient (see ``raw``)

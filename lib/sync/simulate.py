@@ -33,12 +33,15 @@ def simulate(
     topology: str = "casync-ring",
     plan: Mapping[str, PlanEntry] | None = None,
     states: Sequence[StateStore] | None = None,
+    sent: list[dict[str, torch.Tensor]] | None = None,
     **options,
 ) -> list[dict[str, torch.Tensor]]:
     """Synchronize ``inputs[r]`` (rank r's gradients by name, submitted in dict order) as ``world``
     ranks would; return each rank's averaged gradients (new tensors; ``inputs`` are not changed).
 
     ``states``: one ``StateStore`` per rank, updated in place, to simulate several iterations.
+    ``sent``: a list to which each rank's ``SyncProgram.take_sent()`` is appended, in rank order
+    (with ``record_sent=True`` among the options: what each rank's own sparse encodes sent).
     """
     world = len(inputs)
     if world < 1:
@@ -61,6 +64,8 @@ def simulate(
     _run(tasks, world)
     for prog in programs:
         prog.end_iteration()
+        if sent is not None:
+            sent.append(prog.take_sent())
     return outputs
 
 

@@ -229,7 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", default="0", help="seed(s), comma-separated")
     p.add_argument("--no-momentum-correction", action="store_true",
                    help="let the optimizer apply momentum to the averaged gradient (the old behaviour)")
-    p.add_argument("--factor-masking", action="store_true", help="DGC's momentum factor masking (sparse payloads)")
+    p.add_argument("--factor-masking", action="store_true",
+                   help="DGC's momentum factor masking (sparse payloads): each rank's velocity cleared where its "
+                        "own payload sent; off by default, measured to cost accuracy here "
+                        "(hipress.train.correction.MomentumCorrection.for_optimizer)")
     p.add_argument("--reencode-aggregates", action="store_true",
                    help="sparse algorithms: decode-merge-encode at every ring hop / PS aggregator (HiPress's)")
     p.add_argument("--compress-after", type=int, default=0, help="uncompressed iterations before compressing")

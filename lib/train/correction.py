@@ -14,8 +14,9 @@ hyper-parameters. Which scheme each algorithm gets:
   once: CaSync's aggregators merge sparse payloads instead of re-encoding them
   (``hipress.sync.graph.merges_payloads``; the re-encoding hops' own residuals were a second delay,
   the largest loss under momentum). That is DGC's scheme (Lin et al., section 3.2) as its
-  all-gather runs it. DGC's momentum factor masking only on request (``factor_masking=True``): it
-  stabilised lr 0.05-0.1 a little but cost 6.7 points at lr 0.01, see ``for_optimizer``;
+  all-gather runs it. DGC's momentum factor masking only on request (``factor_masking=True``, each
+  rank's own selection as the paper masks it): it never helped on the convergence script and cost
+  3-3.5 points at 5 % density, see ``for_optimizer``;
 - biased quantizers (tbq, onebit, signsgd/efsignsgd) and PowerSGD: local momentum and error
   feedback on the velocity (their own residual, or ``ErrorFeedback`` for signsgd), no masking: every
   coordinate is sent each step, so masking would cancel momentum altogether. What made the velocity
@@ -54,6 +55,8 @@ class MomentumCorrection:
         self._group_of = {id(p): gi for gi, g in enumerate(optimizer.param_groups) for p in g["params"]}
         #: a stable name per parameter (its position in the optimizer), for those who have no names
         self.position: dict[int, str] = {id(p): name for name, p in positions(optimizer)}
+        #: momentum factor masking: the synchronization must then say what this rank sent (``after_sync``)
+        self.masks = mask
         self._moms = [LocalMomentum(0.0, mask=mask) for _ in optimizer.param_groups]
         self._saved: list[dict] | None = None  # the groups' own values while ``plain_step`` zeroes them
         #: the groups whose weight decay ``before_sync`` folded into the gradient since the last step:
@@ -66,14 +69,23 @@ class MomentumCorrection:
                       enabled: bool = True, factor_masking: bool = False) -> MomentumCorrection | None:
         """The correction for ``optimizer`` when it is an SGD with momentum and ``enabled``; else None.
 
-        ``factor_masking``: DGC's momentum factor masking for sparse payloads. Off by default: on the
-        convergence script (ring hops re-encoding, dgc:ratio=0.01) dgc, topk and graddrop lost 6.7-6.9
-        points at lr 0.01 seed 11 with it (dgc: -6.7 masked, -0.8 not) while it helped at lr
-        0.05 (seed 3: -2.5 vs -8.9), because with error feedback on the velocity nothing is applied
-        twice, and clearing the velocity only slows the coordinates that move most: those sent
-        every step lose momentum altogether. The mask is what reached the model (the union of all
-        ranks' payloads, the same on every rank); each rank's residual is already zero where its
-        own payload sent, as DGC's masking of v requires.
+        ``factor_masking``: DGC's momentum factor masking for sparse payloads: each rank's velocity is
+        cleared where its *own* payload sent (Lin et al. 2018, sec. 3.2; the synchronization reports
+        it, ``Engine.sent_positions``), where its residual was cleared too, as DGC masks both.
+        Until this was fixed the mask was the union of every rank's selection (where the average is
+        non-zero), which also stopped the momentum of coordinates this rank had not sent.
+
+        Off by default, as measured on the convergence script (4 ranks, momentum 0.9, lr 0.05
+        cosine, 440 iterations, seeds 1-3; difference from uncompressed in points, mean / worst):
+        dgc:ratio=0.05 (the script's default) ring -0.19 / -0.28 without masking, -3.06 / -3.61 with
+        it (-4.63 / -4.72 with the old union mask); ps -0.09 / -0.28, -3.52 / -4.17 (-4.91 / -5.28).
+        At DGC's own 0.1 %: ring -1.20 / -1.39 either way (union -1.94 / -2.22); ps -1.02 / -1.67
+        without, -1.30 / -1.67 with (union -1.94 / -1.94). It never helped: with error feedback on
+        the velocity nothing is applied twice, and clearing the velocity only slows the coordinates
+        that move most (those sent every few steps lose their momentum), which at 5 % density is
+        most of what trains. (Before CaSync merged sparse payloads, with re-encoding ring hops at
+        dgc:ratio=0.01, it had helped at lr 0.05 seed 3, -2.5 vs -8.9, and cost 6.7 points at lr
+        0.01 seed 11: it compensated for the hops' second delay, which merging removed.)
         """
         refuse_double_momentum(optimizer, comp)
         if not enabled or type(optimizer) is not torch.optim.SGD:
@@ -125,12 +137,14 @@ class MomentumCorrection:
             grad.add_(p.detach(), alpha=wd)
         mom.before_sync(grad, velocity_state(states, name), name=self.position.get(id(p), "<unnamed>"))
 
-    def after_sync(self, p: torch.Tensor, grad: torch.Tensor, states: StateStore, name: str,
-                   compressed: bool) -> None:
-        """Momentum factor masking after a compressed synchronization (sparse payloads only)."""
+    def after_sync(self, p: torch.Tensor, states: StateStore, name: str, sent: torch.Tensor | None) -> None:
+        """Momentum factor masking after a synchronization: clear the velocity of ``p`` at ``sent``,
+        the flat positions this rank's own sparse payload selected (None: it travelled whole, nothing
+        to mask). DGC's rule (Lin et al. sec. 3.2): each worker masks its own selection, where its
+        residual was cleared too; the synchronized average is non-zero at every rank's selection."""
         mom, _ = self.settings(p)
-        if compressed and mom.momentum and mom.mask:
-            mom.after_sync(grad, velocity_state(states, name))
+        if sent is not None and mom.momentum and mom.mask:
+            mom.after_sync(sent, velocity_state(states, name))
 
     @contextmanager
     def plain_step(self) -> Iterator[None]:

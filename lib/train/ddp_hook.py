@@ -292,6 +292,8 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
             flat = state._scratch[key] = torch.empty(buf.numel(), dtype=buf.dtype, device=buf.device)
         torch.cat([grads[i].reshape(-1) for i in plan.order], out=flat)
     payload = comp.encode(flat, gstate, name=key)
+    # factor masking clears this rank's velocity where its own payload sent (not where the average is non-zero)
+    sent = comp.sent_positions(payload, key) if corr is not None and corr.masks else None
     if comp.caps.sparse:
         # on the bucket's device: NCCL moves only CUDA tensors (gloo, CPU ones)
         mine = torch.tensor([payload.numel()], dtype=torch.int64, device=buf.device)
@@ -318,8 +320,8 @@ def compression_hook(state: CompressionHookState, bucket: dist.GradBucket) -> to
                 g.view(-1).copy_(flat[off : off + g.numel()])
                 off += g.numel()
         out = buf.div_(world)
-        if corr is not None:
-            _mask(corr, bucket, state.states)
+        if sent is not None:
+            _mask(corr, bucket, state.states, plan, sent)
         return out
 
     return fut.then(decode)
@@ -425,9 +427,17 @@ def _apply_correction(corr: MomentumCorrection, bucket: dist.GradBucket, states:
         corr.before_sync(p, g, states, corr.position[id(p)])
 
 
-def _mask(corr: MomentumCorrection, bucket: dist.GradBucket, states: StateStore) -> None:
-    for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
-        corr.after_sync(p, g, states, corr.position[id(p)], compressed=True)
+def _mask(corr: MomentumCorrection, bucket: dist.GradBucket, states: StateStore, plan: "_Plan",
+          sent: torch.Tensor) -> None:
+    """Momentum factor masking: each parameter's velocity cleared where this rank's payload sent,
+    ``sent`` being positions in the bucket's canonical order (``plan``), which is the payload's."""
+    params, grads = bucket.parameters(), bucket.gradients()
+    off = 0
+    for j in plan.order if plan.order is not None else range(len(params)):
+        n = grads[j].numel()
+        lo, hi = torch.searchsorted(sent, torch.tensor([off, off + n], device=sent.device)).tolist()
+        corr.after_sync(params[j], states, corr.position[id(params[j])], sent[lo:hi] - off)
+        off += n
 
 
 def _param_key(state: CompressionHookState, bucket: dist.GradBucket, j: int, p: torch.Tensor) -> str:
@@ -463,7 +473,6 @@ def _summed_hook(state: CompressionHookState, bucket: dist.GradBucket, group: An
         batch = state._batches[members] = state.compressor.batch(members, device=buf.device)
     flats = [g.view(-1) for g in grads]
     states = state.states
-    corr = state.correction
     batch.encode_p(flats, states)
     floats = sum(batch.sent_floats)
     state.bytes_sent += 2 * (world - 1) * 4 * floats // world  # a ring all-reduce of P, then of Q
@@ -480,10 +489,7 @@ def _summed_hook(state: CompressionHookState, bucket: dist.GradBucket, group: An
         fut.value()
         seal(batch.pay_q)
         batch.decode(flats, states, world)
-        out = buf.div_(world)
-        if corr is not None:
-            _mask(corr, bucket, states)
-        return out
+        return buf.div_(world)  # PowerSGD sends every coordinate: no factor masking (sparse payloads only)
 
     fut = dist.all_reduce(batch.body_p, group=group, async_op=True).get_future()
     return fut.then(q_step).then(decode)

@@ -97,7 +97,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         held until backward has ended (as with ``overlap=False``). Clipping ``p.grad`` between
         ``backward()`` and ``step()`` is not that: the engine may still be sending it (a race, not
         detected: the engine's own write-back bumps the tensor's version too).
-    factor_masking: DGC's momentum factor masking for sparse payloads under momentum correction
+    factor_masking: DGC's momentum factor masking for sparse payloads under momentum correction:
+        each rank's velocity cleared where its own payload sent (the engine's ``sent_positions``)
         (off: measured to cost accuracy here, see ``MomentumCorrection.for_optimizer``).
     merge_sparse: CaSync's aggregators (ring hops, PS) merge sparse payloads without decoding, so each
         rank's contribution is compressed once with its own residual (``hipress.sync.graph.merges_payloads``
@@ -204,6 +205,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
             kwargs["merge_sparse"] = False
         if gpu_timing:  # CUDA: time the engine's GPU work with events (SyncStats.gpu_s, gpu_events)
             kwargs["gpu_timing"] = True
+        if self.correction is not None and self.correction.masks:  # factor masking: what this rank sent
+            if engine is not None and not callable(getattr(engine, "sent_positions", None)):
+                raise ValueError(
+                    f"factor_masking needs to know what this rank sent, which the engine given "
+                    f"({type(engine).__name__}) does not say (no sent_positions(name)): pass no engine, "
+                    f"or factor_masking=False")
+            kwargs["record_sent"] = True
         self.engine = engine if engine is not None else Engine(
             comm, self.compressor, topology=topology, plan=plan, states=self.states, ready_order=ready_order,
             **kwargs
@@ -212,7 +220,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._warm = None
         self._reopen_warm_up()
         self.overlap = overlap and self.clip_grad_norm is None  # clipping needs every gradient first
-        self._compressed: frozenset[str] | None = None  # the gradients the engine sends compressed
         self._held: list[tuple[str, torch.Tensor]] = []
         self._submitted: set[str] = set()
         self._synchronized = False
@@ -282,19 +289,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if with_grad:
             torch.nn.utils.clip_grad_norm_(with_grad, self.clip_grad_norm)
 
-    def _compressed_names(self) -> frozenset[str]:
-        """The gradients the engine sends compressed: not those its plan (or ``--comp-threshold``,
-        folded into the plan) leaves in fp32, none on an uncompressed topology; momentum factor
-        masking applies only to those."""
-        if self._compressed is None:
-            prog = getattr(self.engine, "program", None)
-            if prog is None:  # an engine of the caller's own: every gradient, as it is compressing
-                self._compressed = frozenset(n for n, _ in self._params)
-            else:
-                self._compressed = frozenset(n for n, p in self._params
-                                             if prog.comp is not prog.none and prog.entry(n, p.numel()).compress)
-        return self._compressed
-
     @property
     def _active(self) -> Any:
         """The engine of this iteration: the uncompressed one during warm-up, else ``engine``."""
@@ -357,10 +351,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self.correction is None:
             out = self.optimizer.step(closure)
         else:
-            compressed = self._compressed_names() if self._active is self.engine else frozenset()
-            for name, p in self._params:
-                if p.grad is not None:
-                    self.correction.after_sync(p, p.grad, self.states, name, name in compressed)
+            if self.correction.masks:  # what this rank's own payloads sent (none: fp32, warm-up, one rank)
+                active = self._active
+                for name, p in self._params:
+                    if p.grad is not None:
+                        self.correction.after_sync(p, self.states, name, active.sent_positions(name))
             with self.correction.plain_step():
                 out = self.optimizer.step(closure)
         self.iteration += 1

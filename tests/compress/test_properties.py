@@ -193,6 +193,26 @@ def test_randomk_positions_shared_by_seed_and_merge():
         c.merge(pa, pc)
 
 
+@pytest.mark.parametrize("spec", ["dgc:ratio=0.02", "topk:ratio=0.02", "graddrop:drop_ratio=0.98",
+                                  "randomk:ratio=0.02", "ef:topk:ratio=0.02", "tbq"])
+def test_sent_positions_are_what_the_payload_carries(spec):
+    """``sent_positions``: the ascending positions a payload sent (a sparse format's indices, the wrapper's
+    inner ones; decoded non-zeros for a dense one), what DGC's momentum factor masking clears per rank.
+    A fresh state sends the gradient's own values there and nothing elsewhere."""
+    c = hc.ErrorFeedback(hc.create_from_spec(spec[3:])) if spec.startswith("ef:") else hc.create_from_spec(spec)
+    x = randn(1000, seed=7)
+    p = c.encode(x, hc.GradientState(), name="w")
+    idx, dec = c.sent_positions(p, "w"), c.decode(p)
+    assert idx.dtype == torch.int64 and idx.numel() and bool((idx[1:] > idx[:-1]).all())
+    rest = torch.ones(1000, dtype=torch.bool)
+    rest[idx] = False
+    assert not dec[rest].any()
+    if c.caps.sparse:
+        assert idx.numel() < 50 and torch.equal(dec[idx], x[idx])
+    else:
+        assert torch.equal(idx, torch.nonzero(dec).view(-1))
+
+
 def test_momentum_correction_and_error_feedback_wrappers_compose():
     inner = hc.create("topk", ratio=0.01)
     c = hc.MomentumCorrection(hc.ErrorFeedback(inner), momentum=0.9)

@@ -150,6 +150,40 @@ def test_sparse_aggregates_merge_each_ranks_payload_once(topo, alg, world):
     assert not any(name.endswith("@agg") for st in states for name in st.names())
 
 
+@pytest.mark.parametrize("topo", ["casync-ring", "casync-ps", "allgather"])
+@pytest.mark.parametrize("alg", ["dgc:ratio=0.02", "topk:ratio=0.02", "randomk:ratio=0.05"])
+@pytest.mark.parametrize("world", [2, 3])
+def test_each_rank_records_what_its_own_encodes_sent(topo, alg, world):
+    """``record_sent``: per gradient, the positions this rank's own payloads carried (partitions, ring
+    chunks and fused bulks mapped back to the gradient), which DGC's momentum factor masking clears.
+    Merged aggregates carry each rank's selection once, so the average times the world is, at every
+    position, the sum of the inputs of the ranks that recorded it; ranks that selected differently
+    record different positions (randomk's ranks share theirs). A gradient the plan leaves in fp32 is
+    not recorded, nor anything at one rank."""
+    sizes = {"w": 6000, "a": 700, "b": 300, "f": 500}
+    plan = {n: PlanEntry(n, k, n != "f", 2 if n == "w" else 1) for n, k in sizes.items()}
+    g = torch.Generator().manual_seed(world)
+    inputs = [{n: torch.randn(k, generator=g) for n, k in sizes.items()} for _ in range(world)]
+    sent: list[dict[str, torch.Tensor]] = []
+    out = simulate(inputs, alg, topo, plan=plan, sent=sent, record_sent=True, bulk_bytes=4096)
+    assert len(sent) == world and all(set(s) == {"w", "a", "b"} for s in sent), [set(s) for s in sent]
+    for n in ("w", "a", "b"):
+        expect = torch.zeros(sizes[n])
+        for r in range(world):
+            idx = sent[r][n]
+            assert idx.dtype == torch.int64 and bool((idx[1:] > idx[:-1]).all()), (r, n)
+            expect[idx] += inputs[r][n][idx]
+        torch.testing.assert_close(out[0][n] * world, expect, rtol=1e-5, atol=1e-5, msg=n)
+        differ = not torch.equal(sent[0][n], sent[1][n])
+        assert differ == (not alg.startswith("randomk")), (n, sent[0][n][:8], sent[1][n][:8])
+    alone: list[dict[str, torch.Tensor]] = []
+    simulate(inputs[:1], alg, topo, plan=plan, sent=alone, record_sent=True)
+    assert alone == [{}]
+    unrecorded: list[dict[str, torch.Tensor]] = []
+    simulate(inputs, alg, topo, plan=plan, sent=unrecorded)
+    assert unrecorded == [{}] * world
+
+
 def test_sparse_aggregates_re_encoded_on_request():
     """``merge_sparse=False``: HiPress's decode-merge-encode hops, with the aggregators' residuals."""
     inputs = [{"w": torch.randn(3000, generator=torch.Generator().manual_seed(r))} for r in range(3)]

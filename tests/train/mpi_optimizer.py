@@ -546,6 +546,70 @@ def mask_plan() -> None:
     opt.close()
 
 
+def assert_masked_own_selection(states, names: list[str], sent: dict[str, torch.Tensor] | None) -> None:
+    """After one corrected step with factor masking: each rank's velocity is zero exactly where its own
+    payload sent (DGC's rule), not where the average is non-zero (every rank's selection).
+
+    Layout-free: the first step's velocity is the gradient and dgc's residual that gradient with this
+    rank's selection zeroed, so the two hold as many zeros (the residuals cover each element once, in
+    whatever chunks, partitions or bulks the synchronization cut). Masking the union cleared more.
+    ``sent`` (the engine's ``sent_positions``, when given): this rank's velocity is zero there, and the
+    ranks selected differently, so the old rule and the paper's disagree here."""
+    from hipress.train.correction import is_velocity_key
+
+    us = [velocity(states, n) for n in names]
+    res = [states[k].residual for k in states.names() if not is_velocity_key(k)]
+    assert sum(r.numel() for r in res) == sum(u.numel() for u in us), (states.names(), names)
+    u_zeros, r_zeros = sum(int((u == 0).sum()) for u in us), sum(int((r == 0).sum()) for r in res)
+    assert u_zeros == r_zeros, f"velocity zeros {u_zeros}, residual zeros {r_zeros}: masked another selection"
+    if sent is not None:
+        mine = {n: set(sent[n].tolist()) for n in names}
+        every = comm.allgather(mine)
+        others = {n: set().union(*(e[n] for r, e in enumerate(every) if r != rank)) - mine[n] for n in names}
+        assert any(others.values()), "the ranks' selections must differ for this test to tell the rules apart"
+        for n, u in zip(names, us, strict=True):
+            assert not u[sent[n]].any(), n
+            assert u[sorted(others[n])].count_nonzero() > 0 or not others[n], n  # kept where only others sent
+
+
+def mask_own(topology: str) -> None:
+    """DistributedOptimizer(factor_masking=True) masks each rank's own selection (Lin et al. sec. 3.2), on
+    the CaSync ring and PS and the all-gather; the engine says what this rank sent (``sent_positions``)."""
+    torch.manual_seed(0)
+    model = spec.build()
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), model.named_parameters(),
+                               compression="dgc:ratio=0.05", topology=topology, comm=comm, factor_masking=True)
+    opt.zero_grad()
+    spec.loss(model, batch(0)).backward()
+    opt.step()
+    names = opt.gradient_names()
+    assert_masked_own_selection(opt.states, names, {n: opt.engine.sent_positions(n) for n in names})
+    opt.close()
+
+
+def ddp_mask_own() -> None:
+    """The DDP hook's factor masking clears each rank's velocity where its own payload sent, too."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hipress.train import CompressionHookState, compression_hook
+    from hipress.train.correction import positions
+    from hipress.train.torchdist import destroy_process_group, init_process_group
+
+    init_process_group(comm, "gloo")
+    try:
+        torch.manual_seed(0)
+        model = DistributedDataParallel(spec.build())
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        state = CompressionHookState("dgc:ratio=0.05", optimizer=opt, factor_masking=True)
+        model.register_comm_hook(state, compression_hook)
+        opt.zero_grad()
+        spec.loss(model, batch(0)).backward()
+        opt.step()
+        assert_masked_own_selection(state.states, [n for n, _ in positions(opt)], None)
+    finally:
+        destroy_process_group()
+
+
 def feedback_without_correction() -> None:
     """--no-momentum-correction decides where momentum goes, not whether a lossy compressor gets
     error feedback: top-k keeps what it did not send, at momentum 0 and 0.9 alike."""
@@ -922,6 +986,8 @@ SCENARIOS = {
     "torch-resume": torch_resume,
     "ddp-torch-resume": ddp_torch_resume,
     "momentum-later": lambda: [momentum_later(a) for a in ("none", "tbq:tau=0.02", "dgc:ratio=0.05")],
+    "mask-own": lambda: [mask_own(t) for t in ("casync-ring", "casync-ps", "allgather")],
+    "ddp-mask-own": ddp_mask_own,
     "mixed-checkpoints": mixed_checkpoints,
     "ddp-uncorrected-resume": ddp_uncorrected_resume,
 }

@@ -46,6 +46,17 @@ def test_checkpoints_saved_apart_are_refused_on_every_rank_and_uncorrected_loads
         assert f"OK {s}" in res.output, res.output
 
 
+def test_factor_masking_clears_each_ranks_own_selection():
+    """DGC's momentum factor masking (Lin et al. 2018, sec. 3.2) clears a worker's velocity where *it* sent.
+    Before, DistributedOptimizer and the DDP hook cleared it wherever the synchronized average was non-zero:
+    the union of every rank's selection, which also stopped the momentum of coordinates this rank had not sent."""
+    scenarios = ["mask-own", "ddp-mask-own"]
+    res = run_mpi(2, "mpi_optimizer.py", *scenarios, timeout=240)
+    assert res.ok, res.output
+    for s in scenarios:
+        assert f"OK {s}" in res.output, res.output
+
+
 def test_three_ranks():
     res = run_mpi(3, "mpi_optimizer.py", "average-ring", "mismatch", timeout=300)
     assert res.ok, res.output

@@ -103,6 +103,12 @@ class RandomK(Compressor):
             raise CompressionError(name, f"randomk payload claims {k} kept of {header.numel} elements")
         return k, seed
 
+    def sent_positions(self, payload: torch.Tensor, name: str = "<unnamed>") -> torch.Tensor:
+        """The seed's positions (``Compressor.sent_positions``): the same on every rank at one step."""
+        header, _ = self.parse(payload, name)
+        k, seed = self._unpack(header, name)
+        return torch.from_numpy(positions(header.numel, k, seed).astype(np.int64)).to(payload.device)
+
     def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
         k, seed = self._unpack(header, name)
         idx = positions(header.numel, k, seed)
