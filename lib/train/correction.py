@@ -176,22 +176,34 @@ def own_momentum(comp: Compressor) -> float:
     return 0.0
 
 
-def refuse_double_momentum(optimizer: torch.optim.Optimizer, comp: Compressor) -> None:
+def refuse_double_momentum(optimizer: torch.optim.Optimizer, comp: Compressor, own: float | None = None,
+                           when: str = "") -> None:
     """Raise ``ValueError`` when ``comp`` keeps a velocity of its own and a parameter group of ``optimizer``
     has a non-zero momentum too: momentum would be applied twice, the step about 1/(1 - m) times too
     long (each gradient's total weight 1/(1 - m)^2 instead of 1/(1 - m): ten times at 0.9), whether
     correction moves SGD's momentum before compression or the optimizer applies it to the average.
     Measured on the convergence script (4 ranks, ring, lr 0.05 cosine, seed 1): dgc:ratio=0.05 -0.3
     points from uncompressed, with momentum=0.9 beside SGD's -1.4.
-    ``hipress run`` refuses it in its own words (``config``); this covers the library and scripts."""
-    own = own_momentum(comp)
+    ``hipress run`` refuses it in its own words (``config``); this covers the library and scripts.
+
+    Called when the optimizer is wrapped and again before every step (``when`` names the step): a
+    momentum raised later (``group["momentum"] = 0.9``, OneCycleLR or CyclicLR cycling it) was
+    otherwise applied twice without a word. ``own``: ``own_momentum(comp)`` when the caller holds it
+    already, so that a step costs one look at each group and nothing for an algorithm without one."""
+    own = own_momentum(comp) if own is None else own
+    if not own:
+        return
     sgd = [float(g.get("momentum", 0.0) or 0.0) for g in optimizer.param_groups]
-    if own and any(sgd):
+    if any(sgd):
+        gi = next(i for i, m in enumerate(sgd) if m)
+        later = (f" {when}: param_groups[{gi}]['momentum'] is {sgd[gi]:g}, set after the optimizer was wrapped "
+                 f"(by a momentum scheduler such as OneCycleLR or CyclicLR with cycle_momentum=True, or by hand)"
+                 if when else "")
         raise ValueError(
             f"compression {comp.name!r} keeps a velocity of its own (momentum {own:g}) and the optimizer applies "
-            f"momentum {max(sgd):g} as well: momentum twice. Make the optimizer's momentum 0 to leave momentum "
-            f"to the algorithm, or drop the algorithm's momentum parameter (momentum correction then moves "
-            f"the optimizer's before compression)")
+            f"momentum {max(sgd):g} as well: momentum twice{later}. Make the optimizer's momentum 0 (and keep it "
+            f"0: cycle_momentum=False for OneCycleLR/CyclicLR) to leave momentum to the algorithm, or drop the "
+            f"algorithm's momentum parameter (momentum correction then moves the optimizer's before compression)")
 
 
 def positions(optimizer: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:

@@ -53,7 +53,9 @@ from .correction import (
     holds_velocities,
     is_velocity_key,
     mean_velocities,
+    own_momentum,
     positions,
+    refuse_double_momentum,
     torch_sgd_state_dict,
 )
 from .load_agreement import CheckpointMismatch, agree_on_load
@@ -99,6 +101,11 @@ class CompressionHookState:
         self.correction = (MomentumCorrection.for_optimizer(optimizer, self.compressor, momentum_correction,
                                                           factor_masking)
                            if optimizer is not None else None)
+        if optimizer is not None and (own := own_momentum(self.compressor)):
+            # refused again before every step: a momentum raised later (a scheduler) would be applied twice
+            comp = self.compressor
+            optimizer.register_step_pre_hook(lambda *_: refuse_double_momentum(
+                optimizer, comp, own, when=f"at step {self.iterations}"))
         # error feedback for every lossy compressor, wherever momentum is applied (the flag decides only that)
         self.compressor = MomentumCorrection.compressor(self.compressor)
         if self.correction is not None:

@@ -37,6 +37,8 @@ from .correction import (
     give_momentum_buffers,
     holds_velocities,
     mean_velocities,
+    own_momentum,
+    refuse_double_momentum,
     torch_sgd_state_dict,
 )
 from .load_agreement import agree_on_load
@@ -152,6 +154,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.compressor = compression
         self.correction = MomentumCorrection.for_optimizer(optimizer, self.compressor, momentum_correction,
                                                           factor_masking)
+        # the algorithm's own velocity, refused again before every step beside a momentum raised later
+        self._own_momentum = (self.compressor, own_momentum(self.compressor))
         # error feedback for every lossy compressor, wherever momentum is applied
         self.compressor = MomentumCorrection.compressor(self.compressor)
         if clip_grad_norm is not None and not (clip_grad_norm > 0 and np.isfinite(clip_grad_norm)):
@@ -348,6 +352,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self.synchronize()
         elif not self._synchronized:
             raise RuntimeError("step() inside skip_synchronize() needs synchronize() first")
+        refuse_double_momentum(self.optimizer, *self._own_momentum, when=f"at step {self.iteration}")
         if self.correction is None:
             out = self.optimizer.step(closure)
         else:

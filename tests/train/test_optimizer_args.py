@@ -66,3 +66,49 @@ def test_the_ddp_hook_refuses_an_algorithm_with_its_own_momentum_under_sgd_momen
         CompressionHookState("dgc:momentum=0.5", optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
     assert own_momentum(ErrorFeedback(MomentumCorrection(create("topk"), 0.8))) == 0.8
     assert own_momentum(create("dgc")) == 0.0
+
+
+@pytest.mark.parametrize("correction", [True, False])
+def test_a_momentum_raised_after_wrapping_beside_the_algorithms_own_is_refused_at_the_step(correction):
+    """Before, the refusal above ran only when the optimizer was wrapped: an SGD made with momentum 0 beside
+    ``dgc:momentum=0.9`` whose momentum a scheduler (OneCycleLR, CyclicLR) or the user raised afterwards
+    stepped with momentum applied twice, without a word. Now the step is refused before the optimizer moves
+    anything, naming the group and the step."""
+    from mpi4py import MPI
+
+    model = torch.nn.Linear(4, 2)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = DistributedOptimizer(sgd, model.named_parameters(), compression="dgc:momentum=0.9", comm=MPI.COMM_SELF,
+                               momentum_correction=correction)
+    try:
+        model(torch.ones(3, 4)).sum().backward()
+        opt.step()  # momentum 0: the algorithm's alone
+        opt.zero_grad()
+        sgd.param_groups[0]["momentum"] = 0.9
+        before = [p.detach().clone() for p in model.parameters()]
+        model(torch.ones(3, 4)).sum().backward()
+        with pytest.raises(ValueError, match=r"momentum twice at step 1: param_groups\[0\]\['momentum'\] is 0.9"):
+            opt.step()
+        for p, q in zip(model.parameters(), before, strict=True):
+            assert torch.equal(p, q)
+        assert sgd.param_groups[0]["momentum"] == 0.9  # the user's value, not left zeroed by a plain step
+    finally:
+        opt.close()
+
+
+def test_the_ddp_hook_refuses_a_momentum_raised_after_its_state_was_made_at_the_step():
+    """The hook's state checks again before every ``optimizer.step()`` (a step pre-hook), before its
+    correction turns the group's momentum off for the step: the same double momentum otherwise."""
+    from hipress.train.ddp_hook import CompressionHookState
+
+    model = torch.nn.Linear(4, 2)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    CompressionHookState("dgc:momentum=0.5", optimizer=sgd)
+    model(torch.ones(3, 4)).sum().backward()
+    sgd.step()
+    sgd.param_groups[0]["momentum"] = 0.9
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match=r"momentum twice at step 0: param_groups\[0\]\['momentum'\] is 0.9"):
+        sgd.step()
+    for p, q in zip(model.parameters(), before, strict=True):
+        assert torch.equal(p, q)
