@@ -367,9 +367,9 @@ class RemoteJob:
                 sftp.get_channel().settimeout(max(30.0, self.cluster.options.connect_timeout))
                 base = remote_dir if remote_dir.startswith("/") else posixpath.join(sftp.normalize("."), remote_dir)
                 wdir = posixpath.join(base, self.run_id, f"{i}-{host.label}")
-                if sftp_dir.exists(sftp, wdir):
+                sftp_dir.makedirs(sftp, posixpath.dirname(wdir))
+                if not sftp_dir.claim_dir(sftp, wdir):  # atomic: another launcher's job may be making it now
                     raise RemoteLaunchError(self._leftover_message(host, wdir))
-                sftp_dir.makedirs(sftp, wdir)
                 if self.heartbeat_dir is not None:
                     sftp_dir.makedirs(sftp, _beats_dir(wdir))
                 sftp_dir.put_tree(sftp, self.run_dir, wdir, self._sent)
@@ -397,12 +397,18 @@ class RemoteJob:
         ended before fetching it (killed with SIGKILL, or the host lost): it holds that job's newest
         checkpoints and events, which ``--resume`` of the same run id needs and cannot rename around.
         Removing it here would lose them; so the user is told where it is, how to fetch it and remove it.
+        Or it is the directory of a job of the same run id that another launcher is running now (another
+        ``--results`` directory or another machine: the local run lock does not see it): the claim
+        (``sftp.claim_dir``) keeps the two jobs apart, and the message says not to remove it then; which of
+        the two it is, the directory does not tell.
         """
         user, port = self.cluster.options.username, self.cluster.options.port
         at = f"{user}@[{host.name}]" if host.is_ipv6 else f"{user}@{host.name}"
         return (f"{host.name}: {wdir} is there already, left by an earlier job of run {self.run_id!r} whose launcher "
                 f"ended before fetching it (killed, or the host lost); it may hold that job's newest checkpoint/ and "
-                f"events. To keep them, copy them into {self.run_dir} (e.g. `scp -r -P {port} "
+                f"events; or a job of run {self.run_id!r} that another launcher (another --results directory or "
+                f"machine) runs there now: then let it end and leave the directory alone. If none runs, to keep "
+                f"the earlier job's files, copy them into {self.run_dir} (e.g. `scp -r -P {port} "
                 f"{shlex.quote(f'{at}:{wdir}/checkpoint')} {shlex.quote(str(self.run_dir))}/`); then remove it on "
                 f"the host (`ssh -p {port} {at} {shlex.quote('rm -r ' + shlex.quote(wdir))}`) and run again, or "
                 f"start a new run with another --run-id")

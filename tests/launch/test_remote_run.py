@@ -249,3 +249,69 @@ def test_ipv6_host(sshd, ssh_opts, tmp_path):
     assert res.ok, res.failure
     assert Path(json.loads((run_dir / "rank0.json").read_text())["cwd"]).name == "0-__1"
     assert "[::1 r0] hello from rank 0 of 2 sum 3" in lines
+
+
+def test_two_launchers_of_one_run_id_never_share_a_hosts_directory(sshd, ssh_opts, tmp_path, monkeypatch):
+    """The local run lock guards one results directory; two launchers of the same run id into different ones
+    (or from two machines) meet only on the hosts, in ``<remote_dir>/<run-id>/<i>-<host>``. Each checked that
+    the directory was not there and then made it (accepting one made meanwhile): when the other launcher made
+    it in between, both jobs ran in it, the second's config.json replaced the first's, and the second's stop
+    removed the directory under the running first job. Here the first launcher (a real process, its job
+    running) makes the directory exactly in that gap; the second is refused and the first's files stay."""
+    import threading
+
+    import hipress.launch.remote as remote_mod
+
+    remote = tmp_path / "remote"
+    first = _run_dir(tmp_path / "a", "run-race")
+    (first / "config.json").write_text(json.dumps({"launcher": "first"}))
+    second = _run_dir(tmp_path / "b", "run-race")
+    (second / "config.json").write_text(json.dumps({"launcher": "second"}))
+    cfg = {"port": sshd.port, "key": str(sshd.client_key), "known_hosts": str(ssh_opts.known_hosts),
+           "hosts": "127.0.0.1:1", "argv": [sys.executable, PROG, "hang"], "run_dir": str(first),
+           "remote_dir": str(remote)}
+    started: list[subprocess.Popen] = []
+    once = threading.Lock()
+
+    def start_first_launcher() -> None:
+        """The first launcher's whole start, run to its ranks' "ready" line."""
+        proc = subprocess.Popen([sys.executable, "-m", "tests.launch.driver", json.dumps(cfg)], cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        started.append(proc)
+        assert proc.stdout is not None
+        out = []
+        for line in proc.stdout:
+            out.append(line)
+            if "] ready" in line:
+                return
+        raise AssertionError("the first launcher did not start:\n" + "".join(out))
+
+    real_makedirs = remote_mod.sftp_dir.makedirs
+
+    def makedirs(sftp, path):  # the second launcher, between its look at the host and its own mkdir
+        with once:
+            if not started:
+                start_first_launcher()
+        return real_makedirs(sftp, path)
+
+    monkeypatch.setattr(remote_mod.sftp_dir, "makedirs", makedirs)
+    wdir = remote / "run-race" / "0-127.0.0.1"
+    job = None
+    try:
+        cluster = Cluster.connect(parse_hosts("127.0.0.1:1"), ssh_opts)
+        with pytest.raises(RemoteLaunchError, match="is there already"):
+            job = RemoteJob(cluster, [sys.executable, PROG, "hang"], run_dir=second, remote_dir=str(remote),
+                            on_line=lambda _: None)
+        assert json.loads((wdir / "config.json").read_text()) == {"launcher": "first"}
+        assert json.loads((wdir / "rank0.json").read_text())["config"] == {"launcher": "first"}
+        assert not (second / "rank0.json").exists()
+    finally:
+        if job is not None:  # started in the first job's directory (what the claim prevents): stop it
+            job.stop(collect=False)
+        for proc in started:
+            os.killpg(proc.pid, signal.SIGINT)
+            rest, _ = proc.communicate(timeout=60)
+    assert started and started[0].returncode == 130, rest
+    assert json.loads((first / "rank0.json").read_text())["config"] == {"launcher": "first"}
+    assert not wdir.exists()  # the first job fetched its results and removed its directory
+    assert wait_until(lambda: not sshd_children(sshd), 10)
