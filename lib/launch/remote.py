@@ -12,9 +12,13 @@ processes; here each proxy's PID is known (it is ``exec``'d by the shell that re
 Ctrl-C or any failure ends its whole process group on every host.
 
 Where things run. Each host gets a fresh directory ``<remote_dir>/<run-id>/<i>-<host>`` (default
-``remote_dir``: ``~/.cache/hipress/runs``), created and filled over SFTP with a copy of the local
+``remote_dir``: ``~/.cache/hipress/runs``), filled over SFTP with a copy of the local
 ``run_dir`` (e.g. ``config.json``) before the job starts; it is the working directory of every rank
-on that host, so ``argv`` refers to the run directory as ``.``. After the job, SFTP brings every
+on that host, so ``argv`` refers to the run directory as ``.``. The directory is made by a program on the
+host (``remote_scripts.HOLDER``) that first takes a ``flock`` on ``.<i>-<host>.lock`` beside it and holds
+it until the job's session ends: two launchers of one run id (the local run lock guards one results
+directory on one machine) never share a host's directory, and the one refused is told whether a job runs
+in it now or an earlier one left it. After the job, SFTP brings every
 host's directory back into ``run_dir`` by the merge rules of ``hipress.launch.sftp`` (conflicts land
 in ``run_dir/hosts/<i>-<host>/``, listed in the result). Then the remote directories are removed
 (``keep_remote=True`` keeps them). With ``heartbeat_dir``, each host's ranks beat into
@@ -57,7 +61,7 @@ from .hosts import Host
 from .job import first_error, read_errors
 from .preflight import HostReport, preflight, require_ready
 from .procs import stop_group, wait_for_exit
-from .remote_scripts import GUARD, signal_job
+from .remote_scripts import GUARD, hold_dir, signal_job
 from .ssh import PID_MARK, SSHOptions, command, kill_group
 
 DEFAULT_REMOTE_DIR = ".cache/hipress/runs"
@@ -307,6 +311,8 @@ class RemoteJob:
         self.mpiexec: subprocess.Popen | None = None
         self._sftp: list[paramiko.SFTPClient] = []
         self.wdirs: list[str] = []
+        #: per prepared host, the session holding its directory's lock (``remote_scripts.HOLDER``) until ``stop``
+        self._holds: list[paramiko.Channel] = []
         self._rank_host = [i for i, h in enumerate(self.hosts) for _ in range(h.slots)]
         self.np = len(self._rank_host)  # the ranks ``follow``'s stall watch expects beats from
         self.token = secrets.token_hex(8)
@@ -368,12 +374,20 @@ class RemoteJob:
                 base = remote_dir if remote_dir.startswith("/") else posixpath.join(sftp.normalize("."), remote_dir)
                 wdir = posixpath.join(base, self.run_id, f"{i}-{host.label}")
                 sftp_dir.makedirs(sftp, posixpath.dirname(wdir))
-                if not sftp_dir.claim_dir(sftp, wdir):  # atomic: another launcher's job may be making it now
-                    raise RemoteLaunchError(self._leftover_message(host, wdir))
-                if self.heartbeat_dir is not None:
-                    sftp_dir.makedirs(sftp, _beats_dir(wdir))
-                sftp_dir.put_tree(sftp, self.run_dir, wdir, self._sent)
-                return sftp, wdir
+                # made and locked by one program on the host (another launcher's job may be making it now)
+                answer, hold = hold_dir(self.cluster.clients[i], self.cluster.options.python, _lock_file(wdir), wdir,
+                                        max(30.0, self.cluster.options.connect_timeout))
+                if hold is None:
+                    raise RemoteLaunchError(self._in_use_message(host, wdir) if answer == "running"
+                                            else self._leftover_message(host, wdir, sure=answer == "left"))
+                try:
+                    if self.heartbeat_dir is not None:
+                        sftp_dir.makedirs(sftp, _beats_dir(wdir))
+                    sftp_dir.put_tree(sftp, self.run_dir, wdir, self._sent)
+                except BaseException:
+                    hold.close()
+                    raise
+                return sftp, wdir, hold
             except (OSError, paramiko.SSHException) as e:
                 raise RemoteLaunchError(f"{host.name}: cannot prepare the run directory over SFTP: {e}") from None
 
@@ -382,36 +396,44 @@ class RemoteJob:
             errors = []
             for f in futures:
                 try:
-                    sftp, wdir = f.result()
+                    sftp, wdir, hold = f.result()
                     self._sftp.append(sftp)
                     self.wdirs.append(wdir)
+                    self._holds.append(hold)
                 except RemoteLaunchError as e:
                     errors.append(str(e))
         if errors:
             raise RemoteLaunchError("\n".join(errors))
 
-    def _leftover_message(self, host: Host, wdir: str) -> str:
+    def _leftover_message(self, host: Host, wdir: str, sure: bool = True) -> str:
         """Why a host's run directory of this run id being there already stops the job, and what to do.
 
         Why not "choose another run id": the directory is what a job of this run left when its launcher
         ended before fetching it (killed with SIGKILL, or the host lost): it holds that job's newest
         checkpoints and events, which ``--resume`` of the same run id needs and cannot rename around.
         Removing it here would lose them; so the user is told where it is, how to fetch it and remove it.
-        Or it is the directory of a job of the same run id that another launcher is running now (another
-        ``--results`` directory or another machine: the local run lock does not see it): the claim
-        (``sftp.claim_dir``) keeps the two jobs apart, and the message says not to remove it then; which of
-        the two it is, the directory does not tell.
+        Nobody holds its lock (``remote_scripts.HOLDER``), so no job runs in it; ``sure`` False: the host's
+        file system has no ``flock``, and a job another launcher runs there now cannot be told apart.
         """
         user, port = self.cluster.options.username, self.cluster.options.port
         at = f"{user}@[{host.name}]" if host.is_ipv6 else f"{user}@{host.name}"
+        unsure = ("" if sure else
+                  f"; or it is a job of run {self.run_id!r} that another launcher (another --results directory or "
+                  f"machine) runs there now (this file system has no flock to tell): then let it end and leave the "
+                  f"directory alone")
         return (f"{host.name}: {wdir} is there already, left by an earlier job of run {self.run_id!r} whose launcher "
                 f"ended before fetching it (killed, or the host lost); it may hold that job's newest checkpoint/ and "
-                f"events; or a job of run {self.run_id!r} that another launcher (another --results directory or "
-                f"machine) runs there now: then let it end and leave the directory alone. If none runs, to keep "
-                f"the earlier job's files, copy them into {self.run_dir} (e.g. `scp -r -P {port} "
+                f"events{unsure}. To keep them, copy them into {self.run_dir} (e.g. `scp -r -P {port} "
                 f"{shlex.quote(f'{at}:{wdir}/checkpoint')} {shlex.quote(str(self.run_dir))}/`); then remove it on "
                 f"the host (`ssh -p {port} {at} {shlex.quote('rm -r ' + shlex.quote(wdir))}`) and run again, or "
                 f"start a new run with another --run-id")
+
+    def _in_use_message(self, host: Host, wdir: str) -> str:
+        """A host's run directory held by a job running now: one of the same run id that another launcher
+        started (another ``--results`` directory, or another machine: the local run lock sees neither)."""
+        return (f"{host.name}: {wdir} is in use by a job of run {self.run_id!r} running now, started by another "
+                f"launcher (from another --results directory or another machine); it is left alone. Wait until "
+                f"that job ends, or start this run with another --run-id")
 
     def _rank_argv(self, argv: list[str]) -> list[str]:
         """Python rank programs run on the remote interpreter, line-buffered; anything else as given."""
@@ -706,6 +728,10 @@ class RemoteJob:
                     continue
                 sftp_dir.rmtree(sftp, self.wdirs[i])
                 sftp_dir.rmtree(sftp, _beats_dir(self.wdirs[i]))
+                try:  # still locked by this job's holder: the next job makes and locks a new one
+                    sftp.remove(_lock_file(self.wdirs[i]))
+                except (OSError, paramiko.SSHException):
+                    pass
                 try:
                     sftp.rmdir(posixpath.dirname(self.wdirs[i]))
                 except (OSError, paramiko.SSHException):
@@ -715,6 +741,8 @@ class RemoteJob:
                 sftp.close()
             except (OSError, paramiko.SSHException):
                 pass
+        for hold in self._holds:  # the hosts' directories are released: fetched and removed, or kept
+            hold.close()
         if self._log is not None:
             self._log.close()
         self.cluster.close()
@@ -738,6 +766,12 @@ def _reason(e: BaseException) -> str:
     if isinstance(e, TimeoutError):
         return f"{str(e) or 'no answer in time'}: is the host or its link down?"
     return str(e) or type(e).__name__
+
+
+def _lock_file(wdir: str) -> str:
+    """The file whose ``flock`` a host's job holds while it runs (``remote_scripts.HOLDER``): beside its run
+    directory, as ``_beats_dir``, so never fetched with it."""
+    return posixpath.join(posixpath.dirname(wdir), f".{posixpath.basename(wdir)}.lock")
 
 
 def _beats_dir(wdir: str) -> str:

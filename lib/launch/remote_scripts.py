@@ -87,6 +87,65 @@ sys.exit(rc if rc >= 0 else 128 - rc)
 """
 
 
+#: Claims a host's run directory for one job and holds it while the job lasts: takes an exclusive ``flock`` on
+#: the lock file beside it (``argv[1]``), makes the directory (``argv[2]``, one atomic ``mkdir``), prints
+#: ``held`` and keeps the lock until its stdin reaches EOF (the launcher closed the session, ended or died:
+#: the kernel drops the lock with the process, so no lock outlives its job). Refused, it says why and exits:
+#: ``running`` (another launcher's job holds the lock now), ``left`` (the directory is there and nobody holds
+#: it: an earlier job's launcher ended before fetching it) or ``left-unlocked`` (no flock on this file
+#: system: the mkdir alone kept the jobs apart, and which of the two it is cannot be told).
+HOLDER = r"""
+import fcntl, os, sys
+lock, wdir = sys.argv[1], sys.argv[2]
+try:
+    fd, made = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), True
+except FileExistsError:
+    fd, made = os.open(lock, os.O_RDWR), False
+locked = True
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except BlockingIOError:
+    print("running", flush=True)
+    sys.exit(0)
+except OSError:
+    locked = False
+try:
+    os.mkdir(wdir, 0o700)
+except FileExistsError:
+    if made:  # no litter beside a leftover directory: the user told to remove it removes nothing else
+        os.unlink(lock)
+    print("left" if locked else "left-unlocked", flush=True)
+    sys.exit(0)
+print("held", flush=True)
+try:
+    while os.read(0, 4096):
+        pass
+except OSError:
+    pass
+"""
+
+
+def hold_dir(client: paramiko.SSHClient, python: str, lock: str, wdir: str,
+             timeout: float = 30.0) -> tuple[str, paramiko.Channel | None]:
+    """Run ``HOLDER`` for ``wdir`` on a host: its answer (``held``, ``running``, ``left``, ``left-unlocked``) and,
+    when ``held``, the open channel whose closing releases the directory's lock (None otherwise).
+    ``OSError`` when the host does not answer or the program fails (its error output in the message)."""
+    transport = client.get_transport()
+    if transport is None or not transport.is_active():
+        raise OSError("the SSH connection is closed")
+    chan = transport.open_session(timeout=timeout)
+    chan.settimeout(timeout)
+    chan.exec_command(command([python, "-c", HOLDER, lock, wdir]))
+    answer = chan.makefile("rb").readline().decode("utf-8", "replace").strip()
+    if answer == "held":
+        return answer, chan
+    err = b"" if answer else chan.makefile_stderr("rb").read()
+    chan.close()
+    if answer not in ("running", "left", "left-unlocked"):
+        raise OSError(f"could not claim {wdir}: {err.decode('utf-8', 'replace').strip() or 'no answer'}")
+    return answer, None
+
+
 def signal_job(client: paramiko.SSHClient, python: str, token: str, sig: str, timeout: float = 15.0) -> int | None:
     """Send ``sig`` (``TERM``, ``KILL``, or ``0`` to count) to the job's processes on a host; how many, or None."""
     transport = client.get_transport()

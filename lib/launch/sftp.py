@@ -54,22 +54,6 @@ def makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
                     raise
 
 
-def claim_dir(sftp: paramiko.SFTPClient, path: str) -> bool:
-    """Make the directory ``path`` (its parent exists) for this job alone: False when it is there already.
-
-    One ``mkdir`` on the host, which the host's file system makes or refuses atomically: of two launchers
-    claiming the same directory at the same moment exactly one gets True. Checking ``exists`` first and
-    then making it (``makedirs``, which accepts a directory made meanwhile) let both through, and both
-    jobs ran in, wrote into and removed the same directory."""
-    try:
-        sftp.mkdir(path, mode=0o700)
-        return True
-    except OSError:  # SFTP v3 says only "failure" for a path that exists: look
-        if exists(sftp, path):
-            return False
-        raise
-
-
 def _safe_name(name: str) -> bool:
     return name not in ("", ".", "..") and "/" not in name and "\\" not in name and name.isprintable()
 

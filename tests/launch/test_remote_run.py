@@ -131,6 +131,13 @@ def test_killed_launcher_leaves_nothing_running(sshd, ssh_opts, tmp_path):
     proc.wait(10)
     assert wait_until(lambda: not job_processes(token), 15), "ranks, proxies or mpiexec outlived the launcher"
     assert wait_until(lambda: not sshd_children(sshd), 10)
+    # its hosts' directories stay (results not fetched), and their locks went with the launcher: the next job of
+    # the run is told they are leftovers, not a job running now
+    cluster = Cluster.connect(parse_hosts("127.0.0.1:1,127.0.0.2:1"), ssh_opts)
+    with pytest.raises(RemoteLaunchError, match=f"{wdir} is there already, left by an earlier job of run 'run-kill'"):
+        RemoteJob(cluster, [sys.executable, PROG], run_dir=tmp_path / "results" / "run-kill",
+                  remote_dir=str(tmp_path / "remote"))
+    assert wait_until(lambda: not sshd_children(sshd), 10)
 
 
 def test_preflight_names_every_bad_host_and_starts_nothing(sshd, ssh_opts, tmp_path):
@@ -195,6 +202,7 @@ def test_a_host_directory_left_by_a_killed_launcher_is_kept_and_explained(sshd, 
     assert f"`ssh -p {port} {user}@127.0.0.2 'rm -r {left}'`" in text, text
     assert (left / "checkpoint" / "rank-1.pt").read_bytes() == b"newest", "the leftover must be kept"
     assert not (remote / "run-left" / "0-127.0.0.1").exists(), "the other host's fresh directory is removed"
+    assert [p.name for p in (remote / "run-left").iterdir()] == ["1-127.0.0.2"], "no lock file left beside them"
     assert wait_until(lambda: not sshd_children(sshd), 10)
 
 
@@ -257,7 +265,9 @@ def test_two_launchers_of_one_run_id_never_share_a_hosts_directory(sshd, ssh_opt
     the directory was not there and then made it (accepting one made meanwhile): when the other launcher made
     it in between, both jobs ran in it, the second's config.json replaced the first's, and the second's stop
     removed the directory under the running first job. Here the first launcher (a real process, its job
-    running) makes the directory exactly in that gap; the second is refused and the first's files stay."""
+    running) makes the directory exactly in that gap; the second is refused and the first's files stay. The
+    refusal says the directory is a running job's (the first holds its lock on the host), not a leftover to
+    remove."""
     import threading
 
     import hipress.launch.remote as remote_mod
@@ -299,7 +309,7 @@ def test_two_launchers_of_one_run_id_never_share_a_hosts_directory(sshd, ssh_opt
     job = None
     try:
         cluster = Cluster.connect(parse_hosts("127.0.0.1:1"), ssh_opts)
-        with pytest.raises(RemoteLaunchError, match="is there already"):
+        with pytest.raises(RemoteLaunchError, match=f"{wdir} is in use by a job of run 'run-race' running now"):
             job = RemoteJob(cluster, [sys.executable, PROG, "hang"], run_dir=second, remote_dir=str(remote),
                             on_line=lambda _: None)
         assert json.loads((wdir / "config.json").read_text()) == {"launcher": "first"}
@@ -313,5 +323,5 @@ def test_two_launchers_of_one_run_id_never_share_a_hosts_directory(sshd, ssh_opt
             rest, _ = proc.communicate(timeout=60)
     assert started and started[0].returncode == 130, rest
     assert json.loads((first / "rank0.json").read_text())["config"] == {"launcher": "first"}
-    assert not wdir.exists()  # the first job fetched its results and removed its directory
+    assert not (remote / "run-race").exists()  # the first job fetched its results, removed its directory and lock
     assert wait_until(lambda: not sshd_children(sshd), 10)
