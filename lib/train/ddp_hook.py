@@ -105,7 +105,7 @@ class CompressionHookState:
             # refused again before every step: a momentum raised later (a scheduler) would be applied twice
             comp = self.compressor
             optimizer.register_step_pre_hook(lambda *_: refuse_double_momentum(
-                optimizer, comp, own, when=f"at step {self.iterations}"))
+                optimizer, comp, own, when=f"after {self.iterations} synchronized backward pass(es)"))
         # error feedback for every lossy compressor, wherever momentum is applied (the flag decides only that)
         self.compressor = MomentumCorrection.compressor(self.compressor)
         if self.correction is not None:

@@ -352,7 +352,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self.synchronize()
         elif not self._synchronized:
             raise RuntimeError("step() inside skip_synchronize() needs synchronize() first")
-        refuse_double_momentum(self.optimizer, *self._own_momentum, when=f"at step {self.iteration}")
+        refuse_double_momentum(self.optimizer, *self._own_momentum, when=f"at step {self.iteration + 1}")
         if self.correction is None:
             out = self.optimizer.step(closure)
         else:
