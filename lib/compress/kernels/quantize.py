@@ -34,7 +34,7 @@ from .common import (
     unpack_codes,
     zero_tail,
 )
-from .simd import abs_sums8, linear_codes16_nearest, linear_codes16_stochastic
+from .simd import abs_sums8, linear_codes16_nearest, linear_codes16_stochastic, onebit_block8
 
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)
@@ -344,88 +344,19 @@ def tbq_blocks_decode_par(p, bk, values, out, add):
 # scale sums are float64 in 8 interleaved lanes (element i of a block in lane i % 8), the lanes
 # added as ((0+1)+(2+3))+((4+5)+(6+7)): an order the CUDA kernel repeats, so both backends write
 # the same bytes, and one that vectorizes (a single running sum is a chain of dependent adds).
-@inline
-def _lane(x, p, q, c):
-    if x >= _F0:
-        return p + np.float64(x), q, c + 1
-    return p, q + np.float64(x), c
-
-
-@inline
-def _block_scales(g, r, use_r):
-    """(pos, neg, bad) of one block: the float32 means of v >= 0 and of v < 0 (0.0 when there is
-    none), v = g (+ r); with ``use_r``, r is left holding v."""
-    m = g.size
-    p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = 0.0
-    q0 = q1 = q2 = q3 = q4 = q5 = q6 = q7 = 0.0
-    c0 = c1 = c2 = c3 = c4 = c5 = c6 = c7 = 0
-    bad = U8_0
-    if use_r:
-        for i in range(m):
-            v = g[i] + r[i]
-            r[i] = v
-            bad = max(bad, bad_flag(v))
-        v = r
-    else:
-        for i in range(m):
-            bad = max(bad, bad_flag(g[i]))
-        v = g
-    full = m - m % 8
-    for b in range(0, full, 8):
-        p0, q0, c0 = _lane(v[b], p0, q0, c0)
-        p1, q1, c1 = _lane(v[b + 1], p1, q1, c1)
-        p2, q2, c2 = _lane(v[b + 2], p2, q2, c2)
-        p3, q3, c3 = _lane(v[b + 3], p3, q3, c3)
-        p4, q4, c4 = _lane(v[b + 4], p4, q4, c4)
-        p5, q5, c5 = _lane(v[b + 5], p5, q5, c5)
-        p6, q6, c6 = _lane(v[b + 6], p6, q6, c6)
-        p7, q7, c7 = _lane(v[b + 7], p7, q7, c7)
-    t = m - full  # the ragged last block of a gradient: lanes 0 .. t-1
-    if t > 0:
-        p0, q0, c0 = _lane(v[full], p0, q0, c0)
-    if t > 1:
-        p1, q1, c1 = _lane(v[full + 1], p1, q1, c1)
-    if t > 2:
-        p2, q2, c2 = _lane(v[full + 2], p2, q2, c2)
-    if t > 3:
-        p3, q3, c3 = _lane(v[full + 3], p3, q3, c3)
-    if t > 4:
-        p4, q4, c4 = _lane(v[full + 4], p4, q4, c4)
-    if t > 5:
-        p5, q5, c5 = _lane(v[full + 5], p5, q5, c5)
-    if t > 6:
-        p6, q6, c6 = _lane(v[full + 6], p6, q6, c6)
-    sp = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
-    sn = ((q0 + q1) + (q2 + q3)) + ((q4 + q5) + (q6 + q7))
-    cp = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7
-    cn = m - cp
-    pos = np.float32(sp / cp) if cp > 0 else _F0
-    neg = np.float32(sn / cn) if cn > 0 else _F0
-    return pos, neg, bad
-
-
+# A whole block is one ``simd.onebit_block8``.
 @jit
 def onebit_blocks_range(g, r, use_r, bk, scales, out, s, e):
-    """Elements [s, e) (s a multiple of BLOCK): per block of ``bk``, its scales into
+    """Elements [s, e) (s a multiple of ``bk``): per block of ``bk``, its scales into
     ``scales[2k], scales[2k + 1]`` (k = block index), bit 1 where v >= 0, LSB first, and with
     ``use_r`` r <- v - scale. Returns 1 if some v was Inf or NaN."""
-    codes = np.empty(CODES_LEN, np.uint8)
     bad = U8_0
-    for b0 in range(s, e, BLOCK):
-        b1 = min(e, b0 + BLOCK)
-        for j0 in range(b0, b1, bk):
-            j1 = min(b1, j0 + bk)
-            pos, neg, bd = _block_scales(g[j0:j1], r[j0:j1], use_r)
-            bad = max(bad, bd)
-            k = j0 // bk
-            scales[2 * k] = pos
-            scales[2 * k + 1] = neg
-            if use_r:
-                _sign_codes_res(r[j0:j1], pos, neg, codes[j0 - b0 : j1 - b0])
-            else:
-                _sign_codes(g[j0:j1], codes[j0 - b0 : j1 - b0])
-        zero_tail(codes, b1 - b0, 1)
-        pack_codes(codes, out[b0 // 8 : (b1 + 7) // 8], 1)
+    for j0 in range(s, e, bk):
+        pos, neg, bd = onebit_block8(g, r, use_r, j0, min(e, j0 + bk) - j0, out)
+        bad = max(bad, bd)
+        k = j0 // bk
+        scales[2 * k] = pos
+        scales[2 * k + 1] = neg
     return np.int64(bad)
 
 
@@ -442,7 +373,7 @@ def onebit_blocks_par(g, r, use_r, bk, scales, out):
 @jit
 def sign_scales_bad(scales):
     """0 if every pair (pos, neg) of ``scales`` has 0 <= pos <= FMAX and -FMAX <= neg <= 0, as
-    ``_block_scales`` writes them, else 1 (NaN fails every comparison). The payload check before a
+    ``simd.onebit_block8`` writes them, else 1 (NaN fails every comparison). The payload check before a
     decode: one pass of flags max-reduced as uint8, which vectorizes, and no temporary arrays (torch's
     isfinite and two sign tests over strided views took a third of a block=32 decode)."""
     bad = U8_0

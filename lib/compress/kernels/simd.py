@@ -27,6 +27,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .common import FMAX
+
 LANES = 16
 
 _F32 = ir.FloatType()
@@ -259,10 +261,11 @@ def sumsq16_direct(typingctx, x, off, stride, sums):
 _GOLDEN = 0x9E3779B9
 
 
-def _splat(builder, value, ty):
-    undef = ir.Constant(ir.VectorType(ty, LANES), ir.Undefined)
+def _splat(builder, value, ty, lanes=LANES):
+    """``value`` (of type ``ty``) in every one of ``lanes`` lanes."""
+    undef = ir.Constant(ir.VectorType(ty, lanes), ir.Undefined)
     v = builder.insert_element(undef, value, ir.Constant(_I32, 0))
-    return builder.shuffle_vector(v, undef, ir.Constant(_V16I, [0] * LANES))
+    return builder.shuffle_vector(v, undef, ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes))
 
 
 def _vconst(ty, value):
@@ -324,11 +327,70 @@ linear_codes16_stochastic = _make_linear_codes16(True)
 linear_codes16_nearest = _make_linear_codes16(False)
 
 
-# ---------------------------------------------------------------------------- adaptive TBQ, 8 lanes
+# ---------------------------------------------------------------------------- 8 lanes, per block
+# The per-block rules (adaptive TBQ, onebit in blocks) sum in 8 fixed lanes, element i of a block in
+# lane i % 8, each lane sequential (an order the CUDA kernel repeats). numba compiles the 8 lanes
+# written out as scalars to one scalar add per element: LLVM's SLP vectorizer never merges them. Here
+# they are one <8 x double> accumulator, stepped over 8 elements at a time by ``_lane_loop8``.
 _V8F = ir.VectorType(_F32, 8)
 _V8I32 = ir.VectorType(_I32, 8)
 _V8L = ir.VectorType(_I64, 8)
 _V8B = ir.VectorType(ir.IntType(1), 8)
+_ZERO_V8D = ir.Constant(_V8D, [0.0] * 8)
+_ZERO_V8L = ir.Constant(_V8L, [0] * 8)
+
+
+def _load8(builder, data, i):
+    """The 8 float32 at data[i : i + 8] as one vector (unaligned)."""
+    return builder.load(builder.bitcast(builder.gep(data, [i]), _V8F.as_pointer()), align=4)
+
+
+_FMAX_V8F = ir.Constant(_V8F, [float(FMAX)] * 8)
+_ABS_V8I32 = ir.Constant(_V8I32, [0x7FFFFFFF] * 8)
+
+
+def _abs8(builder, v):
+    """|v| per lane: the sign bit cleared (what ``abs`` of a float32 is, NaN and -0.0 included)."""
+    return builder.bitcast(builder.and_(builder.bitcast(v, _V8I32), _ABS_V8I32), _V8F)
+
+
+def _lane_loop8(builder, name, full, inits, step):
+    """Emit ``for i in range(0, full, 8): accs = step(i, accs)`` and return the final ``accs`` (the
+    ``inits`` when ``full <= 0``).
+
+    The accumulators stay in registers (phi nodes), one vector step per 8 elements: the loop shape
+    every 8-lane sum here shares; ``step(i, accs)`` emits one step's IR and returns the new values.
+    """
+    zero = ir.Constant(full.type, 0)
+    entry = builder.basic_block
+    loop = builder.append_basic_block(f"{name}.loop")
+    done = builder.append_basic_block(f"{name}.done")
+    builder.cbranch(builder.icmp_signed(">", full, zero), loop, done)
+
+    builder.position_at_end(loop)
+    i = builder.phi(full.type)
+    i.add_incoming(zero, entry)
+    accs = []
+    for init in inits:
+        acc = builder.phi(init.type)
+        acc.add_incoming(init, entry)
+        accs.append(acc)
+    nxt = step(i, accs)
+    i_n = builder.add(i, ir.Constant(full.type, 8))
+    end = builder.basic_block
+    i.add_incoming(i_n, end)
+    for acc, v in zip(accs, nxt, strict=True):
+        acc.add_incoming(v, end)
+    builder.cbranch(builder.icmp_signed("<", i_n, full), loop, done)
+
+    builder.position_at_end(done)
+    outs = []
+    for init, v in zip(inits, nxt, strict=True):
+        out = builder.phi(init.type)
+        out.add_incoming(init, entry)
+        out.add_incoming(v, end)
+        outs.append(out)
+    return outs
 
 
 @intrinsic
@@ -354,46 +416,173 @@ def abs_sums8(typingctx, g, r, use_r, tau, full, sums, counts):
         gd = context.make_array(g_ty)(context, builder, args[0]).data
         rd = context.make_array(r_ty)(context, builder, args[1]).data
         use_r = context.cast(builder, args[2], types.boolean, types.boolean)
-        undef = ir.Constant(_V8F, ir.Undefined)
-        tau_v = builder.shuffle_vector(builder.insert_element(undef, args[3], ir.Constant(_I32, 0)), undef,
-                                       ir.Constant(_V8I32, [0] * 8))
-        full = args[4]
-        zero_d = ir.Constant(_V8D, [0.0] * 8)
-        zero_l = ir.Constant(_V8L, [0] * 8)
-        entry = builder.basic_block
-        loop = builder.append_basic_block("abs_sums8.loop")
-        done = builder.append_basic_block("abs_sums8.done")
-        builder.cbranch(builder.icmp_signed(">", full, ir.Constant(full.type, 0)), loop, done)
+        tau_v = _splat(builder, args[3], _F32, 8)
 
-        builder.position_at_end(loop)
-        i = builder.phi(full.type)
-        acc = builder.phi(_V8D)
-        cnt = builder.phi(_V8L)
-        i.add_incoming(ir.Constant(full.type, 0), entry)
-        acc.add_incoming(zero_d, entry)
-        cnt.add_incoming(zero_l, entry)
-        gv = builder.load(builder.bitcast(builder.gep(gd, [i]), _V8F.as_pointer()), align=4)
-        rv = builder.load(builder.bitcast(builder.gep(rd, [i]), _V8F.as_pointer()), align=4)
-        v = builder.select(use_r, builder.fadd(gv, rv), gv)
-        mag = builder.bitcast(builder.and_(builder.bitcast(v, _V8I32), ir.Constant(_V8I32, [0x7FFFFFFF] * 8)), _V8F)
-        hit = builder.fcmp_ordered(">=", mag, tau_v)
-        acc_n = builder.select(hit, builder.fadd(acc, builder.fpext(mag, _V8D)), acc)
-        cnt_n = builder.add(cnt, builder.zext(hit, _V8L))
-        i_n = builder.add(i, ir.Constant(full.type, 8))
-        i.add_incoming(i_n, builder.basic_block)
-        acc.add_incoming(acc_n, builder.basic_block)
-        cnt.add_incoming(cnt_n, builder.basic_block)
-        builder.cbranch(builder.icmp_signed("<", i_n, full), loop, done)
+        def step(i, accs):
+            acc, cnt = accs
+            gv = _load8(builder, gd, i)
+            v = builder.select(use_r, builder.fadd(gv, _load8(builder, rd, i)), gv)
+            mag = _abs8(builder, v)
+            hit = builder.fcmp_ordered(">=", mag, tau_v)
+            return (builder.select(hit, builder.fadd(acc, builder.fpext(mag, _V8D)), acc),
+                    builder.add(cnt, builder.zext(hit, _V8L)))
 
-        builder.position_at_end(done)
-        acc_f = builder.phi(_V8D)
-        cnt_f = builder.phi(_V8L)
-        acc_f.add_incoming(zero_d, entry)
-        cnt_f.add_incoming(zero_l, entry)
-        acc_f.add_incoming(acc_n, loop)
-        cnt_f.add_incoming(cnt_n, loop)
-        builder.store(acc_f, _vec_ptr(context, builder, s_ty, args[5], 0, _V8D), align=8)
-        builder.store(cnt_f, _vec_ptr(context, builder, c_ty, args[6], 0, _V8L), align=8)
+        acc, cnt = _lane_loop8(builder, "abs_sums8", args[4], [_ZERO_V8D, _ZERO_V8L], step)
+        builder.store(acc, _vec_ptr(context, builder, s_ty, args[5], 0, _V8D), align=8)
+        builder.store(cnt, _vec_ptr(context, builder, c_ty, args[6], 0, _V8L), align=8)
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _tail_index8(builder, full, last, k):
+    """min(full + k, last): lane k of the ragged tail, clamped to the block's last element."""
+    idx = builder.add(full, ir.Constant(full.type, k))
+    return builder.select(builder.icmp_signed("<", idx, last), idx, last)
+
+
+def _gather_tail8(builder, data, full, last):
+    """Lanes k: data[min(full + k, last)] (scalar loads: the tail of a block holds fewer than 8)."""
+    vec = ir.Constant(_V8F, ir.Undefined)
+    for k in range(8):
+        x = builder.load(builder.gep(data, [_tail_index8(builder, full, last, k)]), align=4)
+        vec = builder.insert_element(vec, x, ir.Constant(_I32, k))
+    return vec
+
+
+def _scatter_tail8(builder, vec, data, full, last):
+    """data[min(full + k, last)] = lane k. Lanes past the tail land on ``last`` with the value lane
+    ``last - full`` stores there (they gathered the same element): every store writes the right value."""
+    for k in range(8):
+        builder.store(builder.extract_element(vec, ir.Constant(_I32, k)),
+                      builder.gep(data, [_tail_index8(builder, full, last, k)]), align=4)
+
+
+def _pairwise8(builder, vec, add):
+    """((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) of an 8-lane vector, in that order."""
+    def half(v, n):
+        even = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, n), list(range(0, 2 * n, 2))))
+        odd = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, n), list(range(1, 2 * n, 2))))
+        return add(even, odd)
+
+    pairs = half(half(vec, 4), 2)
+    first, second = (builder.extract_element(pairs, ir.Constant(_I32, k)) for k in range(2))
+    return add(first, second)
+
+
+def _mean32(builder, total, count):
+    """float32(total / count), 0.0 when count is 0 (total float64, count int64)."""
+    mean = builder.fptrunc(builder.fdiv(total, builder.sitofp(count, _F64)), _F32)
+    return builder.select(builder.icmp_signed(">", count, ir.Constant(_I64, 0)), mean, ir.Constant(_F32, 0.0))
+
+
+@intrinsic
+def onebit_block8(typingctx, g, r, use_r, j0, m, bits):
+    """One onebit block, elements j0 .. j0 + m - 1 (j0 a multiple of 8, m > 0): returns (pos, neg,
+    bad), the float32 means of v >= 0 and of v < 0 (0.0 for an empty class) and 1 (uint8) if some v
+    was Inf or NaN; writes the block's bits into ``bits`` (bit 1 where v >= 0, element i at bit i % 8
+    of byte i // 8, zero past the block), and with ``use_r`` r <- v - (pos if v >= 0 else neg).
+    v = g + r if ``use_r`` else g (pass g again as r when there is none: it is then only read).
+
+    The format's order, bit for bit: float64 sums in 8 lanes (element i of the block in lane i % 8,
+    each lane in element order, NaN on the negative side as a scalar ``if`` sends it), the ragged
+    tail of a gradient's last block in lanes 0 .. t-1, the lanes added as ((0+1)+(2+3))+((4+5)+(6+7)).
+    Written as vector IR because numba compiled the 8 lanes to one scalar add per element (the
+    compiler never merges them), and with the whole block here (the v pass, the sums, the means, the
+    residual and the bits, 8 bits per vector compare, no codes buffer) because at 32 elements a
+    block's scalar bookkeeping cost as much as its sums. No bounds are checked here.
+    """
+    if not (_vec_ok(g, types.float32) and _vec_ok(r, types.float32) and isinstance(use_r, types.Boolean)
+            and isinstance(j0, types.Integer) and isinstance(m, types.Integer) and _vec_ok(bits, types.uint8)):
+        return None
+    sig = types.Tuple((types.float32, types.float32, types.uint8))(g, r, types.boolean, types.intp, types.intp, bits)
+
+    def codegen(context, builder, signature, args):
+        g_ty, r_ty, _, _, _, b_ty = signature.args
+        j0, m = args[3], args[4]
+        gd = builder.gep(context.make_array(g_ty)(context, builder, args[0]).data, [j0])
+        rd = builder.gep(context.make_array(r_ty)(context, builder, args[1]).data, [j0])
+        byte0 = builder.ashr(j0, ir.Constant(j0.type, 3))
+        bd = builder.gep(context.make_array(b_ty)(context, builder, args[5]).data, [byte0])
+        use_r = context.cast(builder, args[2], types.boolean, types.boolean)
+        seven = ir.Constant(m.type, 7)
+        full = builder.and_(m, builder.not_(seven))
+        t = builder.and_(m, seven)
+        last = builder.sub(m, ir.Constant(m.type, 1))
+        has_tail = builder.icmp_signed(">", t, ir.Constant(m.type, 0))
+        zero_f = ir.Constant(_V8F, [0.0] * 8)
+        lane_ids = ir.Constant(_V8L, list(range(8)))
+        in_tail = builder.icmp_signed("<", lane_ids, _splat(builder, builder.sext(t, _I64) if t.type != _I64 else t,
+                                                                _I64, 8))
+
+        def sums(x, accs, mask=None):
+            """One step of the lanes: the sums and count of x >= 0, of the others, the bad flags."""
+            pos, neg, cnt, bad = accs
+            ge = builder.fcmp_ordered(">=", x, zero_f)
+            lt = builder.not_(ge)
+            if mask is not None:
+                ge, lt = builder.and_(ge, mask), builder.and_(lt, mask)
+            wide = builder.fpext(x, _V8D)
+            return (builder.select(ge, builder.fadd(pos, wide), pos),
+                    builder.select(lt, builder.fadd(neg, wide), neg),
+                    builder.add(cnt, builder.zext(ge, _V8L)),
+                    builder.or_(bad, builder.fcmp_unordered(">", _abs8(builder, x), _FMAX_V8F)))
+
+        def v_step(i, accs):  # pass 1: v = g (+ r), r <- v, the lanes
+            gv = _load8(builder, gd, i)
+            rp = builder.bitcast(builder.gep(rd, [i]), _V8F.as_pointer())
+            x = builder.select(use_r, builder.fadd(gv, builder.load(rp, align=4)), gv)
+            with builder.if_then(use_r, likely=True):
+                builder.store(x, rp, align=4)
+            return sums(x, accs)
+
+        inits = [_ZERO_V8D, _ZERO_V8D, _ZERO_V8L, ir.Constant(_V8B, [0] * 8)]
+        accs = _lane_loop8(builder, "onebit_block8.v", full, inits, v_step)
+        before = builder.basic_block
+        with builder.if_then(has_tail, likely=False):  # the gradient's ragged last block: lanes 0 .. t-1
+            gt = _gather_tail8(builder, gd, full, last)
+            x = builder.select(use_r, builder.fadd(gt, _gather_tail8(builder, rd, full, last)), gt)
+            with builder.if_then(use_r):
+                _scatter_tail8(builder, x, rd, full, last)
+            tail_accs = sums(x, accs, in_tail)
+            tail_end = builder.basic_block
+        merged = []
+        for a, b in zip(accs, tail_accs, strict=True):
+            phi = builder.phi(a.type)
+            phi.add_incoming(a, before)
+            phi.add_incoming(b, tail_end)
+            merged.append(phi)
+        pos_l, neg_l, cnt_l, bad_l = merged
+
+        cp = _pairwise8(builder, cnt_l, builder.add)
+        sext_m = builder.sext(m, _I64) if m.type != _I64 else m
+        pos = _mean32(builder, _pairwise8(builder, pos_l, builder.fadd), cp)
+        neg = _mean32(builder, _pairwise8(builder, neg_l, builder.fadd), builder.sub(sext_m, cp))
+        pos_v, neg_v = _splat(builder, pos, _F32, 8), _splat(builder, neg, _F32, 8)
+
+        def bits_of(x, mask=None):  # pass 2 per step: x is v; r <- v - scale; the 8 bits as one byte
+            ge = builder.fcmp_ordered(">=", x, zero_f)
+            res = builder.fsub(x, builder.select(ge, pos_v, neg_v))
+            if mask is not None:
+                ge = builder.and_(ge, mask)
+            return res, builder.bitcast(ge, ir.IntType(8))
+
+        def code_step(i, accs):
+            rp = builder.bitcast(builder.gep(rd, [i]), _V8F.as_pointer())
+            res, byte = bits_of(builder.load(rp, align=4))  # r holds v (or is g)
+            with builder.if_then(use_r, likely=True):
+                builder.store(res, rp, align=4)
+            builder.store(byte, builder.gep(bd, [builder.ashr(i, ir.Constant(i.type, 3))]), align=1)
+            return accs
+
+        _lane_loop8(builder, "onebit_block8.bits", full, [], code_step)
+        with builder.if_then(has_tail, likely=False):
+            res, byte = bits_of(_gather_tail8(builder, rd, full, last), in_tail)
+            with builder.if_then(use_r):
+                _scatter_tail8(builder, res, rd, full, last)
+            builder.store(byte, builder.gep(bd, [builder.ashr(full, ir.Constant(full.type, 3))]), align=1)
+
+        any_bad = builder.icmp_unsigned("!=", builder.bitcast(bad_l, ir.IntType(8)), ir.Constant(ir.IntType(8), 0))
+        return context.make_tuple(builder, signature.return_type, [pos, neg, builder.zext(any_bad, ir.IntType(8))])
 
     return sig, codegen

@@ -236,7 +236,7 @@ extern "C" __global__ void tbq_blocks_decode(const u8* __restrict__ p, const flo
 // ---------------------------------------------------------------------------- onebit in blocks
 // One thread per block of bk elements (a power of two): v = g (+ r) into r, the float64 sums of
 // v >= 0 and v < 0 in 8 lanes (element i of the block in lane i % 8, lanes added as
-// ((0+1)+(2+3))+((4+5)+(6+7)): quantize._block_scales' order, so the scales are the CPU's), the
+// ((0+1)+(2+3))+((4+5)+(6+7)): simd.onebit_block8's order, so the scales are the CPU's), the
 // two float32 means (0 where a class is empty) into scales[2k], scales[2k + 1].
 extern "C" __global__ void onebit_block_scales(const float* __restrict__ g, float* __restrict__ r, int use_r, int bk,
                                                i64 n, float* __restrict__ scales, int* flag) {
