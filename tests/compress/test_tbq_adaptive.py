@@ -72,7 +72,7 @@ def test_fixed_tau_is_strom_tbq():
 
 
 def _lane_sum(a: np.ndarray) -> float:
-    """quantize._abs_sums' order: element i in lane i % 8 (each lane sequential), lanes added as
+    """simd.tbq_block8's order: element i in lane i % 8 (each lane sequential), lanes added as
     ((0+1)+(2+3))+((4+5)+(6+7))."""
     lanes = [float(np.cumsum(a[lane::8])[-1]) if a[lane::8].size else 0.0 for lane in range(8)]
     return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
@@ -107,54 +107,6 @@ def test_block_rule_is_the_lane_sums_bit_for_bit(n, block):
     assert torch.equal(p[24 + 4 * nb :], want)
     expect = v - code * values[k]
     assert np.array_equal(stt.residual.numpy().view(np.uint32), expect.view(np.uint32))
-
-
-@pytest.mark.parametrize("use_r", [True, False])
-@pytest.mark.parametrize("full", [0, 8, 128, 4096])
-def test_vector_abs_sums_are_the_scalar_lanes_bit_for_bit(use_r, full):
-    """``simd.abs_sums8`` (the block rule's two sums, 8 lanes per vector step) against the lanes
-    written out: per lane, in element order, float64(|v|) where float32 |v| >= tau; NaN never
-    counted, Inf and -0.0 as they are; elements past ``full`` untouched."""
-    import numba
-
-    from hipress.compress.kernels.simd import abs_sums8
-
-    @numba.njit(cache=False)
-    def run(g, r, use_r, tau, full, sums, counts):
-        abs_sums8(g, r, use_r, tau, full, sums, counts)
-
-    rng = np.random.default_rng(full + use_r)
-    n = full + 5
-    g = (rng.standard_normal(n) * 10.0 ** rng.uniform(-30, 30, n)).astype(np.float32)
-    g[1::7], g[2::11], g[3::13] = np.nan, -np.inf, -0.0
-    r = (rng.standard_normal(n) * 1e-3).astype(np.float32) if use_r else g
-    v = g + r if use_r else g
-    for tau in (np.float32(0.0), np.float32(np.nanmedian(np.abs(v))), np.float32(np.inf)):
-        sums, counts = np.full(8, 7.0), np.full(8, 7, np.int64)
-        run(g, r, use_r, tau, full, sums, counts)
-        a = np.abs(v[:full])
-        hit = a >= tau
-        for lane in range(8):
-            want = 0.0
-            for x, h in zip(a[lane::8], hit[lane::8], strict=True):
-                want = want + float(x) if h else want
-            assert sums[lane].tobytes() == np.float64(want).tobytes(), (lane, tau)
-            assert counts[lane] == int(hit[lane::8].sum())
-
-
-def test_block_encoder_sums_in_vector_steps():
-    """The block encoder's two sums per block were ~85% of its time while numba compiled them to one
-    scalar add per element (the 8 lanes were never merged into a vector); they must stay 8-wide
-    vector adds. Checked on a fresh compile: cached code cannot be inspected."""
-    import numba
-
-    from hipress.compress.kernels import quantize
-
-    fresh = numba.njit(cache=False)(quantize.tbq_blocks_range.py_func)
-    g = np.ones(256, np.float32)
-    fresh(g, g, True, 128, 1.0, np.zeros(2, np.float32), np.zeros(64, np.uint8), 0, 256)
-    ir = "".join(fresh.inspect_llvm().values())
-    assert "fadd <8 x double>" in ir
 
 
 @pytest.mark.parametrize("block", [0, 128])

@@ -34,7 +34,7 @@ from .common import (
     unpack_codes,
     zero_tail,
 )
-from .simd import abs_sums8, linear_codes16_nearest, linear_codes16_stochastic, onebit_block8
+from .simd import linear_codes16_nearest, linear_codes16_stochastic, onebit_block8, tbq_block8
 
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)
@@ -214,87 +214,18 @@ def sign_encode_par(g, r, use_r, pos, neg, out):
 # ---------------------------------------------------------------------------- adaptive TBQ in blocks
 # Per block of ``bk`` elements (a power of two that divides BLOCK): tau = scale * mean|v|, value =
 # the mean |v| of the elements with |v| >= tau, both float32; sums in the 8 lanes of the onebit
-# blocks below (element i of a block in lane i % 8), an order the CUDA kernel repeats.
-@inline
-def _v(g, r, use_r, i):
-    return g[i] + r[i] if use_r else g[i]
-
-
-@inline
-def _abs_lane(a, tau, p, c):
-    if a >= tau:
-        return p + np.float64(a), c + 1
-    return p, c
-
-
-@inline
-def _abs_sums(g, r, use_r, tau, sums, counts):
-    """(sum of |v| over |v| >= tau, their count), float64 in 8 lanes. The whole 8-element steps run
-    as one vector step each (``simd.abs_sums8``, lanes in ``sums`` and ``counts``); the ragged tail
-    of a gradient's last block goes to lanes 0 .. t-1 one element at a time, as before."""
-    m = g.size
-    full = m - m % 8
-    abs_sums8(g, r, use_r, tau, full, sums, counts)
-    p0, p1, p2, p3 = sums[0], sums[1], sums[2], sums[3]
-    p4, p5, p6, p7 = sums[4], sums[5], sums[6], sums[7]
-    c = counts[0] + counts[1] + counts[2] + counts[3] + counts[4] + counts[5] + counts[6] + counts[7]
-    t = m - full
-    if t > 0:
-        p0, c = _abs_lane(abs(_v(g, r, use_r, full)), tau, p0, c)
-    if t > 1:
-        p1, c = _abs_lane(abs(_v(g, r, use_r, full + 1)), tau, p1, c)
-    if t > 2:
-        p2, c = _abs_lane(abs(_v(g, r, use_r, full + 2)), tau, p2, c)
-    if t > 3:
-        p3, c = _abs_lane(abs(_v(g, r, use_r, full + 3)), tau, p3, c)
-    if t > 4:
-        p4, c = _abs_lane(abs(_v(g, r, use_r, full + 4)), tau, p4, c)
-    if t > 5:
-        p5, c = _abs_lane(abs(_v(g, r, use_r, full + 5)), tau, p5, c)
-    if t > 6:
-        p6, c = _abs_lane(abs(_v(g, r, use_r, full + 6)), tau, p6, c)
-    total = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
-    return total, c
-
-
-@inline
-def _tbq_block_rule(g, r, use_r, scale, sums, counts):
-    """(tau, value) of one block: the adaptive rule of ``algorithms.tbq``, 1.0 and 1.0 where tau is
-    not a positive finite float32 (an all-zero block: every code is 0, the residual keeps v).
-    ``sums`` and ``counts`` are the lanes' scratch (float64[8], int64[8])."""
-    total, _ = _abs_sums(g, r, use_r, _F0, sums, counts)
-    tau = np.float32(scale * (total / g.size))
-    if not (tau > _F0 and tau <= FMAX):
-        return _F1, _F1
-    above, count = _abs_sums(g, r, use_r, tau, sums, counts)
-    value = np.float32(above / count) if count > 0 else tau
-    if not (value >= tau and value <= FMAX):
-        value = tau
-    return tau, value
-
-
+# blocks below (element i of a block in lane i % 8), an order the CUDA kernel repeats. A whole block
+# is one ``simd.tbq_block8``.
 @jit
 def tbq_blocks_range(g, r, use_r, bk, scale, values, out, s, e):
-    """Elements [s, e) (s a multiple of BLOCK): per block of ``bk``, its value into ``values[k]``,
+    """Elements [s, e) (s a multiple of ``bk``): per block of ``bk``, its value into ``values[k]``,
     codes 2 / 0 / 1 for v >= tau / <= -tau / else, and with ``use_r`` r <- v - (code - 1) * value.
     Returns 1 if some v was Inf or NaN."""
-    codes = np.empty(CODES_LEN, np.uint8)
-    sums = np.empty(8)
-    counts = np.empty(8, np.int64)
     bad = U8_0
-    for b0 in range(s, e, BLOCK):
-        b1 = min(e, b0 + BLOCK)
-        for j0 in range(b0, b1, bk):
-            j1 = min(b1, j0 + bk)
-            gs, rs = g[j0:j1], r[j0:j1]
-            tau, value = _tbq_block_rule(gs, rs, use_r, scale, sums, counts)
-            values[j0 // bk] = value
-            if use_r:
-                bad = max(bad, _tbq_codes_res(gs, rs, tau, value, codes[j0 - b0 : j1 - b0]))
-            else:
-                bad = max(bad, _tbq_codes(gs, tau, codes[j0 - b0 : j1 - b0]))
-        zero_tail(codes, b1 - b0, 2)
-        pack_codes(codes, out[b0 // 4 : (b1 + 3) // 4], 2)
+    for j0 in range(s, e, bk):
+        value, bd = tbq_block8(g, r, use_r, j0, min(e, j0 + bk) - j0, scale, out)
+        values[j0 // bk] = value
+        bad = max(bad, bd)
     return np.int64(bad)
 
 

@@ -393,48 +393,6 @@ def _lane_loop8(builder, name, full, inits, step):
     return outs
 
 
-@intrinsic
-def abs_sums8(typingctx, g, r, use_r, tau, full, sums, counts):
-    """Lane k < 8, over i = k, k + 8, ... < ``full`` (a multiple of 8, at most g.size), in order:
-    if |v[i]| >= tau (float32 compare) then sums[k] += float64(|v[i]|) and counts[k] += 1, with
-    v = g + r if ``use_r`` else g (r is read either way: pass g again when there is none).
-
-    ``quantize._abs_sums``' lanes, bit for bit, as one 8-wide vector step per 8 elements: numba
-    compiles the scalar form to 60 scalar instructions per 8 elements (the compiler does not merge
-    the 8 independent lanes into a vector), and the two sums of each 128-element block were ~85%
-    of tbq's encode. ``sums`` (float64[8]) and ``counts`` (int64[8]) are overwritten, not added to.
-    No bounds are checked here.
-    """
-    if not (_vec_ok(g, types.float32) and _vec_ok(r, types.float32) and isinstance(use_r, types.Boolean)
-            and isinstance(tau, types.Float) and isinstance(full, types.Integer)
-            and _vec_ok(sums, types.float64) and _vec_ok(counts, types.int64)):
-        return None
-    sig = types.void(g, r, types.boolean, types.float32, types.intp, sums, counts)
-
-    def codegen(context, builder, signature, args):
-        g_ty, r_ty, _, _, _, s_ty, c_ty = signature.args
-        gd = context.make_array(g_ty)(context, builder, args[0]).data
-        rd = context.make_array(r_ty)(context, builder, args[1]).data
-        use_r = context.cast(builder, args[2], types.boolean, types.boolean)
-        tau_v = _splat(builder, args[3], _F32, 8)
-
-        def step(i, accs):
-            acc, cnt = accs
-            gv = _load8(builder, gd, i)
-            v = builder.select(use_r, builder.fadd(gv, _load8(builder, rd, i)), gv)
-            mag = _abs8(builder, v)
-            hit = builder.fcmp_ordered(">=", mag, tau_v)
-            return (builder.select(hit, builder.fadd(acc, builder.fpext(mag, _V8D)), acc),
-                    builder.add(cnt, builder.zext(hit, _V8L)))
-
-        acc, cnt = _lane_loop8(builder, "abs_sums8", args[4], [_ZERO_V8D, _ZERO_V8L], step)
-        builder.store(acc, _vec_ptr(context, builder, s_ty, args[5], 0, _V8D), align=8)
-        builder.store(cnt, _vec_ptr(context, builder, c_ty, args[6], 0, _V8L), align=8)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
 def _tail_index8(builder, full, last, k):
     """min(full + k, last): lane k of the ragged tail, clamped to the block's last element."""
     idx = builder.add(full, ir.Constant(full.type, k))
@@ -456,6 +414,43 @@ def _scatter_tail8(builder, vec, data, full, last):
     for k in range(8):
         builder.store(builder.extract_element(vec, ir.Constant(_I32, k)),
                       builder.gep(data, [_tail_index8(builder, full, last, k)]), align=4)
+
+
+class _BlockShape:
+    """A block of ``m`` > 0 elements as ``full`` elements of whole 8-element steps and a ragged tail of
+    ``t`` < 8 (only a gradient's last block has one), which runs as one step of lanes 0 .. t-1
+    (``in_tail``) over clamped gathers."""
+
+    def __init__(self, builder, m):
+        self.builder = builder
+        seven = ir.Constant(m.type, 7)
+        self.m64 = builder.sext(m, _I64) if m.type != _I64 else m
+        self.full = builder.and_(m, ir.Constant(m.type, ~7))
+        self.t = builder.and_(m, seven)
+        self.last = builder.sub(m, ir.Constant(m.type, 1))
+        t64 = builder.sext(self.t, _I64) if self.t.type != _I64 else self.t
+        self.in_tail = builder.icmp_signed("<", ir.Constant(_V8L, list(range(8))), _splat(builder, t64, _I64, 8))
+
+    def gather(self, data):
+        return _gather_tail8(self.builder, data, self.full, self.last)
+
+    def scatter(self, vec, data):
+        _scatter_tail8(self.builder, vec, data, self.full, self.last)
+
+    def tail(self, accs, emit):
+        """``emit()``'s new accumulators where the block has a tail, else ``accs`` (phi-merged)."""
+        builder = self.builder
+        before = builder.basic_block
+        with builder.if_then(builder.icmp_signed(">", self.t, ir.Constant(self.t.type, 0)), likely=False):
+            new = emit()
+            end = builder.basic_block
+        merged = []
+        for a, b in zip(accs, new, strict=True):
+            phi = builder.phi(a.type)
+            phi.add_incoming(a, before)
+            phi.add_incoming(b, end)
+            merged.append(phi)
+        return merged
 
 
 def _pairwise8(builder, vec, add):
@@ -505,15 +500,8 @@ def onebit_block8(typingctx, g, r, use_r, j0, m, bits):
         byte0 = builder.ashr(j0, ir.Constant(j0.type, 3))
         bd = builder.gep(context.make_array(b_ty)(context, builder, args[5]).data, [byte0])
         use_r = context.cast(builder, args[2], types.boolean, types.boolean)
-        seven = ir.Constant(m.type, 7)
-        full = builder.and_(m, builder.not_(seven))
-        t = builder.and_(m, seven)
-        last = builder.sub(m, ir.Constant(m.type, 1))
-        has_tail = builder.icmp_signed(">", t, ir.Constant(m.type, 0))
+        blk = _BlockShape(builder, m)
         zero_f = ir.Constant(_V8F, [0.0] * 8)
-        lane_ids = ir.Constant(_V8L, list(range(8)))
-        in_tail = builder.icmp_signed("<", lane_ids, _splat(builder, builder.sext(t, _I64) if t.type != _I64 else t,
-                                                                _I64, 8))
 
         def sums(x, accs, mask=None):
             """One step of the lanes: the sums and count of x >= 0, of the others, the bad flags."""
@@ -536,28 +524,20 @@ def onebit_block8(typingctx, g, r, use_r, j0, m, bits):
                 builder.store(x, rp, align=4)
             return sums(x, accs)
 
-        inits = [_ZERO_V8D, _ZERO_V8D, _ZERO_V8L, ir.Constant(_V8B, [0] * 8)]
-        accs = _lane_loop8(builder, "onebit_block8.v", full, inits, v_step)
-        before = builder.basic_block
-        with builder.if_then(has_tail, likely=False):  # the gradient's ragged last block: lanes 0 .. t-1
-            gt = _gather_tail8(builder, gd, full, last)
-            x = builder.select(use_r, builder.fadd(gt, _gather_tail8(builder, rd, full, last)), gt)
+        def v_tail(accs):
+            gt = blk.gather(gd)
+            x = builder.select(use_r, builder.fadd(gt, blk.gather(rd)), gt)
             with builder.if_then(use_r):
-                _scatter_tail8(builder, x, rd, full, last)
-            tail_accs = sums(x, accs, in_tail)
-            tail_end = builder.basic_block
-        merged = []
-        for a, b in zip(accs, tail_accs, strict=True):
-            phi = builder.phi(a.type)
-            phi.add_incoming(a, before)
-            phi.add_incoming(b, tail_end)
-            merged.append(phi)
-        pos_l, neg_l, cnt_l, bad_l = merged
+                blk.scatter(x, rd)
+            return sums(x, accs, blk.in_tail)
+
+        inits = [_ZERO_V8D, _ZERO_V8D, _ZERO_V8L, ir.Constant(_V8B, [0] * 8)]
+        accs = _lane_loop8(builder, "onebit_block8.v", blk.full, inits, v_step)
+        pos_l, neg_l, cnt_l, bad_l = blk.tail(accs, lambda: v_tail(accs))
 
         cp = _pairwise8(builder, cnt_l, builder.add)
-        sext_m = builder.sext(m, _I64) if m.type != _I64 else m
         pos = _mean32(builder, _pairwise8(builder, pos_l, builder.fadd), cp)
-        neg = _mean32(builder, _pairwise8(builder, neg_l, builder.fadd), builder.sub(sext_m, cp))
+        neg = _mean32(builder, _pairwise8(builder, neg_l, builder.fadd), builder.sub(blk.m64, cp))
         pos_v, neg_v = _splat(builder, pos, _F32, 8), _splat(builder, neg, _F32, 8)
 
         def bits_of(x, mask=None):  # pass 2 per step: x is v; r <- v - scale; the 8 bits as one byte
@@ -575,14 +555,138 @@ def onebit_block8(typingctx, g, r, use_r, j0, m, bits):
             builder.store(byte, builder.gep(bd, [builder.ashr(i, ir.Constant(i.type, 3))]), align=1)
             return accs
 
-        _lane_loop8(builder, "onebit_block8.bits", full, [], code_step)
-        with builder.if_then(has_tail, likely=False):
-            res, byte = bits_of(_gather_tail8(builder, rd, full, last), in_tail)
+        def code_tail():
+            res, byte = bits_of(blk.gather(rd), blk.in_tail)
             with builder.if_then(use_r):
-                _scatter_tail8(builder, res, rd, full, last)
-            builder.store(byte, builder.gep(bd, [builder.ashr(full, ir.Constant(full.type, 3))]), align=1)
+                blk.scatter(res, rd)
+            builder.store(byte, builder.gep(bd, [builder.ashr(blk.full, ir.Constant(blk.full.type, 3))]), align=1)
+            return []
+
+        _lane_loop8(builder, "onebit_block8.bits", blk.full, [], code_step)
+        blk.tail([], code_tail)
 
         any_bad = builder.icmp_unsigned("!=", builder.bitcast(bad_l, ir.IntType(8)), ir.Constant(ir.IntType(8), 0))
         return context.make_tuple(builder, signature.return_type, [pos, neg, builder.zext(any_bad, ir.IntType(8))])
+
+    return sig, codegen
+
+
+_V8I16 = ir.VectorType(ir.IntType(16), 8)
+_CODE_SHIFTS = ir.Constant(_V8I16, [2 * k for k in range(8)])
+
+
+@intrinsic
+def tbq_block8(typingctx, g, r, use_r, j0, m, scale, body):
+    """One adaptive-TBQ block, elements j0 .. j0 + m - 1 (j0 a multiple of 8, m > 0): returns
+    (value, bad), the block's float32 value and 1 (uint8) if some v was Inf or NaN; writes the
+    block's 2-bit codes into ``body`` (2 / 0 / 1 for v >= tau / v <= -tau / else, element i at bits
+    2 (i % 4) of byte i // 4, zero past the block) and with ``use_r`` r <- v - (code - 1) * value.
+    v = g + r if ``use_r`` else g (pass g again as r when there is none: it is then only read).
+
+    The rule of ``algorithms.tbq``, bit for bit: tau = float32(scale * (sum|v| / m)), value = float32
+    (sum of |v| >= tau / their count), both sums float64 in 8 lanes (element i of the block in lane
+    i % 8, each lane in element order, NaN never counted), the ragged tail of a gradient's last block
+    in lanes 0 .. t-1, the lanes added as ((0+1)+(2+3))+((4+5)+(6+7)); tau = value = 1 where tau is
+    not a positive finite float32, value = tau where the mean is not in [tau, FMAX]. Written as vector
+    IR for the reasons of ``onebit_block8``. No bounds are checked here.
+    """
+    if not (_vec_ok(g, types.float32) and _vec_ok(r, types.float32) and isinstance(use_r, types.Boolean)
+            and isinstance(j0, types.Integer) and isinstance(m, types.Integer) and isinstance(scale, types.Float)
+            and _vec_ok(body, types.uint8)):
+        return None
+    sig = types.Tuple((types.float32, types.uint8))(g, r, types.boolean, types.intp, types.intp, types.float64, body)
+
+    def codegen(context, builder, signature, args):
+        g_ty, r_ty, _, _, _, _, b_ty = signature.args
+        j0, m, scale = args[3], args[4], args[5]
+        gd = builder.gep(context.make_array(g_ty)(context, builder, args[0]).data, [j0])
+        rd = builder.gep(context.make_array(r_ty)(context, builder, args[1]).data, [j0])
+        byte0 = builder.ashr(j0, ir.Constant(j0.type, 2))
+        bd = builder.gep(context.make_array(b_ty)(context, builder, args[6]).data, [byte0])
+        use_r = context.cast(builder, args[2], types.boolean, types.boolean)
+        blk = _BlockShape(builder, m)
+
+        def v8(gv, rv):
+            return builder.select(use_r, builder.fadd(gv, rv), gv)
+
+        def abs_sums(tau):
+            """(sum of |v| >= tau, count): the lanes over the whole steps and the tail, added."""
+            tau_v = _splat(builder, tau, _F32, 8)
+
+            def lanes(x, accs, mask=None):
+                acc, cnt = accs
+                mag = _abs8(builder, x)
+                hit = builder.fcmp_ordered(">=", mag, tau_v)
+                if mask is not None:
+                    hit = builder.and_(hit, mask)
+                return (builder.select(hit, builder.fadd(acc, builder.fpext(mag, _V8D)), acc),
+                        builder.add(cnt, builder.zext(hit, _V8L)))
+
+            def step(i, accs):
+                return lanes(v8(_load8(builder, gd, i), _load8(builder, rd, i)), accs)
+
+            accs = _lane_loop8(builder, "tbq_block8.sums", blk.full, [_ZERO_V8D, _ZERO_V8L], step)
+            acc, cnt = blk.tail(accs, lambda: lanes(v8(blk.gather(gd), blk.gather(rd)), accs, blk.in_tail))
+            return _pairwise8(builder, acc, builder.fadd), _pairwise8(builder, cnt, builder.add)
+
+        fmax = ir.Constant(_F32, float(FMAX))
+        one = ir.Constant(_F32, 1.0)
+        total, _ = abs_sums(ir.Constant(_F32, 0.0))
+        tau = builder.fptrunc(builder.fmul(scale, builder.fdiv(total, builder.sitofp(blk.m64, _F64))), _F32)
+        tau_ok = builder.and_(builder.fcmp_ordered(">", tau, ir.Constant(_F32, 0.0)),
+                              builder.fcmp_ordered("<=", tau, fmax))
+        above, count = abs_sums(tau)
+        mean = builder.fptrunc(builder.fdiv(above, builder.sitofp(count, _F64)), _F32)
+        value = builder.select(builder.icmp_signed(">", count, ir.Constant(_I64, 0)), mean, tau)
+        value_ok = builder.and_(builder.fcmp_ordered(">=", value, tau), builder.fcmp_ordered("<=", value, fmax))
+        value = builder.select(value_ok, value, tau)
+        tau = builder.select(tau_ok, tau, one)
+        value = builder.select(tau_ok, value, one)
+
+        tau_v = _splat(builder, tau, _F32, 8)
+        ntau_v = _splat(builder, builder.fneg(tau), _F32, 8)
+        value_v = _splat(builder, value, _F32, 8)
+        ones = ir.Constant(_V8F, [1.0] * 8)
+
+        def codes_of(x, mask=None):
+            """(r's new values, the 8 codes as 16 bits, bad flags) of one step."""
+            ge = builder.fcmp_ordered(">=", x, tau_v)
+            le = builder.fcmp_ordered("<=", x, ntau_v)
+            q = builder.select(le, builder.fneg(ones), builder.select(ge, ones, ir.Constant(_V8F, [0.0] * 8)))
+            res = builder.fsub(x, builder.fmul(q, value_v))
+            code = builder.select(le, ir.Constant(_V8I16, [0] * 8),
+                                  builder.select(ge, ir.Constant(_V8I16, [2] * 8), ir.Constant(_V8I16, [1] * 8)))
+            if mask is not None:
+                code = builder.select(mask, code, ir.Constant(_V8I16, [0] * 8))
+            packed = _pairwise8(builder, builder.shl(code, _CODE_SHIFTS), builder.or_)
+            return res, packed, builder.fcmp_unordered(">", _abs8(builder, x), _FMAX_V8F)
+
+        def code_step(i, accs):
+            (bad,) = accs
+            rp = builder.bitcast(builder.gep(rd, [i]), _V8F.as_pointer())
+            res, packed, nb = codes_of(v8(_load8(builder, gd, i), builder.load(rp, align=4)))
+            with builder.if_then(use_r, likely=True):
+                builder.store(res, rp, align=4)
+            out = builder.bitcast(builder.gep(bd, [builder.ashr(i, ir.Constant(i.type, 2))]),
+                                  ir.IntType(16).as_pointer())
+            builder.store(packed, out, align=1)
+            return [builder.or_(bad, nb)]
+
+        accs = _lane_loop8(builder, "tbq_block8.codes", blk.full, [ir.Constant(_V8B, [0] * 8)], code_step)
+
+        def tail_codes():
+            res, packed, nb = codes_of(v8(blk.gather(gd), blk.gather(rd)), blk.in_tail)
+            with builder.if_then(use_r):
+                blk.scatter(res, rd)
+            at = builder.ashr(blk.full, ir.Constant(blk.full.type, 2))
+            builder.store(builder.trunc(packed, ir.IntType(8)), builder.gep(bd, [at]), align=1)
+            with builder.if_then(builder.icmp_signed(">", blk.t, ir.Constant(blk.t.type, 4))):
+                high = builder.trunc(builder.lshr(packed, ir.Constant(ir.IntType(16), 8)), ir.IntType(8))
+                builder.store(high, builder.gep(bd, [builder.add(at, ir.Constant(at.type, 1))]), align=1)
+            return [builder.or_(accs[0], nb)]
+
+        (bad,) = blk.tail(accs, tail_codes)
+        any_bad = builder.icmp_unsigned("!=", builder.bitcast(bad, ir.IntType(8)), ir.Constant(ir.IntType(8), 0))
+        return context.make_tuple(builder, signature.return_type, [value, builder.zext(any_bad, ir.IntType(8))])
 
     return sig, codegen

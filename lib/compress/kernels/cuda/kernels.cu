@@ -135,7 +135,7 @@ extern "C" __global__ void sign_stats(const float* __restrict__ g, float* __rest
 }
 
 // ---------------------------------------------------------------------------- adaptive tbq in blocks
-// The float64 sums of |v| >= tau and their count, in quantize._abs_sums' 8 lanes and order.
+// The float64 sums of |v| >= tau and their count, in simd.tbq_block8's 8 lanes and order.
 __device__ __forceinline__ void hp_abs_sums(const float* g, const float* r, int use_r, i64 s, i64 e, float tau,
                                             double* total, i64* count) {
     double p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -154,7 +154,7 @@ __device__ __forceinline__ void hp_abs_sums(const float* g, const float* r, int 
 }
 
 // One thread per block of bk elements: tau = scale * mean|v| and value = mean of |v| >= tau
-// (quantize._tbq_block_rule: 1 and 1 where tau is not a positive finite float32).
+// (simd.tbq_block8: 1 and 1 where tau is not a positive finite float32).
 extern "C" __global__ void tbq_block_rule(const float* __restrict__ g, const float* __restrict__ r, int use_r,
                                           int bk, float scale, i64 n, float* __restrict__ taus,
                                           float* __restrict__ values) {
