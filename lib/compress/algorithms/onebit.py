@@ -37,7 +37,8 @@ Cost on the CPU: a block is one call of ``kernels.simd.onebit_block8``, 8-lane v
 whole block (v, the lane sums, the means, the residual and the bits): numba compiled the 8 lanes
 of the sums to scalar code, and at 32 elements a block's scalar bookkeeping cost as much again.
 ``hipress bench compress --alg onebit --threads 1`` (64 MB) on this project's 2-core machine:
-encode 0.74x memcpy (0.25x before), ``block=128`` 0.85x (0.34x), ``block=0`` 0.5-0.6x.
+encode 0.64-0.74x memcpy (0.19-0.25x before), ``block=128`` 0.85-0.88x (0.34-0.38x), ``block=0``
+0.4-0.6x (medians of two benches, old and new alternated 3 times on a loaded machine).
 """
 
 from __future__ import annotations
