@@ -26,6 +26,14 @@ so while pulses are read the warning does not come before ``judge_s`` (5 s; 8 s 
 before ``WARNING_LEAD_S`` after it: a ``--stall-timeout`` under twice that waits for the pulses rather
 than name the rank waiting for a stopped one.
 
+On a loaded machine no thread is woken on time: a live rank's pulse thread may run seconds late (the
+waiting rank's pulse looked stale too), and so may its last pulse before a beat (a stopped rank's beat
+then looked like progress after its pulse). So the decision reads no pulse against the watcher's clock:
+a pulse is stale beside the freshest pulse of the *other* ranks (they ran that much later and it did
+not: ``not_running``), the warning and the stop wait until the pulses themselves have gone on
+``judge_s`` past the last beat (``pulse_clock``), and whether a rank's pulse thread runs at all is said
+by the rank in each beat (``pulsing``), not guessed from how long after its last pulse it beat.
+
 Ranks on other hosts (``hipress run --hosts``) beat into a directory on their host; the launcher
 copies their beats here every second (``hipress.launch.remote``) through a ``Relay``, which stamps
 each new beat and pulse with the time it was *seen* here, since those hosts' clocks need not agree
@@ -175,6 +183,7 @@ class Heartbeat:
         self.path = beat_file(Path(d), rank) if d else None
         self.pulse_path = pulse_file(Path(d), rank) if d else None
         self._stop_pulse = threading.Event()
+        self._pulse_thread: threading.Thread | None = None
 
     def start_pulse(self, period_s: float = PULSE_S) -> threading.Thread | None:
         """Start a daemon thread that replaces this rank's pulse file every ``period_s``: the sign that the
@@ -196,6 +205,7 @@ class Heartbeat:
 
         t = threading.Thread(target=pulse, name="heartbeat-pulse", daemon=True)
         t.start()
+        self._pulse_thread = t
         return t
 
     def stop_pulse(self) -> None:
@@ -205,20 +215,27 @@ class Heartbeat:
         if self.path is None:
             return
         self.seq += 1
+        # whether this rank's pulses still say anything: a pulse thread that ended leaves a stale pulse
+        # beside a running main thread, which the watch must not take for a stopped process
+        pulsing = self._pulse_thread is not None and self._pulse_thread.is_alive()
         try:
             _replace(self.path, json.dumps({"rank": self.rank, "seq": self.seq, "phase": phase, "iter": iteration,
-                                            "time": time.time(), "pid": os.getpid()}))
+                                            "time": time.time(), "pid": os.getpid(), "pulsing": pulsing}))
         except OSError:
             pass  # the launcher's directory is gone: the launcher is too, and watch_launcher acts
 
 
 @dataclass(frozen=True)
 class Beat:
+    """A rank's latest progress; ``pulsing``: whether its pulse thread ran when it beat (a beat that does not
+    say, from a rank of an older version, is taken to)."""
+
     rank: int
     phase: str
     iteration: int | None
     time: float
     seq: int = 0
+    pulsing: bool = True
 
     def doing(self) -> str:
         it = "" if self.iteration is None else f" of iteration {self.iteration}"
@@ -238,20 +255,50 @@ class Pulse:
     def age(self, now: float) -> float:
         return now - self.time
 
-    def stale(self, now: float) -> bool:
-        return self.age(now) >= PULSE_STALE_S + self.lag_s
+    def stale(self, at: float) -> bool:
+        """Whether this pulse is too old to come from a running process beside a sign of life at ``at`` (another
+        rank's pulse: compared with the watcher's clock, a pulse thread woken late on a loaded machine looks
+        stopped)."""
+        return self.age(at) >= PULSE_STALE_S + self.lag_s
 
 
 def judge_s(pulses: dict[int, Pulse]) -> float:
-    """How long a rank must have made no progress before ``StallWatch`` warns (and so stops): the time a rank
-    stopped just after its last beat takes to show a stale pulse (its last pulse up to ``PULSE_S`` after
-    the beat, the waiting peer's beat up to ``PULSE_S`` before it, then ``PULSE_STALE_S`` and a relay's
-    lateness). Sooner, the rule of beats alone decides, and names the peer waiting for it (its beat the
-    older): a ``--stall-timeout`` under twice this (10 s, 16 s over ``--hosts``) warned about the wrong
-    rank first, one under it stopped the run naming it. No pulse read: nothing to wait for (0)."""
+    """How long past the last beat the pulses must have gone on (``pulse_clock``) before ``StallWatch`` warns
+    (and so stops): the time a rank stopped just after the last beat takes to show a stale pulse (stopped up
+    to ``PULSE_S`` after that beat, its last pulse no later; then ``PULSE_STALE_S``, a pulse period to
+    spare, and a relay's lateness). Sooner, the rule of beats alone decides, and names the peer
+    waiting for it (its beat the older): a ``--stall-timeout`` under twice this (10 s, 16 s over
+    ``--hosts``) warned about the wrong rank first, one under it stopped the run naming it. No pulse read:
+    nothing to wait for (0)."""
     if not pulses:
         return 0.0
     return PULSE_STALE_S + 2 * PULSE_S + max(p.lag_s for p in pulses.values())
+
+
+def pulse_clock(pulses: dict[int, Pulse], now: float) -> float:
+    """How far the pulses have told: a period past the freshest one (the next is due then), no later than
+    ``now``. ``judge_s`` is counted on this clock, not the watcher's: on a loaded machine the live ranks'
+    pulse threads wake late, and a stopped rank's pulse is not yet stale beside theirs when the watcher's
+    clock says it should be. Pulses more than ``judge_s`` behind ``now`` (no rank pulses: all stopped, or
+    the pulse threads starved that long) hold the watch back no further: ``now - judge_s``."""
+    freshest = max((p.time for p in pulses.values()), default=now)
+    return min(now, max(freshest + PULSE_S, now - judge_s(pulses)))
+
+
+def not_running(beats: dict[int, Beat], pulses: dict[int, Pulse], now: float) -> set[int]:
+    """The ranks whose process is not running: a pulse stale beside the freshest pulse of the other ranks
+    (they were running that long after it; a rank alone is compared with ``now``). Comparing pulses with
+    pulses, not with the watcher's clock, keeps a live rank whose pulse thread was woken late on a loaded
+    machine (all were) from being called stopped. A rank that said in its latest beat that its pulse thread
+    is gone (``Beat.pulsing``) is not judged by its pulse, nor is one without a pulse read."""
+    out = set()
+    for r, p in pulses.items():
+        if r not in beats or not beats[r].pulsing:
+            continue
+        others = [q.time for k, q in pulses.items() if k != r]
+        if p.stale(max(others) if others else now):
+            out.add(r)
+    return out
 
 
 def _read_latest(directory: Path, wanted: Callable[[str], bool], make: Callable[[dict], T]) -> dict[int, T]:
@@ -282,7 +329,8 @@ def read_pulses(directory: Path) -> dict[int, Pulse]:
 def read_beats(directory: Path) -> dict[int, Beat]:
     """The latest beat of each rank that has beaten."""
     return _read_latest(directory, is_beat_file, lambda d: Beat(int(d["rank"]), str(d["phase"]), d.get("iter"),
-                                                                float(d["time"]), int(d.get("seq", 0))))
+                                                                float(d["time"]), int(d.get("seq", 0)),
+                                                                bool(d.get("pulsing", True))))
 
 
 def is_relayed_file(name: str) -> bool:
@@ -325,6 +373,12 @@ class Relay:
             pass  # the directory is gone: the follower that reads it is done
 
 
+def _seconds(s: float) -> str:
+    """A time in seconds for a message: to a tenth, as the pulses' clock and the beats' milliseconds give
+    ``6.0013``."""
+    return f"{round(s, 1):g}"
+
+
 def _no_life(pulse: Pulse, now: float) -> str:
     """What a stale pulse says of its rank. Why two wordings: a local rank's pulse stops only with its process;
     a relayed one (``lag_s``) also when its host stops answering the relay (down, or its link), where "its
@@ -359,16 +413,19 @@ class StallWatch:
         if not beats:
             return None, None
         pulses = read_pulses(self.directory)
-        first = self.culprit(beats, pulses, now)
+        stopped = not_running(beats, pulses, now)
+        first = self.culprit(beats, stopped)
         limit = startup if first.iteration in (None, 0) else self.timeout_s  # iteration 0 compiles kernels
         quiet = now - first.time
-        # not before the pulses can tell (judge_s); the stop never without the warning before it
-        warn_at = max(limit / 2, judge_s(pulses))
+        # not before the pulses can tell: judge_s past the last beat (all ranks wait by then), on the pulses' clock,
+        # which falls behind the watcher's when the pulse threads wake late; the stop never without the warning
+        # before it
+        held = (max(b.time for b in beats.values()) - first.time + now - pulse_clock(pulses, now)) if pulses else 0.0
+        warn_at = max(limit / 2, judge_s(pulses) + held)
         stop_at = max(limit, warn_at + WARNING_LEAD_S)
         if quiet < warn_at:
             return None, None
-        pulse = pulses.get(first.rank)
-        dead = "" if pulse is None or not pulse.stale(now) else _no_life(pulse, now)
+        dead = _no_life(pulses[first.rank], now) if first.rank in stopped else ""
         if quiet >= stop_at:
             return None, (f"rank {first.rank} made no progress for {quiet:.0f} s (stalled in {first.doing()}){dead}; "
                           f"the run was stopped ({self._stop_rule(limit, stop_at)})")
@@ -376,7 +433,7 @@ class StallWatch:
         if key not in self.warned:
             self.warned.add(key)
             return (f"rank {first.rank} has made no progress for {quiet:.0f} s (in {first.doing()}){dead}; the run "
-                    f"will be stopped after {stop_at:g} s"), None
+                    f"will be stopped after {_seconds(stop_at)} s"), None
         return None, None
 
     def _stop_rule(self, limit: float, stop_at: float) -> str:
@@ -391,21 +448,16 @@ class StallWatch:
             why.append(f"start-up and the first iteration get {limit:g} s at least")
         if stop_at > limit:
             why.append("telling a stopped rank from the ranks waiting for it takes that long")
-        return f"{given}, stopped at {stop_at:g} s: {'; '.join(why)}"
+        return f"{given}, stopped at {_seconds(stop_at)} s: {'; '.join(why)}"
 
     @staticmethod
-    def culprit(beats: dict[int, Beat], pulses: dict[int, Pulse], now: float) -> Beat:
-        """The rank to name: one not running (its pulse stale) that made no progress since, else the rank
-        behind (fewest beats: the others wait for it), among equals the quietest. A rank without a pulse
-        read is not taken for not running."""
+    def culprit(beats: dict[int, Beat], stopped: set[int]) -> Beat:
+        """The rank to name: one whose process is not running (``stopped``, from ``not_running``), else the rank
+        behind (fewest beats: the others wait for it), among equals the quietest."""
         def behind(b: Beat) -> tuple[int, float, int]:
             return b.seq, b.time, b.rank
 
-        # a beat after the last pulse (give or take a pulse period and a relay's lateness) is progress since:
-        # that rank runs, whatever became of its pulse thread
-        stopped = [b for r, b in beats.items() if r in pulses and pulses[r].stale(now)
-                   and b.time <= pulses[r].time + PULSE_S + pulses[r].lag_s]
-        return min(stopped or beats.values(), key=behind)
+        return min([beats[r] for r in stopped] or beats.values(), key=behind)
 
 
 def watch_launcher(poll_s: float = 1.0) -> threading.Thread | None:

@@ -239,9 +239,10 @@ def test_a_sigstopped_rank_is_named_not_the_rank_waiting_for_it(results):
     assert _gone_within(pids, 5)
 
 
-def _beat(d: Path, rank: int, phase: str, it: int | None, t: float, seq: int = 0) -> None:
+def _beat(d: Path, rank: int, phase: str, it: int | None, t: float, seq: int = 0, pulsing: bool | None = None) -> None:
+    extra = {} if pulsing is None else {"pulsing": pulsing}  # None: a beat that does not say, as of older ranks
     (d / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "phase": phase, "iter": it, "time": t,
-                                                     "seq": seq}))
+                                                     "seq": seq, **extra}))
 
 
 def test_stall_watch_warns_then_names_the_rank_that_went_quiet_first(tmp_path):
@@ -303,12 +304,14 @@ def test_stall_watch_does_not_call_a_rank_on_a_silent_host_stopped(tmp_path):
                            "process is not running (stopped by SIGSTOP"), stop
 
 
-def test_stall_watch_takes_a_rank_that_beat_since_its_last_pulse_for_running(tmp_path):
-    """A stale pulse with progress after it (the pulse thread gone, the main thread not) says nothing: the rank
-    behind is named, not the one whose pulse stopped; and a stopped rank is preferred even when it is not behind."""
+def test_stall_watch_takes_a_rank_whose_pulse_thread_is_gone_for_running(tmp_path):
+    """A stale pulse of a rank whose beat says its pulse thread is gone (the main thread not) says nothing: the
+    rank behind is named, not the one whose pulse stopped; and a stopped rank is preferred even when it is not
+    behind. (This was guessed from a beat more than a pulse period after the last pulse, which a loaded
+    machine's late pulse thread also gives: test_stall_watch_names_a_stopped_rank_on_a_loaded_machine.)"""
     now = time.time()
     _beat(tmp_path, 0, "forward/backward", 5, now - 11, seq=18)  # behind: rank 1 waits for it
-    _beat(tmp_path, 1, "optimizer step (gradient synchronization)", 5, now - 10, seq=19)
+    _beat(tmp_path, 1, "optimizer step (gradient synchronization)", 5, now - 10, seq=19, pulsing=False)
     _pulse(tmp_path, 0, now)
     _pulse(tmp_path, 1, now - 30)  # long before its last beat
     stop = StallWatch(tmp_path, timeout_s=10, ranks=2).check(now)[1]
@@ -316,8 +319,113 @@ def test_stall_watch_takes_a_rank_that_beat_since_its_last_pulse_for_running(tmp
     assert "not running" not in stop
     _pulse(tmp_path, 1, now - 9.5)  # stopped after its beat: not running, whatever the counts say
     _pulse(tmp_path, 0, now)
+    _beat(tmp_path, 1, "optimizer step (gradient synchronization)", 5, now - 10, seq=19, pulsing=True)
     stop = StallWatch(tmp_path, timeout_s=10, ranks=2).check(now)[1]
     assert stop.startswith("rank 1 made no progress for 10 s (stalled in optimizer step") and "not running" in stop
+
+
+def _watch(tmp_path: Path, timeout: float, start: float, end: float, pulse_0) -> tuple[list[str], float]:
+    """What a watch polling every 0.25 s from ``start`` to ``end`` says, ``pulse_0(t)`` writing rank 0's pulse
+    before each check, up to the stop; and the time of its last check."""
+    w = StallWatch(tmp_path, timeout_s=timeout, ranks=2)
+    said, t = [], start
+    while t < end:
+        pulse_0(t)
+        warning, stop = w.check(t)
+        said += [m for m in (warning, stop) if m]
+        if stop:
+            break
+        t += 0.25
+    return said, t
+
+
+def _stopped_in_the_gather(tmp_path: Path, now: float, last_pulse_1: float, beat_1: float | None = None) -> None:
+    """Rank 1 SIGSTOPped just after its beat (at ``beat_1``, by default 1 ms after rank 0's) inside the gather
+    rank 0 waits in (rank 0's beat the older), its last pulse at ``last_pulse_1``."""
+    _beat(tmp_path, 0, "gather of the iteration's statistics", 7, now - 0.002, seq=29, pulsing=True)
+    _beat(tmp_path, 1, "gather of the iteration's statistics", 7, now - 0.001 if beat_1 is None else beat_1, seq=29,
+          pulsing=True)
+    _pulse(tmp_path, 1, last_pulse_1)
+
+
+def test_not_running_compares_a_pulse_with_the_other_ranks_pulses_not_the_watchers_clock(tmp_path):
+    """The decision itself, on synthetic pulses: a pulse is stale beside the freshest pulse of the other ranks
+    (PULSE_STALE_S, and a relay's lateness), whatever the watcher's clock says."""
+    now = 1000.0
+    stale = heartbeat.PULSE_STALE_S
+    beats = {r: heartbeat.Beat(r, "gather", 7, now - 10, 29) for r in (0, 1, 2)}
+
+    def pulses(*times: float, lag: float = 0.0) -> dict[int, heartbeat.Pulse]:
+        return {r: heartbeat.Pulse(r, 5, t, lag) for r, t in enumerate(times)}
+
+    assert heartbeat.not_running(beats, pulses(now, now - stale, now - 1), now) == {1}
+    # a late watcher: every pulse 30 s old by its clock, none beside the others' (the old rule: all stopped)
+    assert heartbeat.not_running(beats, pulses(now - 30, now - 30.5, now - 31), now) == set()
+    # late live ranks: the pulse threads of ranks 0 and 2 some 4 s late (stale by the watcher's clock), rank 1
+    # stopped before
+    assert heartbeat.not_running(beats, pulses(now - 4, now - 8, now - 4.2), now) == {1}
+    # relayed: stale only after the relay's lateness more
+    assert heartbeat.not_running(beats, pulses(now, now - stale - 2, now, lag=3.0), now) == set()
+    assert heartbeat.not_running(beats, pulses(now, now - stale - 3, now, lag=3.0), now) == {1}
+    # a rank alone is compared with the watcher's clock; one whose beat says its pulse thread is gone, not at all
+    assert heartbeat.not_running({0: beats[0]}, pulses(now - stale), now) == {0}
+    gone = {**beats, 1: heartbeat.Beat(1, "gather", 7, now - 10, 29, pulsing=False)}
+    assert heartbeat.not_running(gone, pulses(now, now - 60, now), now) == set()
+
+
+def test_stall_watch_names_a_stopped_rank_whose_last_pulse_came_late(tmp_path):
+    """On a loaded machine rank 1's pulse thread ran 1.8 s before its last beat (late), then rank 1 was
+    SIGSTOPped in the gather rank 0 waits in. The old rule took a beat more than PULSE_S after the last pulse
+    for progress since, so rank 1 for running, and named rank 0 (its beat the older) on beats alone."""
+    now = time.time()
+    _stopped_in_the_gather(tmp_path, now, now - 1.8)
+    said, _ = _watch(tmp_path, 6, now, now + 15, lambda t: _pulse(tmp_path, 0, t))
+    assert said and all(m.startswith("rank 1 ") and "its process is not running" in m for m in said), said
+    assert len(said) == 2 and "the run will be stopped" in said[0] and "the run was stopped" in said[1], said
+
+
+def test_stall_watch_names_a_stopped_rank_not_the_waiting_one_whose_pulses_come_late(tmp_path):
+    """On a loaded machine the waiting rank 0's pulse thread runs 3.5 s late: by the watcher's clock its pulse
+    was as stale as the stopped rank 1's, and the old rule named rank 0 (its beat the older) as not running.
+    Beside rank 0's pulses rank 1's is stale, and the watch waits until they have gone on long enough to
+    tell (``pulse_clock``): the warning and the stop name rank 1."""
+    now = time.time()
+    late = heartbeat.PULSE_STALE_S + 0.5
+    _stopped_in_the_gather(tmp_path, now, now + 0.9)
+    said, _ = _watch(tmp_path, 6, now, now + 20, lambda t: _pulse(tmp_path, 0, t - late))
+    assert said and all(m.startswith("rank 1 ") and "its process is not running" in m for m in said), said
+    assert len(said) == 2 and "the run will be stopped" in said[0] and "the run was stopped" in said[1], said
+
+
+def test_stall_watch_waits_for_the_pulses_from_the_last_beat_not_the_culprits(tmp_path):
+    """On a loaded machine rank 1 reached the gather rank 0 waits in 2 s after it, then was SIGSTOPped. Counted
+    from rank 0's beat (the culprit by beats), the wait for the pulses (judge_s) assumed the peer's beat less
+    than PULSE_S later: at the warning rank 1's pulse was not stale yet, and rank 0 was named. Counted from the
+    last beat, both messages name rank 1."""
+    now = time.time()
+    _stopped_in_the_gather(tmp_path, now, now + 2.9, beat_1=now + 2)
+    said, _ = _watch(tmp_path, 6, now, now + 20, lambda t: _pulse(tmp_path, 0, t))
+    assert said and all(m.startswith("rank 1 ") and "its process is not running" in m for m in said), said
+    assert len(said) == 2 and "the run will be stopped" in said[0] and "the run was stopped" in said[1], said
+
+
+def test_a_late_watcher_calls_no_rank_stopped_and_silent_pulses_do_not_hold_the_stop_back(tmp_path):
+    """The watcher (and the whole machine) woken 30 s late: every pulse is 30 s old by its clock, none beside
+    the others'. The old rule called the rank behind "not running"; it is named on its beats alone. And pulses
+    that all stopped (the whole job stopped) put the stop off by ``judge_s`` at most: it still comes."""
+    now = time.time()
+    _beat(tmp_path, 0, "optimizer step (gradient synchronization)", 7, now - 0.5, seq=29, pulsing=True)
+    _beat(tmp_path, 1, "forward/backward", 7, now - 1, seq=28, pulsing=True)
+    _pulse(tmp_path, 0, now)
+    _pulse(tmp_path, 1, now - 0.4)
+    stop = StallWatch(tmp_path, timeout_s=10, ranks=2).check(now + 30)[1]
+    assert stop.startswith("rank 1 made no progress for 31 s (stalled in forward/backward") and "not running" \
+        not in stop, stop
+    said, stopped_at = _watch(tmp_path, 6, now, now + 30, lambda t: None)  # nobody pulses after ``now``
+    judge = heartbeat.judge_s(heartbeat.read_pulses(tmp_path))
+    assert said and said[-1].startswith("rank 1 made no progress") and "the run was stopped" in said[-1], said
+    last_beat = now - 0.5
+    assert judge + heartbeat.WARNING_LEAD_S < stopped_at - last_beat <= 2 * judge + heartbeat.WARNING_LEAD_S + 0.25
 
 
 def test_pulses_of_ranks_on_other_hosts_are_relayed_stamped_and_allowed_the_relays_lateness(tmp_path):
@@ -354,10 +462,14 @@ def test_a_ranks_pulse_thread_pulses_until_stopped(tmp_path):
             time.sleep(0.01)
         assert thread.daemon and abs(heartbeat.read_pulses(tmp_path)[3].time - time.time()) < 5
         assert json.loads((tmp_path / "pulse-3.json").read_text())["pid"] == os.getpid()
+        hb.beat("forward/backward", 1)
+        assert heartbeat.read_beats(tmp_path)[3].pulsing  # each beat says whether the pulses still say anything
     finally:
         hb.stop_pulse()
     thread.join(5)
     assert not thread.is_alive()
+    hb.beat("forward/backward", 2)
+    assert not heartbeat.read_beats(tmp_path)[3].pulsing
     assert heartbeat.Heartbeat(0, directory="").start_pulse() is None  # no heartbeat directory: no pulse
 
 
