@@ -138,7 +138,13 @@ def engine_timeout(base: float, world: int, message_bytes: int, link_bits: float
     return max(base, 4.0 * max(world - 1, 1) * message_bytes * 8 / link_bits)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """The arguments and the topologies to run, or a usage error (``parser.error``: exit 2, one line after
+    the usage) naming what is wrong and the choices.
+
+    Read before ``abort_on_error``: every rank reads the same command line, so a bad one fails alike on
+    all of them and no peer waits. Inside it, argparse's exit (or an unknown topology's ``ValueError``)
+    was a rank's crash: a traceback, then ``MPI_Abort`` with exit 1."""
     p = argparse.ArgumentParser(prog="python -m hipress.sync.bench", description=__doc__.splitlines()[0])
     p.add_argument("--topo", default="all", help="comma-separated topologies, or 'all'")
     p.add_argument("--alg", default="tbq", help="compressor spec for the compressed topologies")
@@ -155,12 +161,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--trace", default=None, help="write every rank's task trace to TRACE.<topo>.rank<r>.json")
     a = p.parse_args(argv)
-    comm = MPI.COMM_WORLD
-    set_threads(a.threads)
     # 'ring,' (an unset "$TOPO2") is refused by its position: dropped, it measured fewer than asked
     topos = available() if a.topo == "all" else split_arg(p, "--topo", a.topo)
     for t in topos:
-        get(t)  # unknown names fail before anything runs
+        try:
+            get(t)  # unknown names fail before anything runs
+        except ValueError as e:
+            p.error(f"--topo: {e}")
+    return a, topos
+
+
+def run(a: argparse.Namespace, topos: list[str]) -> None:
+    """Measure ``topos`` on this rank's share; rank 0 writes the result to ``a.out``."""
+    comm = MPI.COMM_WORLD
+    set_threads(a.threads)
     numel = a.size // 4
     choice = bind_rank(comm, a.device)
     if choice.note and comm.Get_rank() == 0:
@@ -198,6 +212,13 @@ def main(argv: list[str] | None = None) -> None:
     write_atomic(a.out, json.dumps(result, indent=2))
 
 
+def main(argv: list[str] | None = None) -> None:
+    """Read the command line (a usage error exits 2 on every rank), then run inside ``abort_on_error``."""
+    a, topos = parse_args(argv)
+    with abort_on_error():
+        run(a, topos)
+
+
 if __name__ == "__main__":
-    with quick_exit(), abort_on_error():
+    with quick_exit():
         main(sys.argv[1:])

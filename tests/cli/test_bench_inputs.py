@@ -108,14 +108,25 @@ def test_bench_sync_refuses_an_empty_parameter_of_the_alg():
     assert "its parameters 'bits=4,,stochastic=false': item 2 of 3 is empty" in r.stderr, r.stderr
 
 
-def test_the_sync_bench_ranks_refuse_an_empty_item_in_the_topo_list(tmp_path):
-    """The ranks' own reading (``python -m hipress.sync.bench``, run by hand too) dropped 'ring,''s empty item."""
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        # dropped, 'ring,''s empty item measured fewer topologies than asked for
+        (["--topo", "ring,,ps"], "--topo 'ring,,ps': item 2 of 3 is empty"),
+        (["--topo", "nosuch"], "--topo: unknown topology 'nosuch'; use one of: " + ", ".join(topologies.available())),
+        (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+    ],
+)
+def test_the_sync_bench_ranks_refuse_bad_arguments_as_a_usage_error(args, said, tmp_path):
+    """The ranks' own reading (``python -m hipress.sync.bench``, run by hand too) is a usage error, exit 2,
+    said in one line. Read inside ``abort_on_error`` it was a rank's crash: argparse's exit (or the
+    unknown topology's ValueError) printed as a traceback, then ``MPI_Abort`` with exit 1."""
     out = tmp_path / "r.json"
-    r = subprocess.run([sys.executable, "-m", "hipress.sync.bench", "--topo", "ring,,ps", "--size", "64",
-                        "--repeat", "1", "--warmup", "0", "--out", str(out)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode != 0 and not out.exists(), r.stderr
-    assert "--topo 'ring,,ps': item 2 of 3 is empty" in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "hipress.sync.bench", "--size", "64", "--repeat", "1", "--warmup", "0",
+                        "--out", str(out), *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and not out.exists(), r.stderr
+    assert "Traceback" not in r.stderr and "MPI_Abort" not in r.stderr, r.stderr
+    assert f"python -m hipress.sync.bench: error: {said}" in r.stderr, r.stderr
 
 
 def test_fp32_elements_counts_whole_elements():
