@@ -27,7 +27,9 @@ app = typer.Typer(help="Benchmarks: compressors, synchronization, planning and t
 
 @app.command("compress")
 def compress(
-    alg: Annotated[str, typer.Option("--alg", help="Algorithm spec(s), comma-separated, or 'all'.")] = "all",
+    alg: Annotated[list[str] | None, typer.Option("--alg", help=(
+        "Algorithm spec(s), comma-separated or --alg repeated (tbq:block=256 --alg tbq:block=1024: one "
+        "row each), or 'all' (the default)."))] = None,
     size: Annotated[str, typer.Option("--size", help="Gradient size in bytes of fp32 (e.g. 64M).")] = "64M",
     repeat: Annotated[int, typer.Option("--repeat", min=1, max=MAX_REPEAT, help="Measured repetitions.")] = 10,
     warmup: Annotated[int, typer.Option("--warmup", min=0, max=MAX_REPEAT, help="Unmeasured warm-up runs.")] = 2,
@@ -52,9 +54,14 @@ def compress(
         except ConfigError as e:
             raise fail(str(e)) from None
 
-    names = all_or("--alg", alg, split_option("--alg", alg, split_specs), available(), "algorithm")
+    # every --alg given, in order: a repeated option kept only its last, so `--alg tbq:block=256 --alg
+    # tbq:block=1024` measured one of the two without a word
+    given = alg if alg else ["all"]
+    text = ",".join(given)
+    specs = [s for a in given for s in split_option("--alg", a, split_specs)]
+    names = all_or("--alg", text, specs, available(), "algorithm")
     if not names:  # an empty table with exit 0 reads as "measured, nothing to report"
-        raise fail(f"--alg {alg!r} names no algorithm: give one or more of {', '.join(available())} "
+        raise fail(f"--alg {text!r} names no algorithm: give one or more of {', '.join(available())} "
                    "(comma-separated), or all")
     nbytes = parse_fp32_size(size)
     check_kernel_threads(threads)
@@ -75,7 +82,11 @@ def compress(
               f"{'device copy' if result['device'] != 'cpu' else 'memcpy'} {mc:.2f} GB/s (median of {repeat})")
     for col in ("alg", "encode GB/s", "x memcpy", "decode GB/s", "x memcpy", "decode+add GB/s", "ratio",
                 "rel L2 err", "ref enc GB/s", "ref dec GB/s", "speedup enc"):
-        t.add_column(col, justify="right" if col != "alg" else "left")
+        t.add_column(col, justify="right" if col != "alg" else "left",
+                     # whole specs, at 80 columns too (as plan --explain's gradient names): tbq:block=256 and
+                     # tbq:block=1024 were both cut to 'tbq…'; the number columns give way
+                     **({"no_wrap": True, "min_width": max(len(r["alg"]) for r in result["algorithms"])}
+                        if col == "alg" else {}))
     for r in result["algorithms"]:
         ref_e, ref_d = r.get("reference_encode_gbps"), r.get("reference_decode_gbps")
         t.add_row(

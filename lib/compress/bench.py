@@ -19,6 +19,7 @@ import torch
 from hipress.stats import median_ci
 
 from . import reference as ref
+from .base import Compressor
 from .blocks import ONEBIT_BLOCK, TBQ_BLOCK
 from .registry import AlgorithmSpec, create_from_spec
 from .state import GradientState
@@ -177,6 +178,17 @@ def _references(alg: str, x: torch.Tensor, params: dict) -> tuple[Callable, Call
     return None
 
 
+def _refuse_repeats(comps: list[tuple[str, Compressor]]) -> None:
+    """``ValueError`` for two specs of one compressor (``tbq,tbq``; ``tbq`` and ``tbq:block=128``, its
+    default): measured twice, they were two rows of one thing, under one label or two. Specs of one
+    algorithm with other parameters (``tbq:block=256,tbq:block=1024``) are two things, and stay."""
+    for j, (spec, comp) in enumerate(comps):
+        for first, earlier in comps[:j]:
+            if type(comp) is type(earlier) and comp.params() == earlier.params():
+                raise ValueError(f"algorithms {first!r} and {spec!r} measure the same thing "
+                                 f"({AlgorithmSpec(comp.name, comp.params())}); give each once")
+
+
 def bench_compress(
     specs: list[str], nbytes: int, repeat: int = 10, warmup: int = 2, threads: int = 0, reference: bool = True,
     seed: int = 0, device: str = "cpu",
@@ -199,6 +211,7 @@ def bench_compress(
     if not specs:
         raise ValueError("no algorithm to measure")
     comps = [(s, create_from_spec(s)) for s in specs]  # fail before measuring anything
+    _refuse_repeats(comps)
     n = fp32_elements(nbytes)
     x = torch.randn(n, generator=torch.Generator().manual_seed(seed)).to(dev)
     dst = torch.empty_like(x)

@@ -394,3 +394,42 @@ def test_bench_compress_measures_a_warmup_dgc_past_its_warmup():
     assert table.returncode == 0, table.stderr
     assert "dgc:ratio=0.001,warmup=100: measured past its warm-up" in table.stdout
     assert "during the warm-up a payload is up to 128 KiB (ratio 0.5001)" in table.stdout
+
+
+def test_bench_compress_measures_each_spec_of_a_repeated_alg_side_by_side():
+    """``--alg tbq:block=256 --alg tbq:block=1024`` measured the last alone, without a word (a repeated
+    option kept its last value): one algorithm's parameters compared side by side are two rows,
+    each labelled by its spec, as ``--alg tbq:block=256,tbq:block=1024`` gives them."""
+    import json
+
+    args = ("--size", "4K", "--repeat", 1, "--warmup", 0, "--no-reference", "--device", "cpu", "--json")
+    for alg in (["--alg", "tbq:block=256", "--alg", "tbq:block=1024"], ["--alg", "tbq:block=256,tbq:block=1024"]):
+        r = hipress("bench", "compress", *alg, *args)
+        assert r.returncode == 0, r.stderr
+        rows = json.loads(r.stdout)["algorithms"]
+        assert [(row["alg"], row["params"]["block"]) for row in rows] == [("tbq:block=256", 256),
+                                                                          ("tbq:block=1024", 1024)]
+    # the table's label is the whole spec at 80 columns too: cut to 'tbq…', the two rows read alike
+    table = hipress("bench", "compress", "--alg", "tbq:block=256", "--alg", "tbq:block=1024", *args[:-1])
+    assert table.returncode == 0, table.stderr
+    assert "│ tbq:block=256 │" in table.stdout and "│ tbq:block=1024 │" in table.stdout, table.stdout
+
+
+@pytest.mark.parametrize("alg, same", [
+    (["--alg", "tbq", "--alg", "tbq"], "'tbq' and 'tbq'"),
+    (["--alg", "tbq,onebit,tbq"], "'tbq' and 'tbq'"),
+    (["--alg", "tbq,tbq:block=128"], "'tbq' and 'tbq:block=128'"),  # block=128 is tbq's default
+    (["--alg", "terngrad:bits=2,stochastic=false", "--alg", "terngrad:stochastic=false,bits=2"],
+     "'terngrad:bits=2,stochastic=false' and 'terngrad:stochastic=false,bits=2'"),
+])
+def test_bench_compress_refuses_one_algorithm_twice(alg, same, monkeypatch):
+    """``--alg tbq,tbq`` measured tbq twice, two rows under one label (and ``tbq,tbq:block=128`` the same
+    compressor under two): refused before anything is measured, as ``bench train`` refuses a variant
+    given twice."""
+    from hipress.compress import bench
+
+    monkeypatch.setattr(bench, "timeit_paired", lambda *a, **k: 1 / 0)  # nothing is measured
+    r = hipress("bench", "compress", *alg, "--size", "1K")
+    assert r.returncode == 2 and not r.stdout, r.stderr
+    assert f"error: algorithms {same} measure the same thing (" in r.stderr and "give each once" in r.stderr, \
+        r.stderr
