@@ -23,6 +23,7 @@ from rich.text import Text
 from typer.core import TyperOption
 
 from hipress import lr_schedules
+from hipress.empty import empty_text as empty_text  # the one wording: empty_option's and EmptyPath's
 from hipress.launch.emulate import DEFAULT_PREFIX as DEFAULT_PREFIX  # the default of PrefixOpt
 
 #: Plain text by default: what the commands print is mostly paths, gradient names and messages that
@@ -259,7 +260,7 @@ def styled(template: str, *values: object) -> Text:
 
 
 class EmptyPath(typer.BadParameter):
-    """:func:`path_option`'s refusal of empty text, said in :func:`empty_text`'s wording.
+    """:func:`path_option`'s refusal of empty text, said in ``hipress.empty.empty_text``'s wording.
 
     A ``parser=`` is given the value alone; click learns which option it was (``self.param``) only after the
     parser raised, so the message is made when it is shown, with the option's name in front (``--output is
@@ -367,12 +368,6 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     """
     err_console.print(styled("[bold red]error:[/] {}", message), soft_wrap=True)
     return typer.Exit(code)
-
-
-def empty_text(option: str, fix: str) -> str:
-    """The one wording of an option given as empty text (:func:`empty_option`, and :class:`EmptyPath` for the
-    path options): ``--model "$MODEL"`` with the variable unset reaches the command as ``''``."""
-    return f"{option} is empty (an unset variable?): {fix}"
 
 
 def empty_option(option: str, fix: str) -> typer.Exit:

@@ -26,6 +26,7 @@ import torch
 
 from hipress import __version__, lr_schedules
 from hipress.compress import AlgorithmSpec, Capabilities, UnknownAlgorithm
+from hipress.empty import empty_text
 from hipress.files import DASH, decode_text, read_at_most, source_of
 from hipress.lr_schedules import CONSTANT
 from hipress.models import BadModelOption, UnknownModel, definition_order, get, gradient_sizes
@@ -380,8 +381,8 @@ def make_config(
             f"{sgd_momentum:g} as well: momentum twice. Give --momentum 0 to leave momentum to the algorithm, or "
             f"drop its momentum parameter (the default momentum correction then moves SGD's before compression)")
     if plan is not None and not plan.strip():  # a --plan "$PLAN" with PLAN unset: not a run without a plan
-        raise ConfigError("--plan is empty; give a SeCoPaPlan.txt path, - (standard input) or 'auto', or leave "
-                          "--plan out to run without a plan")
+        raise ConfigError(empty_text("--plan", "give a SeCoPaPlan.txt path, - (standard input) or 'auto', or "
+                                     "leave --plan out to run without a plan"))
     plan_entries = (resolve_plan(plan, ready(), np, alg, eng, counted, shapes, device, plan_transport, compll_specs)
                     if plan else None)
     if comp_threshold == "default":

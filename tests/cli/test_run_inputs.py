@@ -49,8 +49,10 @@ HUGE = "9" * 5000
     (["--topo", "allreduce", "--alg", "none", "--collective", "mpii"], "unknown --collective 'mpii'; use one of: "
                                                                        "nccl, mpi (did you mean 'mpi'?)"),
     (["--plan", "/"], "--plan '/' is a directory; give a SeCoPaPlan.txt file"),
-    (["--plan", ""], "--plan is empty; give a SeCoPaPlan.txt path, - (standard input) or 'auto', or leave --plan out"),
-    (["--comprplan", " "], "--plan is empty; give a SeCoPaPlan.txt path, - (standard input) or 'auto'"),
+    # in the one wording of an empty option (hipress.empty.empty_text); it was a third one of its own
+    (["--plan", ""], "--plan is empty (an unset variable?): give a SeCoPaPlan.txt path, - (standard input) or "
+                     "'auto', or leave --plan out"),
+    (["--comprplan", " "], "--plan is empty (an unset variable?): give a SeCoPaPlan.txt path"),
     (["--stall-timeout", "-1"], "--stall-timeout must be a number of seconds from 0 (never"),
     (["--stall-timeout", "nan"], "--stall-timeout must be a number of seconds from 0"),
     (["--stall-timeout", "1e9"], "to 604800 (a week), got 1000000000.0"),
