@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hipress_cli.options import (
+    INTERRUPTED,
     MAX_REPEAT,
     PREFIX_HELP,
     JsonOpt,
@@ -163,6 +164,9 @@ def sosp21(
             report = validate_sim(ref, out_dir, progress=lambda m: say.print(styled("[dim]{}[/]", m)))
         except OutputError as e:
             raise fail(_full_disk(e, out_dir), code=1) from None
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP during the fits: Interrupted, 128 + the signal
+            raise fail(f"{str(e) or INTERRUPTED}; the fits were stopped and validate.md/.json not written",
+                       code=getattr(e, "returncode", 130)) from None
         if json_:
             print_json(report)
         else:
@@ -188,8 +192,8 @@ def sosp21(
         raise fail(str(e), code=1) from None
     except OutputError as e:
         raise fail(_full_disk(e, out_dir), code=1) from None
-    except KeyboardInterrupt:  # Ctrl-C: as real mode, say what is kept (it ended with status 130 and no word)
-        raise fail(f"interrupted; {_resume(out_dir)}", code=130) from None
+    except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM/SIGHUP in --refit's fits): as real mode, say what is kept
+        raise fail(f"{str(e) or 'interrupted'}; {_resume(out_dir)}", code=getattr(e, "returncode", 130)) from None
     if json_:
         print_json(report)
         return

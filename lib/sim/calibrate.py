@@ -40,6 +40,7 @@ import math
 import os
 import queue
 import signal
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -395,6 +396,49 @@ def _fit_worker(tasks: list[tuple[int, Reference, SimParams, _Job, tuple[Step, .
             out.put((i, f"{type(e).__name__}: {e}", None))
 
 
+class _StopOnSignals:
+    """While the fit workers run: SIGTERM and SIGHUP raise ``Interrupted`` (exit code 128 + the signal)
+    in the main thread, as Ctrl-C raises ``KeyboardInterrupt``, so that :func:`_run_fits` stops its
+    workers and closes its queue on the way out. Left to their default action they ended the process
+    where it stood: the queue's semaphores were never released, and multiprocessing's resource tracker
+    warned "There appear to be 3 leaked semaphore objects" once the workers were gone.
+
+    While ``holding`` (the workers being started: one forked but not yet recorded could not be stopped)
+    a signal waits until :meth:`release`. After the first signal the rest are ignored, so the cleanup
+    is not cut short. Off the main thread, where no handler can be set, it does nothing."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.holding = True
+        self.pending: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopOnSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._on_signal) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, h in self._previous.items():
+            signal.signal(s, h)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        for s in self.SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        self.pending = signum
+        if not self.holding:
+            self.release()
+
+    def release(self) -> None:
+        """Stop holding; raise the signal that came meanwhile, if one did."""
+        self.holding = False
+        if self.pending is not None:
+            from hipress.launch.runner import Interrupted
+
+            raise Interrupted(f"interrupted by {signal.Signals(self.pending).name}", 128 + self.pending)
+
+
 def _run_fits(ref: Reference, start: dict[str, SimParams], jobs: list[_Job], steps: Sequence[Step],
               progress: Callable[[str], None] | None, workers: int | None) -> list[dict]:
     """Independent fits (one per cluster and held-out model), each single-threaded pure Python: in
@@ -412,33 +456,41 @@ def _run_fits(ref: Reference, start: dict[str, SimParams], jobs: list[_Job], ste
     tasks = [(i, ref, start[j.cluster], j, tuple(steps)) for i, j in enumerate(jobs)]
     procs = [ctx.Process(target=_fit_worker, args=(tasks[w::n], results), daemon=True) for w in range(n)]
     out: dict[int, dict] = {}
-    try:
-        for p in procs:
-            p.start()
-        while len(out) < len(jobs):
-            try:
-                i, error, result = results.get(timeout=1.0)
-            except queue.Empty:
-                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    raise RuntimeError(f"a fit worker died (exit code {dead[0]}) before its fits were done") from None
-                continue
-            if error is not None:
-                raise RuntimeError(f"the fit of {jobs[i].cluster} on {', '.join(jobs[i].models) or 'nothing'} "
-                                   f"failed: {error}")
-            out[i] = result
-            if progress:
-                progress(f"{jobs[i].cluster}: fitted on {', '.join(jobs[i].models) or 'nothing'}")
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-        for p in procs:
-            if p.pid is not None:
-                p.join()
-        results.close()
-        results.cancel_join_thread()
+    with _StopOnSignals() as stop:
+        try:
+            for p in procs:
+                p.start()
+            stop.release()
+            _collect(jobs, procs, results, out, progress)
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+            for p in procs:
+                if p.pid is not None:
+                    p.join()
+            results.close()
+            results.cancel_join_thread()
     return [out[i] for i in range(len(jobs))]
+
+
+def _collect(jobs: list[_Job], procs: list[Any], results: Any, out: dict[int, dict],
+             progress: Callable[[str], None] | None) -> None:
+    """Put each fit's result in ``out`` as a worker reports it; a worker's error or death is raised."""
+    while len(out) < len(jobs):
+        try:
+            i, error, result = results.get(timeout=1.0)
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"a fit worker died (exit code {dead[0]}) before its fits were done") from None
+            continue
+        if error is not None:
+            raise RuntimeError(f"the fit of {jobs[i].cluster} on {', '.join(jobs[i].models) or 'nothing'} "
+                               f"failed: {error}")
+        out[i] = result
+        if progress:
+            progress(f"{jobs[i].cluster}: fitted on {', '.join(jobs[i].models) or 'nothing'}")
 
 
 def error_stats(errs: list[float]) -> dict:
