@@ -193,7 +193,7 @@ def sosp21(
     except OutputError as e:
         raise fail(_full_disk(e, out_dir), code=1) from None
     except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM/SIGHUP in --refit's fits): as real mode, say what is kept
-        raise fail(f"{str(e) or 'interrupted'}; {_resume(out_dir)}", code=getattr(e, "returncode", 130)) from None
+        raise fail(f"{_stopped_by(e)}; {_resume(out_dir)}", code=getattr(e, "returncode", 130)) from None
     if json_:
         print_json(report)
         return
@@ -209,6 +209,12 @@ def _full_disk(e: Exception, out_dir: Path) -> str:
     """A refused write (``OutputError``: the file, why, the free space) and what to do about it."""
     return (f"{e}: free some space or choose another --out, then run the same command again (the finished "
             f"points in {out_dir / 'points'} are kept)")
+
+
+def _stopped_by(e: KeyboardInterrupt) -> str:
+    """What stopped a reproduction: ``Interrupted``'s words (SIGTERM/SIGHUP), else a plain Ctrl-C's. Why not
+    ``e or ...``: an exception is always true, and a bare Ctrl-C's empty text left "error: ; ..."."""
+    return str(e) or "interrupted"
 
 
 def _resume(out_dir: Path) -> str:
@@ -285,7 +291,7 @@ def _real(ref: Any, exp_dir: Path, figs: list, figure: str | None, out: Path | N
     except OutputError as e:
         raise fail(_full_disk(e, out_dir), code=1) from None
     except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM: Interrupted carries 128 + the signal), as `hipress run`
-        raise fail(f"{e or 'interrupted'}; the emulated cluster was removed and {_resume(out_dir)}",
+        raise fail(f"{_stopped_by(e)}; the emulated cluster was removed and {_resume(out_dir)}",
                    code=getattr(e, "returncode", 130)) from None
     if json_:
         print_json(report)

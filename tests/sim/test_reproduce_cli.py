@@ -217,3 +217,13 @@ def test_real_mode_shows_figures_7_and_8_each(capsys):
     shown = " ".join(capsys.readouterr().out.split())
     assert "figure 7: measured throughput" in shown and "10.00" in shown
     assert "figure 8: measured throughput" in shown and "12.00" in shown
+
+
+def test_a_plain_ctrl_c_is_named_in_the_stop_message():
+    """Real mode's stop message said "error: ; the emulated cluster was removed ..." on a bare Ctrl-C: it
+    wrote ``e or 'interrupted'``, and an exception is always true. A signal's words are kept."""
+    from hipress.launch.runner import Interrupted
+    from hipress_cli.commands.reproduce import _stopped_by
+
+    assert _stopped_by(KeyboardInterrupt()) == "interrupted"
+    assert _stopped_by(Interrupted("interrupted by SIGTERM", 143)) == "interrupted by SIGTERM"
