@@ -18,6 +18,9 @@ import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from typer.models import DefaultPlaceholder
 
+from hipress_cli.options import fail
+from hipress_cli.repeats import repeated_option
+
 
 def argument_usage(param: TyperArgument) -> str:
     """An argument as the usage line shows it, as click always wrote one: ``SPECS...``, ``[MODEL]``."""
@@ -54,7 +57,14 @@ class _PlainHelp:
 
 
 class Command(_PlainHelp, TyperCommand):
-    """A command whose help reads as plain text (see the module)."""
+    """A command whose help reads as plain text (see the module), and which refuses an option given twice with
+    two values (``hipress_cli.repeats``: click would keep the last without a word)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        clash = repeated_option(self.get_params(ctx), args)
+        if clash is not None:
+            raise fail(clash)
+        return super().parse_args(ctx, args)
 
 
 class Group(_PlainHelp, TyperGroup):
