@@ -516,16 +516,7 @@ def test_a_short_stall_timeout_names_the_stopped_rank_from_the_first_warning(tmp
     def pulse_0(at: float) -> None:
         _pulse(tmp_path, 0, at)  # rank 0 waits and pulses on
 
-    w = StallWatch(tmp_path, timeout_s=timeout, ranks=2)
-    said = []
-    t = now
-    while t < now + 12:
-        pulse_0(t)
-        warning, stop = w.check(t)
-        said += [m for m in (warning, stop) if m]
-        if stop:
-            break
-        t += 0.25
+    said, t = _watch(tmp_path, timeout, now, now + 12, pulse_0)
     assert said and all(m.startswith("rank 1 ") and "its process is not running" in m for m in said), said
     assert len(said) == 2 and "the run will be stopped" in said[0] and "the run was stopped" in said[1], said
     judge = heartbeat.judge_s(heartbeat.read_pulses(tmp_path))

@@ -384,13 +384,18 @@ def _lane_loop8(builder, name, full, inits, step):
     builder.cbranch(builder.icmp_signed("<", i_n, full), loop, done)
 
     builder.position_at_end(done)
-    outs = []
-    for init, v in zip(inits, nxt, strict=True):
-        out = builder.phi(init.type)
-        out.add_incoming(init, entry)
-        out.add_incoming(v, end)
-        outs.append(out)
-    return outs
+    return _merge(builder, inits, entry, nxt, end)
+
+
+def _merge(builder, a, a_block, b, b_block):
+    """One phi a value, for values ``a`` coming from block ``a_block`` and ``b`` from ``b_block``."""
+    out = []
+    for x, y in zip(a, b, strict=True):
+        phi = builder.phi(x.type)
+        phi.add_incoming(x, a_block)
+        phi.add_incoming(y, b_block)
+        out.append(phi)
+    return out
 
 
 def _tail_index8(builder, full, last, k):
@@ -444,13 +449,7 @@ class _BlockShape:
         with builder.if_then(builder.icmp_signed(">", self.t, ir.Constant(self.t.type, 0)), likely=False):
             new = emit()
             end = builder.basic_block
-        merged = []
-        for a, b in zip(accs, new, strict=True):
-            phi = builder.phi(a.type)
-            phi.add_incoming(a, before)
-            phi.add_incoming(b, end)
-            merged.append(phi)
-        return merged
+        return _merge(builder, accs, before, new, end)
 
 
 def _pairwise8(builder, vec, add):
