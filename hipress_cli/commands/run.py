@@ -10,7 +10,6 @@ stay in ``results/<run-id>/``.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -300,6 +299,14 @@ def register(app: typer.Typer) -> None:
                 if note:
                     (err_console if json_ else console).print(styled("[yellow]note:[/] {}", note))
             run_dir = resume if resume is not None else results / cfg.run_id
+            # every refusal before the first write into the run directory (a resume's rewind of its events)
+            if cluster is not None:
+                _refuse_leftovers(cluster, run_dir)
+            if emulate is not None and not borrowed:
+                try:
+                    borrowed.append(emulation.borrow(cfg.np, emulate, prefix))
+                except emulation.EmulationError as e:
+                    raise fail(str(e)) from None
             try:
                 run_dir.mkdir(parents=True, exist_ok=resume is not None)
             except FileExistsError:
@@ -322,13 +329,6 @@ def register(app: typer.Typer) -> None:
                                  profiled_on[0]))
             out.print(styled("[dim]results: {}/[/]", run_dir))
 
-            if emulate is not None and not borrowed:
-                try:
-                    borrowed.append(emulation.borrow(cfg.np, emulate, prefix))
-                except emulation.EmulationError as e:
-                    if resume is None:  # nothing ran: no run directory left behind with only its config
-                        shutil.rmtree(run_dir, ignore_errors=True)
-                    raise fail(str(e)) from None
             emulated = borrowed[0][0] if borrowed else None
             if emulated is not None:
                 out.print(styled("[dim]emulated cluster {}: rank i on host i, links {}[/]", repr(emulated.prefix),
@@ -370,6 +370,20 @@ def _hold_run_dir(ctx: typer.Context, run_dir: Path) -> None:
         ctx.with_resource(holding(run_dir))
     except RunDirBusy as e:
         raise fail(str(e)) from None
+
+
+def _refuse_leftovers(cluster: Any, run_dir: Path) -> None:
+    """Exit 2 if a host holds a directory an earlier job of this run id left there unfetched
+    (``hipress.launch.remote.find_leftovers``): asked before the run directory is written, since the job
+    itself would refuse to start there only after a resume's rewind had rewritten its events."""
+    from hipress.launch.remote import RemoteLaunchError, find_leftovers
+
+    try:
+        found = find_leftovers(cluster, run_dir)
+    except RemoteLaunchError as e:
+        raise fail(str(e)) from None
+    if found:
+        raise fail("\n".join(found))
 
 
 def _check_results(results: Path, run_id: str | None) -> None:

@@ -61,7 +61,7 @@ from .hosts import Host
 from .job import first_error, read_errors
 from .preflight import HostReport, preflight, require_ready
 from .procs import stop_group, wait_for_exit
-from .remote_scripts import GUARD, hold_dir, signal_job
+from .remote_scripts import GUARD, hold_dir, release, signal_job
 from .ssh import PID_MARK, SSHOptions, command, kill_group
 
 DEFAULT_REMOTE_DIR = ".cache/hipress/runs"
@@ -137,6 +137,103 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def run_id_of(run_dir: str | os.PathLike) -> str:
+    """The run id a job of ``run_dir`` has on the hosts: the name of its directory there."""
+    return Path(run_dir).resolve().name
+
+
+def _sftp_timeout(options: SSHOptions) -> float:
+    """How long one SFTP request of a job's setup and collection may wait for its host."""
+    return max(30.0, options.connect_timeout)
+
+
+def host_wdir(sftp: paramiko.SFTPClient, remote_dir: str, run_id: str, index: int, host: Host) -> str:
+    """Where host ``index``'s ranks of run ``run_id`` run: ``<remote_dir>/<run-id>/<index>-<host>``, a
+    ``remote_dir`` that is not absolute (``~/`` or not) being under the login directory ``sftp`` starts in.
+    The one place that says it, for the job that makes the directory and for ``find_leftovers``."""
+    if remote_dir.startswith("~"):
+        remote_dir = remote_dir.lstrip("~").lstrip("/") or "."
+    base = remote_dir if remote_dir.startswith("/") else posixpath.join(sftp.normalize("."), remote_dir)
+    return posixpath.join(base, run_id, f"{index}-{host.label}")
+
+
+def leftover_message(options: SSHOptions, host: Host, wdir: str, run_dir: str | os.PathLike, *,
+                     sure: bool = True) -> str:
+    """Why a host's run directory of this run id being there already stops the job, and what to do.
+
+    Why not "choose another run id": the directory is what a job of this run left when its launcher
+    ended before fetching it (killed with SIGKILL, or the host lost): it holds that job's newest
+    checkpoints and events, which ``--resume`` of the same run id needs and cannot rename around.
+    Removing it here would lose them; so the user is told where it is, how to fetch it and remove it.
+    Nobody holds its lock (``remote_scripts.HOLDER``), so no job runs in it; ``sure`` False: the host's
+    file system has no ``flock``, and a job another launcher runs there now cannot be told apart.
+    """
+    user, port, run_dir, run_id = options.username, options.port, Path(run_dir), run_id_of(run_dir)
+    at = f"{user}@[{host.name}]" if host.is_ipv6 else f"{user}@{host.name}"
+    unsure = ("" if sure else
+              f"; or it is a job of run {run_id!r} that another launcher (another --results directory or "
+              f"machine) runs there now (this file system has no flock to tell): then let it end and leave the "
+              f"directory alone")
+    return (f"{host.name}: {wdir} is there already, left by an earlier job of run {run_id!r} whose launcher "
+            f"ended before fetching it (killed, or the host lost); it may hold that job's newest checkpoint/ and "
+            f"events{unsure}. To keep them, copy them into {run_dir} (e.g. `scp -r -P {port} "
+            f"{shlex.quote(f'{at}:{wdir}/checkpoint')} {shlex.quote(str(run_dir))}/`); then remove it on "
+            f"the host (`ssh -p {port} {at} {shlex.quote('rm -r ' + shlex.quote(wdir))}`) and run again, or "
+            f"start a new run with another --run-id")
+
+
+def in_use_message(host: Host, wdir: str, run_dir: str | os.PathLike) -> str:
+    """A host's run directory held by a job running now: one of the same run id that another launcher
+    started (another ``--results`` directory, or another machine: the local run lock sees neither)."""
+    return (f"{host.name}: {wdir} is in use by a job of run {run_id_of(run_dir)!r} running now, started by another "
+            f"launcher (from another --results directory or another machine); it is left alone. Wait until "
+            f"that job ends, or start this run with another --run-id")
+
+
+def refusal_message(answer: str, options: SSHOptions, host: Host, wdir: str, run_dir: str | os.PathLike) -> str:
+    """What a launcher refused a host's run directory is told, by ``remote_scripts.HOLDER``'s ``answer``:
+    ``running`` (its lock is held: a job runs there now), ``left`` (nobody holds it: a leftover) or
+    ``left-unlocked`` (no ``flock`` there: either)."""
+    if answer == "running":
+        return in_use_message(host, wdir, run_dir)
+    return leftover_message(options, host, wdir, run_dir, sure=answer == "left")
+
+
+def find_leftovers(cluster: Cluster, run_dir: str | os.PathLike, remote_dir: str = DEFAULT_REMOTE_DIR) -> list[str]:
+    """``refusal_message`` of every host where a directory of ``run_dir``'s run id is there already; [] if none:
+    one a job of the run runs in now (its lock held: it is only named, never touched) or one an earlier job
+    left there unfetched.
+
+    Why before the job: a job refused there (``RemoteJob``) is refused after ``hipress run --resume`` rewound
+    the run's events to its checkpoint, so the refused resume had rewritten them (the interrupted part's later
+    events gone, a ``resume`` added); asked first, a refusal leaves the run directory as it was. Which of the
+    two it is, the lock says (``remote_scripts.HOLDER`` looking, as the job claiming it would). The hosts are
+    asked in parallel, each on an SFTP session of its own, closed after; ``RemoteLaunchError`` names a host
+    that cannot be asked."""
+    run_id = run_id_of(run_dir)
+
+    def one(i: int) -> str | None:
+        host = cluster.hosts[i]
+        try:
+            sftp = cluster.clients[i].open_sftp()
+            try:
+                sftp.get_channel().settimeout(_sftp_timeout(cluster.options))
+                wdir = host_wdir(sftp, remote_dir, run_id, i, host)
+            finally:
+                sftp.close()
+            answer, hold = hold_dir(cluster.clients[i], cluster.options.python, _lock_file(wdir), wdir,
+                                    _sftp_timeout(cluster.options), make=False)
+            if hold is not None:
+                release(hold)  # only looked: the lock goes back at once
+            return None if answer == "none" else refusal_message(answer, cluster.options, host, wdir, run_dir)
+        except (OSError, paramiko.SSHException) as e:
+            raise RemoteLaunchError(f"{host.name}: cannot look for an earlier job's run directory: "
+                                    f"{_reason(e)}") from None
+
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(cluster.hosts)))) as pool:
+        return [m for m in pool.map(one, range(len(cluster.hosts))) if m]
 
 
 class RemoteProcess:
@@ -276,9 +373,7 @@ class RemoteJob:
         self.cluster = cluster
         self.hosts = cluster.hosts
         self.run_dir = Path(run_dir)
-        self.run_id = self.run_dir.resolve().name
-        if remote_dir.startswith("~"):
-            remote_dir = remote_dir.lstrip("~").lstrip("/") or "."
+        self.run_id = run_id_of(self.run_dir)
         self.keep_remote = keep_remote
         self.mirror = list(mirror)
         self.heartbeat_dir = Path(heartbeat_dir) if heartbeat_dir is not None else None
@@ -366,20 +461,18 @@ class RemoteJob:
         # the mirror files' lines from before this job are here already: mirror what is appended after them
         self._mirror_pos = {name: (self.run_dir / name).stat().st_size for name in self.mirror if name in self._sent}
 
-        def one(i: int) -> tuple[paramiko.SFTPClient, str]:
+        def one(i: int) -> tuple[paramiko.SFTPClient, str, paramiko.Channel]:
             host = self.hosts[i]
             try:
                 sftp = self.cluster.clients[i].open_sftp()
-                sftp.get_channel().settimeout(max(30.0, self.cluster.options.connect_timeout))
-                base = remote_dir if remote_dir.startswith("/") else posixpath.join(sftp.normalize("."), remote_dir)
-                wdir = posixpath.join(base, self.run_id, f"{i}-{host.label}")
+                sftp.get_channel().settimeout(_sftp_timeout(self.cluster.options))
+                wdir = host_wdir(sftp, remote_dir, self.run_id, i, host)
                 sftp_dir.makedirs(sftp, posixpath.dirname(wdir))
                 # made and locked by one program on the host (another launcher's job may be making it now)
                 answer, hold = hold_dir(self.cluster.clients[i], self.cluster.options.python, _lock_file(wdir), wdir,
-                                        max(30.0, self.cluster.options.connect_timeout))
+                                        _sftp_timeout(self.cluster.options))
                 if hold is None:
-                    raise RemoteLaunchError(self._in_use_message(host, wdir) if answer == "running"
-                                            else self._leftover_message(host, wdir, sure=answer == "left"))
+                    raise RemoteLaunchError(refusal_message(answer, self.cluster.options, host, wdir, self.run_dir))
                 try:
                     if self.heartbeat_dir is not None:
                         sftp_dir.makedirs(sftp, _beats_dir(wdir))
@@ -404,36 +497,6 @@ class RemoteJob:
                     errors.append(str(e))
         if errors:
             raise RemoteLaunchError("\n".join(errors))
-
-    def _leftover_message(self, host: Host, wdir: str, sure: bool = True) -> str:
-        """Why a host's run directory of this run id being there already stops the job, and what to do.
-
-        Why not "choose another run id": the directory is what a job of this run left when its launcher
-        ended before fetching it (killed with SIGKILL, or the host lost): it holds that job's newest
-        checkpoints and events, which ``--resume`` of the same run id needs and cannot rename around.
-        Removing it here would lose them; so the user is told where it is, how to fetch it and remove it.
-        Nobody holds its lock (``remote_scripts.HOLDER``), so no job runs in it; ``sure`` False: the host's
-        file system has no ``flock``, and a job another launcher runs there now cannot be told apart.
-        """
-        user, port = self.cluster.options.username, self.cluster.options.port
-        at = f"{user}@[{host.name}]" if host.is_ipv6 else f"{user}@{host.name}"
-        unsure = ("" if sure else
-                  f"; or it is a job of run {self.run_id!r} that another launcher (another --results directory or "
-                  f"machine) runs there now (this file system has no flock to tell): then let it end and leave the "
-                  f"directory alone")
-        return (f"{host.name}: {wdir} is there already, left by an earlier job of run {self.run_id!r} whose launcher "
-                f"ended before fetching it (killed, or the host lost); it may hold that job's newest checkpoint/ and "
-                f"events{unsure}. To keep them, copy them into {self.run_dir} (e.g. `scp -r -P {port} "
-                f"{shlex.quote(f'{at}:{wdir}/checkpoint')} {shlex.quote(str(self.run_dir))}/`); then remove it on "
-                f"the host (`ssh -p {port} {at} {shlex.quote('rm -r ' + shlex.quote(wdir))}`) and run again, or "
-                f"start a new run with another --run-id")
-
-    def _in_use_message(self, host: Host, wdir: str) -> str:
-        """A host's run directory held by a job running now: one of the same run id that another launcher
-        started (another ``--results`` directory, or another machine: the local run lock sees neither)."""
-        return (f"{host.name}: {wdir} is in use by a job of run {self.run_id!r} running now, started by another "
-                f"launcher (from another --results directory or another machine); it is left alone. Wait until "
-                f"that job ends, or start this run with another --run-id")
 
     def _rank_argv(self, argv: list[str]) -> list[str]:
         """Python rank programs run on the remote interpreter, line-buffered; anything else as given."""

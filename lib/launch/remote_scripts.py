@@ -87,20 +87,35 @@ sys.exit(rc if rc >= 0 else 128 - rc)
 """
 
 
-#: Claims a host's run directory for one job and holds it while the job lasts: takes an exclusive ``flock`` on
-#: the lock file beside it (``argv[1]``), makes the directory (``argv[2]``, one atomic ``mkdir``), prints
-#: ``held`` and keeps the lock until its stdin reaches EOF (the launcher closed the session, ended or died:
-#: the kernel drops the lock with the process, so no lock outlives its job). Refused, it says why and exits:
-#: ``running`` (another launcher's job holds the lock now), ``left`` (the directory is there and nobody holds
-#: it: an earlier job's launcher ended before fetching it) or ``left-unlocked`` (no flock on this file
-#: system: the mkdir alone kept the jobs apart, and which of the two it is cannot be told).
+#: Claims a host's run directory for one job and holds it while the job lasts, or looks at one as such a claim
+#: would. Takes an exclusive ``flock`` on the lock file beside the directory (``argv[1]``); then, to claim
+#: (``argv[3]`` ``make``), makes the directory (``argv[2]``, one atomic ``mkdir``), prints ``held`` and keeps the
+#: lock until its stdin reaches EOF (the launcher closed the session, ended or died: the kernel drops the lock
+#: with the process, so no lock outlives its job). Refused, it says why and exits: ``running`` (another
+#: launcher's job holds the lock now), ``left`` (the directory is there and nobody holds it: an earlier job's
+#: launcher ended before fetching it) or ``left-unlocked`` (no flock on this file system: the mkdir alone kept
+#: the jobs apart, and which of the two it is cannot be told). To look (``look``: ``--resume`` fetching what
+#: an earlier job left, ``hipress run`` asking before it writes anything) it makes nothing: ``none`` (no such
+#: directory), ``running``, or ``left``/``left-unlocked`` and then holds the lock until EOF as a claim does, so
+#: that no job starts in the directory while the launcher fetches and removes it. A lock file it made for a
+#: directory it leaves where it was is removed: no litter beside a leftover, which the user may be told to
+#: remove (with ``rm -r`` of the directory alone).
 HOLDER = r"""
 import fcntl, os, sys
-lock, wdir = sys.argv[1], sys.argv[2]
-try:
-    fd, made = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), True
-except FileExistsError:
-    fd, made = os.open(lock, os.O_RDWR), False
+lock, wdir, make = sys.argv[1], sys.argv[2], sys.argv[3] == "make"
+if not make and not os.path.lexists(lock) and not os.path.isdir(wdir):
+    print("none", flush=True)
+    sys.exit(0)
+while True:
+    try:
+        fd, made = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), True
+        break
+    except FileExistsError:
+        try:
+            fd, made = os.open(lock, os.O_RDWR), False
+            break
+        except FileNotFoundError:  # removed between the two (a job's stop): make it
+            continue
 locked = True
 try:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -109,41 +124,67 @@ except BlockingIOError:
     sys.exit(0)
 except OSError:
     locked = False
-try:
-    os.mkdir(wdir, 0o700)
-except FileExistsError:
-    if made:  # no litter beside a leftover directory: the user told to remove it removes nothing else
+if make:
+    try:
+        os.mkdir(wdir, 0o700)
+    except FileExistsError:
+        if made:
+            os.unlink(lock)
+        print("left" if locked else "left-unlocked", flush=True)
+        sys.exit(0)
+    print("held", flush=True)
+elif not os.path.isdir(wdir):
+    if made:
         os.unlink(lock)
-    print("left" if locked else "left-unlocked", flush=True)
+    print("none", flush=True)
     sys.exit(0)
-print("held", flush=True)
+else:
+    print("left" if locked else "left-unlocked", flush=True)
 try:
     while os.read(0, 4096):
         pass
 except OSError:
     pass
+if not make and made and os.path.isdir(wdir):
+    os.unlink(lock)
 """
 
+#: What ``HOLDER`` may answer, claiming (``make``) and looking.
+_ANSWERS = {True: ("held", "running", "left", "left-unlocked"), False: ("none", "running", "left", "left-unlocked")}
 
-def hold_dir(client: paramiko.SSHClient, python: str, lock: str, wdir: str,
-             timeout: float = 30.0) -> tuple[str, paramiko.Channel | None]:
-    """Run ``HOLDER`` for ``wdir`` on a host: its answer (``held``, ``running``, ``left``, ``left-unlocked``) and,
-    when ``held``, the open channel whose closing releases the directory's lock (None otherwise).
+
+def hold_dir(client: paramiko.SSHClient, python: str, lock: str, wdir: str, timeout: float = 30.0, *,
+             make: bool = True) -> tuple[str, paramiko.Channel | None]:
+    """Run ``HOLDER`` for ``wdir`` on a host: its answer and, when it holds the lock (``held``; looking,
+    ``left`` and ``left-unlocked``), the open channel whose closing releases it (``release``; None otherwise).
+    ``make``: claim the directory for a job; else only look at it (see ``HOLDER``).
     ``OSError`` when the host does not answer or the program fails (its error output in the message)."""
     transport = client.get_transport()
     if transport is None or not transport.is_active():
         raise OSError("the SSH connection is closed")
     chan = transport.open_session(timeout=timeout)
     chan.settimeout(timeout)
-    chan.exec_command(command([python, "-c", HOLDER, lock, wdir]))
+    chan.exec_command(command([python, "-c", HOLDER, lock, wdir, "make" if make else "look"]))
     answer = chan.makefile("rb").readline().decode("utf-8", "replace").strip()
-    if answer == "held":
+    if answer == "held" or (not make and answer in ("left", "left-unlocked")):
         return answer, chan
     err = b"" if answer else chan.makefile_stderr("rb").read()
     chan.close()
-    if answer not in ("running", "left", "left-unlocked"):
-        raise OSError(f"could not claim {wdir}: {err.decode('utf-8', 'replace').strip() or 'no answer'}")
+    if answer not in _ANSWERS[make]:
+        raise OSError(f"could not {'claim' if make else 'look at'} {wdir}: "
+                      f"{err.decode('utf-8', 'replace').strip() or 'no answer'}")
     return answer, None
+
+
+def release(hold: paramiko.Channel, timeout: float = 10.0) -> None:
+    """Release a lock ``hold_dir`` holds and wait (``timeout`` at most) until ``HOLDER`` has ended, so that the
+    lock is gone on return: a job claiming the directory right after a look is not told a job runs there."""
+    try:
+        hold.shutdown_write()
+        hold.status_event.wait(timeout)
+    except (OSError, EOFError, paramiko.SSHException):
+        pass
+    hold.close()
 
 
 def signal_job(client: paramiko.SSHClient, python: str, token: str, sig: str, timeout: float = 15.0) -> int | None:

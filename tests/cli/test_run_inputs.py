@@ -20,6 +20,7 @@ from hipress.train.validate import MAX_RANKS
 from hipress_cli.app import build
 
 from ..netns_names import netns_prefix
+from ..runs import finished_run as _finished_run
 
 
 def _invoke(args: list[str]):
@@ -413,29 +414,6 @@ def test_an_empty_hosts_is_refused_not_taken_for_this_machine(tmp_path, command)
     assert not results.exists()
 
 
-def _finished_run(run_dir) -> None:
-    """A run directory as a finished `hipress run mlp --np 2 --iters 3 --checkpoint-every 2` leaves it: its
-    config, events up to the end, and both ranks' checkpoints after its 4 iterations (1 warm-up + 3)."""
-    from types import SimpleNamespace
-
-    import torch
-
-    from hipress.models import get
-    from hipress.train import checkpoint
-    from hipress.train.config import make_config
-
-    cfg = make_config("mlp", "ring", "tbq", 2, 3, run_id=run_dir.name, checkpoint_every=2)
-    run_dir.mkdir()
-    cfg.write(run_dir)
-    lines = [{"event": "start", "time": 1.0}, *({"event": "iteration", "iter": i, "warmup": i == 0} for i in range(4)),
-             {"event": "end", "time": 2.0}]
-    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
-    model = get("mlp").build(**cfg.model_options)
-    runner = SimpleNamespace(opt=torch.optim.SGD(model.parameters(), lr=cfg.lr))
-    for rank in range(2):
-        checkpoint.save(run_dir, rank, cfg, 4, model, runner)
-
-
 def test_resume_iters_the_checkpoint_passed_says_iters_is_the_length(tmp_path):
     """`--resume --iters 2` on a finished 3-iteration run meant, to many, "2 more": the refusal said only
     "give a larger --iters"; it now says --iters is the run's length and which one adds 2. The run is
@@ -463,6 +441,32 @@ def test_a_refused_resume_leaves_the_run_as_it_was(tmp_path, launch):
     assert r.exit_code == 2, r.output
     assert "Traceback" not in r.output
     assert {name: (run_dir / name).read_bytes() for name in before} == before
+
+
+def _files(run_dir) -> dict:
+    """Every file of a run directory and its bytes: what a refused resume must leave as it was."""
+    return {p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def test_a_resume_refused_for_its_emulated_cluster_leaves_the_run_as_it_was(tmp_path, monkeypatch):
+    """--resume --emulate RATE where the emulated cluster cannot be had (another user's cluster on the prefix,
+    no root): the cluster was borrowed after the resume had rewound events.jsonl to its checkpoint and written
+    config.json, so the refusal (exit 2) left a finished run without its `end`, with a `resume` more, its
+    errors set aside and its `resumed` count up. Now it is borrowed before the run directory is written."""
+    from hipress.launch import emulate
+
+    def taken(hosts, rate, prefix):
+        raise emulate.EmulationError(f"emulated cluster {prefix!r} is another user's")
+
+    monkeypatch.setattr(emulate, "borrow", taken)
+    run_dir = tmp_path / "r1"
+    _finished_run(run_dir)
+    (run_dir / "errors.jsonl").write_text('{"rank": 1, "error": "before"}\n')
+    before = _files(run_dir)
+    r = _invoke(["run", "--resume", str(run_dir), "--iters", "5", "--emulate", "1gbit", "--prefix", "qb"])
+    assert r.exit_code == 2, r.output
+    assert "emulated cluster 'qb' is another user's" in _text(r), r.output
+    assert _files(run_dir) == before
 
 
 def test_a_resume_of_a_run_still_going_is_refused_before_it_changes_anything(tmp_path):

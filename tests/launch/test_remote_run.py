@@ -19,7 +19,7 @@ import pytest
 
 from hipress.launch.hosts import parse_hosts
 from hipress.launch.preflight import PreflightError, check_host
-from hipress.launch.remote import Cluster, RemoteJob, RemoteLaunchError, launch_hosts
+from hipress.launch.remote import Cluster, RemoteJob, RemoteLaunchError, find_leftovers, launch_hosts
 
 from .sshd import ipv6_loopback, job_processes, sshd_children, wait_until
 
@@ -324,4 +324,39 @@ def test_two_launchers_of_one_run_id_never_share_a_hosts_directory(sshd, ssh_opt
     assert started and started[0].returncode == 130, rest
     assert json.loads((first / "rank0.json").read_text())["config"] == {"launcher": "first"}
     assert not (remote / "run-race").exists()  # the first job fetched its results, removed its directory and lock
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_find_leftovers_tells_a_running_jobs_directory_from_a_leftover_and_leaves_both_alone(sshd, ssh_opts, tmp_path):
+    """What ``hipress run`` asks the hosts before it writes anything (``find_leftovers``): a directory of the run
+    id there already. It looked whether the directory existed, and called a directory that another launcher's
+    job of the run id runs in now (another --results directory) 'left by an earlier job', whose message says
+    to remove it with ``ssh ... rm -r``. The job's lock (``remote_scripts.HOLDER``) tells the two apart: the
+    running job's is named in use, the true leftover as one; neither is touched, no lock file is left."""
+    remote = tmp_path / "remote"
+    running = _run_dir(tmp_path / "a", "run-look")
+    (running / "config.json").write_text(json.dumps({"launcher": "first"}))
+    job = RemoteJob(Cluster.connect(parse_hosts("127.0.0.1:1"), ssh_opts), [sys.executable, PROG, "hang"],
+                    run_dir=running, remote_dir=str(remote), on_line=lambda _: None)
+    busy, left = remote / "run-look" / "0-127.0.0.1", remote / "run-look" / "1-127.0.0.2"
+    (left / "checkpoint").mkdir(parents=True)
+    (left / "checkpoint" / "rank-1.pt").write_bytes(b"newest")
+    try:
+        with Cluster.connect(parse_hosts("127.0.0.1:1,127.0.0.2:1"), ssh_opts) as cluster:
+            found = find_leftovers(cluster, _run_dir(tmp_path / "b", "run-look"), remote_dir=str(remote))
+        assert len(found) == 2, found
+        assert found[0].startswith(f"127.0.0.1: {busy} is in use by a job of run 'run-look' running now"), found
+        assert "rm -r" not in found[0], found
+        assert found[1].startswith(f"127.0.0.2: {left} is there already, left by an earlier job of run 'run-look'")
+        assert json.loads((busy / "config.json").read_text()) == {"launcher": "first"}
+        assert job.poll() is None, "the running job must be left alone"
+        assert sorted(p.name for p in (remote / "run-look").iterdir()) == [".0-127.0.0.1.lock", "0-127.0.0.1",
+                                                                            "1-127.0.0.2"]
+    finally:
+        job.stop()
+    assert json.loads((running / "rank0.json").read_text())["config"] == {"launcher": "first"}
+    with Cluster.connect(parse_hosts("127.0.0.1:1,127.0.0.2:1"), ssh_opts) as cluster:
+        found = find_leftovers(cluster, running, remote_dir=str(remote))
+    assert [m.split(" is ")[0] for m in found] == [f"127.0.0.2: {left}"], found
+    assert [p.name for p in (remote / "run-look").iterdir()] == ["1-127.0.0.2"], "no lock file left beside it"
     assert wait_until(lambda: not sshd_children(sshd), 10)

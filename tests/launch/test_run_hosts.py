@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 from hipress_cli.app import build
 
 from ..procs import stop_rank_1_and_follow
+from ..runs import finished_run
 from .sshd import sshd_children, wait_until
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
@@ -247,4 +249,32 @@ def test_a_sigstopped_rank_on_another_host_is_named_by_its_relayed_pulse(sshd, k
     assert "rank 1 made no progress for" in err and "no sign of life from it for" in err, (stopped, err)
     assert "its host stopped answering (down, or its link), or its process is not running (stopped by SIGSTOP" in err
     assert not (REMOTE_BASE / "sigstop").exists(), "remote run and heartbeat directories must be removed"
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def _files(run_dir: Path) -> dict[str, bytes]:
+    return {p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def test_a_resume_refused_for_a_hosts_leftover_directory_leaves_the_run_as_it_was(sshd, known_hosts, tmp_path):
+    """--resume --hosts where a host still holds the directory an earlier job of the run left unfetched: the job
+    refused to start there only after the resume had rewound events.jsonl to the checkpoint (the `end` dropped,
+    a `resume` added), written config.json and summary.json. Now the hosts are asked before anything is
+    written: exit 2 naming the directory, and every file of the run as it was."""
+    run_dir = tmp_path / f"left-{os.getpid()}"
+    finished_run(run_dir)
+    left = REMOTE_BASE / run_dir.name / "1-127.0.0.2"
+    (left / "checkpoint").mkdir(parents=True)
+    try:
+        (left / "checkpoint" / "rank-1.pt").write_bytes(b"newest")
+        before = _files(run_dir)
+        r = _hipress(["run", "--resume", str(run_dir), "--iters", "5", "--hosts", "127.0.0.1:1,127.0.0.2:1",
+                      *_ssh_args(sshd, known_hosts)])
+        assert r.returncode == 2, r.stderr
+        assert f"127.0.0.2: {left} is there already, left by an earlier job of run {run_dir.name!r}" in _text(r.stderr)
+        assert _files(run_dir) == before
+        assert (left / "checkpoint" / "rank-1.pt").read_bytes() == b"newest", "the leftover must be kept"
+        assert not (REMOTE_BASE / run_dir.name / "0-127.0.0.1").exists()
+    finally:
+        shutil.rmtree(REMOTE_BASE / run_dir.name, ignore_errors=True)
     assert wait_until(lambda: not sshd_children(sshd), 10)
