@@ -227,12 +227,15 @@ def register(app: typer.Typer) -> None:
             raise fail(str(e)) from None
         if resume is not None:  # first: what --resume reads and rewinds is the run's only while this holds it
             _hold_run_dir(ctx, resume)
-        resumed, resume_at, resume_note = _resume_config(ctx, resume, iters) if resume is not None else (None, 0, None)
+        # over --hosts, the checkpoint is checked once the hosts gave back what an earlier job left there
+        on_hosts = hosts is not None or hostfile is not None
+        resumed, resume_at, resume_note = _resume_config(ctx, resume, iters, checkpoint=not on_hosts) \
+            if resume is not None else (None, 0, None)
         model = resumed.model if resumed else pick_model(model, model_opt)
         np_ = resumed.np if resumed else np_
         topo = pick_topology(topo, horovodrun)
         # before any side effect (SSH, the run directory); an empty --hosts '' counts as given (refused later)
-        check_emulate(emulate, prefix, hosts is not None or hostfile is not None, ranks=np_)
+        check_emulate(emulate, prefix, on_hosts, ranks=np_)
         if resumed is None:
             _check_results(results, run_id)  # before SSH pre-flight or a --plan auto profile, not after them
         asked = np_ if resumed or on_command_line(ctx, "np_") else None
@@ -263,10 +266,14 @@ def register(app: typer.Typer) -> None:
         try:  # from pre-flight on: the hosts' connections are closed on any way out before the job takes them
             if host_list:  # pre-flight first: the hosts' GPUs decide --device, not this machine's (a login node)
                 cluster = ssh.connect(host_list)
+                if resume is not None:
+                    _fetch_leftovers(cluster, resume, err_console if json_ else console)
                 dev, device_note = opt.resolve_device_on_hosts(device, cluster)
                 device_note = None if resumed else device_note  # a resumed run keeps the device it had
             else:
                 dev = opt.resolve_device(device)  # before any side effect: --device cuda without a GPU is refused
+            if resume is not None and on_hosts:  # the checkpoint to continue from may be one fetched just now
+                resumed, resume_at, resume_note = _resume_config(ctx, resume, iters)
             if paper_size is None:
                 paper_size = dev == "cuda"  # the paper's input sizes are the default on a GPU
             if plan is not None and resumed is None:  # read where make_config fits the plan to the model
@@ -300,7 +307,7 @@ def register(app: typer.Typer) -> None:
                     (err_console if json_ else console).print(styled("[yellow]note:[/] {}", note))
             run_dir = resume if resume is not None else results / cfg.run_id
             # every refusal before the first write into the run directory (a resume's rewind of its events)
-            if cluster is not None:
+            if cluster is not None and resume is None:  # a resume fetched its own (_fetch_leftovers)
                 _refuse_leftovers(cluster, run_dir)
             if emulate is not None and not borrowed:
                 try:
@@ -386,6 +393,25 @@ def _refuse_leftovers(cluster: Any, run_dir: Path) -> None:
         raise fail("\n".join(found))
 
 
+def _fetch_leftovers(cluster: Any, run_dir: Path, out: Any) -> bool:
+    """For ``--resume --hosts``: fetch what an earlier job of the run left on the hosts unfetched
+    (``hipress.launch.remote.fetch_leftovers``) and say so; whether anything was fetched. Exit 2, the run
+    directory as it was but for what was fetched, when a host's leftover cannot be merged soundly: the
+    message says where it is, why, and how to fetch it by hand."""
+    from hipress.launch.remote import fetch_leftovers
+
+    got = fetch_leftovers(cluster, run_dir)
+    for where in got.fetched:
+        out.print(styled("[yellow]note:[/] fetched the results an earlier job of this run left unfetched on {}",
+                         where))
+    if got.conflicts:
+        out.print(styled("[yellow]note:[/] of those, files that differ from this side's are kept beside them: {}",
+                         ", ".join(str(p) for p in got.conflicts)))
+    if got.refused:
+        raise fail("\n".join(got.refused))
+    return bool(got.fetched)
+
+
 def _check_results(results: Path, run_id: str | None) -> None:
     """Exit 2 unless the run directory can be made under ``--results``: checked before the SSH pre-flight
     and a ``--plan auto`` profile (which takes seconds to minutes), since the run directory itself is
@@ -415,7 +441,8 @@ _RESUME_OPTIONS = {"iters", "resume", "hosts", "hostfile", *opt.SshOpts.names(),
                    "json_"}
 
 
-def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> tuple[Any, int, str | None]:
+def _resume_config(ctx: typer.Context, run_dir: Path, iters: int, *,
+                   checkpoint: bool = True) -> tuple[Any, int, str | None]:
     """The configuration of the run in ``run_dir``, checked resumable, for ``--resume``: its iteration
     count set to ``--iters`` if given, its ``resumed`` count advanced; the iteration of its checkpoint;
     and a note to print when ``--iters`` shortens the run. Writes nothing (``_rewind`` does, once the
@@ -426,8 +453,11 @@ def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> tuple[Any, 
     between the checkpoint and the run's own is taken (an interrupted run may be ended sooner; a
     later ``--resume --iters`` extends it again, bit for bit) but said, since a user who meant "N
     more" would otherwise get a shorter run without a word; one the checkpoint is past is refused
-    with the ``--iters`` that adds N."""
-    from hipress.train import checkpoint
+    with the ``--iters`` that adds N.
+
+    ``checkpoint=False``: the configuration alone, read and checked (iteration 0, no note), for a resume on
+    hosts, whose newest checkpoint may still be on a host (``_fetch_leftovers``) until pre-flight connected."""
+    from hipress.train import checkpoint as checkpoints
     from hipress.train.config import ConfigError, RunConfig
 
     given = [p.opts[0] for p in ctx.command.params if p.name not in _RESUME_OPTIONS
@@ -449,16 +479,18 @@ def _resume_config(ctx: typer.Context, run_dir: Path, iters: int) -> tuple[Any, 
     except (OSError, ValueError, TypeError) as e:
         reason = (e.strerror or e) if isinstance(e, OSError) else e  # not the path again, inside errno's text
         raise fail(f"--resume {run_dir}: cannot read its config.json: {reason}") from None
-    try:
-        done = checkpoint.check_resumable(run_dir, cfg)
-    except ConfigError as e:
-        raise fail(f"--resume {run_dir}: {e}") from None
     if on_command_line(ctx, "iters") and iters != cfg.iters:
         if lr_schedules.get(cfg.lr_schedule).by_length:
             raise fail(f"--resume {run_dir}: its learning rate follows --lr-schedule {cfg.lr_schedule} over its "
                        f"{cfg.length} iterations; --iters {iters} would change the rates it has already trained "
                        f"with, so the continuation would not be that run. Resume without --iters (or start a new "
                        f"run of the length you want)")
+    if not checkpoint:
+        return cfg, 0, None
+    try:
+        done = checkpoints.check_resumable(run_dir, cfg)
+    except ConfigError as e:
+        raise fail(f"--resume {run_dir}: {e}") from None
     trained = max(done - cfg.warmup, 0)  # of --iters, the iterations the checkpoint holds
     length = "--iters is the run's length, not the iterations to add"  # what both messages below explain
     note = None

@@ -21,7 +21,12 @@ directory on one machine) never share a host's directory, and the one refused is
 in it now or an earlier one left it. After the job, SFTP brings every
 host's directory back into ``run_dir`` by the merge rules of ``hipress.launch.sftp`` (conflicts land
 in ``run_dir/hosts/<i>-<host>/``, listed in the result). Then the remote directories are removed
-(``keep_remote=True`` keeps them). With ``heartbeat_dir``, each host's ranks beat into
+(``keep_remote=True`` keeps them). Beside each host's directory, ``.<i>-<host>.job.json`` records the
+job's token and what it sent the host: a directory its launcher never fetched (killed, a host lost) is
+what ``fetch_leftovers`` merges by the same rules when the run is resumed, under that directory's lock
+(a directory a job runs in now is never fetched); it and the lock file go with the directory. With
+``heartbeat_dir``, each
+host's ranks beat into
 ``<remote_dir>/<run-id>/.<i>-<host>.heartbeat`` (beside their directory, so never fetched with
 it) and ``poll`` relays the beats into ``heartbeat_dir`` for the stall watchdog
 (``hipress.launch.heartbeat``). The guard and signalling programs the hosts run are in
@@ -37,6 +42,7 @@ never on a command line; nothing of this machine's environment is forwarded unle
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import re
@@ -234,6 +240,106 @@ def find_leftovers(cluster: Cluster, run_dir: str | os.PathLike, remote_dir: str
 
     with ThreadPoolExecutor(max_workers=max(1, min(32, len(cluster.hosts)))) as pool:
         return [m for m in pool.map(one, range(len(cluster.hosts))) if m]
+
+
+
+@dataclass
+class Fetched:
+    """What ``fetch_leftovers`` did: the files it merged into the run directory (``collected``), those that
+    conflicted with this side's (in ``run_dir/hosts/<i>-<host>/``), the hosts' directories it fetched and
+    removed (``host: directory``), and why it left the others where they are (``refused``, one per host)."""
+
+    collected: list[Path] = field(default_factory=list)
+    conflicts: list[Path] = field(default_factory=list)
+    fetched: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+
+def fetch_leftovers(cluster: Cluster, run_dir: str | os.PathLike, remote_dir: str = DEFAULT_REMOTE_DIR) -> Fetched:
+    """Bring back what an earlier job of ``run_dir``'s run left on the hosts unfetched (its launcher killed, or a
+    host lost while it fetched), by the merge rules of ``stop``, and remove it there: what ``--resume`` does
+    first, since that directory holds the job's newest checkpoint and events, and a resume refused until the
+    user copied it by hand started, once the directory was removed, from an older checkpoint than the run had.
+
+    A host's directory is merged only when that is sound, else left where it is with ``refusal_message``
+    and the reason in ``refused``: no job may hold its lock (``remote_scripts.HOLDER``: a job of the run id
+    another launcher runs there now; the lock is held here while the directory is fetched); it must have the
+    job's record (``_job_record``: written once the copy sent was whole; an older hipress wrote none), whose
+    ``config.json`` must still be this run directory's (a later job of the run rewrote it: the leftover is
+    older than the run's results, and merging it would append its superseded events); and none of that job's
+    processes may still run on the host. Hosts one by one: their files merge into one run directory."""
+    run_dir = Path(run_dir)
+    run_id = run_id_of(run_dir)
+    config = run_dir / "config.json"
+    ours = sftp_dir.digest(config) if config.is_file() else None
+    out = Fetched()
+    for i, (host, client) in enumerate(zip(cluster.hosts, cluster.clients, strict=True)):
+        try:
+            sftp = client.open_sftp()
+        except (OSError, paramiko.SSHException) as e:
+            out.refused.append(f"{host.name}: cannot look for an earlier job's run directory over SFTP: {_reason(e)}")
+            continue
+        hold: paramiko.Channel | None = None
+        try:
+            sftp.get_channel().settimeout(_sftp_timeout(cluster.options))
+            wdir = host_wdir(sftp, remote_dir, run_id, i, host)
+            # under the directory's lock, taken as a job claiming it takes it: a directory a job runs in now
+            # (another launcher's) is never fetched or touched, and no job starts in it while it is fetched
+            answer, hold = hold_dir(client, cluster.options.python, _lock_file(wdir), wdir,
+                                    _sftp_timeout(cluster.options), make=False)
+            if answer == "none":
+                continue
+            if answer == "running":
+                out.refused.append(in_use_message(host, wdir, run_dir))
+                continue
+            why = ("this host's file system has no flock, so whether a job runs in it now cannot be told"
+                   if answer == "left-unlocked" else _unsound(sftp, client, cluster.options, wdir, ours))
+            if why:
+                out.refused.append(f"{refusal_message(answer, cluster.options, host, wdir, run_dir)}. It was not "
+                                   f"fetched: {why}")
+                continue
+            with sftp.open(_job_record(wdir), "r") as f:
+                sent = json.loads(f.read())["sent"]
+            c, k = sftp_dir.collect(sftp, wdir, run_dir, f"{i}-{host.label}", sent)
+            out.collected += c
+            out.conflicts += k
+            _remove_job_dirs(sftp, wdir)
+            try:
+                sftp.rmdir(posixpath.dirname(wdir))
+            except (OSError, paramiko.SSHException):
+                pass  # another host's directory is there too (a shared file system), or not empty
+            out.fetched.append(f"{host.name}: {wdir}")
+        except (OSError, ValueError, KeyError, paramiko.SSHException) as e:
+            out.refused.append(f"{host.name}: could not fetch the run directory an earlier job of run {run_id!r} "
+                               f"left there ({_reason(e)}); it stays there")
+        finally:
+            if hold is not None:
+                release(hold)
+            sftp.close()
+    return out
+
+
+def _unsound(sftp: paramiko.SFTPClient, client: paramiko.SSHClient, options: SSHOptions, wdir: str,
+             config_digest: str | None) -> str:
+    """Why merging the leftover ``wdir`` into the run directory would not be sound ('' when it is)."""
+    try:
+        with sftp.open(_job_record(wdir), "r") as f:
+            record = json.loads(f.read())
+        sent, token = dict(record["sent"]), str(record["token"])
+    except FileNotFoundError:
+        return ("it has no record of what its job was sent (a job of an older hipress, or one stopped while it "
+                "copied the run directory there), so its files cannot be told from the copies it was sent")
+    except (ValueError, KeyError, TypeError):
+        return "the record of what its job was sent is damaged"
+    if sent.get("config.json") != config_digest:
+        return ("the run directory's config.json is not the one that job was sent: a later job of the run ran "
+                "since, and the leftover's events and checkpoints are older than the run's")
+    left = signal_job(client, options.python, token, "0")
+    if left is None:
+        return "could not ask the host whether that job's processes still run"
+    if left:
+        return f"{left} process(es) of that job still run there; stop them (or wait for them to end) first"
+    return ""
 
 
 class RemoteProcess:
@@ -477,6 +583,9 @@ class RemoteJob:
                     if self.heartbeat_dir is not None:
                         sftp_dir.makedirs(sftp, _beats_dir(wdir))
                     sftp_dir.put_tree(sftp, self.run_dir, wdir, self._sent)
+                    # last: a directory with a record holds the whole copy, and fetch_leftovers can merge it
+                    with sftp.open(_job_record(wdir), "w") as f:
+                        f.write(json.dumps({"token": self.token, "sent": self._sent}))
                 except BaseException:
                     hold.close()
                     raise
@@ -789,12 +898,7 @@ class RemoteJob:
             for i, sftp in enumerate(self._sftp):
                 if i in unfetched:
                     continue
-                sftp_dir.rmtree(sftp, self.wdirs[i])
-                sftp_dir.rmtree(sftp, _beats_dir(self.wdirs[i]))
-                try:  # still locked by this job's holder: the next job makes and locks a new one
-                    sftp.remove(_lock_file(self.wdirs[i]))
-                except (OSError, paramiko.SSHException):
-                    pass
+                _remove_job_dirs(sftp, self.wdirs[i])  # its lock file too, still held: the next job makes a new one
                 try:
                     sftp.rmdir(posixpath.dirname(self.wdirs[i]))
                 except (OSError, paramiko.SSHException):
@@ -835,6 +939,25 @@ def _lock_file(wdir: str) -> str:
     """The file whose ``flock`` a host's job holds while it runs (``remote_scripts.HOLDER``): beside its run
     directory, as ``_beats_dir``, so never fetched with it."""
     return posixpath.join(posixpath.dirname(wdir), f".{posixpath.basename(wdir)}.lock")
+
+
+def _job_record(wdir: str) -> str:
+    """Where a job records, beside a host's run directory, its token and what it sent the host (``manifest``):
+    what ``fetch_leftovers`` needs to merge the directory if the job's launcher never fetched it."""
+    return posixpath.join(posixpath.dirname(wdir), f".{posixpath.basename(wdir)}.job.json")
+
+
+def _remove_job_dirs(sftp: paramiko.SFTPClient, wdir: str) -> None:
+    """Remove a host's run directory, its heartbeat directory, its job record and, last, its lock file (missing
+    ones are skipped). The caller holds the lock (``remote_scripts.HOLDER``) until then: while the directory
+    is there no other job claims it, and once its lock file is gone the next job makes a new one."""
+    sftp_dir.rmtree(sftp, wdir)
+    sftp_dir.rmtree(sftp, _beats_dir(wdir))
+    for path in (_job_record(wdir), _lock_file(wdir)):
+        try:
+            sftp.remove(path)
+        except (OSError, paramiko.SSHException):
+            pass
 
 
 def _beats_dir(wdir: str) -> str:

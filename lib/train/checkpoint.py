@@ -189,7 +189,7 @@ def load(run_dir: Path, rank: int, cfg: Any) -> dict[str, Any]:
             raise CheckpointError(f"no checkpoint for rank {rank} at {path}: the run was started without "
                                   f"--checkpoint-every N, so there is nothing to resume from; start it again")
         raise CheckpointError(f"no checkpoint for rank {rank} at {path}: the run (--checkpoint-every {every}) stopped "
-                              f"before its first checkpoint, or {_on_hosts(run_dir)}; copy them in and resume, "
+                              f"before its first checkpoint, or {_on_hosts(run_dir)} (or copy them in and resume), "
                               f"or start the run again")
     return _read(path, rank, cfg)
 
@@ -205,7 +205,7 @@ def _on_hosts(run_dir: Path) -> str:
 
     return (f"it ran on --hosts and its launcher ended before fetching a host's results (killed, or the host "
             f"lost): they are then on that host, in ~/{DEFAULT_REMOTE_DIR}/{Path(run_dir).name}/<i>-<host>/"
-            f"{CHECKPOINT_DIR}/")
+            f"{CHECKPOINT_DIR}/, and a --resume with the run's --hosts fetches them")
 
 
 def _read(path: Path, rank: int, cfg: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ talk through the network module, as across real machines.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -19,7 +20,8 @@ import pytest
 
 from hipress.launch.hosts import parse_hosts
 from hipress.launch.preflight import PreflightError, check_host
-from hipress.launch.remote import Cluster, RemoteJob, RemoteLaunchError, find_leftovers, launch_hosts
+from hipress.launch.remote import Cluster, RemoteJob, RemoteLaunchError, fetch_leftovers, find_leftovers, launch_hosts
+from hipress.launch.sftp import manifest
 
 from .sshd import ipv6_loopback, job_processes, sshd_children, wait_until
 
@@ -350,8 +352,8 @@ def test_find_leftovers_tells_a_running_jobs_directory_from_a_leftover_and_leave
         assert found[1].startswith(f"127.0.0.2: {left} is there already, left by an earlier job of run 'run-look'")
         assert json.loads((busy / "config.json").read_text()) == {"launcher": "first"}
         assert job.poll() is None, "the running job must be left alone"
-        assert sorted(p.name for p in (remote / "run-look").iterdir()) == [".0-127.0.0.1.lock", "0-127.0.0.1",
-                                                                            "1-127.0.0.2"]
+        assert sorted(p.name for p in (remote / "run-look").iterdir()) == [
+            ".0-127.0.0.1.job.json", ".0-127.0.0.1.lock", "0-127.0.0.1", "1-127.0.0.2"]
     finally:
         job.stop()
     assert json.loads((running / "rank0.json").read_text())["config"] == {"launcher": "first"}
@@ -359,4 +361,57 @@ def test_find_leftovers_tells_a_running_jobs_directory_from_a_leftover_and_leave
         found = find_leftovers(cluster, running, remote_dir=str(remote))
     assert [m.split(" is ")[0] for m in found] == [f"127.0.0.2: {left}"], found
     assert [p.name for p in (remote / "run-look").iterdir()] == ["1-127.0.0.2"], "no lock file left beside it"
+    assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_a_leftover_is_fetched_only_when_its_job_record_says_it_is_sound(sshd, ssh_opts, tmp_path):
+    """``fetch_leftovers`` (what ``--resume --hosts`` does first) merges a host's leftover directory by the rules
+    of a job's end, against the record of what that job sent, and removes it; it leaves it where it is, saying
+    why, when its job's processes still run there, the run directory had a later job since (config.json is
+    not the one sent), or a job holds the directory's lock (``remote_scripts.HOLDER``: another launcher's job of
+    the run id, in its setup before any process runs there): that one is named in use and never touched."""
+    run_dir = _run_dir(tmp_path, "run-leftover")
+    (run_dir / "checkpoint").mkdir()
+    (run_dir / "checkpoint" / "rank-1.pt").write_bytes(b"older")
+    remote = tmp_path / "remote"
+    left = remote / "run-leftover" / "1-127.0.0.2"
+    (left / "checkpoint").mkdir(parents=True)
+    (left / "config.json").write_bytes((run_dir / "config.json").read_bytes())
+    (left / "checkpoint" / "rank-1.pt").write_bytes(b"newest")
+    record = left.parent / ".1-127.0.0.2.job.json"
+    token = "leftover-test-token"
+    record.write_text(json.dumps({"token": token, "sent": manifest(run_dir)}))
+    hosts = parse_hosts("127.0.0.1:1,127.0.0.2:1")
+
+    def fetch():
+        with Cluster.connect(hosts, ssh_opts) as cluster:
+            return fetch_leftovers(cluster, run_dir, remote_dir=str(remote))
+
+    still = subprocess.Popen(["sleep", "120"], env={**os.environ, "HIPRESS_JOB": token})
+    try:
+        got = fetch()
+    finally:
+        still.kill()
+        still.wait()
+    assert got.fetched == [] and len(got.refused) == 1, got
+    assert "It was not fetched: 1 process(es) of that job still run there" in got.refused[0], got.refused
+    config = (run_dir / "config.json").read_bytes()
+    (run_dir / "config.json").write_text(json.dumps({"model": "test", "np": 3, "resumed": 1}))  # a later job
+    got = fetch()
+    assert got.fetched == [] and "a later job of the run ran since" in got.refused[0], got.refused
+    assert (left / "checkpoint" / "rank-1.pt").read_bytes() == b"newest", "a leftover not fetched must stay"
+    lock = left.parent / ".1-127.0.0.2.lock"
+    assert not lock.exists(), "a look leaves no lock file beside a directory it leaves"
+    (run_dir / "config.json").write_bytes(config)
+    with open(lock, "w") as held:  # the lock a job holds: one of the run id running there now
+        fcntl.flock(held, fcntl.LOCK_EX)
+        got = fetch()
+    assert got.fetched == [] and len(got.refused) == 1, got
+    assert got.refused[0].startswith(f"127.0.0.2: {left} is in use by a job of run 'run-leftover' running now"), got
+    assert "rm -r" not in got.refused[0], got.refused
+    assert (left / "checkpoint" / "rank-1.pt").read_bytes() == b"newest" and record.exists() and lock.exists()
+    got = fetch()
+    assert (got.fetched, got.refused, got.conflicts) == ([f"127.0.0.2: {left}"], [], []), got
+    assert (run_dir / "checkpoint" / "rank-1.pt").read_bytes() == b"newest"
+    assert not left.exists() and not record.exists() and not lock.exists(), "removed with the directory: its lock too"
     assert wait_until(lambda: not sshd_children(sshd), 10)
