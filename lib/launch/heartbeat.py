@@ -35,7 +35,8 @@ not: ``not_running``), the warning and the stop wait until the pulses themselves
 by the rank in each beat (``pulsing``), not guessed from how long after its last pulse it beat.
 
 Ranks on other hosts (``hipress run --hosts``) beat into a directory on their host; the launcher
-copies their beats here every second (``hipress.launch.remote``) through a ``Relay``, which stamps
+copies their beats here every second, each host's in a thread of its own so that a host that stopped
+answering delays no other's (``hipress.launch.remote``), through a ``Relay``, which stamps
 each new beat and pulse with the time it was *seen* here, since those hosts' clocks need not agree
 with this one's; ``StallWatch`` then reads them like local ones, allowing a relayed pulse the relay's
 lateness (``RELAY_LAG_S``) before it calls it stale.
@@ -353,6 +354,7 @@ class Relay:
         self.directory = Path(directory)
         self.lag_s = lag_s
         self._seen: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()  # fed by each host's watcher thread (hipress.launch.remote)
 
     def feed(self, raw: bytes | str, now: float | None = None) -> None:
         try:
@@ -361,9 +363,10 @@ class Relay:
             kind, count = ("pulse", int(d["pulse"])) if "pulse" in d else ("beat", int(d.get("seq", 0)))
         except (ValueError, KeyError, TypeError):
             return  # neither a beat nor a pulse (or a torn one): the next read gets it whole
-        if self._seen.get((kind, rank)) == count:
-            return
-        self._seen[(kind, rank)] = count
+        with self._lock:
+            if self._seen.get((kind, rank)) == count:
+                return
+            self._seen[(kind, rank)] = count
         d["time"] = time.time() if now is None else now
         if kind == "pulse":
             d["lag"] = self.lag_s

@@ -28,8 +28,9 @@ what ``fetch_leftovers`` merges by the same rules when the run is resumed, under
 ``heartbeat_dir``, each
 host's ranks beat into
 ``<remote_dir>/<run-id>/.<i>-<host>.heartbeat`` (beside their directory, so never fetched with
-it) and ``poll`` relays the beats into ``heartbeat_dir`` for the stall watchdog
-(``hipress.launch.heartbeat``). The guard and signalling programs the hosts run are in
+it), and a watcher thread per host relays them into ``heartbeat_dir`` for the stall watchdog
+(``hipress.launch.heartbeat``), so that a host that stopped answering holds up no other host's.
+The guard and signalling programs the hosts run are in
 ``hipress.launch.remote_scripts``.
 
 Output. Rank output is line-buffered (``hipress.launch.rank_entry``) and every line is prefixed
@@ -74,6 +75,10 @@ DEFAULT_REMOTE_DIR = ".cache/hipress/runs"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
 _IFACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,31}$")
 _RANK_LINE = re.compile(r"^\[(\d+)\] ?(.*)$", re.S)
+#: How often each host's watcher mirrors rank 0's files and relays the beats (``RemoteJob._watch_host``).
+WATCH_S = 1.0
+#: How often it asks its host whether the watched ranks still run.
+PID_CHECK_S = 2.0
 
 
 class RemoteLaunchError(RuntimeError):
@@ -465,10 +470,11 @@ class RemoteJob:
     The constructor prepares every host's directory, starts ``mpiexec`` and the proxies, and
     returns once they run (``RemoteLaunchError`` otherwise, with everything started so far stopped).
     The job owns ``cluster`` from then on: ``stop()`` (or a failed start) closes its connections.
-    ``poll()`` mirrors the ``mirror`` files of rank 0's host into ``run_dir`` (the lines added after
-    those the host was sent), relays the ranks' heartbeats into ``heartbeat_dir`` if given, and
-    returns the exit code once the job is over; ``stop()`` ends whatever still runs everywhere, fetches the results
-    and closes the connections (idempotent; also what Ctrl-C should call).
+    While it runs, a watcher thread per host (``_watch_host``) mirrors the ``mirror`` files of rank 0's host
+    into ``run_dir`` (the lines added after those the host was sent), relays the ranks' heartbeats into
+    ``heartbeat_dir`` if given, and asks whether the watched ranks still run; ``poll()`` asks no host
+    itself, and returns the exit code once the job is over; ``stop()`` ends whatever still runs
+    everywhere, fetches the results and closes the connections (idempotent; also what Ctrl-C should call).
     """
 
     def __init__(self, cluster: Cluster, argv: Sequence[str], *, run_dir: str | os.PathLike, env:
@@ -484,7 +490,6 @@ class RemoteJob:
         self.mirror = list(mirror)
         self.heartbeat_dir = Path(heartbeat_dir) if heartbeat_dir is not None else None
         self._relay = heartbeat.Relay(self.heartbeat_dir) if self.heartbeat_dir is not None else None
-        self._last_relay = 0.0
         self._sent: dict[str, str] = {}
         self.returncode: int | None = None
         self.result: RemoteResult | None = None
@@ -497,14 +502,18 @@ class RemoteJob:
         self._log: IO[str] | None = None
         self._log_path = Path(log) if log is not None else None
         self._mirror_pos: dict[str, int] = {}
-        self._last_mirror = 0.0
+        self._mirror_lock = threading.Lock()  # a host's watcher and stop()'s last mirror append to the same files
         self._stopped = False
         #: Why each host's results could not be fetched by ``stop`` (they stay on the host, where it says):
         #: ``runner.follow`` adds them to whatever else ended the run, or they would be in the log alone.
         self.unfetched: list[str] = []
         self._pids: list[int] = []
-        self._last_pid_check = 0.0
         self._gone_since: float | None = None
+        #: Per host, what its watcher last found of the watched ranks there: (the ``watch`` list it was
+        #: asked about, the ranks of it gone). ``_check_pids`` judges from these and asks no host itself.
+        self._gone: list[tuple[int, list[int]]] = []
+        self._watch_gen = 0
+        self._watching_done = threading.Event()
         self._grace_s = grace_s
         self._interrupted = False
         self._timed_out = False
@@ -529,6 +538,7 @@ class RemoteJob:
             if self._log_path is not None:
                 self._log = open(self._log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in stop)
             self._start(list(argv), full_env, start_timeout)
+            self._watch_hosts()
         except BaseException:
             self._failure = self._failure or "the job did not start"
             self.stop(collect=False)
@@ -690,15 +700,13 @@ class RemoteJob:
         """
         self._pids = [int(p) for p in pids]
         self._gone_since = None
-        self._last_pid_check = 0.0
+        self._watch_gen += 1
 
     def poll(self) -> int | None:
         """The exit code once the job is over (it is then stopped and its results fetched), else None."""
         if self.returncode is not None:
             return self.returncode
         assert self.mpiexec is not None
-        self._mirror()
-        self._relay_beats()
         rc = wait_for_exit(self.mpiexec, 0.0)  # not Popen.poll: see wait_for_exit
         if rc is not None:
             self._finish(rc, "" if rc == 0 else self._diagnose(rc))
@@ -775,83 +783,129 @@ class RemoteJob:
             f"exited with code {code.group(1) if code else rc}"
         return f"{who} {how}"
 
-    def _check_pids(self) -> str | None:
-        """Every few seconds, ask each host whether its watched ranks still run (``kill -0``)."""
-        if not self._pids or time.monotonic() - self._last_pid_check < 2.0:
+    # --- each host watched in a thread of its own -----------------------------------------------------
+    def _watch_hosts(self) -> None:
+        """Start one watcher thread a host (``_watch_host``): what ``poll`` used to ask the hosts itself.
+
+        Why threads: ``poll`` asked every host in turn (the relay's SFTP reads, the ``kill -0`` of the watched
+        ranks, rank 0's host for the mirror), and a host that stopped answering (frozen, its link down) made
+        each of those wait its whole timeout, one after another (30 s an SFTP read, 5 s and 5 s a check), so
+        the stall watchdog, which ``follow`` runs between polls, judged every other host's ranks that much
+        late, and called their relayed pulses stale meanwhile. Now a dead host holds up its own watcher only;
+        its ranks' pulses stop coming, which is what names them."""
+        self._gone = [(0, []) for _ in self.hosts]
+        self._watch_t0 = time.monotonic()
+        for i in range(len(self.hosts)):
+            name = f"watch-{self.hosts[i].name}"
+            threading.Thread(target=self._watch_host, args=(i,), daemon=True, name=name).start()
+
+    def _watch_host(self, i: int) -> None:
+        """Every ``WATCH_S``: relay the beats, mirror (rank 0's host), and every ``PID_CHECK_S`` ask whether the
+        watched ranks still run; on an SFTP session of its own (paramiko's is not for two threads at once),
+        opened again after a failure. Ends with ``stop`` (one waiting on a dead host, once its read times out).
+
+        The watchers keep one clock (rounds at whole ``WATCH_S`` from ``_watch_t0``), so the hosts are read
+        at the same moments, as the one loop of ``poll`` read them: beats relayed a second apart would show
+        ranks moving in step as one behind the other."""
+        sftp: paramiko.SFTPClient | None = None
+        next_check = 0.0
+        try:
+            while not self._watching_done.wait(WATCH_S - (time.monotonic() - self._watch_t0) % WATCH_S):
+                try:
+                    if sftp is None:
+                        sftp = self.cluster.clients[i].open_sftp()
+                        sftp.get_channel().settimeout(_sftp_timeout(self.cluster.options))
+                    if self._relay is not None:  # first: every host's beats read at the round's start
+                        self._relay_host(sftp, self.wdirs[i])
+                    if self.mirror and i == self._rank_host[0]:
+                        self._mirror(sftp)
+                except (OSError, EOFError, AttributeError, paramiko.SSHException):  # AttributeError: closed by stop
+                    sftp = _closed(sftp)
+                if self._pids and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + PID_CHECK_S
+                    gen = self._watch_gen
+                    gone = self._gone_on(i, list(self._pids))
+                    if gone is not None:
+                        self._gone[i] = (gen, gone)
+        finally:
+            _closed(sftp)
+
+    def _gone_on(self, i: int, pids: list[int]) -> list[int] | None:
+        """The watched ranks on host ``i`` whose process is gone (``kill -0``); None if the host did not answer."""
+        ranks = [r for r, _ in enumerate(pids) if r < len(self._rank_host) and self._rank_host[r] == i]
+        if not ranks:
+            return []
+        script = "; ".join(f"kill -0 {int(pids[r])} 2>/dev/null || echo {r}" for r in ranks)
+        try:
+            chan = self.cluster.clients[i].get_transport().open_session(timeout=5)  # type: ignore[union-attr]
+            chan.settimeout(5)
+            chan.exec_command(script)
+            out = b""
+            while chunk := chan.recv(4096):
+                out += chunk
+            chan.close()
+        except (OSError, EOFError, AttributeError, paramiko.SSHException):
             return None
-        self._last_pid_check = time.monotonic()
+        return [int(x) for x in out.split() if x.isdigit()]
+
+    def _check_pids(self) -> str | None:
+        """Whether a watched rank is gone for ``grace_s`` (as its host's watcher last found), in words."""
         gone_anywhere = False
-        for i, client in enumerate(self.cluster.clients):
-            ranks = [r for r, p in enumerate(self._pids) if r < len(self._rank_host) and self._rank_host[r] == i]
-            if not ranks:
-                continue
-            script = "; ".join(f"kill -0 {int(self._pids[r])} 2>/dev/null || echo {r}" for r in ranks)
-            try:
-                chan = client.get_transport().open_session(timeout=5)  # type: ignore[union-attr]
-                chan.settimeout(5)
-                chan.exec_command(script)
-                out = b""
-                while chunk := chan.recv(4096):
-                    out += chunk
-                chan.close()
-            except (OSError, EOFError, AttributeError, paramiko.SSHException):
-                continue
-            gone = [int(x) for x in out.split() if x.isdigit()]
-            if gone:
-                gone_anywhere = True
-                now = time.monotonic()
-                self._gone_since = self._gone_since or now
-                if now - self._gone_since > self._grace_s:
-                    r = gone[0]
-                    return (f"rank {r} (pid {self._pids[r]} on {self.hosts[i].name}) exited while the other "
-                            f"ranks were still running; stopped them")
+        for i, (gen, gone) in enumerate(self._gone):
+            if gen != self._watch_gen or not gone:
+                continue  # nothing gone there, or found of an earlier ``watch`` list
+            gone_anywhere = True
+            now = time.monotonic()
+            self._gone_since = self._gone_since or now
+            if now - self._gone_since > self._grace_s:
+                r = gone[0]
+                return (f"rank {r} (pid {self._pids[r]} on {self.hosts[i].name}) exited while the other "
+                        f"ranks were still running; stopped them")
         if not gone_anywhere:
             self._gone_since = None  # every watched rank runs: a later exit gets its own grace period
         return None
 
-    def _mirror(self, force: bool = False) -> None:
+    def _mirror(self, sftp: paramiko.SFTPClient) -> None:
         """Append what rank 0's host added to the ``mirror`` files since the last call (whole lines)."""
-        if not self.mirror or not self._sftp or (not force and time.monotonic() - self._last_mirror < 1.0):
-            return
-        self._last_mirror = time.monotonic()
-        sftp, wdir = self._sftp[self._rank_host[0]], self.wdirs[self._rank_host[0]]
-        for name in self.mirror:
-            try:
-                size = sftp.stat(posixpath.join(wdir, name)).st_size or 0
-                pos = self._mirror_pos.get(name, 0)
-                if size <= pos:
-                    continue
-                with sftp.open(posixpath.join(wdir, name), "rb") as f:
-                    f.seek(pos)
-                    data = f.read(size - pos)
-                end = data.rfind(b"\n") + 1
-                if end:
-                    with open(self.run_dir / name, "ab") as out:
-                        out.write(data[:end])
-                    self._mirror_pos[name] = pos + end
-            except (OSError, paramiko.SSHException):
-                continue
-
-    def _relay_beats(self) -> None:
-        """Every second, copy the ranks' heartbeats (beats and pulses) from their hosts into ``heartbeat_dir``
-        (``heartbeat.Relay``), where ``follow``'s stall watch reads them as it reads local ranks' beats."""
-        if self._relay is None or time.monotonic() - self._last_relay < 1.0:
-            return
-        self._last_relay = time.monotonic()
-        for sftp, wdir in zip(self._sftp, self.wdirs, strict=True):
-            beats = _beats_dir(wdir)
-            try:
-                names = sftp.listdir(beats)
-            except (OSError, paramiko.SSHException):
-                continue
-            for name in names:
-                if not heartbeat.is_relayed_file(name):
-                    continue
+        wdir = self.wdirs[self._rank_host[0]]
+        with self._mirror_lock:
+            for name in self.mirror:
                 try:
-                    with sftp.open(posixpath.join(beats, name), "rb") as f:
-                        self._relay.feed(f.read())
-                except (OSError, paramiko.SSHException):
+                    size = sftp.stat(posixpath.join(wdir, name)).st_size or 0
+                    pos = self._mirror_pos.get(name, 0)
+                    if size <= pos:
+                        continue
+                    with sftp.open(posixpath.join(wdir, name), "rb") as f:
+                        f.seek(pos)
+                        data = f.read(size - pos)
+                    end = data.rfind(b"\n") + 1
+                    if end:
+                        with open(self.run_dir / name, "ab") as out:
+                            out.write(data[:end])
+                        self._mirror_pos[name] = pos + end
+                except FileNotFoundError:
+                    continue  # not written yet
+                except OSError as e:
+                    if isinstance(e, TimeoutError):
+                        raise  # the host does not answer: the caller's business
                     continue
+
+    def _relay_host(self, sftp: paramiko.SFTPClient, wdir: str) -> None:
+        """Copy a host's ranks' heartbeats (beats and pulses) into ``heartbeat_dir`` (``heartbeat.Relay``), where
+        ``follow``'s stall watch reads them as it reads local ranks' beats."""
+        assert self._relay is not None
+        try:
+            names = sftp.listdir(_beats_dir(wdir))
+        except FileNotFoundError:
+            return  # removed: the job is ending
+        for name in names:
+            if not heartbeat.is_relayed_file(name):
+                continue
+            try:
+                with sftp.open(posixpath.join(_beats_dir(wdir), name), "rb") as f:
+                    self._relay.feed(f.read())
+            except FileNotFoundError:
+                continue  # replaced between the listing and the read: the next round reads the new one
 
     # --- stopping and collecting -------------------------------------------------------------------
     def stop(self, collect: bool = True) -> None:
@@ -859,6 +913,7 @@ class RemoteJob:
         if self._stopped:
             return
         self._stopped = True
+        self._watching_done.set()  # a watcher waiting on a dead host is left to its timeout (daemon threads)
         if self.mpiexec is not None and wait_for_exit(self.mpiexec, 0.0) is None:
             stop_group(self.mpiexec)  # Hydra ignores SIGTERM before the proxies connect: SIGKILL then
         with ThreadPoolExecutor(max_workers=max(1, min(32, len(self.procs)))) as pool:
@@ -878,7 +933,11 @@ class RemoteJob:
         conflicts: list[Path] = []
         unfetched: set[int] = set()  # hosts whose directory holds results not here: it is not removed
         if collect and self._sftp:
-            self._mirror(force=True)
+            if self.mirror:
+                try:
+                    self._mirror(self._sftp[self._rank_host[0]])
+                except (OSError, EOFError, paramiko.SSHException):
+                    pass  # rank 0's host does not answer: its files stay there (collect says so below)
             for i, sftp in enumerate(self._sftp):
                 try:
                     c, k = sftp_dir.collect(sftp, self.wdirs[i], self.run_dir, f"{i}-{self.hosts[i].label}",
@@ -958,6 +1017,16 @@ def _remove_job_dirs(sftp: paramiko.SFTPClient, wdir: str) -> None:
             sftp.remove(path)
         except (OSError, paramiko.SSHException):
             pass
+
+
+def _closed(sftp: paramiko.SFTPClient | None) -> None:
+    """Close an SFTP session, whatever state its host is in; None, for the caller to forget it."""
+    if sftp is not None:
+        try:
+            sftp.close()
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+    return None
 
 
 def _beats_dir(wdir: str) -> str:

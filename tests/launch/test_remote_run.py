@@ -415,3 +415,56 @@ def test_a_leftover_is_fetched_only_when_its_job_record_says_it_is_sound(sshd, s
     assert (run_dir / "checkpoint" / "rank-1.pt").read_bytes() == b"newest"
     assert not left.exists() and not record.exists() and not lock.exists(), "removed with the directory: its lock too"
     assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_a_host_that_stopped_answering_does_not_hold_up_the_others_beats(sshd, ssh_opts, tmp_path, monkeypatch):
+    """A dead host (frozen, or its link down) answers no SFTP read: each of the relay's reads of its beats waited
+    its whole timeout (30 s) inside ``poll``, one after another, so the stall watchdog, which ``follow`` runs
+    between polls, judged the other hosts' ranks half a minute late or worse. Here host 127.0.0.2's reads hang
+    (for 40 s, as a dead host's do until they time out): polls must still return at once, and the beats
+    of the host that answers must still reach the watchdog's directory."""
+    import paramiko
+
+    from hipress.launch import heartbeat
+
+    run_dir = _run_dir(tmp_path, "run-dead")
+    remote = tmp_path / "remote"
+    beats = tmp_path / "beats"
+    beats.mkdir()
+    cluster = Cluster.connect(parse_hosts("127.0.0.1:1,127.0.0.2:1"), ssh_opts)
+    dead = cluster.clients[1].get_transport()
+    frozen, released = [], __import__("threading").Event()
+
+    def hang_if_dead(real):
+        def call(self, *args, **kwargs):
+            if frozen and self.sock.get_transport() is dead:
+                released.wait(40)
+            return real(self, *args, **kwargs)
+        return call
+
+    for name in ("listdir", "open", "stat", "listdir_attr"):
+        monkeypatch.setattr(paramiko.SFTPClient, name, hang_if_dead(getattr(paramiko.SFTPClient, name)))
+    job = RemoteJob(cluster, [sys.executable, PROG, "hang"], run_dir=run_dir, remote_dir=str(remote),
+                    on_line=lambda _: None, heartbeat_dir=beats)
+    try:
+        live = remote / "run-dead" / ".0-127.0.0.1.heartbeat"
+        frozen.append(True)
+        rank_0 = heartbeat.Heartbeat(0, str(live))  # rank 0 beats on the host that answers
+        for it in (1, 2, 3):
+            rank_0.beat("forward/backward", it)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                t0 = time.monotonic()
+                assert job.poll() is None
+                took = time.monotonic() - t0
+                assert took < 10, f"a poll waited {took:.0f} s for the host that does not answer"
+                got = heartbeat.read_beats(beats).get(0)
+                if got is not None and got.iteration == it:
+                    break
+                time.sleep(0.2)
+            else:
+                raise AssertionError(f"rank 0's beat of iteration {it} never reached the watchdog")
+    finally:
+        released.set()
+        job.stop()
+    assert wait_until(lambda: not sshd_children(sshd), 30)
