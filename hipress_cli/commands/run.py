@@ -380,9 +380,11 @@ def _hold_run_dir(ctx: typer.Context, run_dir: Path) -> None:
 
 
 def _refuse_leftovers(cluster: Any, run_dir: Path) -> None:
-    """Exit 2 if a host holds a directory an earlier job of this run id left there unfetched
-    (``hipress.launch.remote.find_leftovers``): asked before the run directory is written, since the job
-    itself would refuse to start there only after a resume's rewind had rewritten its events."""
+    """Exit 2 if a host holds a directory of this run id already (``hipress.launch.remote.find_leftovers``): one
+    an earlier job left there unfetched, or one a job of the run id that another launcher started runs in now
+    (its lock held: named as such, never touched). Asked before the run directory is written, since the job
+    itself would refuse to start there only once it was. (A ``--resume`` fetches such directories instead:
+    ``_fetch_leftovers``.)"""
     from hipress.launch.remote import RemoteLaunchError, find_leftovers
 
     try:
