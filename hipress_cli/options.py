@@ -150,11 +150,15 @@ def split_option(option: str, text: str, split: Callable[[str], list[str]] | Non
 
 def all_or(option: str, text: str, names: list[str], every: list[str], what: str) -> list[str]:
     """``every`` if ``text`` is ``all`` (any case, spaces around it), else ``names`` (``text`` split as the
-    option splits it); ``all`` beside names is refused, where it was called an unknown name."""
+    option splits it); ``all`` beside names is refused, where it was called an unknown name, and so is a
+    name given twice."""
     if text.strip().lower() == "all":
         return list(every)
     if any(n.strip().lower() == "all" for n in names):
         raise fail(f"{option} {text!r}: all means every {what}; give all alone, or names without it")
+    if (twice := next((n for i, n in enumerate(names) if n in names[:i]), None)) is not None:
+        # measured twice, a name was two rows of one thing under one label (compll bench --alg tbq,tbq)
+        raise fail(f"{option} {text!r} names {twice} twice: give each {what} once")
     return names
 
 

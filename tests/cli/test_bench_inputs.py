@@ -415,9 +415,26 @@ def test_bench_compress_measures_each_spec_of_a_repeated_alg_side_by_side():
     assert "│ tbq:block=256 │" in table.stdout and "│ tbq:block=1024 │" in table.stdout, table.stdout
 
 
+@pytest.mark.parametrize("command, given, what", [
+    (["bench", "compress", "--size", "1K", "--alg", "tbq", "--alg", "tbq"], "'tbq,tbq'", "algorithm"),
+    (["bench", "compress", "--size", "1K", "--alg", "tbq,onebit,tbq"], "'tbq,onebit,tbq'", "algorithm"),
+    (["compll", "bench", "--alg", "tbq,tbq"], "'tbq,tbq'", "built-in"),
+    (["bench", "sync", "--np", "2", "--topo", "ring,ring"], "'ring,ring'", "topology"),
+])
+def test_a_list_naming_one_item_twice_is_refused(command, given, what, monkeypatch):
+    """``compll bench --alg tbq,tbq`` measured tbq twice, two rows under one label; every ``all``-or-names
+    list (``options.all_or``) refuses a name given twice, before anything is measured."""
+    from hipress.compress import bench
+
+    monkeypatch.setattr(bench, "timeit_paired", lambda *a, **k: 1 / 0)  # nothing is measured
+    r = hipress(*command)
+    assert r.returncode == 2 and not r.stdout, r.stderr
+    option = "--topo" if "sync" in command else "--alg"
+    assert f"error: {option} {given} names {given.strip(chr(39)).split(',')[0]} twice: give each {what} once" \
+        in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("alg, same", [
-    (["--alg", "tbq", "--alg", "tbq"], "'tbq' and 'tbq'"),
-    (["--alg", "tbq,onebit,tbq"], "'tbq' and 'tbq'"),
     (["--alg", "tbq,tbq:block=128"], "'tbq' and 'tbq:block=128'"),  # block=128 is tbq's default
     (["--alg", "terngrad:bits=2,stochastic=false", "--alg", "terngrad:stochastic=false,bits=2"],
      "'terngrad:bits=2,stochastic=false' and 'terngrad:stochastic=false,bits=2'"),
