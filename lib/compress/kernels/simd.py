@@ -452,6 +452,20 @@ class _BlockShape:
         return _merge(builder, accs, before, new, end)
 
 
+def _block_operands(context, builder, signature, args, out_arg, shift):
+    """What both block encoders read from their arguments ``(g, r, use_r, j0, m, ..., out)``: pointers to
+    ``g[j0]``, ``r[j0]`` and the output byte holding element ``j0`` (``j0 >> shift``: 3 for onebit's 8
+    elements a byte, 2 for tbq's 4), ``use_r`` as an LLVM bool and the block's ``_BlockShape``."""
+    j0, m = args[3], args[4]
+    g_ty, r_ty, b_ty = signature.args[0], signature.args[1], signature.args[out_arg]
+    gd = builder.gep(context.make_array(g_ty)(context, builder, args[0]).data, [j0])
+    rd = builder.gep(context.make_array(r_ty)(context, builder, args[1]).data, [j0])
+    byte0 = builder.ashr(j0, ir.Constant(j0.type, shift))
+    bd = builder.gep(context.make_array(b_ty)(context, builder, args[out_arg]).data, [byte0])
+    use_r = context.cast(builder, args[2], types.boolean, types.boolean)
+    return gd, rd, bd, use_r, _BlockShape(builder, m)
+
+
 def _pairwise8(builder, vec, add):
     """((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) of an 8-lane vector, in that order."""
     def half(v, n):
@@ -492,14 +506,7 @@ def onebit_block8(typingctx, g, r, use_r, j0, m, bits):
     sig = types.Tuple((types.float32, types.float32, types.uint8))(g, r, types.boolean, types.intp, types.intp, bits)
 
     def codegen(context, builder, signature, args):
-        g_ty, r_ty, _, _, _, b_ty = signature.args
-        j0, m = args[3], args[4]
-        gd = builder.gep(context.make_array(g_ty)(context, builder, args[0]).data, [j0])
-        rd = builder.gep(context.make_array(r_ty)(context, builder, args[1]).data, [j0])
-        byte0 = builder.ashr(j0, ir.Constant(j0.type, 3))
-        bd = builder.gep(context.make_array(b_ty)(context, builder, args[5]).data, [byte0])
-        use_r = context.cast(builder, args[2], types.boolean, types.boolean)
-        blk = _BlockShape(builder, m)
+        gd, rd, bd, use_r, blk = _block_operands(context, builder, signature, args, 5, 3)
         zero_f = ir.Constant(_V8F, [0.0] * 8)
 
         def sums(x, accs, mask=None):
@@ -596,14 +603,8 @@ def tbq_block8(typingctx, g, r, use_r, j0, m, scale, body):
     sig = types.Tuple((types.float32, types.uint8))(g, r, types.boolean, types.intp, types.intp, types.float64, body)
 
     def codegen(context, builder, signature, args):
-        g_ty, r_ty, _, _, _, _, b_ty = signature.args
-        j0, m, scale = args[3], args[4], args[5]
-        gd = builder.gep(context.make_array(g_ty)(context, builder, args[0]).data, [j0])
-        rd = builder.gep(context.make_array(r_ty)(context, builder, args[1]).data, [j0])
-        byte0 = builder.ashr(j0, ir.Constant(j0.type, 2))
-        bd = builder.gep(context.make_array(b_ty)(context, builder, args[6]).data, [byte0])
-        use_r = context.cast(builder, args[2], types.boolean, types.boolean)
-        blk = _BlockShape(builder, m)
+        scale = args[5]
+        gd, rd, bd, use_r, blk = _block_operands(context, builder, signature, args, 6, 2)
 
         def v8(gv, rv):
             return builder.select(use_r, builder.fadd(gv, rv), gv)
