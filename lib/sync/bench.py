@@ -28,6 +28,7 @@ import os
 import statistics
 import sys
 import time
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -138,14 +139,38 @@ def engine_timeout(base: float, world: int, message_bytes: int, link_bits: float
     return max(base, 4.0 * max(world - 1, 1) * message_bytes * 8 / link_bits)
 
 
+class _RankParser(argparse.ArgumentParser):
+    """An argument parser that speaks on rank 0 only and exits alike on every rank.
+
+    Why: every rank of ``mpiexec -n N`` reads the same command line, so a usage error (or ``--help``) was
+    printed N times, interleaved. Rank 0 prints it; the others exit with the same code, silently, so that
+    no rank waits for a peer that left and ``mpiexec`` still reports exit 2."""
+
+    def __init__(self, *args, rank: int = 0, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.rank = rank
+
+    def print_usage(self, file=None) -> None:
+        if self.rank == 0:
+            super().print_usage(file)
+
+    def print_help(self, file=None) -> None:
+        if self.rank == 0:
+            super().print_help(file)
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        super().exit(status, message if self.rank == 0 else None)
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     """The arguments and the topologies to run, or a usage error (``parser.error``: exit 2, one line after
     the usage) naming what is wrong and the choices.
 
     Read before ``abort_on_error``: every rank reads the same command line, so a bad one fails alike on
     all of them and no peer waits. Inside it, argparse's exit (or an unknown topology's ``ValueError``)
-    was a rank's crash: a traceback, then ``MPI_Abort`` with exit 1."""
-    p = argparse.ArgumentParser(prog="python -m hipress.sync.bench", description=__doc__.splitlines()[0])
+    was a rank's crash: a traceback, then ``MPI_Abort`` with exit 1. Only rank 0 says it (``_RankParser``)."""
+    p = _RankParser(prog="python -m hipress.sync.bench", description=__doc__.splitlines()[0],
+                    rank=MPI.COMM_WORLD.Get_rank())
     p.add_argument("--topo", default="all", help="comma-separated topologies, or 'all'")
     p.add_argument("--alg", default="tbq", help="compressor spec for the compressed topologies")
     p.add_argument("--size", type=int, required=True, help="gradient size in bytes of fp32")

@@ -129,6 +129,27 @@ def test_the_sync_bench_ranks_refuse_bad_arguments_as_a_usage_error(args, said, 
     assert f"python -m hipress.sync.bench: error: {said}" in r.stderr, r.stderr
 
 
+
+@pytest.mark.mpi
+def test_the_sync_bench_ranks_say_a_usage_error_once_and_all_exit_2(tmp_path):
+    """Under ``mpiexec -n 3`` every rank reads the same bad command line: the usage and the error were printed
+    three times, interleaved. Rank 0 says it once; every rank exits 2, so ``mpiexec`` does too."""
+    from hipress.launch import mpiexec_path
+
+    r = subprocess.run([mpiexec_path(), "-n", "3", sys.executable, "-m", "hipress.sync.bench", "--size", "64",
+                        "--out", str(tmp_path / "r.json"), "--bogus"], capture_output=True, text=True, timeout=300)
+    said = r.stdout + r.stderr
+    assert r.returncode == 2, said
+    assert said.count("python -m hipress.sync.bench: error: unrecognized arguments: --bogus") == 1, said
+    assert said.count("usage: python -m hipress.sync.bench") == 1, said
+    assert "Traceback" not in said and "MPI_Abort" not in said, said
+
+
+def test_hipress_bench_sync_says_an_unknown_option_once():
+    """``hipress bench sync`` refuses a bad option itself, before any rank starts: one error, exit 2."""
+    r = hipress("bench", "sync", "--bogus")
+    assert r.returncode == 2 and not r.stdout and r.stderr.count("No such option: --bogus") == 1, r.stderr
+
 def test_fp32_elements_counts_whole_elements():
     assert fp32_elements(4) == 1 and fp32_elements(64 << 20) == 16 << 20
     for bad in (-4, 0, 1, 3, 5, 1026):
