@@ -50,6 +50,21 @@ settings.register_profile(
 settings.load_profile("ci")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _models_cache_of_the_session(tmp_path_factory):
+    """The zoo's ready orders (``hipress.models.order_cache``) are kept in a directory of the session, not the
+    user's ``~/.cache/hipress/models``: a test neither leaves files there nor reads what a run left."""
+    from hipress.models.order_cache import CACHE_ENV
+
+    old = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("models-cache"))
+    yield
+    if old is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = old
+
+
 @pytest.fixture(autouse=True)
 def _processes_see_no_gpu_unless_marked_gpu(request, monkeypatch):
     """``--device auto`` (every command's default) means CUDA wherever torch sees a GPU, and the

@@ -19,6 +19,10 @@ What needs no order -- counts, sizes, shapes (``definition_order``, ``parameter_
 the zoo in some 15-30 s on a 2-core machine, nearly all of it the passes. The build itself skips the
 initialisers (see ``_NoValuesOnMeta``): they would import ``torch._dynamo`` as well, for values a
 meta tensor does not have.
+
+The pass itself cannot avoid the import (the meta kernels of ``addmm``, ``var_mean``, ``arange`` are
+decompositions), so its result is kept on disk (``order_cache``): a second ``hipress plan --model vgg19``
+reads the list instead of running the pass, after checking it against the meta build's parameters.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from . import order_cache
 from .registry import get
 
 #: Models of at most this many parameters (fp32 elements: 4 MiB) are introspected on the CPU (see above).
@@ -50,9 +55,22 @@ def gradient_sizes(model: str, **opts: int) -> list[tuple[str, int]]:
 
 @lru_cache(maxsize=32)
 def _ready_order(model: str, build_key: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
+    """The order as a previous command found it (``order_cache``: the pass imports ``torch._dynamo``), checked
+    against the meta build's parameters; else found by the pass and kept for the next command."""
+    net = _meta_build(model, build_key)
+    entry = order_cache.entry_path(model, build_key)
+    kept = order_cache.load(entry, {n: p.numel() for n, p in net.named_parameters() if p.requires_grad})
+    if kept is not None:
+        return kept
+    found = _pass_order(model, build_key, net)
+    order_cache.store(entry, found)
+    return found
+
+
+def _pass_order(model: str, build_key: tuple[tuple[str, int], ...], net: nn.Module) -> tuple[tuple[str, int], ...]:
+    """The order one forward/backward pass of ``net`` (the meta build) finishes the gradients in."""
     spec = get(model)
     opts = spec.options("paper", **dict(build_key))
-    net = _meta_build(model, build_key)
     recurrent = any(isinstance(m, nn.RNNBase) for m in net.modules())
     on_cpu = recurrent or sum(p.numel() for p in net.parameters()) <= CPU_ELEMENTS
     # A CPU build and batch draw from torch's global generator: the caller's random stream is left as it was.

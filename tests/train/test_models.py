@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -70,11 +72,11 @@ def test_gradient_sizes_is_the_order_a_real_cpu_backward_finishes_them(name, opt
     assert _backward_order(name, **opts) == [n for n, _ in gradient_sizes(name)]
 
 
-def test_small_models_are_introspected_on_the_cpu_in_the_meta_order(monkeypatch):
+def test_small_models_are_introspected_on_the_cpu_in_the_meta_order(monkeypatch, tmp_path):
     """A small model's ready order is found by a real CPU step (no meta arithmetic, whose decompositions
     import torch._dynamo); forced onto the meta device it is the same, and the caller's random stream
     is not consumed by the CPU build."""
-    from hipress.models import introspect
+    from hipress.models import introspect, order_cache
 
     introspect._ready_order.cache_clear()
     torch.manual_seed(5)
@@ -83,6 +85,7 @@ def test_small_models_are_introspected_on_the_cpu_in_the_meta_order(monkeypatch)
     on_cpu = gradient_sizes("mlp")
     assert torch.equal(torch.rand(3), expected)
     monkeypatch.setattr(introspect, "CPU_ELEMENTS", 0)
+    monkeypatch.setenv(order_cache.CACHE_ENV, str(tmp_path))  # the pass on meta, not the order kept on disk
     introspect._ready_order.cache_clear()
     try:
         assert gradient_sizes("mlp") == on_cpu
@@ -220,3 +223,71 @@ def test_building_on_the_meta_device_does_not_import_dynamo():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
+
+
+def _ready_order_in_a_fresh_interpreter(model: str, cache) -> tuple[list, bool]:
+    """``gradient_sizes(model)`` as a new command finds it (with the order cache at ``cache``), and whether that
+    imported ``torch._dynamo``."""
+    import os
+    import subprocess
+    import sys
+
+    from hipress.models.order_cache import CACHE_ENV
+
+    code = ("import json, sys\nfrom hipress.models import gradient_sizes\n"
+            f"print(json.dumps([gradient_sizes({model!r}), 'torch._dynamo' in sys.modules]))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, CACHE_ENV: str(cache)})
+    assert r.returncode == 0, r.stderr
+    order, dynamo = json.loads(r.stdout.strip().splitlines()[-1])
+    return [tuple(x) for x in order], dynamo
+
+
+def test_a_second_command_reads_the_ready_order_kept_on_disk_without_importing_dynamo(tmp_path):
+    """``hipress plan --model vgg19`` ran the meta pass every time, and the pass imports torch._dynamo through
+    PyTorch's decompositions (8-10 s of the command under load). The first command keeps the order; the next
+    reads the very same list without the import."""
+    first, dynamo_first = _ready_order_in_a_fresh_interpreter("vgg19", tmp_path)
+    second, dynamo_second = _ready_order_in_a_fresh_interpreter("vgg19", tmp_path)
+    assert dynamo_first and not dynamo_second
+    assert second == first and first[0] == ("classifier.6.bias", 1000)
+
+
+@pytest.mark.parametrize("name", available())
+def test_the_order_kept_on_disk_is_the_order_the_pass_finds(name, monkeypatch, tmp_path):
+    from hipress.models import introspect, order_cache
+
+    monkeypatch.setenv(order_cache.CACHE_ENV, str(tmp_path))
+    introspect._ready_order.cache_clear()
+    try:
+        found = gradient_sizes(name)  # the pass, kept
+        assert len(list(tmp_path.glob(f"{name}-*.json"))) == 1
+        introspect._ready_order.cache_clear()
+        monkeypatch.setattr(introspect, "_pass_order", lambda *a: pytest.fail("the order was found again"))
+        assert gradient_sizes(name) == found  # read back: the same list
+    finally:
+        introspect._ready_order.cache_clear()
+
+
+def test_an_order_kept_on_disk_that_does_not_fit_the_model_is_found_again(monkeypatch, tmp_path):
+    """A torn, foreign or stale entry costs the pass, never a wrong list; options, torch and the zoo's code are
+    in the key."""
+    from hipress.models import introspect, order_cache
+
+    monkeypatch.setenv(order_cache.CACHE_ENV, str(tmp_path))
+    introspect._ready_order.cache_clear()
+    try:
+        right = gradient_sizes("mlp")
+        entry = order_cache.entry_path("mlp", ())
+        for bad in ("{", '{"order": 3}', json.dumps({"order": [list(p) for p in right[:-1]]}),
+                    json.dumps({"order": [[n, k + 1] for n, k in right]}),
+                    json.dumps({"order": [list(p) for p in right] + [list(right[0])]})):
+            entry.write_text(bad)
+            introspect._ready_order.cache_clear()
+            assert gradient_sizes("mlp") == right, bad
+            assert order_cache.load(entry, dict(right)) == tuple(right)  # found again, and kept
+    finally:
+        introspect._ready_order.cache_clear()
+    assert order_cache.entry_path("mlp", (), "0.0") != entry
+    at = {size: order_cache.entry_path("ugatit", (("input_size", size),)) for size in (96, 128)}
+    assert at[96] != at[128]
