@@ -194,7 +194,7 @@ def register(app: typer.Typer) -> None:
                                        "hops) instead of merging the payloads (each rank's compressed once).")] = False,
         stall_timeout: Annotated[float, typer.Option("--stall-timeout", help="Stop the run when a rank makes no "
                                                      "progress for this many seconds (a warning at half; 0: "
-                                                     "never). The warning waits at least 5 s (8 s over --hosts), "
+                                                     "never). The warning waits at least 6 s (9 s over --hosts), "
                                                      "the time it takes to tell a stopped rank from the ranks "
                                                      "waiting for it; the stop comes 1 s after the warning at the "
                                                      "earliest.")] = 120.0,

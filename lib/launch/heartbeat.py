@@ -20,9 +20,9 @@ and the peer's beat may well be the older one. So each rank also *pulses*: a dae
 ``PULSE_S``. A process whose main thread waits still pulses; one that is stopped, frozen (cgroup
 freezer, a debugger) or swapped out does not, nor does one whose main thread holds the GIL in C
 code. Among the ranks that made no progress, ``StallWatch`` names one whose pulse is stale
-(``PULSE_STALE_S``) before any other; without a stale pulse (all fresh, or none read: a rank of an
+(``SILENT_S``) before any other; without a stale pulse (all fresh, or none read: a rank of an
 older version, a start-up not that far) the rule above decides alone. A pulse takes time to go stale,
-so while pulses are read the warning does not come before ``judge_s`` (5 s; 8 s relayed), nor the stop
+so while pulses are read the warning does not come before ``judge_s`` (6 s; 9 s relayed), nor the stop
 before ``WARNING_LEAD_S`` after it: a ``--stall-timeout`` under twice that waits for the pulses rather
 than name the rank waiting for a stopped one.
 
@@ -32,7 +32,13 @@ then looked like progress after its pulse). So the decision reads no pulse again
 a pulse is stale beside the freshest pulse of the *other* ranks (they ran that much later and it did
 not: ``not_running``), the warning and the stop wait until the pulses themselves have gone on
 ``judge_s`` past the last beat (``pulse_clock``), and whether a rank's pulse thread runs at all is said
-by the rank in each beat (``pulsing``), not guessed from how long after its last pulse it beat.
+by the rank in each beat (``pulsing``), not guessed from how long after its last pulse it beat. A rank is
+silent from its last pulse or beat, whichever is later (``last_life``), and stopped only when it stays
+silent for ``SILENT_S`` while the others pulse on: longer than a live rank's pulse thread alone may
+starve (``PULSE_STALE_S``, its main thread in a long GIL-holding C call). And the watcher counts only
+the time it saw (``StallWatch.seen``): woken ``BLIND_S`` or more after its previous check (a suspend, the
+whole job SIGSTOPped, the machine frozen), it leaves that span out of every silence and every lack of
+progress, and so observes a full window again before it names anyone.
 
 Ranks on other hosts (``hipress run --hosts``) beat into a directory on their host; the launcher
 copies their beats here every second, each host's in a thread of its own so that a host that stopped
@@ -137,8 +143,18 @@ def sweep(root: Path | None = None, older_than_s: float = STALE_S) -> list[Path]
 
 #: How often a rank's pulse thread says that its process runs.
 PULSE_S = 1.0
-#: A pulse older than this says that the process is not running (three pulses missed).
+#: The longest a running rank's pulse thread may go without running (three pulses missed): a loaded
+#: machine, or its main thread holding the GIL in a long C call, starves it that long and no rank is
+#: taken for stopped on that.
 PULSE_STALE_S = 3.0
+#: How long a rank must be silent (no pulse, no beat), by the watcher's clock while the other ranks'
+#: pulses go on, to be taken for not running: more than a starvation of ``PULSE_STALE_S`` explains,
+#: since the last pulse before it may have come a period earlier.
+SILENT_S = PULSE_STALE_S + PULSE_S
+#: A check of the watch this long after the previous one says that the watcher itself was not running in
+#: between (the machine suspended, the job and its launcher SIGSTOPped, a starved watcher): it saw
+#: nothing then, and that time counts neither as a rank's silence nor as its lack of progress.
+BLIND_S = PULSE_STALE_S
 #: The least time between a stall's warning and the stop, when ``judge_s`` put the warning off.
 WARNING_LEAD_S = 1.0
 #: How much later than a local one a relayed pulse may be seen: the relay reads every second, and an
@@ -253,15 +269,6 @@ class Pulse:
     time: float
     lag_s: float = 0.0
 
-    def age(self, now: float) -> float:
-        return now - self.time
-
-    def stale(self, at: float) -> bool:
-        """Whether this pulse is too old to come from a running process beside a sign of life at ``at`` (another
-        rank's pulse: compared with the watcher's clock, a pulse thread woken late on a loaded machine looks
-        stopped)."""
-        return self.age(at) >= PULSE_STALE_S + self.lag_s
-
 
 def judge_s(pulses: dict[int, Pulse]) -> float:
     """How long past the last beat the pulses must have gone on (``pulse_clock``) before ``StallWatch`` warns
@@ -273,7 +280,7 @@ def judge_s(pulses: dict[int, Pulse]) -> float:
     nothing to wait for (0)."""
     if not pulses:
         return 0.0
-    return PULSE_STALE_S + 2 * PULSE_S + max(p.lag_s for p in pulses.values())
+    return SILENT_S + 2 * PULSE_S + max(p.lag_s for p in pulses.values())
 
 
 def pulse_clock(pulses: dict[int, Pulse], now: float) -> float:
@@ -286,18 +293,35 @@ def pulse_clock(pulses: dict[int, Pulse], now: float) -> float:
     return min(now, max(freshest + PULSE_S, now - judge_s(pulses)))
 
 
-def not_running(beats: dict[int, Beat], pulses: dict[int, Pulse], now: float) -> set[int]:
-    """The ranks whose process is not running: a pulse stale beside the freshest pulse of the other ranks
-    (they were running that long after it; a rank alone is compared with ``now``). Comparing pulses with
-    pulses, not with the watcher's clock, keeps a live rank whose pulse thread was woken late on a loaded
-    machine (all were) from being called stopped. A rank that said in its latest beat that its pulse thread
-    is gone (``Beat.pulsing``) is not judged by its pulse, nor is one without a pulse read."""
+def last_life(beat: Beat, pulse: Pulse) -> float:
+    """When a rank last said that it ran: its latest pulse or its latest beat (a beat is made by a running
+    main thread, however starved its pulse thread was)."""
+    return max(pulse.time, beat.time)
+
+
+def not_running(beats: dict[int, Beat], pulses: dict[int, Pulse], now: float,
+                seen: Callable[[float, float], float] | None = None) -> set[int]:
+    """The ranks whose process is not running: silent (``last_life``) for ``SILENT_S`` (and a relay's lateness)
+    before the freshest pulse of the other ranks, that is, its pulses stopped while the others' went on for
+    the window (a rank alone is compared with ``now``).
+
+    Why each part: comparing pulses with pulses, not with the watcher's clock, keeps a live rank whose pulse
+    thread was woken late on a loaded machine (all were) from being called stopped. ``SILENT_S``, not
+    ``PULSE_STALE_S``, so that a live rank whose pulse thread alone starved ``PULSE_STALE_S`` (its main thread
+    in a long GIL-holding C call) is not: with three ranks the watch named it, a bystander, instead of the
+    rank behind. ``seen(a, b)``, the time from ``a`` to ``b`` that the watcher saw (``StallWatch`` leaves out
+    the time it was not running itself): after a freeze of the whole machine (a suspend, the whole job
+    SIGSTOPped) the rank whose pulse thread woke first made every other look silent for the freeze, and the
+    others are stopped only once the window has gone by again after it. A rank that said in its latest beat
+    that its pulse thread is gone (``Beat.pulsing``) is not judged by its pulse, nor is one without a pulse
+    read."""
+    seen = seen or (lambda a, b: b - a)
     out = set()
     for r, p in pulses.items():
         if r not in beats or not beats[r].pulsing:
             continue
         others = [q.time for k, q in pulses.items() if k != r]
-        if p.stale(max(others) if others else now):
+        if seen(last_life(beats[r], p), max(others) if others else now) >= SILENT_S + p.lag_s:
             out.add(r)
     return out
 
@@ -382,44 +406,66 @@ def _seconds(s: float) -> str:
     return f"{round(s, 1):g}"
 
 
-def _no_life(pulse: Pulse, now: float) -> str:
-    """What a stale pulse says of its rank. Why two wordings: a local rank's pulse stops only with its process;
-    a relayed one (``lag_s``) also when its host stops answering the relay (down, or its link), where "its
-    process is not running" sent the user after a SIGSTOP that never was."""
+def _no_life(pulse: Pulse, silent_s: float) -> str:
+    """What a stale pulse says of its rank, silent for ``silent_s``. Why two wordings: a local rank's pulse stops
+    only with its process; a relayed one (``lag_s``) also when its host stops answering the relay (down, or
+    its link), where "its process is not running" sent the user after a SIGSTOP that never was."""
     why = "stopped by SIGSTOP or a debugger, frozen, or stuck holding the GIL?"
     if pulse.lag_s > 0:
-        return (f"; no sign of life from it for {pulse.age(now):.0f} s: its host stopped answering (down, or its "
+        return (f"; no sign of life from it for {silent_s:.0f} s: its host stopped answering (down, or its "
                 f"link), or its process is not running ({why})")
-    return f"; its process is not running: no sign of life for {pulse.age(now):.0f} s ({why})"
+    return f"; its process is not running: no sign of life for {silent_s:.0f} s ({why})"
 
 
 class StallWatch:
     """Decides, from the beats and pulses, when to warn and when to stop a run whose ranks make no progress,
-    and which rank to name (``culprit``)."""
+    and which rank to name (``culprit``).
+
+    Every time it counts (a rank's lack of progress, a rank's silence) is time it *saw*: a check more than
+    ``BLIND_S`` after the previous one means the watcher was not running in between, most likely with the
+    whole machine (a suspend, the job and its launcher SIGSTOPped); the ranks were not either, so that time
+    is left out (``seen``) and the watch observes a full window again before it says anything. Counted on the
+    wall clock, the first check after a 30 s freeze stopped the run at once, naming a rank by its beats or a
+    rank whose pulse thread woke a little later than another's as not running."""
 
     def __init__(self, directory: Path | None, timeout_s: float, ranks: int) -> None:
         self.directory, self.timeout_s, self.ranks = directory, timeout_s, ranks
         self.warned: set[tuple[int, str, float, bool]] = set()
         self._t0 = time.time()
+        self._last: float | None = None  # the previous check
+        self._blind: list[tuple[float, float]] = []  # the spans between checks that the watcher did not see
+
+    def _observe(self, now: float) -> None:
+        """Note the span since the previous check as unseen if it is longer than ``BLIND_S``."""
+        if self._last is not None and now - self._last > BLIND_S:
+            self._blind.append((self._last, now))
+            del self._blind[:-64]  # a run suspended that often has older spans long behind its beats
+        self._last = now if self._last is None else max(self._last, now)
+
+    def seen(self, start: float, end: float) -> float:
+        """The time from ``start`` to ``end`` that the watcher saw: the spans it was not running left out."""
+        unseen = sum(max(0.0, min(end, b) - max(start, a)) for a, b in self._blind)
+        return end - start - unseen
 
     def check(self, now: float | None = None) -> tuple[str | None, str | None]:
         """(warning, stop message); each None when there is nothing to say."""
         if self.directory is None or self.timeout_s <= 0:
             return None, None
         now = time.time() if now is None else now
+        self._observe(now)
         beats = read_beats(self.directory)
         startup = max(self.timeout_s, STARTUP_S)
         missing = [r for r in range(self.ranks) if r not in beats]
-        if missing and now - self._t0 > startup:
+        if missing and self.seen(self._t0, now) > startup:
             return None, (f"rank {missing[0]} never started (no heartbeat within {startup:.0f} s); "
                           "the run was stopped")
         if not beats:
             return None, None
         pulses = read_pulses(self.directory)
-        stopped = not_running(beats, pulses, now)
+        stopped = not_running(beats, pulses, now, self.seen)
         first = self.culprit(beats, stopped)
         limit = startup if first.iteration in (None, 0) else self.timeout_s  # iteration 0 compiles kernels
-        quiet = now - first.time
+        quiet = self.seen(first.time, now)
         # not before the pulses can tell: judge_s past the last beat (all ranks wait by then), on the pulses' clock,
         # which falls behind the watcher's when the pulse threads wake late; the stop never without the warning
         # before it
@@ -428,7 +474,8 @@ class StallWatch:
         stop_at = max(limit, warn_at + WARNING_LEAD_S)
         if quiet < warn_at:
             return None, None
-        dead = _no_life(pulses[first.rank], now) if first.rank in stopped else ""
+        dead = (_no_life(pulses[first.rank], self.seen(last_life(first, pulses[first.rank]), now))
+                if first.rank in stopped else "")
         if quiet >= stop_at:
             return None, (f"rank {first.rank} made no progress for {quiet:.0f} s (stalled in {first.doing()}){dead}; "
                           f"the run was stopped ({self._stop_rule(limit, stop_at)})")

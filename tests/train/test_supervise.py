@@ -255,6 +255,7 @@ def test_stall_watch_warns_then_names_the_rank_that_went_quiet_first(tmp_path):
     assert stop is None and warning.startswith("rank 1 has made no progress for 6 s (in forward/backward of "
                                                "iteration 5)")
     assert w.check(now + 3) == (None, None)  # warned once
+    assert w.check(now + 5) == (None, None)  # (a check every BLIND_S at least: the watcher saw the time go by)
     warning, stop = w.check(now + 7)
     assert warning is None and stop.startswith("rank 1 made no progress for 11 s (stalled in forward/backward")
 
@@ -271,18 +272,20 @@ def test_stall_watch_names_the_stopped_rank_not_the_one_waiting_for_it(tmp_path)
     _beat(tmp_path, 0, "gather of the iteration's statistics", 7, now - 0.002, seq=29)
     _beat(tmp_path, 1, "gather of the iteration's statistics", 7, now - 0.001, seq=29)
     _pulse(tmp_path, 1, now - 0.6)  # its last pulse, before it was stopped after its beat
-    _pulse(tmp_path, 0, now + 5)
-    warning, stop = w.check(now + 5)
-    assert stop is None and warning.startswith("rank 1 has made no progress for 5 s (in gather of the iteration's "
+    _pulse(tmp_path, 0, now + 6)
+    warning, stop = w.check(now + 6)
+    assert stop is None and warning.startswith("rank 1 has made no progress for 6 s (in gather of the iteration's "
                                                "statistics of iteration 7); its process is not running: no sign "
                                                "of life for 6 s (stopped by SIGSTOP"), warning
+    _pulse(tmp_path, 0, now + 8)
+    assert w.check(now + 8) == (None, None)
     _pulse(tmp_path, 0, now + 10)
     warning, stop = w.check(now + 10)
     assert warning is None and stop.startswith("rank 1 made no progress for 10 s (stalled in gather of the "
                                                "iteration's statistics of iteration 7); its process is not "
-                                               "running: no sign of life for 11 s"), stop
+                                               "running: no sign of life for 10 s"), stop
     # a pulse not stale yet, or none at all (unknown), accuses nobody: the count of beats decides, as before
-    _pulse(tmp_path, 1, now + 10 - heartbeat.PULSE_STALE_S + 0.5)
+    _pulse(tmp_path, 1, now + 10 - heartbeat.SILENT_S + 0.5)
     assert w.check(now + 10)[1].startswith("rank 0 made no progress for 10 s (stalled in gather")
     (tmp_path / "pulse-1.json").unlink()
     assert w.check(now + 10)[1].startswith("rank 0 made no progress for 10 s (stalled in gather")
@@ -352,7 +355,7 @@ def test_not_running_compares_a_pulse_with_the_other_ranks_pulses_not_the_watche
     """The decision itself, on synthetic pulses: a pulse is stale beside the freshest pulse of the other ranks
     (PULSE_STALE_S, and a relay's lateness), whatever the watcher's clock says."""
     now = 1000.0
-    stale = heartbeat.PULSE_STALE_S
+    stale = heartbeat.SILENT_S
     beats = {r: heartbeat.Beat(r, "gather", 7, now - 10, 29) for r in (0, 1, 2)}
 
     def pulses(*times: float, lag: float = 0.0) -> dict[int, heartbeat.Pulse]:
@@ -371,6 +374,18 @@ def test_not_running_compares_a_pulse_with_the_other_ranks_pulses_not_the_watche
     assert heartbeat.not_running({0: beats[0]}, pulses(now - stale), now) == {0}
     gone = {**beats, 1: heartbeat.Beat(1, "gather", 7, now - 10, 29, pulsing=False)}
     assert heartbeat.not_running(gone, pulses(now, now - 60, now), now) == set()
+    # a beat is a sign of life too: a rank whose main thread beat after its pulse thread starved is running
+    beat_late = {**beats, 1: heartbeat.Beat(1, "gather", 7, now - 1, 29)}
+    assert heartbeat.not_running(beat_late, pulses(now, now - stale, now), now) == set()
+    # a live rank whose pulse thread alone starved PULSE_STALE_S (its last pulse a period before) is not stopped
+    starved = now - heartbeat.PULSE_STALE_S - heartbeat.PULSE_S + 0.01
+    assert heartbeat.not_running(beats, pulses(now, now, starved), now) == set()
+    # the time the watcher did not see counts for nothing: a freeze of the whole machine from now - 30 to now
+    frozen = lambda a, b: b - a - max(0.0, min(b, now) - max(a, now - 30))  # noqa: E731
+    before = {r: heartbeat.Beat(r, "gather", 7, now - 40, 29) for r in (0, 1, 2)}
+    assert heartbeat.not_running(before, pulses(now, now - 31, now - 31), now, frozen) == set()
+    assert heartbeat.not_running(before, pulses(now, now - 30 - stale, now), now, frozen) == {1}
+    assert heartbeat.not_running(before, pulses(now, now - 30 - stale + 0.1, now), now, frozen) == set()
 
 
 def test_stall_watch_names_a_stopped_rank_whose_last_pulse_came_late(tmp_path):
@@ -428,6 +443,92 @@ def test_a_late_watcher_calls_no_rank_stopped_and_silent_pulses_do_not_hold_the_
     assert judge + heartbeat.WARNING_LEAD_S < stopped_at - last_beat <= 2 * judge + heartbeat.WARNING_LEAD_S + 0.25
 
 
+
+def _poll(w: StallWatch, times, write) -> list[str]:
+    """What ``w`` says at each of ``times``, ``write(t)`` putting the ranks' beats and pulses down before each
+    check, up to the stop."""
+    said = []
+    for t in times:
+        write(t)
+        warning, stop = w.check(t)
+        said += [m for m in (warning, stop) if m]
+        if stop:
+            break
+    return said
+
+
+def _every(start: float, end: float, step: float = 0.25) -> list[float]:
+    return [start + k * step for k in range(round((end - start) / step))]
+
+
+def test_a_bystander_whose_pulse_thread_alone_starved_is_not_called_stopped(tmp_path):
+    """Three ranks: rank 0 is behind (stuck in forward/backward, pulsing), ranks 1 and 2 wait for it. Rank 2's
+    pulse thread alone starved ``PULSE_STALE_S`` (its main thread in a long GIL-holding C call) just as the
+    watch was about to stop the run: its pulse was stale beside the others', and the watch warned that rank 2
+    was not running. A rank is stopped only when it stays silent for more than such a starvation
+    (``SILENT_S``) while the others pulse on: every message names rank 0."""
+    now = 1000.0
+    _beat(tmp_path, 0, "forward/backward", 7, now - 1, seq=28, pulsing=True)
+    for r in (1, 2):
+        _beat(tmp_path, r, "gather of the iteration's statistics", 7, now, seq=29, pulsing=True)
+    starved = (now + 6.5, now + 6.5 + heartbeat.PULSE_STALE_S)  # the pulses due at +7, +8 and +9 missed
+
+    def write(t: float) -> None:
+        due = now + (t - now) // heartbeat.PULSE_S * heartbeat.PULSE_S  # each pulse thread: once a period
+        for r in (0, 1):
+            _pulse(tmp_path, r, due)
+        if not starved[0] <= t < starved[1]:
+            _pulse(tmp_path, 2, t if t >= starved[1] and due < starved[1] else due)
+
+    said = _poll(StallWatch(tmp_path, timeout_s=10, ranks=3), _every(now, now + 15), write)
+    assert said and all(m.startswith("rank 0 ") and "not running" not in m for m in said), said
+    assert "the run was stopped" in said[-1], said
+
+
+def test_a_watcher_woken_after_a_freeze_of_the_whole_machine_observes_a_window_again(tmp_path):
+    """The whole machine froze for 30 s (a suspend; the job and its launcher SIGSTOPped) while two ranks made
+    progress. The watcher's first check after it saw beats 30 s old and rank 1's pulse 30 s older than rank 0's
+    (whose pulse thread woke first): it stopped the run at once, naming rank 1 as not running. What the watcher
+    did not see counts for nothing: the ranks go on and nothing is said; a rank that does not come back is
+    named, once the watch has seen it silent for the window again."""
+    now = 1000.0
+    freeze = (now + 5, now + 35)
+
+    def running(t: float, ranks=(0, 1)) -> None:
+        if freeze[0] <= t < freeze[1]:
+            return
+        k = int(t - now)  # a beat and a pulse of each rank every second
+        for r in ranks:
+            _beat(tmp_path, r, "forward/backward", k, now + k, seq=2 * k + 2, pulsing=True)
+            _pulse(tmp_path, r, now + k)
+
+    w = StallWatch(tmp_path, timeout_s=10, ranks=2)
+    assert _poll(w, _every(now, freeze[0]), running) == []
+    _pulse(tmp_path, 0, freeze[1])  # rank 0's pulse thread wakes first
+    assert w.check(freeze[1] + 0.1) == (None, None)
+    assert _poll(w, _every(freeze[1] + 0.25, freeze[1] + 20), running) == []  # the run goes on: nothing to say
+
+    # the same freeze, but rank 1 does not come back (SIGSTOPped before it): named, not at once
+    for f in tmp_path.iterdir():
+        f.unlink()
+    w = StallWatch(tmp_path, timeout_s=10, ranks=2)
+    _poll(w, _every(now, freeze[0]), running)
+
+    def only_rank_0_pulses(t: float) -> None:
+        _pulse(tmp_path, 0, t)  # rank 0 waits for rank 1, and pulses
+
+    said, at = [], None
+    for t in _every(freeze[1], freeze[1] + 30):
+        only_rank_0_pulses(t)
+        warning, stop = w.check(t)
+        if (warning or stop) and at is None:
+            at = t
+        said += [m for m in (warning, stop) if m]
+        if stop:
+            break
+    assert said and all(m.startswith("rank 1 ") and "its process is not running" in m for m in said), said
+    assert "the run was stopped" in said[-1] and at - freeze[1] >= heartbeat.SILENT_S, (said, at)
+
 def test_pulses_of_ranks_on_other_hosts_are_relayed_stamped_and_allowed_the_relays_lateness(tmp_path):
     relay = heartbeat.Relay(tmp_path, lag_s=3.0)
     now = time.time()
@@ -443,8 +544,13 @@ def test_pulses_of_ranks_on_other_hosts_are_relayed_stamped_and_allowed_the_rela
     assert pulses[1] == heartbeat.Pulse(1, 7, now, 3.0) and pulses[0].time == now + 10
     assert set(heartbeat.read_beats(tmp_path)) == {0, 1}  # the pulses did not replace the beats
     # stale after PULSE_STALE_S + the relay's lag, not before: a late relay accuses nobody
-    stale_at = now + heartbeat.PULSE_STALE_S + 3
-    assert not pulses[1].stale(stale_at - 0.1) and pulses[1].stale(stale_at)
+    stale_at = now + heartbeat.SILENT_S + 3
+    beats = heartbeat.read_beats(tmp_path)
+
+    def stopped_at(t: float) -> set[int]:
+        return heartbeat.not_running(beats, {0: heartbeat.Pulse(0, 99, t), 1: pulses[1]}, t)
+
+    assert stopped_at(stale_at - 0.1) == set() and stopped_at(stale_at) == {1}
     w = StallWatch(tmp_path, timeout_s=10, ranks=2)
     stop = w.check(now + 10)[1]
     assert stop.startswith("rank 1 made no progress for 10 s (stalled in gather") and "not running" in stop, stop
@@ -479,7 +585,7 @@ def test_stall_watch_gives_start_up_its_allowance(tmp_path):
     _beat(tmp_path, 0, "building the model", None, now - 60)
     _beat(tmp_path, 1, "forward/backward", 0, now - 60)
     assert w.check(now)[1] is None  # start-up and iteration 0 (kernel compilation) get >= 120 s
-    assert "rank 0 made no progress" in w.check(now + 70)[1]
+    assert "rank 0 made no progress" in StallWatch(tmp_path, timeout_s=5, ranks=2).check(now + 70)[1]
     assert StallWatch(tmp_path, timeout_s=0, ranks=2).check(now + 1000) == (None, None)  # 0: off
 
 
@@ -520,7 +626,7 @@ def test_a_short_stall_timeout_names_the_stopped_rank_from_the_first_warning(tmp
     assert said and all(m.startswith("rank 1 ") and "its process is not running" in m for m in said), said
     assert len(said) == 2 and "the run will be stopped" in said[0] and "the run was stopped" in said[1], said
     judge = heartbeat.judge_s(heartbeat.read_pulses(tmp_path))
-    assert judge == heartbeat.PULSE_STALE_S + 2 * heartbeat.PULSE_S
+    assert judge == heartbeat.SILENT_S + 2 * heartbeat.PULSE_S
     assert t - now >= max(timeout, judge + heartbeat.WARNING_LEAD_S)
 
 
@@ -538,7 +644,7 @@ def test_the_stop_message_says_when_and_why_the_stop_came_later_than_the_stall_t
     w = StallWatch(tmp_path, timeout_s=2, ranks=2)
     assert w.check(now + late - 0.5)[1] is None
     stop = w.check(now + late)[1]
-    assert stop.startswith("rank 1 made no progress for 6 s") and stop.endswith(
+    assert stop.startswith(f"rank 1 made no progress for {late:g} s") and stop.endswith(
         f"the run was stopped (--stall-timeout 2, stopped at {late:g} s: telling a stopped rank from the ranks "
         "waiting for it takes that long)"), stop
     assert StallWatch(tmp_path, timeout_s=10, ranks=2).check(now + 10)[1].endswith(
