@@ -297,14 +297,12 @@ def fetch_leftovers(cluster: Cluster, run_dir: str | os.PathLike, remote_dir: st
             if answer == "running":
                 out.refused.append(in_use_message(host, wdir, run_dir))
                 continue
-            why = ("this host's file system has no flock, so whether a job runs in it now cannot be told"
-                   if answer == "left-unlocked" else _unsound(sftp, client, cluster.options, wdir, ours))
+            why, sent = (("this host's file system has no flock, so whether a job runs in it now cannot be told",
+                          {}) if answer == "left-unlocked" else _unsound(sftp, client, cluster.options, wdir, ours))
             if why:
                 out.refused.append(f"{refusal_message(answer, cluster.options, host, wdir, run_dir)}. It was not "
                                    f"fetched: {why}")
                 continue
-            with sftp.open(_job_record(wdir), "r") as f:
-                sent = json.loads(f.read())["sent"]
             c, k = sftp_dir.collect(sftp, wdir, run_dir, f"{i}-{host.label}", sent)
             out.collected += c
             out.conflicts += k
@@ -325,26 +323,28 @@ def fetch_leftovers(cluster: Cluster, run_dir: str | os.PathLike, remote_dir: st
 
 
 def _unsound(sftp: paramiko.SFTPClient, client: paramiko.SSHClient, options: SSHOptions, wdir: str,
-             config_digest: str | None) -> str:
-    """Why merging the leftover ``wdir`` into the run directory would not be sound ('' when it is)."""
+             config_digest: str | None) -> tuple[str, dict[str, str]]:
+    """Why merging the leftover ``wdir`` into the run directory would not be sound ('' when it is), and what its
+    job sent the host (its record's ``sent``; {} when unsound): the record is read once, here, for both, since
+    each read is an SFTP round trip to the host (the caller read it a second time for ``sent``)."""
     try:
         with sftp.open(_job_record(wdir), "r") as f:
             record = json.loads(f.read())
-        sent, token = dict(record["sent"]), str(record["token"])
+        sent, token = {str(k): str(v) for k, v in dict(record["sent"]).items()}, str(record["token"])
     except FileNotFoundError:
         return ("it has no record of what its job was sent (a job of an older hipress, or one stopped while it "
-                "copied the run directory there), so its files cannot be told from the copies it was sent")
-    except (ValueError, KeyError, TypeError):
-        return "the record of what its job was sent is damaged"
+                "copied the run directory there), so its files cannot be told from the copies it was sent"), {}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "the record of what its job was sent is damaged", {}
     if sent.get("config.json") != config_digest:
         return ("the run directory's config.json is not the one that job was sent: a later job of the run ran "
-                "since, and the leftover's events and checkpoints are older than the run's")
+                "since, and the leftover's events and checkpoints are older than the run's"), {}
     left = signal_job(client, options.python, token, "0")
     if left is None:
-        return "could not ask the host whether that job's processes still run"
+        return "could not ask the host whether that job's processes still run", {}
     if left:
-        return f"{left} process(es) of that job still run there; stop them (or wait for them to end) first"
-    return ""
+        return f"{left} process(es) of that job still run there; stop them (or wait for them to end) first", {}
+    return "", sent
 
 
 class RemoteProcess:

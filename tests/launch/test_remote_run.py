@@ -468,3 +468,31 @@ def test_a_host_that_stopped_answering_does_not_hold_up_the_others_beats(sshd, s
         released.set()
         job.stop()
     assert wait_until(lambda: not sshd_children(sshd), 30)
+
+
+def test_fetch_leftovers_reads_a_hosts_job_record_once(sshd, ssh_opts, tmp_path, monkeypatch):
+    """``fetch_leftovers`` read a leftover's job record twice: ``_unsound`` parsed it to judge the leftover, then
+    the caller opened it again for what the job sent, one SFTP round trip to the host too many per leftover."""
+    import paramiko
+
+    run_dir = _run_dir(tmp_path, "run-once")
+    remote = tmp_path / "remote"
+    left = remote / "run-once" / "0-127.0.0.1"
+    left.mkdir(parents=True)
+    (left / "config.json").write_bytes((run_dir / "config.json").read_bytes())
+    (left / "events.jsonl").write_text('{"event": "iteration", "iter": 0}\n')
+    (left.parent / ".0-127.0.0.1.job.json").write_text(json.dumps({"token": "once-token", "sent": manifest(run_dir)}))
+    opened: list[str] = []
+    real_open = paramiko.SFTPClient.open
+
+    def counting_open(self, filename, *args, **kwargs):
+        opened.append(str(filename))
+        return real_open(self, filename, *args, **kwargs)
+
+    monkeypatch.setattr(paramiko.SFTPClient, "open", counting_open)
+    with Cluster.connect(parse_hosts("127.0.0.1:1"), ssh_opts) as cluster:
+        got = fetch_leftovers(cluster, run_dir, remote_dir=str(remote))
+    assert (got.fetched, got.refused) == ([f"127.0.0.1: {left}"], []), got
+    assert (run_dir / "events.jsonl").read_text() == '{"event": "iteration", "iter": 0}\n'
+    assert [p for p in opened if p.endswith(".job.json")] == [str(left.parent / ".0-127.0.0.1.job.json")], opened
+    assert wait_until(lambda: not sshd_children(sshd), 10)
