@@ -1008,8 +1008,11 @@ def _job_record(wdir: str) -> str:
 
 def _remove_job_dirs(sftp: paramiko.SFTPClient, wdir: str) -> None:
     """Remove a host's run directory, its heartbeat directory, its job record and, last, its lock file (missing
-    ones are skipped). The caller holds the lock (``remote_scripts.HOLDER``) until then: while the directory
-    is there no other job claims it, and once its lock file is gone the next job makes a new one."""
+    ones are skipped). The caller holds the lock (``remote_scripts.HOLDER``) until then and releases it after:
+    while the directory is there no other job claims it, and once its lock file is gone the next job makes a
+    new one. Removing the file while holding its lock is sound because ``HOLDER`` counts a lock it took only
+    if the file it locked is still the one at the path: a claim that opened it just before it went opens the
+    path again, rather than hold a lock on a removed file that guards nothing (see ``HOLDER``)."""
     sftp_dir.rmtree(sftp, wdir)
     sftp_dir.rmtree(sftp, _beats_dir(wdir))
     for path in (_job_record(wdir), _lock_file(wdir)):

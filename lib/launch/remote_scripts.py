@@ -97,33 +97,49 @@ sys.exit(rc if rc >= 0 else 128 - rc)
 #: the jobs apart, and which of the two it is cannot be told). To look (``look``: ``--resume`` fetching what
 #: an earlier job left, ``hipress run`` asking before it writes anything) it makes nothing: ``none`` (no such
 #: directory), ``running``, or ``left``/``left-unlocked`` and then holds the lock until EOF as a claim does, so
-#: that no job starts in the directory while the launcher fetches and removes it. A lock file it made for a
-#: directory it leaves where it was is removed: no litter beside a leftover, which the user may be told to
-#: remove (with ``rm -r`` of the directory alone).
+#: that no job starts in the directory while the launcher fetches and removes it. A holder removes the lock file
+#: while it still holds the lock (``remote._remove_job_dirs``, last; and this program, for a lock file it made
+#: for nothing), so a lock taken here counts only if the file is still the one at the path (the same inode)
+#: once it is taken: else it was opened just before its holder removed it, and a lock on that orphan would
+#: let this program claim the directory while the next one, finding no lock file, makes a new one, takes it
+#: too and says ``left`` of the directory this one's job runs in. It opens the path again then. Why not
+#: release first and remove after: a claim between the two takes the lock file that is then removed, the
+#: same orphan; and keeping lock files would leave one beside every run id's directory on every host. A lock
+#: file it made for a directory it leaves where it was is removed: no litter beside a leftover, which the user
+#: may be told to remove (with ``rm -r`` of the directory alone).
 HOLDER = r"""
 import fcntl, os, sys
 lock, wdir, make = sys.argv[1], sys.argv[2], sys.argv[3] == "make"
 if not make and not os.path.lexists(lock) and not os.path.isdir(wdir):
     print("none", flush=True)
     sys.exit(0)
+def current(fd):
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(lock))
+    except FileNotFoundError:
+        return False
 while True:
     try:
         fd, made = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), True
-        break
     except FileExistsError:
         try:
             fd, made = os.open(lock, os.O_RDWR), False
-            break
         except FileNotFoundError:  # removed between the two (a job's stop): make it
             continue
-locked = True
-try:
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-except BlockingIOError:
-    print("running", flush=True)
-    sys.exit(0)
-except OSError:
-    locked = False
+    locked = True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        if current(fd):
+            print("running", flush=True)
+            sys.exit(0)
+        os.close(fd)  # its holder removed it (a job's stop, done with the directory): the one there now decides
+        continue
+    except OSError:
+        locked = False
+    if current(fd):
+        break
+    os.close(fd)  # removed by its holder after it was opened here: a lock on it would guard nothing
 if make:
     try:
         os.mkdir(wdir, 0o700)
