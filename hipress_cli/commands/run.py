@@ -10,6 +10,7 @@ stay in ``results/<run-id>/``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -322,8 +323,9 @@ def register(app: typer.Typer) -> None:
                 raise fail(f"cannot create the run directory {run_dir}: {e.strerror or e}") from None
             if resume is None:
                 _hold_run_dir(ctx, run_dir)
+            undo: Callable[[], None] | None = None  # a resume's rewind and config.json, should its ranks not start
             if resumed is not None:  # only now, every option checked: a refused --resume leaves the run as it was
-                _rewind(run_dir, resume_at)
+                undo = _rewind(run_dir, resume_at)
             cfg.write(run_dir)
             if cfg.plan is not None:
                 from hipress.plan import write_plan
@@ -341,7 +343,8 @@ def register(app: typer.Typer) -> None:
                 out.print(styled("[dim]emulated cluster {}: rank i on host i, links {}[/]", repr(emulated.prefix),
                                  emulated.rate))
             handed = True
-            outcome = _launch_and_watch(cfg, run_dir, out, cluster, ssh.interface, emulated, stall_timeout)
+            outcome = _launch_and_watch(cfg, run_dir, out, cluster, ssh.interface, emulated, stall_timeout,
+                                        undo_resume=undo)
         finally:
             if cluster is not None and not handed:  # refused during or after pre-flight, before the start
                 cluster.close()  # no session left open on the hosts (nor in an in-process caller)
@@ -512,30 +515,58 @@ def _resume_config(ctx: typer.Context, run_dir: Path, iters: int, *,
     return cfg, done, note
 
 
-def _rewind(run_dir: Path, done: int) -> None:
+def _rewind(run_dir: Path, done: int) -> Callable[[], None]:
     """Rewind a resumed run's events to its checkpoint at iteration ``done`` (``checkpoint.rewind_events``):
     the first write into its directory, after every check of the command line, since it drops the
     events after the checkpoint and the ``end`` and records a ``resume``; done earlier, an ``--emulate ''``
-    refused after it left a finished run without its ``end`` and one more ``resume`` per attempt."""
-    from hipress.train import checkpoint
+    refused after it left a finished run without its ``end`` and one more ``resume`` per attempt.
 
+    Returns what puts the events and config.json (about to be rewritten with one more ``resumed``) back as they
+    were: ``_launch_and_watch`` calls it when the ranks then could not start (a host refused the job's
+    directory, mpiexec failed), so that a resume that never ran leaves the run as the earlier part recorded it.
+    It cannot wait for the ranks to start: they are sent the rewound run directory and append to its events."""
+    from hipress.train import checkpoint
+    from hipress.train.results import CONFIG
+
+    config = run_dir / CONFIG
+    before = config.read_bytes() if config.is_file() else None
     try:
-        checkpoint.rewind_events(run_dir, done)
+        undo_events = checkpoint.rewind_events(run_dir, done)
     except OSError as e:
         raise fail(f"--resume {run_dir}: cannot rewrite its events.jsonl ({e.strerror or e}); the run directory "
                    f"must be writable to continue the run in it") from None
 
+    def undo() -> None:
+        from hipress.files import write_atomic
+
+        undo_events()
+        if before is not None:
+            write_atomic(config, before)
+
+    return undo
+
 
 def _launch_and_watch(cfg: Any, run_dir: Path, out: Any, cluster: Any = None, interface: str | None = None,
-                      emulated: Any = None, stall_timeout: float = 120.0) -> Any:
+                      emulated: Any = None, stall_timeout: float = 120.0,
+                      undo_resume: Callable[[], None] | None = None) -> Any:
     """Start the ranks (here, emulated, or on ``cluster``'s hosts) and render progress from rank 0's events
-    until the run ends; returns the ``Outcome`` (summary written)."""
+    until the run ends; returns the ``Outcome`` (summary written). ``undo_resume`` (a resume's, ``_rewind``):
+    called when the ranks could not start, before the summary is written from the events it puts back."""
     from hipress.launch.runner import signals_noted
-    from hipress.train.supervise import Where, follow, start
+    from hipress.train.supervise import FailedStart, Where, follow, start
 
     with signals_noted():  # from before the ranks start: a signal in the moment after is noted, not fatal
-        job = start(cfg, run_dir, Where(emulated=emulated, cluster=cluster, interface=interface),
-                    stall_timeout_s=stall_timeout)
+        try:
+            job = start(cfg, run_dir, Where(emulated=emulated, cluster=cluster, interface=interface),
+                        stall_timeout_s=stall_timeout)
+        except BaseException:
+            if undo_resume is not None:
+                undo_resume()
+            raise
+        if isinstance(job, FailedStart):  # no events of its own to show: the run's are the earlier parts'
+            if undo_resume is not None:
+                undo_resume()
+            return follow(job, run_dir, stall_timeout_s=stall_timeout)
         progress = Progress(
             TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
             TextColumn("iter {task.completed:.0f}/{task.total:.0f}"), TextColumn("{task.fields[rate]}", markup=False),

@@ -42,7 +42,7 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -314,15 +314,22 @@ def skip(batches: Iterator[Any], n: int) -> Iterator[Any]:
     return batches
 
 
-def rewind_events(run_dir: Path, iteration: int) -> None:
+def rewind_events(run_dir: Path, iteration: int) -> Callable[[], None]:
     """Before resuming at ``iteration``: drop what the interrupted part did after its checkpoint (its
     later iterations are redone) and its end, so that the events, hence the summary, cover the whole
-    run once. Rewritten atomically; the previous failures' ``errors.jsonl`` is set aside."""
+    run once. Rewritten atomically; the previous failures' ``errors.jsonl`` is set aside.
+
+    Returns what undoes it (the events as they were, ``errors.jsonl`` back): the rewind must come before the
+    ranks start (remote ranks are sent the run directory and append to its events), and a resume whose ranks
+    then could not start had dropped the events of the part it was to continue (its ``end``, the iterations
+    after the checkpoint) for a ``resume`` that never ran."""
     run_dir = Path(run_dir)
     path = run_dir / EVENTS
     keep = []
-    if path.exists():
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    before = path.read_bytes() if path.exists() else None
+    mode = path.stat().st_mode & 0o777 if path.exists() else None
+    if before is not None:
+        for line in before.decode("utf-8", errors="replace").splitlines():
             try:
                 e = json.loads(line)
             except ValueError:
@@ -335,9 +342,21 @@ def rewind_events(run_dir: Path, iteration: int) -> None:
                 continue  # after a redone iteration (an evaluation's iter counts the iterations before it)
             keep.append(line)
     text = "".join(f"{line}\n" for line in keep) + json.dumps({"event": "resume", "iter": iteration}) + "\n"
-    write_atomic(path, text, mode=path.stat().st_mode & 0o777 if path.exists() else None)
-    errors = run_dir / ERRORS
+    write_atomic(path, text, mode=mode)
+    errors, set_aside = run_dir / ERRORS, None
     if errors.exists():
         n = sum(1 for _ in run_dir.glob("errors-before-resume-*.jsonl"))
-        os.replace(errors, run_dir / f"errors-before-resume-{n + 1}.jsonl")
+        set_aside = run_dir / f"errors-before-resume-{n + 1}.jsonl"
+        os.replace(errors, set_aside)
     fsync_dir(run_dir)
+
+    def undo() -> None:
+        if before is None:
+            path.unlink(missing_ok=True)
+        else:
+            write_atomic(path, before, mode=mode)
+        if set_aside is not None and set_aside.exists() and not errors.exists():
+            os.replace(set_aside, errors)
+        fsync_dir(run_dir)
+
+    return undo

@@ -636,3 +636,29 @@ def test_a_plan_that_is_no_regular_file_is_read_not_called_missing(tmp_path):
         os.close(read)
     assert r.exit_code == 2 and "expected 4 comma-separated fields" in _text(r), _text(r)
     assert "does not exist" not in _text(r) and not any(tmp_path.iterdir())
+
+
+def test_a_resume_whose_ranks_could_not_start_leaves_the_runs_events_as_they_were(tmp_path, monkeypatch):
+    """--resume rewinds the events to the checkpoint (the `end` and later iterations dropped, a `resume` added),
+    sets errors.jsonl aside and writes config.json with one more `resumed` before the ranks start (remote ranks
+    are sent the rewound directory). When the ranks then could not start (a host refused the job's directory,
+    mpiexec failed), all that stayed: the earlier part's end lost for a resume that never ran. Now it is put
+    back: the failure is said (exit 1) and the events, errors and config are the earlier part's."""
+    from hipress.train import supervise
+    from hipress.train.supervise import FailedStart
+
+    monkeypatch.setattr(supervise, "start", lambda *a, **k: FailedStart(
+        "the ranks could not be started on the hosts: 127.0.0.2: cannot prepare the run directory"))
+    run_dir = tmp_path / "r1"
+    _finished_run(run_dir)
+    measured = [{"event": "iteration", "iter": i, "warmup": i == 0, "iter_s": 0.1, "compute_s": 0.05, "sync_s": 0.02,
+                 "loss": 1.0, "bytes_sent": [100, 100]} for i in range(4)]  # as ranks write them: summarized
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in [
+        {"event": "start", "time": 1.0}, *measured, {"event": "end", "time": 2.0}]))
+    (run_dir / "errors.jsonl").write_text('{"rank": 1, "error": "before"}\n')
+    before = {name: (run_dir / name).read_bytes() for name in ("events.jsonl", "config.json", "errors.jsonl")}
+    r = _invoke(["run", "--resume", str(run_dir), "--iters", "5"])
+    assert r.exit_code == 1, r.output
+    assert "the ranks could not be started on the hosts" in _text(r), r.output
+    assert {name: (run_dir / name).read_bytes() for name in before} == before
+    assert not list(run_dir.glob("errors-before-resume-*")), "the errors set aside must be put back"
