@@ -196,16 +196,22 @@ def leftover_message(options: SSHOptions, host: Host, wdir: str, run_dir: str | 
 
 
 def in_use_message(host: Host, wdir: str, run_dir: str | os.PathLike) -> str:
-    """A host's run directory held by a job running now: one of the same run id that another launcher
-    started (another ``--results`` directory, or another machine: the local run lock sees neither)."""
-    return (f"{host.name}: {wdir} is in use by a job of run {run_id_of(run_dir)!r} running now, started by another "
-            f"launcher (from another --results directory or another machine); it is left alone. Wait until "
-            f"that job ends, or start this run with another --run-id")
+    """A host's run directory whose lock another launcher of the same run id holds now (another ``--results``
+    directory, or another machine: the local run lock sees neither).
+
+    What is known is that the lock is held, not that a job runs: ``remote_scripts.HOLDER`` holds it for a job
+    from before its ranks start until its directory is fetched and removed, and for a ``--resume`` (or a new
+    run's look) while it looks at a leftover and fetches it. The message said "a job ... running now" of all of
+    these, of a resume fetching the directory too."""
+    return (f"{host.name}: {wdir} is held by another launcher of run {run_id_of(run_dir)!r} (from another --results "
+            f"directory or another machine; it holds the directory's lock now): a job of the run starting, running "
+            f"or ending there, or a --resume fetching what an earlier job left in it; it is left alone. Wait until "
+            f"that launcher lets it go, then run again, or start this run with another --run-id")
 
 
 def refusal_message(answer: str, options: SSHOptions, host: Host, wdir: str, run_dir: str | os.PathLike) -> str:
     """What a launcher refused a host's run directory is told, by ``remote_scripts.HOLDER``'s ``answer``:
-    ``running`` (its lock is held: a job runs there now), ``left`` (nobody holds it: a leftover) or
+    ``running`` (its lock is held: another launcher's job or look), ``left`` (nobody holds it: a leftover) or
     ``left-unlocked`` (no ``flock`` there: either)."""
     if answer == "running":
         return in_use_message(host, wdir, run_dir)
@@ -267,8 +273,9 @@ def fetch_leftovers(cluster: Cluster, run_dir: str | os.PathLike, remote_dir: st
     user copied it by hand started, once the directory was removed, from an older checkpoint than the run had.
 
     A host's directory is merged only when that is sound, else left where it is with ``refusal_message``
-    and the reason in ``refused``: no job may hold its lock (``remote_scripts.HOLDER``: a job of the run id
-    another launcher runs there now; the lock is held here while the directory is fetched); it must have the
+    and the reason in ``refused``: nobody may hold its lock (``remote_scripts.HOLDER``: another launcher of the
+    run id, whose job starts, runs or ends there, or which fetches it; ``in_use_message``; the lock is held
+    here while the directory is fetched); it must have the
     job's record (``_job_record``: written once the copy sent was whole; an older hipress wrote none), whose
     ``config.json`` must still be this run directory's (a later job of the run rewrote it: the leftover is
     older than the run's results, and merging it would append its superseded events); and none of that job's

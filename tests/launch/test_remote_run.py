@@ -311,7 +311,7 @@ def test_two_launchers_of_one_run_id_never_share_a_hosts_directory(sshd, ssh_opt
     job = None
     try:
         cluster = Cluster.connect(parse_hosts("127.0.0.1:1"), ssh_opts)
-        with pytest.raises(RemoteLaunchError, match=f"{wdir} is in use by a job of run 'run-race' running now"):
+        with pytest.raises(RemoteLaunchError, match=f"{wdir} is held by another launcher of run 'run-race'"):
             job = RemoteJob(cluster, [sys.executable, PROG, "hang"], run_dir=second, remote_dir=str(remote),
                             on_line=lambda _: None)
         assert json.loads((wdir / "config.json").read_text()) == {"launcher": "first"}
@@ -347,7 +347,7 @@ def test_find_leftovers_tells_a_running_jobs_directory_from_a_leftover_and_leave
         with Cluster.connect(parse_hosts("127.0.0.1:1,127.0.0.2:1"), ssh_opts) as cluster:
             found = find_leftovers(cluster, _run_dir(tmp_path / "b", "run-look"), remote_dir=str(remote))
         assert len(found) == 2, found
-        assert found[0].startswith(f"127.0.0.1: {busy} is in use by a job of run 'run-look' running now"), found
+        assert found[0].startswith(f"127.0.0.1: {busy} is held by another launcher of run 'run-look'"), found
         assert "rm -r" not in found[0], found
         assert found[1].startswith(f"127.0.0.2: {left} is there already, left by an earlier job of run 'run-look'")
         assert json.loads((busy / "config.json").read_text()) == {"launcher": "first"}
@@ -407,7 +407,9 @@ def test_a_leftover_is_fetched_only_when_its_job_record_says_it_is_sound(sshd, s
         fcntl.flock(held, fcntl.LOCK_EX)
         got = fetch()
     assert got.fetched == [] and len(got.refused) == 1, got
-    assert got.refused[0].startswith(f"127.0.0.2: {left} is in use by a job of run 'run-leftover' running now"), got
+    # a lock held is all that is known (here no job runs at all: as a --resume fetching it holds it), not a job
+    assert got.refused[0].startswith(f"127.0.0.2: {left} is held by another launcher of run 'run-leftover' "), got
+    assert "running now" not in got.refused[0] and "a --resume fetching what an earlier job left" in got.refused[0]
     assert "rm -r" not in got.refused[0], got.refused
     assert (left / "checkpoint" / "rank-1.pt").read_bytes() == b"newest" and record.exists() and lock.exists()
     got = fetch()

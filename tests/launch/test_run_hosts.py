@@ -37,7 +37,7 @@ def run_ids() -> Iterator[Callable[[str], str]]:
     machine shares (other worktrees' too). With fixed run ids, a run that failed or was killed before its
     launcher fetched its results left ``REMOTE_BASE/<id>/<i>-<host>``, and every later run of that id (this
     test again, in any session) was refused there ("is there already, left by an earlier job"); two sessions
-    running the same test at once refused each other ("in use by a job ... running now")."""
+    running the same test at once refused each other ("held by another launcher of run ...")."""
     made: list[str] = []
 
     def new(stem: str) -> str:
