@@ -178,21 +178,28 @@ def leftover_message(options: SSHOptions, host: Host, wdir: str, run_dir: str | 
     ended before fetching it (killed with SIGKILL, or the host lost): it holds that job's newest
     checkpoints and events, which ``--resume`` of the same run id needs and cannot rename around.
     Removing it here would lose them; so the user is told where it is, how to fetch it and remove it.
-    Nobody holds its lock (``remote_scripts.HOLDER``), so no job runs in it; ``sure`` False: the host's
-    file system has no ``flock``, and a job another launcher runs there now cannot be told apart.
+    Nobody holds its lock (``remote_scripts.HOLDER``), so no job runs in it. ``sure`` False: the host's file
+    system has no ``flock`` (an NFS mount without locking), so a job of the run that another launcher runs there
+    now cannot be told from a leftover, and nothing fetches it (``fetch_leftovers`` needs the lock): the message
+    says so first, rather than call it left by an earlier job and take that back after, and says what to check
+    before fetching it by hand, since only the user can know whether they started such a job.
     """
     user, port, run_dir, run_id = options.username, options.port, Path(run_dir), run_id_of(run_dir)
     at = f"{user}@[{host.name}]" if host.is_ipv6 else f"{user}@{host.name}"
-    unsure = ("" if sure else
-              f"; or it is a job of run {run_id!r} that another launcher (another --results directory or "
-              f"machine) runs there now (this file system has no flock to tell): then let it end and leave the "
-              f"directory alone")
+    keep = (f"copy them into {run_dir} (e.g. `scp -r -P {port} {shlex.quote(f'{at}:{wdir}/checkpoint')} "
+            f"{shlex.quote(str(run_dir))}/`); then remove it on the host (`ssh -p {port} {at} "
+            f"{shlex.quote('rm -r ' + shlex.quote(wdir))}`) and run again")
+    if not sure:
+        return (f"{host.name}: {wdir} is there already, and whose it is cannot be told: this host's file system "
+                f"has no flock (an NFS mount without locking?), so a directory an earlier job of run {run_id!r} "
+                f"left (its launcher ended before fetching it: killed, or the host lost) looks the same as one a "
+                f"job of the run that another launcher (another --results directory or machine) runs in now; "
+                f"hipress neither fetches nor removes it. If you started no such job, it is a leftover that may "
+                f"hold that job's newest checkpoint/ and events: to keep them, {keep}. If you did, let that job "
+                f"end. Or start a new run with another --run-id")
     return (f"{host.name}: {wdir} is there already, left by an earlier job of run {run_id!r} whose launcher "
             f"ended before fetching it (killed, or the host lost); it may hold that job's newest checkpoint/ and "
-            f"events{unsure}. To keep them, copy them into {run_dir} (e.g. `scp -r -P {port} "
-            f"{shlex.quote(f'{at}:{wdir}/checkpoint')} {shlex.quote(str(run_dir))}/`); then remove it on "
-            f"the host (`ssh -p {port} {at} {shlex.quote('rm -r ' + shlex.quote(wdir))}`) and run again, or "
-            f"start a new run with another --run-id")
+            f"events. To keep them, {keep}, or start a new run with another --run-id")
 
 
 def in_use_message(host: Host, wdir: str, run_dir: str | os.PathLike) -> str:
@@ -304,8 +311,10 @@ def fetch_leftovers(cluster: Cluster, run_dir: str | os.PathLike, remote_dir: st
             if answer == "running":
                 out.refused.append(in_use_message(host, wdir, run_dir))
                 continue
-            why, sent = (("this host's file system has no flock, so whether a job runs in it now cannot be told",
-                          {}) if answer == "left-unlocked" else _unsound(sftp, client, cluster.options, wdir, ours))
+            if answer == "left-unlocked":  # the message says it all: why, what to check, how to fetch it by hand
+                out.refused.append(refusal_message(answer, cluster.options, host, wdir, run_dir))
+                continue
+            why, sent = _unsound(sftp, client, cluster.options, wdir, ours)
             if why:
                 out.refused.append(f"{refusal_message(answer, cluster.options, host, wdir, run_dir)}. It was not "
                                    f"fetched: {why}")

@@ -498,3 +498,37 @@ def test_fetch_leftovers_reads_a_hosts_job_record_once(sshd, ssh_opts, tmp_path,
     assert (run_dir / "events.jsonl").read_text() == '{"event": "iteration", "iter": 0}\n'
     assert [p for p in opened if p.endswith(".job.json")] == [str(left.parent / ".0-127.0.0.1.job.json")], opened
     assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_a_leftover_on_a_file_system_without_flock_is_kept_and_the_message_says_why_first(sshd, ssh_opts, tmp_path,
+                                                                                          monkeypatch):
+    """Without flock on the host (``remote_scripts.HOLDER`` answers ``left-unlocked``) a leftover is never fetched:
+    a job of the run another launcher runs there now would look the same. The message called it "left by an
+    earlier job" first and took that back in a clause after, then repeated the reason. It must say first that
+    whose it is cannot be told, and then what to check and how to fetch it by hand."""
+    from hipress.launch import remote as remote_mod
+
+    run_dir = _run_dir(tmp_path, "run-nolock")
+    remote = tmp_path / "remote"
+    left = remote / "run-nolock" / "0-127.0.0.1"
+    left.mkdir(parents=True)
+    (left / "config.json").write_bytes((run_dir / "config.json").read_bytes())
+    (left.parent / ".0-127.0.0.1.job.json").write_text(json.dumps({"token": "nolock", "sent": manifest(run_dir)}))
+    real_hold_dir = remote_mod.hold_dir
+
+    def no_flock(*args, **kwargs):  # what HOLDER answers where flock fails (OSError, not BlockingIOError)
+        answer, hold = real_hold_dir(*args, **kwargs)
+        return ("left-unlocked" if answer == "left" else answer), hold
+
+    monkeypatch.setattr(remote_mod, "hold_dir", no_flock)
+    with Cluster.connect(parse_hosts("127.0.0.1:1"), ssh_opts) as cluster:
+        got = fetch_leftovers(cluster, run_dir, remote_dir=str(remote))
+    assert got.fetched == [] and len(got.refused) == 1, got
+    said = got.refused[0]
+    assert said.startswith(f"127.0.0.1: {left} is there already, and whose it is cannot be told: this host's file "
+                           "system has no flock"), said
+    assert "hipress neither fetches nor removes it. If you started no such job" in said, said
+    assert f"rm -r {left}" in said and "If you did, let that job end" in said, said
+    assert said.count("flock") == 1, "the reason once"
+    assert (left / "config.json").exists(), "kept"
+    assert wait_until(lambda: not sshd_children(sshd), 10)

@@ -67,3 +67,26 @@ def test_a_claim_refused_by_a_lock_whose_holder_removed_it_looks_again(tmp_path)
         assert wdir.is_dir() and lock.exists()
     finally:
         _end(claim)
+
+
+_NO_FLOCK = """
+import errno as _errno, fcntl as _fcntl
+def _flock(fd, op):
+    raise OSError(_errno.ENOLCK, "No locks available")
+_fcntl.flock = _flock
+"""
+
+
+def test_without_flock_a_directory_there_already_is_left_unlocked_and_a_new_one_is_held(tmp_path):
+    """A file system without flock (an NFS mount without locking): the mkdir alone keeps two claims apart, and a
+    directory there already cannot be told a leftover or a running job's (``left-unlocked``), to look or claim."""
+    lock, wdir = tmp_path / ".0-h.lock", tmp_path / "0-h"
+    claim, answer = _holder(tmp_path, lock, wdir, "make", _NO_FLOCK)
+    try:
+        assert answer == "held" and wdir.is_dir()
+        for how in ("make", "look"):
+            other, said = _holder(tmp_path, lock, wdir, how, _NO_FLOCK)
+            _end(other)
+            assert said == "left-unlocked", (how, said)
+    finally:
+        _end(claim)
