@@ -79,6 +79,10 @@ _RANK_LINE = re.compile(r"^\[(\d+)\] ?(.*)$", re.S)
 WATCH_S = 1.0
 #: How often it asks its host whether the watched ranks still run.
 PID_CHECK_S = 2.0
+#: How long ``RemoteJob.stop`` waits for each host to answer (a session opened) before it counts the host as
+#: not answering and leaves it alone: stopping its processes or fetching its results from it would wait each
+#: request's whole timeout (15 s a signal, 30 s an SFTP read), one after another.
+PROBE_S = 5.0
 
 
 class RemoteLaunchError(RuntimeError):
@@ -534,8 +538,10 @@ class RemoteJob:
         self._interrupted = False
         self._timed_out = False
         self.procs: list[RemoteProcess] = []
+        self._proc_hosts: list[int] = []  # the host (index) of each of ``procs``
         self.mpiexec: subprocess.Popen | None = None
         self._sftp: list[paramiko.SFTPClient] = []
+        self._prepared: list[int] = []  # the host (index) of each of ``_sftp``, ``wdirs``, ``_holds``: all once started
         self.wdirs: list[str] = []
         #: per prepared host, the session holding its directory's lock (``remote_scripts.HOLDER``) until ``stop``
         self._holds: list[paramiko.Channel] = []
@@ -625,6 +631,7 @@ class RemoteJob:
             for f in futures:
                 try:
                     sftp, wdir, hold = f.result()
+                    self._prepared.append(futures.index(f))
                     self._sftp.append(sftp)
                     self.wdirs.append(wdir)
                     self._holds.append(hold)
@@ -702,6 +709,7 @@ class RemoteJob:
             host = self.hosts[idx]
             pargv = [proxy, *pargv[1:]]
             name = f"[{host.name} proxy]"
+            self._proc_hosts.append(idx)
             self.procs.append(RemoteProcess(self.cluster.clients[idx], pargv, self.wdirs[idx], host.name,
                                             emit=lambda line, n=name: self._emit(f"{n} {line}"), token=self.token,
                                             python=self.cluster.options.python, start_timeout=start_timeout))
@@ -924,22 +932,56 @@ class RemoteJob:
                 continue  # replaced between the listing and the read: the next round reads the new one
 
     # --- stopping and collecting -------------------------------------------------------------------
+    def _answers(self, i: int) -> bool:
+        """Whether host ``i`` answers: a session opens within ``PROBE_S`` (its sshd answers the request)."""
+        transport = self.cluster.clients[i].get_transport()
+        if transport is None or not transport.is_active():
+            return False
+        try:
+            transport.open_session(timeout=PROBE_S).close()
+            return True
+        except (OSError, EOFError, paramiko.SSHException):
+            return False
+
     def stop(self, collect: bool = True) -> None:
-        """End everything this job started, on every host; fetch the results; idempotent."""
+        """End everything this job started, on every host; fetch the results; idempotent.
+
+        Every host is asked first, in parallel, whether it answers (``PROBE_S``); one that does not (frozen, its
+        link down: what the stall watchdog or a lost connection stopped the job for) is left alone: its
+        processes are not signalled (its guard ends them once its sshd sees the connection closed) and its
+        results not fetched (``unfetched`` says where they stay). Asked like the others, such a host made each
+        request wait its whole timeout, one after another (the TERM and KILL 15 s each, the SFTP fetch 30 s,
+        the joins 3 s), so the launcher took about a minute to exit; now ``PROBE_S`` more than the slowest
+        host that answers. Each host is asked and stopped in a thread of its own; the hosts that answer are then
+        fetched one by one (their files merge into one run directory)."""
         if self._stopped:
             return
         self._stopped = True
         self._watching_done.set()  # a watcher waiting on a dead host is left to its timeout (daemon threads)
         if self.mpiexec is not None and wait_for_exit(self.mpiexec, 0.0) is None:
             stop_group(self.mpiexec)  # Hydra ignores SIGTERM before the proxies connect: SIGKILL then
-        with ThreadPoolExecutor(max_workers=max(1, min(32, len(self.procs)))) as pool:
-            left = list(pool.map(lambda p: p.stop(), self.procs))
+
+        def stop_host(i: int) -> tuple[bool, dict[int, int | None]]:  # whether it answers; its procs' leftovers
+            if not self._answers(i):
+                return False, {}
+            return True, {k: p.stop() for k, p in enumerate(self.procs) if self._proc_hosts[k] == i}
+
+        with ThreadPoolExecutor(max_workers=max(1, min(32, len(self.hosts)))) as pool:
+            stopped = list(pool.map(stop_host, range(len(self.hosts))))
+        alive = [ok for ok, _ in stopped]
+        left = [stopped[self._proc_hosts[k]][1].get(k) for k in range(len(self.procs))]
+        for i in (i for i, ok in enumerate(alive) if not ok):
+            self._emit(f"[hipress] {self.hosts[i].name} did not answer within {PROBE_S:g} s: its processes of this "
+                       f"job are left to its guard, which ends them once the host sees the connection closed")
         self.leftover = {p.name: n for p, n in zip(self.procs, left, strict=True)}
         for name, left in self.leftover.items():
             if left:
                 self._emit(f"[hipress] {left} process(es) of this job could not be stopped on {name}")
-        for p in self.procs:
-            p.join(3.0)
+        for k, p in enumerate(self.procs):
+            if alive[self._proc_hosts[k]]:
+                p.join(3.0)
+            else:
+                p.channel.close()  # its output pumps wait on a host that does not answer: not joined
         for t in getattr(self, "_pumps", []):
             t.join(3.0)
         if self.returncode is None:
@@ -949,12 +991,20 @@ class RemoteJob:
         conflicts: list[Path] = []
         unfetched: set[int] = set()  # hosts whose directory holds results not here: it is not removed
         if collect and self._sftp:
-            if self.mirror:
+            if self.mirror and alive[self._rank_host[0]]:
                 try:
                     self._mirror(self._sftp[self._rank_host[0]])
                 except (OSError, EOFError, paramiko.SSHException):
                     pass  # rank 0's host does not answer: its files stay there (collect says so below)
             for i, sftp in enumerate(self._sftp):
+                if not alive[self._prepared[i]]:
+                    unfetched.add(i)
+                    why = (f"could not fetch the results from {self.hosts[i].name} (it did not answer within "
+                           f"{PROBE_S:g} s: is the host or its link down?); they stay there, in {self.wdirs[i]}: "
+                           f"copy them into {self.run_dir} once the host answers")
+                    self._emit(f"[hipress] {why}")
+                    self.unfetched.append(why)
+                    continue
                 try:
                     c, k = sftp_dir.collect(sftp, self.wdirs[i], self.run_dir, f"{i}-{self.hosts[i].label}",
                                             self._sent)
@@ -971,7 +1021,7 @@ class RemoteJob:
                 self._failure = "; ".join(self.unfetched)
         if not self.keep_remote:
             for i, sftp in enumerate(self._sftp):
-                if i in unfetched:
+                if i in unfetched or not alive[self._prepared[i]]:
                     continue
                 _remove_job_dirs(sftp, self.wdirs[i])  # its lock file too, still held: the next job makes a new one
                 try:

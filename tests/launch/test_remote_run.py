@@ -532,3 +532,69 @@ def test_a_leftover_on_a_file_system_without_flock_is_kept_and_the_message_says_
     assert said.count("flock") == 1, "the reason once"
     assert (left / "config.json").exists(), "kept"
     assert wait_until(lambda: not sshd_children(sshd), 10)
+
+
+def test_stop_leaves_a_host_that_does_not_answer_alone_after_one_bounded_ask(sshd, ssh_opts, tmp_path, monkeypatch):
+    """A job stopped because a host died (frozen, its link down): ``stop`` asked that host as it asks one that
+    answers, each request waiting its whole timeout one after another (the group TERM 5 s, the job's TERM 15 s,
+    the SFTP fetch 30 s, the joins 3 s): the launcher exited about a minute after the watchdog named the host
+    (measured: 56 s). Now every host is asked once, in parallel and for ``PROBE_S``, whether it answers; one
+    that does not gets no signal and no SFTP request, and its results are said to stay there. Counted here:
+    the sessions opened and SFTP requests sent to the dead host by ``stop`` (its watcher thread excepted)."""
+    import threading
+
+    import paramiko
+
+    from hipress.launch import remote as remote_mod
+
+    monkeypatch.setattr(remote_mod, "PROBE_S", 1.0)
+    run_dir = _run_dir(tmp_path, "run-dead-stop")
+    cluster = Cluster.connect(parse_hosts("127.0.0.1:1,127.0.0.2:1"), ssh_opts)
+    dead = cluster.clients[1].get_transport()
+    frozen, released = [], threading.Event()
+    asked: list[str] = []
+
+    def by_stop() -> bool:
+        return not threading.current_thread().name.startswith("watch-")
+
+    real_open_session = paramiko.Transport.open_session
+
+    def open_session(self, *args, timeout=None, **kwargs):
+        if frozen and self is dead:
+            if by_stop():
+                asked.append("session")
+            released.wait(timeout or 10)  # a dead host answers no channel request: it times out
+            raise paramiko.SSHException("Timeout opening channel.")
+        return real_open_session(self, *args, timeout=timeout, **kwargs)
+
+    monkeypatch.setattr(paramiko.Transport, "open_session", open_session)
+
+    def hang_if_dead(name, real):
+        def call(self, *args, **kwargs):
+            if frozen and self.sock.get_transport() is dead:
+                if by_stop():
+                    asked.append(name)
+                released.wait(10)
+                raise TimeoutError()
+            return real(self, *args, **kwargs)
+        return call
+
+    for name in ("listdir", "listdir_attr", "open", "stat", "lstat", "get", "remove", "rmdir"):
+        monkeypatch.setattr(paramiko.SFTPClient, name, hang_if_dead(name, getattr(paramiko.SFTPClient, name)))
+    lines: list[str] = []
+    job = RemoteJob(cluster, [sys.executable, PROG, "hang"], run_dir=run_dir, remote_dir=str(tmp_path / "remote"),
+                    on_line=lines.append)
+    try:
+        assert wait_until(lambda: sum("] ready" in line for line in lines) == 2, 60), lines
+        frozen.append(True)
+        job.stop()
+    finally:
+        released.set()
+        job.stop()
+    assert asked == ["session"], f"stop asked the dead host {asked} (one bounded probe is all it may)"
+    assert len(job.unfetched) == 1 and job.unfetched[0].startswith(
+        "could not fetch the results from 127.0.0.2 (it did not answer within 1 s"), job.unfetched
+    assert any("127.0.0.2 did not answer within 1 s" in line for line in lines), lines
+    assert (run_dir / "rank0.json").exists(), "the host that answers is still fetched"
+    assert wait_until(lambda: not job_processes(job.token), 30), "the guards end the job once the connections close"
+    assert wait_until(lambda: not sshd_children(sshd), 30)
