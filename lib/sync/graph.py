@@ -105,10 +105,14 @@ class SentLog:
 
     Every encode of a sparse payload adds its ``sent_positions``, moved by where its source lies in
     ``flat`` (a topology encodes views of the job's gradient: its partitions and chunks). Under
-    ``merge_sparse`` (the default) those encodes are this rank's own selection, once per chunk; with
-    HiPress's re-encoding hops they are what this rank sent, its partial sums included. Encodes run
-    on the executor's threads: ``list.append`` is atomic, and ``positions`` is read once every task
-    of the job has finished."""
+    ``merge_sparse`` (the default) those encodes are this rank's own selection, once per chunk. With
+    HiPress's re-encoding hops a rank also encodes partial sums and aggregates (``encode(...,
+    aggregate=True)``), which are not recorded: their selection is of a sum of other ranks'
+    gradients, made with a residual of the hop's own, so clearing this rank's velocity there would
+    take momentum from coordinates its own gradient never sent. Recorded is only its first-hop
+    encode of its own gradient (the ring's first chunk, a PS worker's partition; an aggregator's
+    own partition, summed in uncompressed, records nothing). Encodes run on the executor's threads:
+    ``list.append`` is atomic, and ``positions`` is read once every task of the job has finished."""
 
     def __init__(self, flat: torch.Tensor) -> None:
         self.flat = flat
@@ -185,12 +189,16 @@ class GraphBuilder:
         key: str,
         label: str,
         after: Sequence[Task | Slot | None] = (),
+        aggregate: bool = False,
     ) -> Slot:
-        """Compress ``src`` (a tensor, or a slot holding one) with the state named ``key``."""
+        """Compress ``src`` (a tensor, or a slot holding one) with the state named ``key``.
+        ``aggregate``: ``src`` holds other ranks' contributions too (a re-encoded partial sum or PS
+        aggregate), so what it sends is not this rank's own selection and ``sent`` does not record it
+        (``SentLog``)."""
         out = Slot()
         states = self.states
         use_state = comp.caps.uses_state
-        sent = self.sent if comp.caps.sparse else None
+        sent = self.sent if comp.caps.sparse and not aggregate else None
 
         def run() -> None:
             x = src.get() if isinstance(src, Slot) else src

@@ -364,3 +364,35 @@ def test_error_feedback_loses_nothing_whatever_the_partitions(topo, k, merge, al
     held = _residual_sum(states, "g", n, parts, world)
     assert held.abs().max() > 1  # the residuals do hold something back
     assert (put - got - held).abs().max() < 1e-4, float((put - got - held).abs().max())
+
+
+@pytest.mark.parametrize("topo", ["casync-ring", "casync-ps"])
+@pytest.mark.parametrize("world", [3, 4])
+def test_reencoded_hops_record_only_each_ranks_own_first_encode(topo, world):
+    """``merge_sparse=False`` with ``record_sent``: a rank records only its first-hop encode of its own
+    gradient (the ring's chunk ``rank``, a PS worker's partition), the selection its own residual was
+    cleared at; the partial sums and aggregates it re-encodes hold other ranks' gradients and are not
+    its selection (they used to be recorded, and masking cleared its velocity there)."""
+    n = 3001
+    g = torch.Generator().manual_seed(world)
+    inputs = [{"w": torch.randn(n, generator=g)} for _ in range(world)]
+    sent: list[dict[str, torch.Tensor]] = []
+    states = [StateStore() for _ in range(world)]
+    simulate(inputs, "dgc:ratio=0.01", topo, states=states, sent=sent, record_sent=True, partition_bytes=0,
+             bulk_bytes=0, merge_sparse=False)
+    comp = create_from_spec("dgc:ratio=0.01")
+    # the PS aggregator keeps only w@agg
+    owner = [r for r in range(world) if "w" not in states[r].names()] if topo == "casync-ps" else []
+    assert len(owner) == (topo == "casync-ps"), [sorted(st.names()) for st in states]
+    for r in range(world):
+        if topo == "casync-ring":
+            o, ln = split_even(n, world)[r]
+            key = f"w#chunk{r}"
+        elif r in owner:  # the aggregator sums its own partition in uncompressed: nothing selected
+            assert sent[r]["w"].numel() == 0, sent[r]["w"]
+            continue
+        else:
+            o, ln, key = 0, n, "w"
+        fresh = StateStore()
+        own = comp.sent_positions(comp.encode(inputs[r]["w"][o : o + ln], fresh[key], name=key), key) + o
+        assert torch.equal(sent[r]["w"], own), (r, sent[r]["w"].numel(), own.numel())

@@ -57,7 +57,7 @@ def build_ps(b: GraphBuilder, job: Job) -> list[Task]:
             last: Task | None = None
             for j, payload in got[i].items():
                 last = b.decode(payload, job.comp, local, f"{key} merge from {j}", add=True, after=[last])
-            p = b.encode(local, agg, f"{key}@agg", f"{key} agg encode", after=[last])
+            p = b.encode(local, agg, f"{key}@agg", f"{key} agg encode", after=[last], aggregate=True)
             if isinstance(agg, Raw):
                 finals.append(p.producer)  # a raw payload *is* the sum in place: nothing to decode
             else:

@@ -67,7 +67,8 @@ def build_ring(b: GraphBuilder, job: Job) -> list[Task]:
             mrg = b.decode(got, wid(s + 1), ch[cr], f"{key} rs{s} merge c{cr}", add=True)
             readers[(i, cr)] = mrg
             if s < n_ - 2:
-                nxt[i] = b.encode(ch[cr], wid(s + 2), f"{key}#chunk{cr}", f"{key} rs{s + 1} encode c{cr}", after=[mrg])
+                nxt[i] = b.encode(ch[cr], wid(s + 2), f"{key}#chunk{cr}", f"{key} rs{s + 1} encode c{cr}", after=[mrg],
+                                 aggregate=True)
 
     # -------- the owner's aggregated chunk: encode once, decode own payload into place
     final_payload: dict[tuple[int, int], object] = {}
@@ -77,7 +78,8 @@ def build_ring(b: GraphBuilder, job: Job) -> list[Task]:
         if not ch[owned].numel():
             continue
         after = [readers.get((i, owned))]  # the last merge into it (none when alone)
-        p = b.encode(ch[owned], wid(n_), f"{key}#chunk{owned}@agg", f"{key} agg encode c{owned}", after=after)
+        p = b.encode(ch[owned], wid(n_), f"{key}#chunk{owned}@agg", f"{key} agg encode c{owned}", after=after,
+                     aggregate=True)
         if isinstance(job.comp, Raw):
             finals.append(p.producer)  # a raw payload is a view of the sum: decoding it copied it onto itself
         else:
