@@ -220,6 +220,7 @@ def select_sampled(
     limit: int | None,
     lower_bound: float = 0.0,
     tie_budget: int | None = None,
+    mask_momentum: bool = True,
 ) -> Selection | None:
     """DGC / GradDrop: keep |v| >= the ``density`` quantile of a seeded sample of |v|, at most
     ``limit`` (the largest, ties to the lower index). With ``lower_bound`` and a ``limit``, DGC's
@@ -227,7 +228,8 @@ def select_sampled(
     zeros, and ties at the threshold only up to that budget.
 
     v = x; with ``residual``, v = residual + x; with ``momentum`` too, u = u*m + x and
-    v = residual + u, both left in place and zeroed where sent. None if v holds Inf or NaN: with
+    v = residual + u, both left in place and zeroed where sent (u only with ``mask_momentum``: DGC's
+    momentum factor masking). None if v holds Inf or NaN: with
     state, x must have been checked first (the state is written, and then holds the bad v).
     """
     n = x.numel()
@@ -242,14 +244,14 @@ def select_sampled(
         return None
     if tie_budget is not None:
         lim = None if zeros_out else graddrop_limit(tie_budget, int(np.count_nonzero(np.abs(cand.val) > thr)))
-        return _keep_largest(cand, lim, residual=residual, momentum=momentum)
+        return _keep_largest(cand, lim, residual=residual, momentum=momentum if mask_momentum else None)
     v = x if mode == ks.PLAIN else residual  # the residual now holds v: later passes read it as is
 
     def rescan(t: float) -> ks.Candidates:  # slots grow as the threshold falls
         return ks.gather(v, residual, None, ks.PLAIN, 0.0, t, False, min(1.0, expect * float(thr) / t))
 
     cand = adapt_threshold(cand, float(thr), limit, lower_bound, lambda c: c.idx.size, rescan)
-    return _keep_largest(cand, limit, residual=residual, momentum=momentum)
+    return _keep_largest(cand, limit, residual=residual, momentum=momentum if mask_momentum else None)
 
 
 def choose_sampled(
@@ -262,6 +264,7 @@ def choose_sampled(
     momentum: float = 0.0,
     lower_bound: float = 0.0,
     tie_budget: int | None = None,
+    mask_momentum: bool = True,
 ) -> Selection:
     """DGC's and GradDrop's CPU choice, with their state: ``select_sampled`` over the residual (and
     the velocity when ``momentum``), from the step's seed. x is checked for Inf and NaN before any
@@ -277,7 +280,8 @@ def choose_sampled(
         raise nonfinite(name)
     u = state.buffer("momentum", x) if momentum else None
     r = state.buffer("residual", x)
-    sel = select_sampled(x, r, u, momentum, density, sample_ratio, state.step_seed(), limit, lower_bound, tie_budget)
+    sel = select_sampled(x, r, u, momentum, density, sample_ratio, state.step_seed(), limit, lower_bound, tie_budget,
+                         mask_momentum)
     if sel is None:
         raise overflowed(name, r, u)
     return sel

@@ -103,27 +103,33 @@ class ErrorFeedback(_Wrapper):
 class MomentumCorrection(_Wrapper):
     """DGC's momentum correction: compress the velocity u <- m*u + g instead of g.
 
-    Entries that were sent have their velocity cleared (momentum factor masking), so stale momentum
-    does not keep pushing a coordinate the receivers already applied.
+    ``masking`` (default off): DGC's momentum factor masking, the velocity cleared where the payload
+    sent. Off, as ``dgc:momentum``'s: with the residual on the velocity nothing is applied twice, and
+    masking only takes momentum from the coordinates sent most often. Measured on the convergence
+    script (4 ranks, lr 0.05 cosine, seeds 1-3), ``MomentumCorrection(ErrorFeedback(topk), 0.9)``
+    against uncompressed momentum-0.9 SGD, points mean / worst, masked against not: at 5 % ring
+    -3.24 / -3.61 against -0.19 / -0.28, ps -3.52 / -4.17 against -0.09 / -0.28; at 0.1 % ring
+    -1.20 / -1.39 either way, ps -1.30 / -1.67 against -1.02 / -1.67.
     """
 
     name = "mc"
 
-    def __init__(self, inner: Compressor, momentum: float = 0.9) -> None:
+    def __init__(self, inner: Compressor, momentum: float = 0.9, masking: bool = False) -> None:
         super().__init__(inner)
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum}")
         self.momentum = float(momentum)
+        self.masking = bool(masking)
 
     def widened(self, factor: int) -> Compressor:
-        return MomentumCorrection(self.inner.widened(factor), self.momentum)
+        return MomentumCorrection(self.inner.widened(factor), self.momentum, self.masking)
 
     def steady(self) -> Compressor:
         inner = self.inner.steady()
-        return self if inner is self.inner else MomentumCorrection(inner, self.momentum)
+        return self if inner is self.inner else MomentumCorrection(inner, self.momentum, self.masking)
 
     def params(self) -> dict:
-        return {"inner": repr(self.inner), "momentum": self.momentum}
+        return {"inner": repr(self.inner), "momentum": self.momentum, "masking": self.masking}
 
     def _encode(self, x: torch.Tensor, dtype: torch.dtype, state: GradientState | None, name: str) -> torch.Tensor:
         if state is None:
@@ -133,7 +139,8 @@ class MomentumCorrection(_Wrapper):
         if not all_finite(u):  # a bad x (or an overflow) must not stay in the velocity forever
             raise nonfinite_reset(name, u)
         payload = seal(self.inner._encode(u, dtype, state, name))
-        u.index_fill_(0, self.inner.sent_positions(payload, name), 0.0)
+        if self.masking:
+            u.index_fill_(0, self.inner.sent_positions(payload, name), 0.0)
         return payload
 
 

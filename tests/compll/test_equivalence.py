@@ -21,7 +21,8 @@ PARAMS = {
     "onebit": [{}],
     "tbq": [{}, {"tau": 0.05}, {"tau": 0.5}, {"scale": 1.7}],
     "terngrad": [{"bits": b, "stochastic": s} for b in (1, 2, 4, 8) for s in (True, False)],
-    "dgc": [{"ratio": 0.001}, {"ratio": 0.05, "sample_ratio": 0.5}, {"ratio": 0.3, "momentum": 0.9}],
+    "dgc": [{"ratio": 0.001}, {"ratio": 0.05, "sample_ratio": 0.5}, {"ratio": 0.3, "momentum": 0.9},
+            {"ratio": 0.3, "momentum": 0.9, "masking": True}],
     "graddrop": [{}, {"drop_ratio": 0.5, "sample_ratio": 0.2}, {"drop_ratio": 0.0}],
 }
 

@@ -69,6 +69,7 @@ SPECS = [
     "dgc",
     "dgc:ratio=0.05,sample_ratio=0.5",
     "dgc:ratio=0.3,momentum=0.9",
+    "dgc:ratio=0.3,momentum=0.9,masking=1",
     "graddrop",
     "graddrop:drop_ratio=0.5,sample_ratio=0.2",
     "graddrop:drop_ratio=0.0",
