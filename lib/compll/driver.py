@@ -170,6 +170,34 @@ class Driver:
             self.emit("pass", 2)
         return "\n".join(self.lines) + "\n"
 
+    def sent_index(self) -> str:
+        """``sent_index(ctx, extra, body, params)``, for a decoder whose output is its payload's values
+        scattered over zeros at an index field (its first step an ``extract``, its last two a zeroing
+        and one ``scatter`` into the output at an extracted vector): that field as read, the positions
+        the payload sent. ``Compressor.sent_positions`` (DGC's momentum factor masking) takes them
+        from here; without it, it falls back to the decoded non-zeros, which miss a value sent as 0.
+        Empty text for any other decoder (an encoder, a dense one)."""
+        info, steps = self.plan.info, self.plan.steps
+        if info.role != "decode" or len(steps) < 3 or not isinstance(steps[0], SExtract):
+            return ""
+        out, zero, last = self.plan.names[id(info.gradient)], steps[-2], steps[-1]
+        if not (isinstance(zero, SZero) and zero.dst == out and isinstance(last, SScatter) and last.dst == out
+                and last.val is not None and last.idx.kind == "array"):
+            return ""
+        field = next((f for f in steps[0].fields if not f.in_header and f.sym is last.idx.sym), None)
+        if field is None:
+            return ""
+        self.lines = []
+        self.emit("def sent_index(ctx, extra, body, params):", 0)
+        self.emit(f'"""The positions {info.node.name} scatters the payload\'s values at: its field '
+                  f'{field.sym.name!r} (generated)."""', 1)
+        for p in self.checked.params:
+            self.emit(f"p_{p.name} = params[{p.name!r}]", 1)
+        self.emit('with np.errstate(all="ignore"):', 1)
+        self.extract(steps[0], 2)
+        self.emit(f"return {self.plan.names[id(field.sym)]}", 2)
+        return "\n".join(self.lines) + "\n"
+
     # ------------------------------------------------------------------ steps
     state_vars: dict[str, int] = {}
 

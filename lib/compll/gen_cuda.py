@@ -521,6 +521,7 @@ def _build(checked: CheckedSpec):
         prefix = "e" if plan.info.role == "encode" else "d"
         backend = CudaBackend(checked, plan, prefix)
         drivers.append(Driver(checked, plan, backend).function())
+        drivers += [code for code in [Driver(checked, plan, backend).sent_index()] if code]
         parts.append(f"// ---- {plan.info.node.name}: lambdas")
         parts += backend.table.code
         parts.append(f"// ---- {plan.info.node.name}: kernels")

@@ -106,6 +106,7 @@ def generate_cpu(checked: CheckedSpec, name: str | None = None) -> str:
         prefix = "e" if plan.info.role == "encode" else "d"
         backend = NumbaBackend(checked, plan, prefix)
         drivers.append(Driver(checked, plan, backend).function())
+        drivers += [code for code in [Driver(checked, plan, backend).sent_index()] if code]
         lambdas += backend.table.code
         kernels += backend.kernels
     name, name_args = naming(checked, name)

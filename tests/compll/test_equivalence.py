@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hipress.compll.builtins import library_compressor
-from hipress.compress import CompressionError, GradientState
+from hipress.compress import CompressionError, GradientState, create
 from hipress.compress.payload import seal
 
 from .conftest import KINDS, gradient
@@ -207,3 +207,23 @@ def test_generated_tbq_refuses_a_bad_code_before_writing_out(generated):
             with pytest.raises(CompressionError, match="invalid 2-bit code 3"):
                 comp.decode(p, out=out, add=add, name="g")
             assert torch.equal(out, before), (type(comp).__name__, add)
+
+
+def test_generated_sent_positions_include_values_sent_as_zero(generated):
+    """A sparse spec's ``sent_positions`` is its payload's index field (the generated ``sent_index``),
+    as the library's: a mostly-zero gradient makes dgc's threshold 0, and the payload then carries 9
+    zeros beside the one non-zero, all sent (their residual and, with masking, velocity cleared). The
+    decoded non-zeros, which the generated class used to return, found 1 of the 10. A dense spec
+    (tbq) has no index field and keeps the decoded non-zeros."""
+    x = torch.zeros(1000)
+    x[5] = 1.0
+    lib, gen = create("dgc", ratio=0.01), generated["dgc"](ratio=0.01)
+    pl, pg = lib.encode(x, GradientState(), name="w"), gen.encode(x, GradientState(), name="w")
+    want = lib.sent_positions(pl, "w")
+    assert want.numel() == 10 and int(lib.decode(pl).count_nonzero()) == 1
+    got = gen.sent_positions(pg, "w")
+    assert got.dtype == torch.int64 and torch.equal(got, want), got
+    tbq = generated["tbq"]()
+    p = tbq.encode(torch.randn(1000, generator=torch.Generator().manual_seed(1)), GradientState(), name="w")
+    assert not hasattr(tbq.body("cpu"), "sent_index")
+    assert torch.equal(tbq.sent_positions(p, "w"), torch.nonzero(tbq.decode(p)).view(-1))

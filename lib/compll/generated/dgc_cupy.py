@@ -455,3 +455,32 @@ def decode(ctx, extra, body, out, add, params):
         if int(oob.get()[0]):
             ctx.fail('a vector index is out of range (reads at 0:0)')
 
+def sent_index(ctx, extra, body, params):
+    """The positions DGCDecode scatters the payload's values at: its field 'idx' (generated)."""
+    p_ratio = params['ratio']
+    p_sample_ratio = params['sample_ratio']
+    p_momentum = params['momentum']
+    p_masking = params['masking']
+    with np.errstate(all="ignore"):
+        if len(extra) != 4:
+            ctx.fail(f"payload extra header has {len(extra)} bytes, this spec reads 4")
+        v_k, = H.unpack('<I', extra)
+        v_k = H.clampu(v_k, 4294967295)
+        body_n = int(body.shape[0])
+        pos = 0
+        len_idx = H.length(v_k, 'idx')
+        nb = H.nbytes(len_idx, 32)
+        if pos + nb > body_n:
+            ctx.fail(f"payload truncated: 'idx' needs {nb} bytes at offset {pos}, the body has {body_n}")
+        v_idx = CR.region(body, pos, nb, np.int32)
+        pos += nb
+        len_val = H.length(v_k, 'val')
+        nb = H.nbytes(len_val, 32)
+        if pos + nb > body_n:
+            ctx.fail(f"payload truncated: 'val' needs {nb} bytes at offset {pos}, the body has {body_n}")
+        v_val = CR.region(body, pos, nb, np.float32)
+        pos += nb
+        if pos != body_n:
+            ctx.fail(f"payload too long: {body_n - pos} bytes after the last field")
+        return v_idx
+

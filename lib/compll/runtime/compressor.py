@@ -273,6 +273,28 @@ class GeneratedCompressor(Compressor):
             state.step += 1
         return ctx.payload
 
+    def sent_positions(self, payload: torch.Tensor, name: str = "<unnamed>") -> torch.Tensor:
+        """The payload's index field, read by the body module's generated ``sent_index`` where the
+        decoder scatters its values at one (a sparse spec: dgc.pse, graddrop.pse), so a value sent as
+        exactly 0 counts too (``Compressor.sent_positions``' decoded non-zeros miss it, and DGC's
+        momentum factor masking then kept that velocity); else that default. Ascending, each once;
+        an index outside the gradient is a ``CompressionError``, as in the decoder."""
+        header, body = self.parse(payload, name)
+        cuda = payload.device.type == "cuda"
+        mod = self.body(payload.device)
+        if not hasattr(mod, "sent_index"):
+            return super().sent_positions(payload, name)
+        ctx = _PayloadContext(self, header.dtype, header.numel, payload.device, cuda)
+        try:
+            with _device_stream(payload.device):
+                idx = mod.sent_index(ctx, header.extra, _to_array(body, cuda), self._p)
+        except GeneratedError as e:
+            raise CompressionError(name, str(e)) from None
+        pos = torch.unique((torch.from_dlpack(idx) if cuda else torch.from_numpy(np.asarray(idx))).long())
+        if pos.numel() and (int(pos[0]) < 0 or int(pos[-1]) >= header.numel):
+            raise CompressionError(name, f"{self.name} payload body is corrupted (indices out of range)")
+        return pos
+
     def _decode(self, header: Header, body: torch.Tensor, out: torch.Tensor, add: bool, name: str) -> None:
         cuda = out.device.type == "cuda"
         mod = self.body(out.device)
