@@ -148,3 +148,105 @@ def test_a_fixed_tau_takes_block_0_or_none_and_is_one_value_per_tensor():
     assert hc.create_from_spec("tbq").block == 128
     fixed = hc.create_from_spec("tbq:tau=0.5")
     assert hc.create("tbq", **fixed.params()).params() == fixed.params()
+
+
+class _Unfolded:
+    """The CPU backend without ``tbq_fold``: the per-tensor path of backends that lack it (CUDA),
+    two ``tbq_stats`` over g and r and ``tbq_encode``, as the CPU ran before the fold."""
+
+    def __init__(self) -> None:
+        from hipress.compress.kernels import cpu
+
+        self._cpu = cpu
+
+    def __getattr__(self, name: str):
+        if name in ("tbq_fold", "tbq_encode_folded"):
+            raise AttributeError(name)
+        return getattr(self._cpu, name)
+
+
+def _special(n: int, seed: int) -> torch.Tensor:
+    """Gaussian values over 2^-60..2^60 (the lanes' order shows in every sum), with zeros, -0.0,
+    subnormals and exact ties at +-1 sprinkled in."""
+    g = np.random.default_rng(seed)
+    x = (g.standard_normal(n) * np.exp2(g.integers(-60, 60, n))).astype(np.float32)
+    pick = g.integers(0, 6, n)
+    x[pick == 0] = 0.0
+    x[pick == 1] = -0.0
+    x[pick == 2] = np.float32(1e-41) * g.choice([-1, 1], int((pick == 2).sum()))
+    x[pick == 3] = g.choice([-1.0, 1.0], int((pick == 3).sum()))
+    return torch.from_numpy(x)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 31, 33, 127, 4097, 65535, 65537, 131071, 131073, 300_001])
+def test_folded_per_tensor_encode_is_bit_identical_to_the_unfolded_one(monkeypatch, n):
+    """``kernels.cpu.tbq_fold`` keeps v in r between the passes: payload bytes and residual must be
+    the very bits of the three passes over g and r (serial and parallel drivers: n around 2^17)."""
+    import hipress.compress.algorithms.tbq as tbq_mod
+
+    c = hc.create("tbq", block=0)
+    states = {}
+    outs = {}
+    for mode in ("folded", "unfolded"):
+        if mode == "unfolded":
+            monkeypatch.setattr(tbq_mod, "backend_for", lambda t, name="": _Unfolded())
+        stt = hc.GradientState()
+        got = []
+        for step in range(3):  # the residual is carried over steps and enters v
+            x = _special(n, 10 * n + step) if step != 1 else randn(n, seed=step) * 1e-3
+            got.append(c.encode(x, stt).clone())
+            got.append(stt.residual.clone() if n else torch.zeros(0))
+        outs[mode], states[mode] = got, stt
+    for a, b in zip(outs["folded"], outs["unfolded"], strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_folded_per_tensor_encode_refuses_nonfinite_as_before(bad):
+    """A NaN or Inf in v is reported and the residual reset, with v in r or not."""
+    c = hc.create("tbq", block=0)
+    stt = hc.GradientState()
+    c.encode(randn(200_000, seed=1), stt)
+    x = randn(200_000, seed=2)
+    x[150_000] = bad
+    with pytest.raises(hc.CompressionError):
+        c.encode(x, stt)
+    assert not stt.residual.any()
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 33, 1000, 65536, 65537, 131073, 262_147])
+def test_fold_sums_are_the_bits_of_the_stats_over_g_and_r(n):
+    """The sums the per-tensor rule takes: ``tbq_fold`` and ``tbq_stats`` over v = r alone must be
+    the float64 bits of ``tbq_stats`` over g and r, whose lanes follow the machine's vector width
+    (so they are compared with the kernel itself, not a numpy order). The data spans 2^-60..2^60,
+    where another order of the same sums shows in the last bits (checked below for large n)."""
+    from hipress.compress.kernels import cpu
+
+    g, r = _special(n, 1), _special(n, 2)
+    want_total = cpu.tbq_stats(g, r, math.inf)
+    tau = float(np.float32(want_total[0] / n)) if n else 1.0
+    want = cpu.tbq_stats(g, r, tau)
+    v = g + r
+    total = cpu.tbq_fold(g, r)
+    assert torch.equal(r.view(torch.int32), v.view(torch.int32))  # r now holds v, bit for bit
+    assert np.float64(total).tobytes() == np.float64(want_total[0]).tobytes()
+    assert np.array(cpu.tbq_stats(r, None, tau)).tobytes() == np.array(want).tobytes()
+    if n >= 1000:  # the comparison can tell orders apart: a sequential float64 sum differs
+        assert float(np.cumsum(np.abs(v.numpy().astype(np.float64)))[-1]) != want_total[0]
+
+
+def test_cpu_per_tensor_encode_reads_g_once(monkeypatch):
+    """With a residual, the CPU per-tensor encode folds v into r in its first pass and the later
+    passes read r alone (``kernels.cpu.tbq_fold``): ``tbq_stats`` never sees g, ``tbq_encode`` is
+    not called."""
+    from hipress.compress.kernels import cpu
+
+    calls = []
+    for fn in ("tbq_stats", "tbq_encode", "tbq_fold", "tbq_encode_folded"):
+        orig = getattr(cpu, fn)
+        monkeypatch.setattr(cpu, fn, lambda *a, _f=orig, _n=fn, **kw: (calls.append((_n, a)), _f(*a, **kw))[1])
+    x = randn(1000, seed=4)
+    stt = hc.GradientState()
+    hc.create("tbq", block=0).encode(x, stt)
+    assert [c[0] for c in calls] == ["tbq_fold", "tbq_stats", "tbq_encode_folded"]
+    assert calls[1][1][0] is stt.residual and calls[1][1][1] is None

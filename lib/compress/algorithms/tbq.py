@@ -43,15 +43,18 @@ Cost: the adaptive rules read v twice more before encoding (the sum of |v|, then
 count above tau, in float64). Per tensor (``tbq_stats``) the sums run in vector lanes whose order
 follows the machine's vector width, so tau and the value can differ in the last bit between
 machines, the GPU and the CompLL-generated code (the payloads stay interchangeable), and the two
-sums and the encode are three passes over the tensor in memory. Per block the three passes run while
+sums and the encode are three passes over the tensor in memory. On the CPU the first pass also
+leaves v = g + r in the residual (``kernels.cpu.tbq_fold``, the same sums), so the second and the
+encode read r alone: 24 bytes moved per element instead of 28. Per block the three passes run while
 the block is in L1, in 8 fixed lanes that the CUDA kernel repeats (same bytes): a block is one call
 of ``kernels.simd.tbq_block8``, 8-lane vector IR (as scalar code the sums were ~85% of the block
 encode). ``hipress bench compress --alg "tbq,tbq:block=0,tbq:tau=0.5" --size 64M --threads 1`` on
 this project's 2-core machine: encode 0.52-0.57x memcpy per block (0.18x with scalar sums), 0.3-0.37x
-per tensor, 0.8-1.0x fixed. Per block is compute-bound (16M elements in cache, one thread, CPU
-time: each sum pass ~3.5 ms, the codes pass ~5 ms; 12.3 ms in all, 12.5 from memory); per tensor
-memory-bound (each of its three passes streams g and the residual: ~4.6, 4.6 and 5.5 ms from
-memory, 3.3, 3.3 and 2.8 in cache).
+per tensor before the fold (0.41-0.44x with it, 0.27-0.35x without, alternated in one shell while
+the machine was shared), 0.8-1.0x fixed. Per block is compute-bound (16M elements in cache, one
+thread, CPU time: each sum pass ~3.5 ms, the codes pass ~5 ms; 12.3 ms in all, 12.5 from memory);
+per tensor memory-bound (before the fold each of its three passes streamed g and the residual:
+~4.6, 4.6 and 5.5 ms from memory, 3.3, 3.3 and 2.8 in cache).
 """
 
 from __future__ import annotations
@@ -117,8 +120,11 @@ class TBQ(Compressor):
     def params(self) -> dict:
         return {"tau": self.tau, "scale": self.scale, "block": self.block}
 
-    def _threshold(self, k: Any, x: torch.Tensor, r: torch.Tensor | None) -> tuple[float, float]:
+    def _threshold(self, k: Any, x: torch.Tensor, r: torch.Tensor | None, folded: bool) -> tuple[float, float]:
         """(tau, value): the fixed pair, or the adaptive one from ``k.tbq_stats`` (module docstring).
+
+        ``folded``: the backend's ``tbq_fold`` takes the first sum and leaves v in r, and the second
+        sum reads v from r alone (the same sums: see ``kernels.cpu.tbq_fold``).
 
         A tensor whose v is all zero (or whose tau underflows) takes tau = value = 1.0: every code is
         1, nothing is sent, the residual keeps v. A non-finite v takes 1.0 too, so that the encode
@@ -128,12 +134,12 @@ class TBQ(Compressor):
             t = float(np.float32(self.tau))
             return t, t
         n = x.numel()
-        total, _, _ = k.tbq_stats(x, r, math.inf)
+        total = k.tbq_fold(x, r) if folded else k.tbq_stats(x, r, math.inf)[0]
         mean = total / n if n else 0.0
         tau = float(np.float32(self.scale * mean)) if math.isfinite(mean) else 0.0
         if not (tau > 0 and math.isfinite(tau)):
             return 1.0, 1.0
-        _, above, count = k.tbq_stats(x, r, tau)
+        _, above, count = k.tbq_stats(r, None, tau) if folded else k.tbq_stats(x, r, tau)
         value = float(np.float32(above / count)) if count else tau
         return tau, (value if math.isfinite(value) and value >= tau else tau)
 
@@ -162,9 +168,12 @@ class TBQ(Compressor):
             if not k.tbq_blocks(x, r, self.block, self.scale, body[: 4 * nv].view(torch.float32), body[4 * nv :]):
                 raise nonfinite_reset(name, r)
         else:
-            tau, value = self._threshold(k, x, r)
+            # v = g + r kept in r between the passes where the backend can (``kernels.cpu.tbq_fold``)
+            folded = r is not None and self.tau == 0 and hasattr(k, "tbq_fold")
+            tau, value = self._threshold(k, x, r, folded)
             payload, body = allocate(self.wire_id, dtype, n, _EXTRA.pack(value), (n + 3) // 4, device=x.device)
-            if not k.tbq_encode(x, r, tau, body, value=value):
+            ok = k.tbq_encode_folded(r, tau, value, body) if folded else k.tbq_encode(x, r, tau, body, value=value)
+            if not ok:
                 raise nonfinite_reset(name, r)
         if state is not None:
             state.step += 1

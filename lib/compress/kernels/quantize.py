@@ -61,6 +61,21 @@ def _tbq_codes_res(g, r, tau, value, codes):
 
 
 @inline
+def _tbq_codes_folded(r, tau, value, codes):
+    """``_tbq_codes_res`` where r already holds v (``tbq_fold``): the same float32 operations."""
+    ntau = -tau
+    bad = U8_0
+    for i in range(r.size):
+        v = r[i]
+        q = _F1 if v >= tau else _F0
+        q = _FM1 if v <= ntau else q
+        r[i] = v - q * value
+        codes[i] = np.uint8(np.int32(q) + np.int32(1))
+        bad = max(bad, bad_flag(v))
+    return bad
+
+
+@inline
 def _tbq_codes(g, tau, codes):
     ntau = -tau
     bad = U8_0
@@ -73,9 +88,16 @@ def _tbq_codes(g, tau, codes):
     return bad
 
 
+#: ``tbq_encode_range``'s ``use_r``: no residual (v = g), v = g + r, or r already holds v (g unread)
+TBQ_NO_R = 0
+TBQ_ADD_R = 1
+TBQ_V_IN_R = 2
+
+
 @jit
 def tbq_encode_range(g, r, use_r, tau, value, out, s, e):
-    """Codes 2 / 0 / 1 for v = g (+ r) >= tau / <= -tau / else; r <- v - (code - 1) * value.
+    """Codes 2 / 0 / 1 for v >= tau / <= -tau / else, v = g, g + r or r (``use_r``: ``TBQ_*``);
+    with a residual r <- v - (code - 1) * value.
 
     Returns 1 if some v was Inf or NaN.
     """
@@ -83,7 +105,9 @@ def tbq_encode_range(g, r, use_r, tau, value, out, s, e):
     bad = U8_0
     for b0 in range(s, e, BLOCK):
         b1 = min(e, b0 + BLOCK)
-        if use_r:
+        if use_r == TBQ_V_IN_R:
+            bad = max(bad, _tbq_codes_folded(r[b0:b1], tau, value, codes))
+        elif use_r == TBQ_ADD_R:
             bad = max(bad, _tbq_codes_res(g[b0:b1], r[b0:b1], tau, value, codes))
         else:
             bad = max(bad, _tbq_codes(g[b0:b1], tau, codes))
@@ -153,6 +177,37 @@ def tbq_stats_serial(g, r, use_r, tau, part):
     n = g.size
     for c in range(part.shape[0]):
         tbq_stats_range(g, r, use_r, tau, part, c, c * CHUNK, min(n, (c + 1) * CHUNK))
+    return 0
+
+
+@jit
+def tbq_fold_range(g, r, tau, part, c, s, e):
+    """Chunk c = [s, e) of ``tbq_fold``: its sum of |g + r| into ``part[c, 0]`` by
+    ``tbq_stats_range`` itself (the same compiled loop, so the same lanes and the same sum as
+    ``tbq_stats``; ``tau`` is +Inf, an argument as there rather than a constant), then r <- g + r
+    while the chunk (2 x 256 KiB) is still in L2: the later passes read v from r alone instead of
+    g and r from memory."""
+    tbq_stats_range(g, r, True, tau, part, c, s, e)
+    gs = g[s:e]
+    rs = r[s:e]
+    for i in range(gs.size):
+        rs[i] = gs[i] + rs[i]  # v as every tbq kernel computes it: one float32 add
+    return 0
+
+
+@pjit
+def tbq_fold_par(g, r, tau, part):
+    n = g.size
+    for c in prange(part.shape[0]):
+        tbq_fold_range(g, r, tau, part, c, c * CHUNK, min(n, (c + 1) * CHUNK))
+    return 0
+
+
+@jit
+def tbq_fold_serial(g, r, tau, part):
+    n = g.size
+    for c in range(part.shape[0]):
+        tbq_fold_range(g, r, tau, part, c, c * CHUNK, min(n, (c + 1) * CHUNK))
     return 0
 
 
