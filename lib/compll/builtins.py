@@ -1,9 +1,11 @@
 """The five built-in algorithms written in CompLL, their generated code, and where it is used.
 
-``lib/compll/specs/*.pse`` are the specs; ``lib/compll/generated/`` holds what the generator makes
-of them (committed, so it can be read and diffed; ``tests/compll`` fails when it is stale:
-regenerate with ``python -m hipress.compll.builtins``). The generated classes carry the library's
-names and wire ids, so their payloads are interchangeable with the hand-written ones.
+``lib/compll/specs/<name>.pse`` are the specs (beside them ``onebit_blocks.pse``, the library's
+default onebit written with the per-block ``reduce``: not a built-in); ``lib/compll/generated/``
+holds what the generator makes of the built-ins (committed, so it can be read and diffed;
+``tests/compll`` fails when it is stale: regenerate with ``python -m hipress.compll.builtins``). The
+generated classes carry the library's names and wire ids, so their payloads are interchangeable with
+the hand-written ones.
 
 ``install_builtins()`` puts a generated class in the registry in place of the hand-written one, for
 the algorithms in ``REPLACE``: those measured (``hipress compll bench``) as fast as or faster than the

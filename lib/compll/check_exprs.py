@@ -204,7 +204,9 @@ class ExprChecks:
 
     def _convertible(self, e: ast.Expr, got: T.Type, want: T.Type, what: str) -> None:
         if got.is_vec or want.is_vec or not got.is_scalar:
-            raise self.err(e, f"type mismatch: {what} must be {want}, got {got}")
+            per_block = isinstance(e, ast.Call) and e.func == "reduce" and len(e.args) == 4
+            hint = f"reduce(v, init, f, B) gives one result per block of B: a {got}" if per_block else ""
+            raise self.err(e, f"type mismatch: {what} must be {want}, got {got}", hint)
         settle(e, T.domain(want) if not want.is_int else T.INT)
 
     # ------------------------------------------------------------------ calls
@@ -339,7 +341,7 @@ class ExprChecks:
             self._bind(e.args[0], vt.elem, lam.params[0], "map")
             return T.vec(lam.ret)
         if f in ("reduce", "scan"):
-            self._args(e, 3)
+            self._args(e, (3, 4) if f == "reduce" else 3)
             vt = self._vec_arg(e.args[0], scope, f"{f}'s first argument")
             lam = self._lambda_arg(e.args[2], scope, 2, f)
             a, b = lam.params
@@ -354,6 +356,9 @@ class ExprChecks:
             self._bind(e.args[0], vt.elem, b, f)
             it = self._expr(e.args[1], scope, True)
             self._convertible(e.args[1], it, a.ty, f"initial value of {f}")
+            if len(e.args) == 4:  # reduce(v, init, f, B): one result per block of B elements
+                self._block_size(e.args[3], scope)
+                return T.vec(lam.ret)
             return lam.ret if f == "reduce" else T.vec(lam.ret)
         if f == "filter":
             self._args(e, (2, 3))
@@ -400,6 +405,22 @@ class ExprChecks:
             raise self.err(e, "extract(...) is a statement of its own in the decoder")
         raise self.err(e, f"unknown operator {f!r}")  # pragma: no cover
 
+    def _block_size(self, e: ast.Expr, scope: Scope) -> None:
+        """``reduce``'s fourth argument: an integer from literals and parameters only, so that the
+        number of blocks (and a payload holding one value per block) follows from the gradient's
+        length and the parameters; a constant must be positive (a parameter is checked when the
+        encoder runs)."""
+        t = self._expr(e, scope, True)
+        if t.is_vec or not t.is_int or t.kind == "bool":
+            raise self.err(e, f"reduce's block size (its fourth argument) must be an integer, got {t}", BLOCK_HINT)
+        settle(e, T.INT)
+        bad = _not_static(e)
+        if bad is not None:
+            raise self.err(bad[0], f"reduce's block size must be a constant or a parameter: {bad[1]}", BLOCK_HINT)
+        value = int_constant(e)
+        if value is not None and value <= 0:
+            raise self.err(e, f"reduce's block size must be positive, got {value}", BLOCK_HINT)
+
     def _bind(self, src: ast.Expr, elem: T.Type | None, p: Symbol, op: str) -> None:
         assert elem is not None
         if not elem.is_scalar:
@@ -429,6 +450,40 @@ class ExprChecks:
                 raise self.err(a, f"concat takes numbers and vectors of numbers, not {t}")
             elif t.literal:
                 raise self.err(a, "concat of a bare literal: give it a type with a cast, e.g. (uint8) 1")
+
+
+BLOCK_HINT = "e.g. reduce(v, 0, add, 32), or reduce(v, 0, add, p.block) with int block in a param block"
+
+
+def _not_static(e: ast.Expr) -> tuple[ast.Expr, str] | None:
+    """The first node of a block size that is not a constant or a parameter, and why; None if none."""
+    if isinstance(e, ast.Name) and e.sym is not None and e.sym.kind != "param":
+        return e, f"{e.id!r} is a {'variable' if e.sym.kind == 'local' else e.sym.kind} computed when the encoder runs"
+    if isinstance(e, ast.Member):
+        if isinstance(e.base, ast.Name) and e.base.sym is not None and e.base.sym.kind == "struct":
+            return None  # p.block: a parameter
+        what = f"{e.base.id}.{e.field}" if isinstance(e.base, ast.Name) else "a vector's size"
+        return e, f"{what} is known only when the encoder runs"
+    if isinstance(e, ast.Index):
+        return e, "a vector's element is known only when the encoder runs"
+    if isinstance(e, ast.Call) and e.func not in MATH:
+        return e, f"{e.func}(...) is computed when the encoder runs"
+    for c in subexprs(e):
+        bad = _not_static(c)
+        if bad is not None:
+            return bad
+    return None
+
+
+def int_constant(e: ast.Expr) -> int | None:
+    """The value of an integer literal, optionally negated (``32``, ``-4``); None for anything else
+    (an expression of literals is checked where it runs, as a parameter is)."""
+    if isinstance(e, ast.Num):
+        return None if e.is_float else int(e.value)
+    if isinstance(e, ast.Unary) and e.op in ("-", "+"):
+        v = int_constant(e.operand)
+        return None if v is None else (-v if e.op == "-" else v)
+    return None
 
 
 def lit_type(t: T.Type, literal: bool) -> T.Type:

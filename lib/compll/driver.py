@@ -23,6 +23,7 @@ from .ir import (
     Plan,
     SAlloc,
     SBind,
+    SBlockReduce,
     SConcat,
     SCopy,
     SExtract,
@@ -301,6 +302,14 @@ class Driver:
         elif isinstance(st, SScan):
             self.emit(f"init_{st.dst} = {em.expr(st.init, st.lam.params[0].ty.plain())}", ind)
             for line in b.launch_scan(st, self):
+                self.emit(line, ind)
+        elif isinstance(st, SBlockReduce):
+            self.emit(f"init_{st.dst} = {em.expr(st.init, st.lam.params[0].ty.plain())}", ind)
+            where = f"reduce at {st.pos.line}:{st.pos.col}"  # line:col only, as oob_check: the file is data
+            self.emit(f"{st.block_var} = H.block_size({em.expr(st.block, T.INT)}, {where!r})", ind)
+            elem = st.lam.ret
+            self.emit(f"{st.dst} = {b.alloc(elem, f'H.blocks({st.src.length}, {st.block_var})')}", ind)
+            for line in b.launch_block_reduce(st, self):
                 self.emit(line, ind)
         elif isinstance(st, SScatter):
             if st.scalar is not None:

@@ -13,7 +13,8 @@ Kernel shapes (the same as the library's hand-written ones, which is what makes 
 
 ``filter`` counts then gathers per chunk (two passes, as the library's selection does); ``sort`` is a
 stable merge sort, or NumPy's stable argsort when the comparison is ``a < b``/``a > b`` on the
-elements themselves; ``scan`` and ``scatter`` are sequential.
+elements themselves; ``scan`` and ``scatter`` are sequential; a per-block ``reduce`` folds each block
+in index order, blocks in parallel.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from . import types as T
 from .check_stmts import always_returns
 from .driver import NP_DTYPE, Driver, is_packed
 from .emit import ExprEmitter, KernelBackend, KernelNames, LambdaScope, LambdaTable, NumbaDialect
-from .ir import IPack, IReduce, IStore, SFilter, SLoop, SScan, SScatter, SSort, Vec
+from .ir import IPack, IReduce, IStore, SBlockReduce, SFilter, SLoop, SScan, SScatter, SSort, Vec
 from .symbols import LambdaInfo
 
 ACC_DTYPE = {"float": "np.float32", "double": "np.float64", "bool": "np.bool_"}
@@ -361,6 +362,30 @@ class NumbaBackend(KernelBackend):
             f"@_jit\ndef {kname}(n_loop, {', '.join(args)}):\n" + "\n".join("    " + x for x in lines) + "\n"
         )
         return [f"{st.dst} = {kname}({st.src.length}, {', '.join(args)})"] + drv.oob_check(uses.checked)
+
+    def launch_block_reduce(self, st: SBlockReduce, drv: Driver) -> list[str]:
+        """One result per block, blocks in parallel (each folded in index order by one thread), into
+        ``st.dst``, which the driver allocates with one element per block."""
+        uses = KernelNames()
+        x, xt = self.elem(self.table, st.src, "i", st.src.key, uses, st.lam.node.pos)
+        fname, names, _ = self.table.get(st.lam, (None, None))
+        args_f = ", ".join(["acc", self.dialect.conv(x, xt, st.lam.params[0].ty)] + [uses.use(n) for n in names])
+        kname = self._kname("blocks", st.uid)
+        self.width_uses([x], uses)
+        init, out, blk = uses.use(f"init_{st.dst}"), uses.use(st.dst), uses.use(st.block_var)
+        lines = [
+            f"for b in prange({out}.shape[0]):",
+            f"    s = np.int64(b) * {blk}",
+            f"    e = min(n_loop, s + {blk})",
+            f"    acc = {init}",
+            "    for i in range(s, e):",
+            f"        acc = {fname}({args_f})",
+            f"    {out}[b] = acc",
+        ]
+        args = sorted(uses.names)
+        self.parallel_pair(kname, f"n_loop, {', '.join(args)}", lines)
+        call = f"{self.pick(kname, st.src.length)}({st.src.length}, {', '.join(args)})"
+        return [call] + drv.oob_check(uses.checked)
 
     def launch_scatter(self, st: SScatter, drv: Driver) -> list[str]:
         uses = KernelNames()

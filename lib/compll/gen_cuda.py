@@ -9,7 +9,8 @@ Kernel shapes:
 - a loop packing codes: one thread per block of 8 elements (whole bytes, no atomics);
 - other loops: one thread per element; ``filter``: flags, CuPy's scan, gather;
   ``sort``: a stable merge sort, one pass per run width, one thread per element placed by binary
-  search in the other run; ``scan``: one thread (exact, sequential); ``scatter``: one thread per index.
+  search in the other run; ``scan``: one thread (exact, sequential); ``scatter``: one thread per index;
+  a per-block ``reduce``: one thread per block, folding it in index order (as the CPU does).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from . import ast
 from . import types as T
 from .driver import Driver, is_packed
 from .emit import CudaDialect, ExprEmitter, KernelBackend, KernelNames, LambdaScope, LambdaTable
-from .ir import IPack, IReduce, IStore, Plan, SFilter, SLoop, SScan, SScatter, SSort, Vec
+from .ir import IPack, IReduce, IStore, Plan, SBlockReduce, SFilter, SLoop, SScan, SScatter, SSort, Vec
 from .limits import deep_generation
 from .symbols import CheckedSpec, LambdaInfo
 
@@ -433,6 +434,39 @@ class CudaBackend(KernelBackend):
             f"n_loop = int({st.src.length})",
             f"{st.dst} = CR.empty(n_loop, {_host_np(ctype)})",
             f"_K({kname!r})((1,), (1,), (np.int64(n_loop), {', '.join([self.host_arg(a) for a in args] + [st.dst])},))",
+        ] + drv.oob_check(uses.checked)
+
+    def launch_block_reduce(self, st: SBlockReduce, drv: Driver) -> list[str]:
+        """One thread per block, folding it in index order (the CPU's order: the same bits), into
+        ``st.dst``, which the driver allocates with one element per block."""
+        uses = KernelNames()
+        d = self.dialect
+        x, xt = self.elem(self.table, st.src, "i", st.src.key, uses, st.lam.node.pos)
+        fname, names, _ = self.table.get(st.lam, (None, None))
+        ret = _scalar_c(st.lam.ret)
+        self.types[f"init_{st.dst}"] = (ret, False)
+        init, out, blk = uses.use(f"init_{st.dst}"), uses.use(st.dst), uses.use(st.block_var)
+        call = f"{fname}({', '.join(['acc', d.conv(x, xt, st.lam.params[0].ty)] + [uses.use(n) for n in names])})"
+        self.width_uses([call], uses)
+        args = sorted(uses.names)
+        ctype = self.types[st.dst][0]
+        kname = self._kname("blocks", st.uid)
+        self._kernel(
+            kname,
+            ["long long n_loop", "long long nblk"] + [self.decl(a) for a in args],
+            [
+                "i64 b = (i64) blockIdx.x * blockDim.x + threadIdx.x;",
+                "if (b >= nblk) return;",
+                f"i64 s = b * {blk}, e = cl_mini(n_loop, s + {blk});",
+                f"{ret} acc = {init};",
+                f"for (i64 i = s; i < e; ++i) acc = {call};",
+                f"{out}[b] = ({ctype}) acc;",
+            ],
+        )
+        return [
+            f"n_loop = int({st.src.length})",
+            f"nblk = int({st.dst}.shape[0])",
+            self._launch(kname, "nblk", ["np.int64(n_loop)", "np.int64(nblk)"] + [self.host_arg(a) for a in args]),
         ] + drv.oob_check(uses.checked)
 
     def launch_scatter(self, st: SScatter, drv: Driver) -> list[str]:

@@ -20,6 +20,7 @@ from .limits import deep, deep_generation
 from .lower import lower
 from .names import check_name, doc_text, spec_name
 from .parser import parse
+from .sizes import StaticContext, StaticSizes
 from .symbols import CheckedSpec
 
 VERSION = "0.1"
@@ -159,93 +160,6 @@ def _doc(checked: CheckedSpec) -> str:
     return text if not text.endswith('"') else text + " "
 
 
-class _StaticContext:
-    """Host expressions over parameters only (payload sizes, parameter checks)."""
-
-    def __init__(self, decl_of: dict) -> None:
-        self.decl_of = decl_of
-        self.em = None
-
-    def name(self, sym):
-        if sym.kind in ("param", "field"):
-            return "p_" + sym.name
-        decl = self.decl_of.get(id(sym))
-        if decl is not None and decl.init is not None and sym.writes == 0 and self.em is not None:
-            return "(" + self.em.expr(decl.init, sym.ty.plain()) + ")"
-        raise _NotStatic
-
-    def size(self, base):
-        if base.sym is not None and base.sym.kind in ("input", "state", "output"):
-            return "numel"
-        raise _NotStatic
-
-    def read(self, *a):
-        raise _NotStatic
-
-    def call(self, *a):
-        raise _NotStatic
-
-    def random(self, *a):
-        raise _NotStatic
-
-    def hoisted(self, e):
-        if e.func in ("reduce", "map", "filter", "sort", "scan", "scatter", "range"):
-            raise _NotStatic
-        return None
-
-
-class _NotStatic(Exception):
-    pass
-
-
-def _static_expr(checked: CheckedSpec, info, e, ty) -> str | None:
-    from . import ast as A
-    from .emit import ExprEmitter, PyDialect
-    from .ir import all_stmts
-
-    decl_of = {}
-    if info is not None:
-        for st in all_stmts(info.node.body):
-            if isinstance(st, A.VarDecl) and st.sym is not None:
-                decl_of[id(st.sym)] = st
-    ctx = _StaticContext(decl_of)
-    em = ExprEmitter(PyDialect("H."), ctx, checked.file)  # type: ignore[arg-type]
-    ctx.em = em  # type: ignore[assignment]
-    try:
-        return em.expr(e, ty)
-    except (_NotStatic, RecursionError):
-        return None
-
-
-def _static_length(checked: CheckedSpec, info, vec) -> tuple[str | None, bool]:
-    """Python code for a payload vector's element count from ``numel`` and the parameters, and
-    whether it is exact: (None, False) where the data decide it (an unlimited ``filter``'s result, a
-    vector reassigned in a branch), (bound, False) for ``filter(v, pred, limit)``'s.
-
-    The gradient's own length is ``numel``; a vector over ``range(e)`` (mapped, sorted, scanned) has
-    ``e`` elements, none when ``e`` is negative, as the driver's ``range``. Counting such a vector at
-    ``numel`` instead made a per-block scale vector (``map(range((n + b - 1) / b), scale)``) weigh as
-    much as the gradient: ``payload_size`` and the plan's payload model over 20 times too large. A
-    filter's limit bounds its result as the generated filter enforces it: at most ``limit`` (none
-    when negative), at most its source's length; without it a threshold spec keeping 0.1 % had
-    ``payload_size`` (and ``ratio()``) of every element as an (index, value) pair, 2x fp32.
-    """
-    from .ir import Limit
-
-    if vec.key == "N":
-        return "numel", True
-    if isinstance(vec.len_expr, Limit):
-        bound = _static_expr(checked, info, vec.len_expr.limit, T.INT)
-        if bound is None:
-            return None, False
-        src, _ = _static_length(checked, info, vec.len_expr.src)
-        return (f"max(0, min({bound}, {src}))" if src is not None else f"max(0, {bound})"), False
-    if vec.len_expr is None:
-        return None, False
-    code = _static_expr(checked, info, vec.len_expr, T.INT)
-    return (None, False) if code is None else (f"max(0, {code})", True)
-
-
 def _py_kind(kind: str) -> str:
     return {"float": "float", "double": "float", "bool": "bool"}.get(kind, "int")
 
@@ -264,6 +178,7 @@ def generate_wrapper(
     from .ir import SConcat
 
     concat = next(st for st in _walk_steps(plan.steps) if isinstance(st, SConcat))
+    sizes = StaticSizes(checked, plan)
     terms = []
     exact = True
     sparse = False  # a vector whose length the data decide: the payload's size depends on the data
@@ -274,14 +189,14 @@ def generate_wrapper(
         if f.vec is None:
             terms.append(str(T.SIZES[f.ty.kind]))
             continue
-        length, known = _static_length(checked, encode, f.vec)
+        length, known = sizes.length(f.vec)
         sparse = sparse or not known
         exact = exact and known
         unbounded = unbounded or length is None
         bits = f.ty.elem.elem_bits()  # type: ignore[union-attr]
         if isinstance(bits, str):
             expr, _dep = encode.widths[bits]
-            code = _static_expr(checked, encode, expr, T.INT)
+            code = sizes.expr(expr, T.INT)
             bits = f"H.width({code})" if code is not None else "8"
             exact = exact and code is not None
         terms.append(f"H.nbytes({length or 'numel'}, {bits})")
@@ -300,7 +215,7 @@ def generate_wrapper(
         )
     requires = []
     for _blk, req in checked.param_requires:
-        em = ExprEmitter(PyDialect("H."), _StaticContext({}), checked.file)  # type: ignore[arg-type]
+        em = ExprEmitter(PyDialect("H."), StaticContext(), checked.file)  # type: ignore[arg-type]
         requires.append((em.truthy(req.cond), req.message))
     size_doc = (
         "Exact payload bytes for numel elements."

@@ -25,8 +25,9 @@ class Vec:
     vectors known to have the same length (fusion and bounds-check elision rely on it).
     ``len_expr``: the ``range(...)`` argument the length comes from, where it does (None for the
     gradient's own length, key ``N``, and for lengths the data decide, as a ``filter``'s), or the
-    ``Limit`` of a ``filter`` given one: the wrapper computes a payload's exact size (or, from a
-    ``Limit``, its bound) from it when it reads only ``.size`` and parameters.
+    ``Limit`` of a ``filter`` given one, or the ``Blocks`` of a per-block ``reduce``: the wrapper
+    computes a payload's exact size (or, from a ``Limit``, its bound) from it when it reads only
+    ``.size`` and parameters.
     """
 
     kind: str
@@ -38,7 +39,7 @@ class Vec:
     src: Vec | None = None  # map
     lam: LambdaInfo | None = None  # map
     sym: Symbol | None = None  # the symbol bound to it, if any
-    len_expr: ast.Expr | Limit | None = None  # the range(...) argument of its length, or its bound
+    len_expr: ast.Expr | Limit | Blocks | None = None  # the range(...) argument of its length, or its bound
 
     def deps(self) -> set[Symbol]:
         """Symbols whose values this vector's elements read."""
@@ -60,6 +61,16 @@ class Limit:
     receive buffer's size, the ratio a plan weighs) is that bound instead of every element."""
 
     limit: ast.Expr
+    src: Vec
+
+
+@dataclass(eq=False)
+class Blocks:
+    """The length of ``reduce(src, init, f, block)``: one element per ``block`` elements of ``src``,
+    the last block ragged, ceil(src's length / block). ``block`` is made of literals and parameters
+    only (the checker sees to it), so a payload holding one value per block has an exact size."""
+
+    block: ast.Expr
     src: Vec
 
 
@@ -194,6 +205,23 @@ class SFilter(Step):
     lam: LambdaInfo
     uid: int = 0
     limit: str | None = None  # driver variable: keep at most this many (the first in order), if given
+
+
+@dataclass(eq=False)
+class SBlockReduce(Step):
+    """``reduce(src, init, f, block)``: into ``dst``, one result per block of ``block`` elements of
+    ``src`` (the last ragged), each ``f`` folded from ``init`` over its block in index order.
+    ``block_var``: the driver variable the checked block size is computed into; ``pos``: where the
+    reduce is in the spec (a block size that is not positive is refused naming it)."""
+
+    dst: str
+    src: Vec
+    init: ast.Expr
+    lam: LambdaInfo
+    block: ast.Expr
+    block_var: str
+    pos: ast.Pos
+    uid: int = 0
 
 
 @dataclass(eq=False)

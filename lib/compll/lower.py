@@ -132,9 +132,17 @@ class Lowerer:
                 return self.canon(e.args[0])
             if e.func in ("map", "sort", "scan"):
                 return self.vec_key_of(e.args[0])
+            if e.func == "reduce" and len(e.args) == 4:
+                return self.blocks_key(self.vec_key_of(e.args[0]), e.args[3])
             if e.func == "scatter":
                 return self.vec_key_of(e.args[0])
         return f"?{id(e)}"
+
+    def blocks_key(self, src_key: str, block: ast.Expr) -> str:
+        """The length key of ``reduce(v, init, f, block)`` for a ``v`` of key ``src_key``: equal for
+        two per-block reductions of one length by one block size (their results fuse, and a lambda
+        reading one at the index of a ``range(r.size)`` is proven in range)."""
+        return f"blocks({src_key},{self.canon(block)})"
 
     # ------------------------------------------------------------------ symbol closures
     def lazy_init(self, sym: Symbol) -> ast.Expr | None:
@@ -508,6 +516,16 @@ class Lowerer:
             pre, src = self.vec_expr(e.args[0])
             lam = e.args[1].sym.lam  # type: ignore[union-attr]
             return pre, ir.Vec("map", lam.ret, src.key, src.length, src=src, lam=lam, len_expr=src.len_expr)
+        if f == "reduce":  # reduce(v, init, f, block): one result per block (a scalar reduce is hoisted)
+            pre, src = self.vec_expr(e.args[0])
+            ipre, init = self.host_expr(e.args[1])
+            lam = e.args[2].sym.lam  # type: ignore[union-attr]
+            tmp = self.temp(e.ty, "t_blocks")
+            block_var = self.temp(T.INT, "t_block")
+            step = ir.SBlockReduce(tmp, src, init, lam, e.args[3], block_var, e.pos, self.next_uid())
+            key = self.blocks_key(src.key, e.args[3])
+            out = ir.Vec("array", lam.ret, key, f"{tmp}.shape[0]", name=tmp, len_expr=ir.Blocks(e.args[3], src))
+            return pre + ipre + [step], out
         if f == "filter":
             pre, src = self.vec_expr(e.args[0])
             tmp = self.temp(e.ty, "t_filter")
@@ -576,7 +594,7 @@ class Lowerer:
         return steps, e
 
     def _hoist(self, e: ast.Expr, steps: list[ir.Step], lazy_ctx: bool) -> None:
-        if isinstance(e, ast.Call) and e.func == "reduce":
+        if isinstance(e, ast.Call) and e.func == "reduce" and len(e.args) == 3:
             if lazy_ctx:
                 raise self.err(
                     e,

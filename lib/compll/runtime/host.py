@@ -122,6 +122,23 @@ def nbytes(n: int, bits: int) -> int:
     return (int(n) * int(bits) + 7) // 8
 
 
+def block_size(b, where: str) -> int:
+    """A per-block ``reduce``'s block size, checked when it becomes known (it may be a parameter)."""
+    b = int(b)
+    if b <= 0:
+        raise GeneratedError(f"{where}: the block size must be a positive integer, got {b} "
+                             "(a spec can require it of its parameter: require(block > 0, ...))")
+    return b
+
+
+def blocks(n, b) -> int:
+    """Blocks of ``b`` elements that ``n`` make, the last ragged: ceil(n / b); none for n <= 0 or
+    b <= 0 (``block_size`` refuses such a ``b`` before an encoder uses it; ``payload_size`` may
+    still be asked about it)."""
+    n, b = int(n), int(b)
+    return -(-n // b) if n > 0 and b > 0 else 0
+
+
 def rest_length(nbytes: int, bits: int) -> int:
     """Elements of ``bits`` bits that ``nbytes`` bytes hold: a last extracted vector given no length."""
     return max(int(nbytes), 0) * 8 // int(bits)
