@@ -222,7 +222,7 @@ def generate_wrapper(
         if exact
         else "An upper bound: data-dependent vectors counted at numel elements."
         if unbounded
-        else "An upper bound: filtered vectors counted at their filter's limit."
+        else "An upper bound: data-dependent vectors counted at their bound (a filter's limit, an if's .size test)."
     )
     return render(
         "wrapper.py.j2",

@@ -25,9 +25,10 @@ class Vec:
     vectors known to have the same length (fusion and bounds-check elision rely on it).
     ``len_expr``: the ``range(...)`` argument the length comes from, where it does (None for the
     gradient's own length, key ``N``, and for lengths the data decide, as a ``filter``'s), or the
-    ``Limit`` of a ``filter`` given one, or the ``Blocks`` of a per-block ``reduce``: the wrapper
-    computes a payload's exact size (or, from a ``Limit``, its bound) from it when it reads only
-    ``.size`` and parameters.
+    ``Limit`` of a ``filter`` given one, the ``Blocks`` of a per-block ``reduce``, or, for a variable
+    assigned more than once, the ``OneOf`` its assignments that reach a read make: the wrapper
+    computes a payload's exact size (or, from a ``Limit`` or ``OneOf``, its bound) from it when it
+    reads only ``.size`` and parameters.
     """
 
     kind: str
@@ -39,7 +40,7 @@ class Vec:
     src: Vec | None = None  # map
     lam: LambdaInfo | None = None  # map
     sym: Symbol | None = None  # the symbol bound to it, if any
-    len_expr: ast.Expr | Limit | Blocks | None = None  # the range(...) argument of its length, or its bound
+    len_expr: ast.Expr | Limit | Blocks | OneOf | None = None  # the range(...) argument of its length, or its bound
 
     def deps(self) -> set[Symbol]:
         """Symbols whose values this vector's elements read."""
@@ -62,6 +63,15 @@ class Limit:
 
     limit: ast.Expr
     src: Vec
+
+
+@dataclass(eq=False)
+class OneOf:
+    """The length of a vector variable assigned more than once, where it is read: that of one of
+    ``alts``, the values that can reach the read (an ``if``'s branches, each possibly bounded by what
+    its test proves: see ``flow.py``). Its bound is the largest of theirs."""
+
+    alts: list[Vec]
 
 
 @dataclass(eq=False)

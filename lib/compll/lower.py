@@ -19,8 +19,9 @@ The plan is a list of ``Step``; both the numba and the CUDA generators walk it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
-from . import ast, ir
+from . import ast, flow, ir
 from . import types as T
 from .check_exprs import subexprs
 from .errors import CompLLError
@@ -43,6 +44,7 @@ class Lowerer:
         self.lambda_names = lambda_names
         self.uid = 0
         self.widths: dict[str, str] = {}
+        self.lengths: flow.Lengths = {}  # vector variables assigned more than once: their length here
         for text in info.widths:
             name = self.fresh("w_" + "".join(c if c.isalnum() else "_" for c in text))
             self.widths[text] = name
@@ -343,8 +345,12 @@ class Lowerer:
             return self.assign(st)
         if isinstance(st, ast.If):
             pre, cond = self.host_expr(st.cond)
+            before = self.lengths
+            self.lengths = flow.refined(before, st.cond, True)
             then = self.block([st.then])
+            after_then, self.lengths = self.lengths, flow.refined(before, st.cond, False)
             other = self.block([st.other]) if st.other is not None else []
+            self.lengths = flow.joined(after_then, self.lengths)
             chained = isinstance(st.other, ast.If)
             return pre + [ir.SIf(cond, fuse(then, self), fuse(other, self), chained)]
         if isinstance(st, ast.Require):
@@ -369,6 +375,7 @@ class Lowerer:
             self.vecs[id(sym)] = v
             return pre
         pre, v = self.vec_expr(st.init)
+        self.track_length(sym, v)
         steps = pre + self.materialize_into(v, name, sym.ty.elem)  # type: ignore[arg-type]
         self.vecs[id(sym)] = ir.Vec(
             "array",
@@ -442,6 +449,7 @@ class Lowerer:
         elif sym in self.expr_syms(value):
             in_place_ok = False
         pre, v = self.vec_expr(value)
+        self.track_length(sym, v)
         if sym.kind == "state":
             if in_place_ok and v.kind != "array":
                 return pre + [self.store_loop(name, v, T.FLOAT)]
@@ -449,6 +457,12 @@ class Lowerer:
             steps = pre + self.materialize_into(v, tmp, T.FLOAT)
             return steps + [ir.SCopy(name, tmp)]
         return pre + self.materialize_into(v, name, sym.ty.elem)  # type: ignore[arg-type]
+
+    def track_length(self, sym: Symbol, v: ir.Vec) -> None:
+        """``sym`` now holds ``v``: where a variable assigned more than once is read, its length is
+        the one ``flow`` follows (its ``len_expr`` is ``vec_expr``'s ``OneOf``)."""
+        if sym.kind == "local" and sym.writes > 0:
+            self.lengths[id(sym)] = v
 
     def output(self, value: ast.Expr, name: str) -> list[ir.Step]:
         """The decoder's one assignment of its output: honours accumulate (``add``) mode."""
@@ -499,6 +513,9 @@ class Lowerer:
             if v is None:  # a vector variable assigned at run time (possibly in a branch)
                 name = self.name_of(sym)
                 v = ir.Vec("array", sym.ty.elem, f"len{id(sym)}", f"{name}.shape[0]", name=name, sym=sym)  # type: ignore[arg-type]
+            if sym.kind == "local" and sym.writes > 0:  # its length: that of the value(s) reaching here
+                now = self.lengths.get(id(sym))
+                v = replace(v, len_expr=ir.OneOf([now]) if now is not None else None)
             return [], v
         if not isinstance(e, ast.Call):  # pragma: no cover - the checker admits no other vector
             raise self.err(e, "internal: not a vector expression")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from . import ast
 from . import types as T
 from .emit import ExprEmitter, PyDialect
-from .ir import Blocks, Limit, Plan, Vec, all_stmts
+from .ir import Blocks, Limit, OneOf, Plan, Vec, all_stmts
 from .symbols import CheckedSpec, Symbol
 
 
@@ -114,6 +114,13 @@ class StaticSizes:
             src, exact = self.length(vec.len_expr.src)
             block = self.expr(vec.len_expr.block, T.INT)
             return (None, False) if src is None or block is None else (f"H.blocks({src}, {block})", exact)
+        if isinstance(vec.len_expr, OneOf):  # a variable reassigned in an if: the largest it can be
+            lengths = [self.length(v) for v in vec.len_expr.alts]
+            if any(code is None for code, _ in lengths):
+                return None, False
+            codes = sorted({code for code, _ in lengths})  # type: ignore[type-var]
+            exact = len(codes) == 1 and all(e for _, e in lengths)
+            return (codes[0] if len(codes) == 1 else f"max({', '.join(codes)})"), exact
         if isinstance(vec.len_expr, Limit):
             bound = self.expr(vec.len_expr.limit, T.INT)
             if bound is None:

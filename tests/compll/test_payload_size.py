@@ -83,3 +83,97 @@ void KeepBigDecode(uint8* compressed, float* gradient) {
         assert comp.caps.sparse
     finally:
         unregister("keepbig")
+
+
+# ---------------------------------------------------------------------------- reassigned in an if
+TRIM = """param Trim {{ double ratio = 0.1; }}
+void TrimEncode(float* gradient, float* residual, uint8* compressed, Trim p) {{
+    int n = gradient.size;
+    lambda_func accumulate = [&](int i) -> float {{ return residual[i] + gradient[i]; }}
+    residual = map(range(n), accumulate);
+    lambda_func nonzero = [&](int i) -> bool {{ return residual[i] != 0; }}
+    int* idx = filter(range(n), nonzero);
+    int k = (int) ceil(n * p.ratio);
+    if ({test}) {{
+        lambda_func by_magnitude = [&](int a, int b) -> bool {{ return abs(residual[a]) > abs(residual[b]); }}
+        int* ranked = sort(idx, by_magnitude);
+        lambda_func first = [&](int j) -> int {{ return ranked[j]; }}
+        lambda_func ascending = [&](int a, int b) -> bool {{ return a < b; }}
+        idx = sort(map(range({kept}), first), ascending);
+    }}{other}
+    lambda_func value = [&](int i) -> float {{ return residual[i]; }}
+    compressed = concat((uint) idx.size, idx, map(idx, value));
+    residual = scatter(residual, idx, 0);
+}}
+void TrimDecode(uint8* compressed, float* gradient) {{
+    uint k;
+    int* idx;
+    float* val;
+    extract(compressed, k, idx[k], val[k]);
+    lambda_func zero = [&](int i) -> float {{ return 0; }}
+    gradient = scatter(map(range(gradient.size), zero), idx, val);
+}}
+"""
+
+
+def _trim(tmp_path, test: str, kept: str = "k", other: str = ""):
+    spec = tmp_path / "trim.pse"
+    spec.write_text(TRIM.format(test=test, kept=kept, other=other))
+    from hipress.compll.loader import load_spec
+
+    return load_spec(spec, register=False, cache=CACHE)
+
+
+@pytest.mark.parametrize(
+    "test, kept, bound",
+    [
+        ("idx.size > k", "k", lambda k: k),  # dgc.pse's trim
+        ("k < idx.size", "k", lambda k: k),
+        ("!(idx.size <= k)", "k", lambda k: k),
+        ("idx.size >= k + 1", "k", lambda k: k + 1),  # strict: bounded by k + 1, one more than need be
+        ("idx.size > k", "k / 2", lambda k: k),  # trimmed further than the test: the test's k bounds
+        ("idx.size > 2 * k", "k", lambda k: 2 * k),  # not trimmed down to the test: it bounds
+        ("idx.size > k || k > 5", "k", lambda k: k),  # false: both fail
+    ],
+)
+def test_a_trim_under_an_if_bounds_the_payload(tmp_path, test, kept, bound):
+    """After ``if (idx.size > k) idx = <k of them>``, idx has at most k elements: on the path that
+    skips the if, the test says so. The payload was counted at every element as a pair."""
+    comp = _trim(tmp_path, test, kept)(ratio=0.1)
+    for n in (0, 1, 9, 10, 11, 1000, 1 << 20):
+        k = -(-n // 10)
+        assert comp.payload_size(n) == 20 + 4 + 8 * max(0, bound(k)), n
+    assert comp.caps.sparse and "bound" in comp.payload_size.__doc__
+    x = gradient(1000, "normal", 5)
+    payload = comp.encode(x, GradientState(seed=1), name="w")
+    assert payload.numel() <= comp.payload_size(1000)
+    if kept == "k":  # all 1000 nonzero: trimmed to k = 100
+        assert payload.numel() == 20 + 4 + 8 * 100
+
+
+@pytest.mark.parametrize(
+    "test, other",
+    [
+        ("idx.size < k", ""),  # the wrong way round: the path that skips keeps every element
+        ("idx.size > k && k > 1", ""),  # false when k <= 1, whatever idx.size
+        ("idx.size > k", " else { idx = filter(range(n), nonzero); }"),  # the else reassigns it
+        ("p.ratio > 0.5", ""),  # not a test of idx.size
+    ],
+)
+def test_what_does_not_bound_it_stays_every_element(tmp_path, test, other):
+    comp = _trim(tmp_path, test, other=other)(ratio=0.1)
+    assert comp.payload_size(1000) == 20 + 4 + 8 * 1000
+
+
+@pytest.mark.parametrize("ratio", [0.001, 0.01, 0.07, 0.3, 1.0])
+def test_dgc_spec_payload_size_is_the_librarys_bound(ratio):
+    """dgc.pse's own payload_size (not the built-in's, which takes the library's): the budget k."""
+    from hipress.compll.builtins import generated_class, library_compressor
+
+    gen, lib = generated_class("dgc", with_library_merge=False)(ratio=ratio), library_compressor("dgc", ratio=ratio)
+    for n in (0, 1, 2, 7, 100, 1000, 4099, 1 << 20):
+        assert gen.payload_size(n) == lib.payload_size(n), n
+    for kind in ("normal", "ties", "zeros"):
+        x = gradient(5000, kind, 1)
+        assert gen.encode(x, GradientState(seed=1), name="w").numel() <= gen.payload_size(5000)
+    assert gen.caps.sparse

@@ -44,10 +44,10 @@ class DgcCompLL(GeneratedCompressor):
             return None
 
     def payload_size(self, numel: int) -> int:
-        """An upper bound: data-dependent vectors counted at numel elements."""
+        """An upper bound: data-dependent vectors counted at their bound (a filter's limit, an if's .size test)."""
         p_ratio = self._p["ratio"]
         p_sample_ratio = self._p["sample_ratio"]
         p_momentum = self._p["momentum"]
         p_masking = self._p["masking"]
         with np.errstate(all="ignore"):
-            return 20 + 4 + H.nbytes(numel, 32) + H.nbytes(numel, 32)
+            return 20 + 4 + H.nbytes(max(0, (H.min_((numel), H.max_(1, (H.i64(((H.f2i(np.ceil((np.float64((numel)) * p_ratio)))) - 1)) if (((H.f2i(np.ceil((np.float64((numel)) * p_ratio)))) > 1) and ((np.float64(H.i64(((H.f2i(np.ceil((np.float64((numel)) * p_ratio)))) - 1))) / np.float64((numel))) >= p_ratio)) else (H.f2i(np.ceil((np.float64((numel)) * p_ratio))))))))), 32) + H.nbytes(max(0, (H.min_((numel), H.max_(1, (H.i64(((H.f2i(np.ceil((np.float64((numel)) * p_ratio)))) - 1)) if (((H.f2i(np.ceil((np.float64((numel)) * p_ratio)))) > 1) and ((np.float64(H.i64(((H.f2i(np.ceil((np.float64((numel)) * p_ratio)))) - 1))) / np.float64((numel))) >= p_ratio)) else (H.f2i(np.ceil((np.float64((numel)) * p_ratio))))))))), 32)
