@@ -943,6 +943,22 @@ class RemoteJob:
         except (OSError, EOFError, paramiko.SSHException):
             return False
 
+    def _not_answering(self, i: int, collect: bool) -> str:
+        """What ``stop`` leaves on host ``i``, which did not answer: only what is true of it.
+
+        A start that failed on a dead host had started no process there, yet the line said its processes were
+        left to its guard; a directory prepared there is left too, which ``unfetched`` says only when collecting.
+        """
+        said = f"{self.hosts[i].name} did not answer within {PROBE_S:g} s"
+        if i in self._proc_hosts:
+            return (f"{said}: its processes of this job are left to its guard, which ends them once the host sees "
+                    f"the connection closed")
+        said += ": this job started no process there"
+        if i in self._prepared and not collect and not self.keep_remote:
+            wdir = self.wdirs[self._prepared.index(i)]
+            said += f"; its directory there, {wdir}, is left as it is"
+        return said
+
     def stop(self, collect: bool = True) -> None:
         """End everything this job started, on every host; fetch the results; idempotent.
 
@@ -971,8 +987,7 @@ class RemoteJob:
         alive = [ok for ok, _ in stopped]
         left = [stopped[self._proc_hosts[k]][1].get(k) for k in range(len(self.procs))]
         for i in (i for i, ok in enumerate(alive) if not ok):
-            self._emit(f"[hipress] {self.hosts[i].name} did not answer within {PROBE_S:g} s: its processes of this "
-                       f"job are left to its guard, which ends them once the host sees the connection closed")
+            self._emit(f"[hipress] {self._not_answering(i, collect)}")
         self.leftover = {p.name: n for p, n in zip(self.procs, left, strict=True)}
         for name, left in self.leftover.items():
             if left:

@@ -598,3 +598,55 @@ def test_stop_leaves_a_host_that_does_not_answer_alone_after_one_bounded_ask(ssh
     assert (run_dir / "rank0.json").exists(), "the host that answers is still fetched"
     assert wait_until(lambda: not job_processes(job.token), 30), "the guards end the job once the connections close"
     assert wait_until(lambda: not sshd_children(sshd), 30)
+
+
+@pytest.mark.parametrize("dies", ["before_prepare", "after_prepare"])
+def test_a_failed_start_says_no_process_was_left_on_a_dead_host_it_started_none_on(sshd, ssh_opts, tmp_path,
+                                                                                    monkeypatch, dies):
+    """A start that failed with a dead host: ``stop`` said "<host> did not answer ...: its processes of this job
+    are left to its guard" though the job had started no process there. Now it says so only of a host that had
+    processes of the job; of another, that none was started there (and, if its directory was prepared, that
+    the directory is left as it is, since a failed start fetches and says nothing else of it)."""
+    import paramiko
+
+    from hipress.launch import remote as remote_mod
+
+    monkeypatch.setattr(remote_mod, "PROBE_S", 1.0)
+    run_dir = _run_dir(tmp_path, f"run-dead-start-{dies}")
+    cluster = Cluster.connect(parse_hosts("127.0.0.1:1,127.0.0.2:1"), ssh_opts)
+    dead_client = cluster.clients[1]
+    dead = dead_client.get_transport()
+    frozen: list[bool] = [dies == "before_prepare"]
+    real_open_session = paramiko.Transport.open_session
+    real_open_sftp = paramiko.SSHClient.open_sftp
+
+    def open_session(self, *args, **kwargs):
+        if frozen[0] and self is dead:
+            raise paramiko.SSHException("Timeout opening channel.")  # what a dead host's request ends in
+        return real_open_session(self, *args, **kwargs)
+
+    def open_sftp(self):
+        if frozen[0] and self is dead_client:
+            raise paramiko.SSHException("Timeout opening channel.")
+        return real_open_sftp(self)
+
+    monkeypatch.setattr(paramiko.Transport, "open_session", open_session)
+    monkeypatch.setattr(paramiko.SSHClient, "open_sftp", open_sftp)
+    real_start = RemoteJob._start
+
+    def start(self, *args, **kwargs):  # the host dies once its directory is prepared; mpiexec cannot start
+        frozen[0] = True
+        self.cluster.mpiexec = str(tmp_path / "no-such-mpiexec")
+        return real_start(self, *args, **kwargs)
+
+    monkeypatch.setattr(RemoteJob, "_start", start)
+    lines: list[str] = []
+    with pytest.raises(RemoteLaunchError):
+        RemoteJob(cluster, [sys.executable, PROG, "hang"], run_dir=run_dir, remote_dir=str(tmp_path / "remote"),
+                  on_line=lines.append)
+    said = [line for line in lines if "127.0.0.2 did not answer" in line]
+    assert len(said) == 1, lines
+    assert "left to its guard" not in said[0], said[0]
+    assert "this job started no process there" in said[0], said[0]
+    assert ("its directory there" in said[0]) == (dies == "after_prepare"), said[0]
+    assert wait_until(lambda: not sshd_children(sshd), 30)
