@@ -332,10 +332,16 @@ class LocalJob:
 
 
 class FailedStart:
-    """Stands in for a job that could not start, so that it is reported like a failed run."""
+    """Stands in for a job that could not start, so that it is reported like a failed run.
 
-    def __init__(self, message: str) -> None:
+    ``tail_from``: the size of each followed file when the start was tried (``runner.start``), as a job's: a
+    failed start wrote nothing of its own, and without it ``follow`` replayed a resumed run's earlier events
+    from byte 0 (their ``start`` naming processes long gone) to its ``on_event``.
+    """
+
+    def __init__(self, message: str, tail_from: Mapping[str, int] | None = None) -> None:
         self.message, self.returncode = message, 1
+        self.tail_from = dict(tail_from or {})
 
     def poll(self) -> int:
         return 1

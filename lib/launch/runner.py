@@ -98,10 +98,10 @@ def start(np: int, argv: Sequence[str], run_dir: Path, where: Where | None = Non
                                     interface=where.interface, log=log, mirror=list(mirror), heartbeat_dir=beats)
             except RemoteLaunchError as e:
                 shutil.rmtree(beats, ignore_errors=True)
-                return FailedStart(f"the ranks could not be started on the hosts: {e}")
+                return FailedStart(f"the ranks could not be started on the hosts: {e}", tail_from)
             except Interrupted as e:  # noted: the caller's follow ends the run as interrupted
                 shutil.rmtree(beats, ignore_errors=True)
-                return FailedStart(str(e))
+                return FailedStart(str(e), tail_from)
         else:
             env.update({heartbeat.HEARTBEAT_DIR: str(beats), heartbeat.LAUNCHER_PID: str(os.getpid())})
             job = LocalJob(np, _argv_for(argv, str(run_dir.resolve())), log=log, env=env, emulated=where.emulated)

@@ -64,3 +64,28 @@ def test_a_host_that_does_not_answer_the_term_is_not_asked_again(monkeypatch):
     proc.pid, proc.python, proc.token = 4242, "python3", "t0k"
     assert proc.stop(grace=0.0) is None
     assert asked == ["group TERM", "TERM"]
+
+
+def test_following_a_failed_start_of_a_resumed_run_replays_none_of_its_earlier_events(tmp_path, monkeypatch):
+    """A start refused by the hosts returns a ``FailedStart``, which had no ``tail_from``: ``follow`` tailed
+    ``events.jsonl`` from byte 0 and handed a resumed run's earlier events (their ``start`` naming processes long
+    gone) to ``on_event`` as this job's. It now carries the files' sizes from when the start was tried."""
+    import json
+
+    from hipress.launch import remote
+
+    class Refused:  # the hosts refuse the job (e.g. a held directory): what RemoteJob raises
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            raise remote.RemoteLaunchError("127.0.0.2: cannot prepare the run directory")
+
+    monkeypatch.setattr(remote, "RemoteJob", Refused)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    earlier = [{"event": "start", "pids": [1, 2], "time": 1.0}, {"event": "end", "time": 2.0}]
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in earlier))
+    job = runner.start(2, ["true"], run_dir, runner.Where(cluster=object()), mirror=["events.jsonl"])
+    assert isinstance(job, runner.FailedStart), job
+    got: list[dict] = []
+    ended = runner.follow(job, run_dir, got.append, events="events.jsonl", stall_timeout_s=0)
+    assert ended.status == "failed" and "cannot prepare the run directory" in ended.failure, ended
+    assert got == [], f"the earlier part's events were replayed as this job's: {got}"
