@@ -298,17 +298,43 @@ def command(argv: Sequence[str], *, cwd: str | None = None, exec_: bool = False)
 PID_MARK = "HIPRESS-PID "
 
 
+#: How long ``kill_group`` waits for the session to open, then for the kill command to start and exit.
+KILL_S = 5.0
+
+
 def kill_group(client: paramiko.SSHClient, pgid: int, sig: str) -> None:
     """Send ``sig`` (``TERM``, ``KILL``) to the process group ``pgid`` on the host, over a channel of its own;
-    best effort (a group already gone, or a connection lost, is not an error)."""
+    best effort (a group already gone, or a connection lost, is not an error).
+
+    Bounded: the session opens within ``KILL_S``, and the command starts and exits within ``KILL_S`` more.
+    Paramiko's ``Channel.exec_command`` and ``recv_exit_status`` wait with
+    no timeout (``settimeout`` bounds reads only), so a host that froze after the session opened kept
+    ``stop`` waiting forever. A timer closes the channel after ``KILL_S`` from the request on, which ends
+    both waits (the close sets the events they wait on)."""
     transport = client.get_transport()
     if transport is None or not transport.is_active():
         return
     try:
-        chan = transport.open_session(timeout=5)
-        chan.settimeout(5)
+        chan = transport.open_session(timeout=KILL_S)
+    except (OSError, EOFError, paramiko.SSHException):
+        return
+    give_up = threading.Timer(KILL_S, _close_quietly, (chan,))
+    give_up.daemon = True
+    give_up.start()
+    try:
+        chan.settimeout(KILL_S)
         chan.exec_command(shlex.join(["kill", f"-{sig}", "--", f"-{pgid}"]) + " 2>/dev/null; true")
         chan.recv_exit_status()
+    except (OSError, EOFError, paramiko.SSHException):
+        pass
+    finally:
+        give_up.cancel()
+        _close_quietly(chan)
+
+
+def _close_quietly(chan: paramiko.Channel) -> None:
+    """Close ``chan``; a connection already lost is not an error (the close sends a message on it)."""
+    try:
         chan.close()
     except (OSError, EOFError, paramiko.SSHException):
         pass
