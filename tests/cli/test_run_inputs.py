@@ -650,11 +650,7 @@ def test_a_resume_whose_ranks_could_not_start_leaves_the_runs_events_as_they_wer
     monkeypatch.setattr(supervise, "start", lambda *a, **k: FailedStart(
         "the ranks could not be started on the hosts: 127.0.0.2: cannot prepare the run directory"))
     run_dir = tmp_path / "r1"
-    _finished_run(run_dir)
-    measured = [{"event": "iteration", "iter": i, "warmup": i == 0, "iter_s": 0.1, "compute_s": 0.05, "sync_s": 0.02,
-                 "loss": 1.0, "bytes_sent": [100, 100]} for i in range(4)]  # as ranks write them: summarized
-    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in [
-        {"event": "start", "time": 1.0}, *measured, {"event": "end", "time": 2.0}]))
+    _finished_run(run_dir)  # its events as ranks write them: the failed start's run is summarized
     (run_dir / "errors.jsonl").write_text('{"rank": 1, "error": "before"}\n')
     before = {name: (run_dir / name).read_bytes() for name in ("events.jsonl", "config.json", "errors.jsonl")}
     r = _invoke(["run", "--resume", str(run_dir), "--iters", "5"])

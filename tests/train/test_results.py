@@ -109,3 +109,16 @@ def test_the_directory_is_fsynced_after_the_rename(tmp_path, monkeypatch):
     monkeypatch.setattr(files, "fsync_dir", lambda p: (calls.append(f"fsync_dir {p}"), real_fsync_dir(p))[1])
     write_json_atomic(tmp_path / "summary.json", {"a": 1})
     assert calls == ["replace", f"fsync_dir {tmp_path}"]
+
+
+def test_the_shared_finished_run_is_summarized_as_a_real_one(tmp_path):
+    """``tests/runs.py``'s ``finished_run`` wrote iteration events with only ``iter`` and ``warmup``, so a test
+    that let ``follow`` summarize such a run (a refused ``--resume``) got ``KeyError: 'iter_s'`` and had to write
+    its own events. Its events are now as rank 0 writes them."""
+    from ..runs import finished_run
+
+    run_dir = tmp_path / "r1"
+    finished_run(run_dir)
+    s = summarize(run_dir)
+    assert (s["iterations"], s["measured_iterations"], s["np"]) == (4, 3, 2), s
+    assert s["iter_s"] and s["throughput"] and s["bytes_sent_per_rank"] == [100, 100], s
