@@ -49,7 +49,7 @@ from typing import Any
 from .cluster import Cluster, cluster_from_reference
 from .costs import CodecCosts
 from .experiments import paper_systems
-from .model import Planner, simulate
+from .model import GraphCache, Planner, simulate
 from .params import FITTABLE, SimParams, fitted_values
 from .reference import BREAKDOWN, Reference
 from .workload import Workload, make_workload, reference_workload
@@ -116,7 +116,9 @@ def published_points(
 
 
 class Evaluator:
-    """Predicts published points, caching the workloads and clusters it builds."""
+    """Predicts published points, caching the workloads and clusters it builds, and the task graphs
+    that can be rerun for other values of the parameters being fitted (:class:`GraphCache`: the
+    BytePS step's hundreds of evaluations then build each of its graphs once)."""
 
     def __init__(self, ref: Reference, planner: Planner | None = None) -> None:
         self.ref = ref
@@ -124,6 +126,7 @@ class Evaluator:
         self.costs = CodecCosts.from_secopa(ref.secopa)
         self._workloads: dict[tuple, Workload] = {}
         self._clusters: dict[str, Cluster] = {}
+        self.graphs = GraphCache()
 
     def workload(self, cluster: str, model: str) -> Workload:
         key = (cluster, model)
@@ -149,7 +152,7 @@ class Evaluator:
         alg = self.ref.experiments.get(p.model, {}).get("algorithm")
         r = simulate(
             p.system, self.workload(p.cluster, p.model), self.cluster(p.cluster), p.gpus, params, self.costs,
-            alg=alg, planner=self.planner,
+            alg=alg, planner=self.planner, graphs=self.graphs,
         )
         return r.throughput
 
@@ -441,7 +444,7 @@ class _StopOnSignals:
 
 def _run_fits(ref: Reference, start: dict[str, SimParams], jobs: list[_Job], steps: Sequence[Step],
               progress: Callable[[str], None] | None, workers: int | None) -> list[dict]:
-    """Independent fits (one per cluster and held-out model), each single-threaded pure Python: in
+    """Independent fits (one per cluster and held-out model), each single-threaded: in
     parallel processes when there are several CPUs, in order otherwise. Spawned, not forked: the
     parent may hold torch's thread pools (the workloads' FLOP counts).
 

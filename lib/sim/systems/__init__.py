@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..engine import Task
 from .base import Context, Options
-from .byteps import build_byteps
+from .byteps import HOST_PARAMS, build_byteps
 from .casync import build_casync, naive_plan
 from .horovod import build_horovod
 
@@ -26,15 +26,18 @@ class System:
     topology: str | None  # "ps"/"ring" for CaSync (needs a plan), else None
     description: str
     display: str
+    #: parameters its builder's :class:`~hipress.sim.systems.base.Retimer` recomputes durations for:
+    #: its graphs can be reused for other values of them (``hipress.sim.model.GraphCache``)
+    retimed: tuple[str, ...] = ()
 
 
 SYSTEMS: dict[str, System] = {
     s.name: s
     for s in (
         System("byteps", lambda c: build_byteps(c, False), "none", None, "BytePS, CPU parameter servers",
-               "BytePS"),
+               "BytePS", HOST_PARAMS),
         System("byteps-onebit", lambda c: build_byteps(c, True), "onebit", None, "BytePS + onebit on the CPU",
-               "BytePS + onebit (CPU)"),
+               "BytePS + onebit (CPU)", HOST_PARAMS),
         System("ring", lambda c: build_horovod(c, False), "none", None, "Horovod + NCCL ring all-reduce",
                "Horovod (NCCL ring)"),
         System("ring-dgc", lambda c: build_horovod(c, True), "dgc", None, "Horovod + open-source DGC all-gather",

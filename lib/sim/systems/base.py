@@ -38,6 +38,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
 
 from ..cluster import Cluster, Layout
 from ..costs import Algorithm, CodecCosts
@@ -59,6 +62,26 @@ class Options:
     gpu_codec: bool = True
 
 
+def host_rates(params: SimParams) -> tuple[float, float]:
+    """A host's two rates in bytes per ms: its message path's (``byteps_host_gbytes``, per wire byte)
+    and its streaming pass over fp32 data (``cpu_codec_gbytes``: BytePS's sum, on-CPU codecs). The
+    host rates are the cluster's own (its calibration), not scaled from another cluster's."""
+    return params.byteps_host_gbytes * 1e6, params.cpu_codec_gbytes * 1e6
+
+
+class Retimer(Protocol):
+    """Some of a built graph's durations as a function of some parameters (``params``), the only
+    durations those parameters enter: the graph can then be run again for other values of them with
+    only these durations recomputed (``hipress.sim.model.GraphCache``), instead of built again."""
+
+    params: tuple[str, ...]
+    tasks: list[int]  # their indices (``Task.index``): a cached graph keeps no task objects
+
+    def durations(self, params: SimParams) -> np.ndarray:
+        """``tasks``' durations (ms, in their order) under ``params``."""
+        ...
+
+
 @dataclass
 class Context:
     sim: Simulation
@@ -71,6 +94,8 @@ class Context:
     plan: dict | None = None
     options: Options = field(default_factory=Options)
     ready: list[Task] = field(default_factory=list)
+    #: set by a builder whose graph can be retimed (:class:`Retimer`)
+    retimer: Retimer | None = None
 
     def __post_init__(self) -> None:
         self._res: dict[tuple[str, int], Resource] = {}
@@ -78,9 +103,7 @@ class Context:
         self.net_rate = self.cluster.network_gbps * self.params.net_efficiency * 1e9 / 8 / 1e3
         self.intra_rate = self.cluster.intra_gbytes * 1e6
         self.pcie_rate = self.cluster.pcie_gbytes * 1e6
-        # the host rates are the cluster's own (its calibration), not scaled from another cluster's
-        self.host_rate = self.params.byteps_host_gbytes * 1e6
-        self.cpu_codec_rate = self.params.cpu_codec_gbytes * 1e6
+        self.host_rate, self.cpu_codec_rate = host_rates(self.params)
         # what NCCL's ring reaches of the nominal link (its own transport, sockets or verbs: it may
         # get more of the wire than CaSync's, whose share net_efficiency is)
         self.nccl_rate = self.cluster.network_gbps * self.params.nccl_efficiency * 1e9 / 8 / 1e3
@@ -109,9 +132,10 @@ class Context:
         return chain
 
     @property
-    def backward_end(self) -> float:
-        """When the slowest node's backward ended (after a run), its turns with NCCL included."""
-        return max((c[-1].end for c in self._chains.values() if c), default=0.0)
+    def chain_ends(self) -> list[Task]:
+        """Each node's last backward task (made so far): the slowest one's end is when backward ended,
+        its turns with NCCL included."""
+        return [c[-1] for c in self._chains.values() if c]
 
     @property
     def nodes(self) -> int:

@@ -58,12 +58,20 @@ a per-stage timeline of one at 2 and 16 nodes, would tell which mechanism is mis
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from functools import cached_property
 from statistics import NormalDist
+
+import numpy as np
 
 from hipress.sync.graph import split_even
 
 from ..engine import Task
-from .base import Context
+from ..params import SimParams
+from .base import Context, host_rates
+
+#: The parameters that only the host tasks' durations depend on (:class:`HostWork`).
+HOST_PARAMS = ("byteps_host_gbytes", "cpu_codec_gbytes", "host_jitter")
 
 
 def host_slowdown(n: int, jitter: float) -> list[float]:
@@ -76,10 +84,52 @@ def host_slowdown(n: int, jitter: float) -> list[float]:
     return [math.exp(jitter * dist.inv_cdf((i + 0.5) / n)) for i in range(n)]
 
 
+@dataclass
+class HostWork:
+    """A BytePS graph's host tasks, each ``(nbytes / rate + fixed) * slowdown[node]`` ms: ``rate`` the
+    message path's or the fp32 pass's (:func:`~hipress.sim.systems.base.host_rates`), ``fixed``
+    ps-lite's per-message work, the node's slowdown from ``host_jitter`` (:func:`host_slowdown`).
+    The only durations :data:`HOST_PARAMS` enter, and all of them are computed here, in one vector,
+    when the graph is built and whenever it is retimed for other values (a :class:`Retimer
+    <hipress.sim.systems.base.Retimer>`: the calibration's BytePS step re-evaluates each graph
+    hundreds of times with only these parameters changed)."""
+
+    nodes: int
+    params: tuple[str, ...] = HOST_PARAMS
+    tasks: list[int] = field(default_factory=list)  # their indices (Task.index)
+    nbytes: list[float] = field(default_factory=list)
+    codec: list[bool] = field(default_factory=list)  # at cpu_codec_gbytes (else byteps_host_gbytes)
+    fixed: list[float] = field(default_factory=list)
+    node: list[int] = field(default_factory=list)
+
+    def add(self, t: Task, nbytes: float, codec: bool, fixed: float, node: int) -> Task:
+        self.tasks.append(t.index)
+        self.nbytes.append(nbytes)
+        self.codec.append(codec)
+        self.fixed.append(fixed)
+        self.node.append(node)
+        return t
+
+    @cached_property
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The terms as arrays, made once the graph is complete (the first :meth:`durations`)."""
+        return (np.array(self.nbytes, np.float64), np.array(self.codec, bool), np.array(self.fixed, np.float64),
+                np.array(self.node, np.int64))
+
+    def durations(self, params: SimParams) -> np.ndarray:
+        """The host tasks' durations (ms) under ``params``: IEEE operations in the scalar formula's order,
+        so each is bit-for-bit what ``(nbytes / rate + fixed) * slow[node]`` gives in Python floats."""
+        nbytes, codec, fixed, node = self._arrays
+        host_rate, codec_rate = host_rates(params)
+        slow = np.array(host_slowdown(self.nodes, params.host_jitter), np.float64)
+        return (nbytes / np.where(codec, codec_rate, host_rate) + fixed) * slow[node]
+
+
 def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
     n = ctx.nodes
     finals: list[Task] = []
     if n == 1:
+        ctx.retimer = HostWork(1)  # no host tasks: nothing depends on HOST_PARAMS
         for g, r in zip(ctx.workload.gradients, ctx.ready, strict=True):
             finals.append(ctx.intra_allreduce(0, g.nbytes, [r]))
         return finals
@@ -87,16 +137,17 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
     part_elems = max(1, int(p.byteps_partition_bytes / 4))
     rdma = ctx.cluster.transport == "rdma"
     lat = p.rdma_latency_ms if rdma else p.tcp_latency_ms
-    slow = host_slowdown(n, p.host_jitter)
     grads = ctx.workload.gradients
+    work = ctx.retimer = HostWork(n)
 
     # resources resolved once: the graph below has ~13 tasks per partition and node
     host_res = [(ctx.res("host", i),) for i in range(n)]
     pcie_res = [(ctx.res("pcie", i),) for i in range(n)]
     task = ctx.sim.task
 
-    def host(kind: str, node: int, nbytes: float, rate: float, deps: list[Task | None], fixed: float = 0.0) -> Task:
-        return task(kind, (nbytes / rate + fixed) * slow[node], host_res[node], deps)
+    def host(kind: str, node: int, nbytes: float, codec: bool, deps: list[Task | None], fixed: float = 0.0) -> Task:
+        """A task on the node's CPU; its duration is set with the others' at the end (:class:`HostWork`)."""
+        return work.add(task(kind, 0.0, host_res[node], deps), nbytes, codec, fixed, node)
 
     def message(kind: str, node: int, nbytes: float, deps: list[Task | None], fixed: float = 0.0) -> Task:
         """The host's path of one message: ZMQ and the kernel's TCP stack, or ps-lite's RDMA van,
@@ -104,7 +155,7 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
         work per wire byte, at the cluster's own fitted ``byteps_host_gbytes``, plus ps-lite's fixed
         work per message (``fixed``: ``ps_push_ms`` for a server's push received, ``ps_pull_ms`` for any
         other message, see the module's docstring)."""
-        return host(kind, node, nbytes, ctx.host_rate, deps, fixed)
+        return host(kind, node, nbytes, False, deps, fixed)
 
     # a worker's van: ps-lite's fixed cost of a message sent (``ps_pull_ms``) for each push it sends
     # and each pull answer it receives; no request to handle, unlike a server's push received (see above)
@@ -123,23 +174,26 @@ def build_byteps(ctx: Context, compressed: bool = False) -> list[Task]:
                 x = ctx.intra_reduce(w, nbytes, [ready[w][gi]])
                 x = task("d2h", nbytes / ctx.pcie_rate, pcie_res[w], [x])
                 if compressed:
-                    x = host("cpu-encode", w, nbytes, ctx.cpu_codec_rate, [x])
+                    x = host("cpu-encode", w, nbytes, True, [x])
                 x = message("zmq-send", w, wire, [x], w_send)
                 if w != s:
                     x = ctx.transfer(w, s, wire, [x], latency=lat)
                 x = message("zmq-recv", s, wire, [x], p.ps_push_ms)
                 # the server sums (a compressed push is decoded into the sum: one streaming pass)
-                arrived.append(host("sum", s, nbytes, ctx.cpu_codec_rate, [x]))
+                arrived.append(host("sum", s, nbytes, True, [x]))
             agg: Task = ctx.after(arrived)
             if compressed:
-                agg = host("cpu-encode", s, nbytes, ctx.cpu_codec_rate, [agg])
+                agg = host("cpu-encode", s, nbytes, True, [agg])
             for w in range(n):
                 y = message("zmq-send", s, wire, [agg], p.ps_pull_ms)
                 if w != s:
                     y = ctx.transfer(s, w, wire, [y], latency=lat)
                 y = message("zmq-recv", w, wire, [y], w_recv)
                 if compressed:
-                    y = host("cpu-decode", w, nbytes, ctx.cpu_codec_rate, [y])
+                    y = host("cpu-decode", w, nbytes, True, [y])
                 y = task("h2d", nbytes / ctx.pcie_rate, pcie_res[w], [y])
                 finals.append(ctx.intra_broadcast(w, nbytes, [y]))
+    tasks = ctx.sim.tasks
+    for i, d in zip(work.tasks, work.durations(p).tolist(), strict=True):
+        tasks[i].duration = d
     return finals

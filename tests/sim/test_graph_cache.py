@@ -1,0 +1,84 @@
+"""A BytePS graph built once and retimed for other host parameters (``GraphCache``, what the
+calibration's BytePS step relies on) gives what a graph built afresh gives, bit for bit."""
+
+import math
+
+import pytest
+
+from hipress.sim import cluster_from_reference, load_reference
+from hipress.sim.calibrate import BPS_HOST, FIT_STEPS, Evaluator, _loss, published_points
+from hipress.sim.costs import CodecCosts
+from hipress.sim.model import GraphCache, simulate
+from hipress.sim.params import params_by_cluster
+from hipress.sim.systems import SYSTEMS
+from hipress.sim.workload import reference_workload
+
+#: host parameter values a fit visits: jitter off (no slowdown) and on, slow and fast hosts
+HOST_VALUES = [
+    {"byteps_host_gbytes": 2.5, "cpu_codec_gbytes": 4.0, "host_jitter": 0.1},
+    {"byteps_host_gbytes": 11.3, "cpu_codec_gbytes": 0.7, "host_jitter": 0.0},
+    {"byteps_host_gbytes": 0.31, "cpu_codec_gbytes": 37.0, "host_jitter": 0.93},
+]
+
+
+@pytest.fixture(scope="module")
+def setting():
+    ref = load_reference()
+    return ref, cluster_from_reference(ref, "local"), CodecCosts.from_secopa(ref.secopa), \
+        params_by_cluster(ref, calibration={})["local"], reference_workload(ref, "local", "resnet50")
+
+
+def _exact(r) -> tuple:
+    return (r.iteration_ms, r.compute_ms, r.throughput, r.sync_span_ms, r.tasks, sorted(r.busy_ms.items()))
+
+
+@pytest.mark.parametrize("system", ["byteps", "byteps-onebit"])
+@pytest.mark.parametrize("gpus", [2, 8])  # one node (no host tasks) and four
+def test_retimed_graph_equals_a_rebuilt_one(setting, system, gpus):
+    _ref, cluster, costs, params, work = setting
+    graphs = GraphCache()
+    for values in HOST_VALUES:
+        p = params.with_values(**values)
+        cached = simulate(system, work, cluster, gpus, p, costs, graphs=graphs)
+        rebuilt = simulate(system, work, cluster, gpus, p, costs)
+        assert _exact(cached) == _exact(rebuilt), values
+    assert len(graphs._built) == 1  # one graph, retimed twice
+
+
+def test_any_other_parameter_builds_another_graph(setting):
+    """The key blanks only the retimed parameters: a change of any other one (here the compute
+    overhead, which the backward tasks' durations depend on) is a graph of its own."""
+    _ref, cluster, costs, params, work = setting
+    graphs = GraphCache()
+    for overhead in (0.01, 0.2):
+        p = params.with_values(compute_overhead=overhead)
+        cached = simulate("byteps", work, cluster, 8, p, costs, graphs=graphs)
+        assert _exact(cached) == _exact(simulate("byteps", work, cluster, 8, p, costs))
+    assert len(graphs._built) == 2
+
+
+def test_only_byteps_is_retimed_and_its_retimer_covers_what_the_fit_moves():
+    """The BytePS step fits exactly the parameters BytePS's graphs are retimed for: a step that
+    moved another one would rebuild every graph (correct, but as slow as before)."""
+    assert {s for s, spec in SYSTEMS.items() if spec.retimed} == {"byteps", "byteps-onebit"}
+    bps = next(s for s in FIT_STEPS if s.params == BPS_HOST)
+    assert not bps.single_node and all(SYSTEMS[s].retimed for s in bps.systems)
+    assert set(bps.params) == set(SYSTEMS["byteps"].retimed) == set(SYSTEMS["byteps-onebit"].retimed)
+
+
+def test_bytepss_objective_with_cached_graphs_equals_one_without(setting):
+    """The calibration's loss over the BytePS step's points, evaluated the way a fit does (one
+    Evaluator, its graphs kept), equals the loss from an Evaluator that builds every graph again."""
+    ref, *_ = setting
+    start = params_by_cluster(ref, calibration={})["local"]
+    pts = [p for p in published_points(ref, "local", ["resnet50"], ("byteps", "byteps-onebit"))
+           if p.gpus in (8, 16)]
+    assert pts
+    fitting = Evaluator(ref)
+    for values in HOST_VALUES:
+        p = start.with_values(**values)
+        fresh = Evaluator(ref)
+        fresh.graphs.size = 0  # keeps nothing: every prediction builds its graph
+        got = _loss(fitting, pts, p, BPS_HOST)
+        assert got == _loss(fresh, pts, p, BPS_HOST) and math.isfinite(got)
+    assert len(fitting.graphs._built) == len(pts)
