@@ -82,3 +82,15 @@ def test_bytepss_objective_with_cached_graphs_equals_one_without(setting):
         got = _loss(fitting, pts, p, BPS_HOST)
         assert got == _loss(fresh, pts, p, BPS_HOST) and math.isfinite(got)
     assert len(fitting.graphs._built) == len(pts)
+
+
+def test_the_cache_holds_a_whole_bytepss_step():
+    """An evaluation of the BytePS step simulates each of its points once, in the same order: with
+    fewer graphs kept than points, the least recently used would always be the next one needed, and
+    every graph would be built again (correct, but as slow as without a cache)."""
+    ref = load_reference()
+    bps = next(s for s in FIT_STEPS if s.params == BPS_HOST)
+    for cluster in ref.clusters:
+        one_node = ref.clusters[cluster]["gpus_per_node"]
+        pts = [p for p in published_points(ref, cluster, None, bps.systems) if p.gpus > one_node]
+        assert 0 < len(pts) <= GraphCache().size, cluster
