@@ -52,6 +52,7 @@ from .experiments import paper_systems
 from .model import GraphCache, Planner, simulate
 from .params import FITTABLE, SimParams, fitted_values
 from .reference import BREAKDOWN, Reference
+from .systems.byteps import HOST_PARAMS
 from .workload import Workload, make_workload, reference_workload
 
 BASELINES = ("byteps", "byteps-onebit", "ring", "ring-dgc")
@@ -78,7 +79,8 @@ class Step:
     single_node: bool  # fit on the one-node points only (else on the multi-node ones)
 
 
-BPS_HOST = ("byteps_host_gbytes", "cpu_codec_gbytes", "host_jitter")
+#: the BytePS host parameters: fitted together, and the ones its graphs are retimed for (``systems.byteps``)
+BPS_HOST = HOST_PARAMS
 FIT_STEPS: tuple[Step, ...] = (
     # the uncompressed baselines only: a compressed one's single node also pays its codec, whose
     # speed is fitted later (fitting it here would tie this value to the codec's starting guess)
