@@ -54,8 +54,9 @@ def _topo_help() -> str:
 # (not imported here: hipress.train pulls in torch, and every command's help would wait for it);
 # tests/cli/test_run_inputs.py checks that they agree.
 _THRESHOLD_HELP = ("Compress only gradients of at least N elements (HiPress's flag). Default without --plan: "
-                   "1024 (4 KiB of fp32): biases and norms travel uncompressed (fused into one message), where a "
-                   "fixed encode+decode cost per hop buys a few bytes; every weight matrix is compressed. HiPress's "
+                   "1024 (4 KiB of fp32): smaller gradients, most biases and norms, travel uncompressed (fused into "
+                   "one message), where a fixed encode+decode cost per hop buys a few bytes. The rule is size, not "
+                   "kind: a 4096-element bias is compressed, a 1x256 weight is not. HiPress's "
                    "examples use 262144 for 100 Gbit/s GPU clusters; --plan auto decides per gradient from measured "
                    "costs. 0 compresses every gradient. With --plan, a gradient is compressed when the plan says so "
                    "and it reaches N.")

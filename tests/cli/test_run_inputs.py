@@ -186,6 +186,25 @@ def test_help_states_the_bounds_and_default_threshold():
         assert f"{name}: {schedule.description}" in text
 
 
+
+def test_threshold_help_says_size_not_kind():
+    """--comp-threshold's help and the README said "biases and norms travel uncompressed; every weight
+    matrix is compressed", which the zoo contradicts: VGG19's 4096-element classifier biases are
+    compressed (`hipress run vgg19` prints 21 of 38) and UGATIT's 1x256 weights are not. The rule is
+    a size; the help must say so, and the README's count must be the model's."""
+    import math
+    from pathlib import Path
+
+    from hipress.models import parameter_shapes
+    text = _text(_invoke(["run", "--help"]))
+    assert "every weight matrix is compressed" not in text and "size, not kind" in text
+    vgg = dict(parameter_shapes("vgg19"))
+    big = [n for n, shape in vgg.items() if math.prod(shape) >= DEFAULT_COMP_THRESHOLD]
+    assert "classifier.0.bias" in big
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"compresses {len(big)} of its {len(vgg)}" in " ".join(readme.split())
+    assert "every weight matrix is compressed" not in readme
+
 def _run(*args: str, results) -> dict:
     env = {**os.environ, "COLUMNS": "200"}
     p = subprocess.run([sys.executable, "-m", "hipress_cli.app", "run", *args, "--results", str(results), "--json"],
