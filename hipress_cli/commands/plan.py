@@ -100,6 +100,9 @@ def load_gradients(input_: Path | None, model: str | None,
         raise fail("give exactly one of --input input.txt or --model NAME")
     if input_ is not None:
         path, source = files.source_of(input_)  # '-' is standard input, as --output - is standard output
+        if str(input_) != "-" and not os.path.lexists(input_):  # "x.txt: no such file" named no option, no fix
+            raise fail(f"--input {input_}: no such file; give HiPress's input.txt (one 'name,num_floats' a line), "
+                       "- for standard input, or --model NAME to plan a model of the zoo (`hipress models`)")
         ready_to_read_stdin(input_, "--input", "the gradients", "'name,size'")
         try:
             return read_input(path, source), source
@@ -123,6 +126,9 @@ def load_model(profile: Path | None, cost_model: str | None):
 
     if profile is not None and cost_model is not None:
         raise fail("give --profile FILE or --cost-model NAME, not both")
+    if profile is not None and not os.path.lexists(profile):  # the library's "cost model 'x'" named no option
+        raise fail(f"--profile {profile}: no such file; make one with `hipress profile --output {profile}`, "
+                   "or leave --profile out to plan with the sosp21 cost model")
     try:
         return load_cost_model(profile if profile is not None else (cost_model or "sosp21"))
     except PlanError as e:

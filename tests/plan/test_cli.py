@@ -229,6 +229,21 @@ def test_profile_then_plan(tmp_path):
     assert r.returncode != 0 and "unknown compression algorithm" in r.stderr
 
 
+
+def test_plan_missing_files_name_the_option_and_the_fix(tmp_path):
+    """`hipress plan --input vgg19_input.txt` without the file said "vgg19_input.txt: no such file",
+    and `--profile none.json` "cost model 'none.json': no such file and not a built-in": neither named
+    the option, and the second spoke of a --cost-model the user never gave."""
+    missing = tmp_path / "vgg19_input.txt"
+    r = hipress("plan", "--input", missing)
+    assert r.returncode == 2 and f"--input {missing}: no such file" in r.stderr, r.stderr
+    assert "--model NAME" in r.stderr and "standard input" in r.stderr
+    path = tmp_path / "input.txt"
+    path.write_text("a,10\n")
+    r = hipress("plan", "--input", path, "--profile", tmp_path / "none.json")
+    assert r.returncode == 2 and f"--profile {tmp_path / 'none.json'}: no such file" in r.stderr, r.stderr
+    assert "hipress profile --output" in r.stderr and "cost model 'none.json'" not in r.stderr
+
 def test_profile_bad_launch_options(tmp_path):
     out = tmp_path / "p.json"
     cases = [
