@@ -252,7 +252,7 @@ def bench(
         raise fail(f"--alg names no built-in; give some of {', '.join(BUILTINS)} (comma-separated) or 'all'")
     unknown = [n for n in names if n not in BUILTINS]
     if unknown:
-        raise fail(f"unknown built-in(s) {', '.join(unknown)}; choose from {', '.join(BUILTINS)}")
+        raise fail(_unknown_builtins(unknown, list(BUILTINS)))
     nbytes = parse_fp32_size(size)  # the same sizes as bench compress and sync
     check_kernel_threads(threads)
     try:
@@ -290,3 +290,24 @@ def bench(
         )
     console.print(t)
     console.print("gen/lib > 1: the generated code is faster; [lo, hi]: bootstrap 95% CI of the ratio of medians.")
+
+
+def _unknown_builtins(unknown: list[str], builtins: list[str]) -> str:
+    """The refusal of ``compll bench --alg`` names outside the five CompLL built-ins: a typo gets its
+    near miss (as ``bench compress --alg tbqq`` does), and a library algorithm that has no CompLL spec
+    (signsgd, topk) is pointed to ``bench compress``, which times it; the bare list left both guessing."""
+    from hipress.compress.registry import available
+    from hipress.suggest import SAME_BUT_FOR_CASE_ELSE_CLOSE, suggestion
+
+    library = set(available())
+    notes = []
+    for name in unknown:
+        meant = suggestion(name, builtins, SAME_BUT_FOR_CASE_ELSE_CLOSE)
+        if meant is not None:
+            notes.append(f"{name!r} (did you mean {meant!r}?)")
+        elif name in library:
+            notes.append(f"{name!r} (a library algorithm without a CompLL spec: time it with "
+                         f"`hipress bench compress --alg {name}`)")
+        else:
+            notes.append(repr(name))
+    return f"unknown built-in(s) {', '.join(notes)}; compll bench compares the CompLL built-ins: {', '.join(builtins)}"

@@ -499,3 +499,12 @@ def test_bench_compress_measures_a_user_spec(tmp_path):
     r = subprocess.run([*args, "--alg", "scaledsign"], capture_output=True, text=True, timeout=600, env=env)
     err = " ".join(r.stderr.split())
     assert r.returncode == 2 and "Traceback" not in err and "--compll-dir:" in err and "broken.pse:1:" in err, err
+
+
+def test_bench_unknown_builtin_says_what_was_meant():
+    """`compll bench --alg tbqq` listed the built-ins with no near miss (bench compress --alg tbqq has
+    one), and `--alg signsgd`, a library algorithm, did not say that bench compress times it."""
+    r = hipress("compll", "bench", "--alg", "tbqq")
+    assert r.returncode == 2 and "did you mean 'tbq'?" in " ".join(r.stderr.split()), r.stderr
+    r = hipress("compll", "bench", "--alg", "signsgd")
+    assert r.returncode == 2 and "hipress bench compress --alg signsgd" in " ".join(r.stderr.split()), r.stderr
