@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import paramiko
 
-from .ssh import command
+from .ssh import Deadline, command
 
 #: Signals every process of this user whose environment holds ``HIPRESS_JOB=<token>`` and prints
 #: how many it found. Hydra puts each rank in its own process group, so killing the proxy's
@@ -204,24 +204,31 @@ def release(hold: paramiko.Channel, timeout: float = 10.0) -> None:
 
 
 def signal_job(client: paramiko.SSHClient, python: str, token: str, sig: str, timeout: float = 15.0) -> int | None:
-    """Send ``sig`` (``TERM``, ``KILL``, or ``0`` to count) to the job's processes on a host; how many, or None."""
+    """Send ``sig`` (``TERM``, ``KILL``, or ``0`` to count) to the job's processes on a host; how many, or None
+    when the host cannot be asked.
+
+    Bounded: the session opens within ``timeout`` and the request ends within ``timeout`` more (``ssh.Deadline``):
+    paramiko's ``exec_command`` and ``recv_exit_status`` wait with no timeout, so a host that froze after its
+    session opened (after ``RemoteJob.stop``'s probe answered) kept ``RemoteProcess.stop`` waiting forever. A
+    request cut by the deadline is None, not the count read so far."""
+    if sig not in ("0", "TERM", "KILL", "INT"):
+        raise ValueError(f"unexpected signal {sig!r}")
     transport = client.get_transport()
     if transport is None or not transport.is_active():
         return None
     try:
         chan = transport.open_session(timeout=timeout)
-        chan.settimeout(timeout)
-        if sig not in ("0", "TERM", "KILL", "INT"):
-            raise ValueError(f"unexpected signal {sig!r}")
-        chan.exec_command(command([python, "-c", KILLER, token, sig]))
-        out = b""
-        while True:
-            chunk = chan.recv(4096)
-            if not chunk:
-                break
-            out += chunk
-        chan.recv_exit_status()
-        chan.close()
-        return int(out.strip() or b"0")
-    except (OSError, EOFError, ValueError, paramiko.SSHException):
+    except (OSError, EOFError, paramiko.SSHException):
         return None
+    with Deadline(chan, timeout) as deadline:
+        try:
+            chan.settimeout(timeout)
+            chan.exec_command(command([python, "-c", KILLER, token, sig]))
+            out = b""
+            while chunk := chan.recv(4096):
+                out += chunk
+            chan.recv_exit_status()
+            count = int(out.strip() or b"0")
+        except (OSError, EOFError, ValueError, paramiko.SSHException):
+            return None
+    return None if deadline.cut else count

@@ -302,15 +302,40 @@ PID_MARK = "HIPRESS-PID "
 KILL_S = 5.0
 
 
+class Deadline:
+    """Closes ``chan`` ``seconds`` after the ``with`` block starts (and always when it ends); ``cut`` says whether
+    the time ran out.
+
+    Why: paramiko's ``Channel.exec_command`` waits for the request's reply and ``recv_exit_status`` for the exit
+    status with no timeout (``settimeout`` bounds reads only), so a host that froze after its session opened kept
+    the caller waiting forever. Closing the channel sets the events both waits are on, and makes reads return
+    EOF: what came back after a cut is incomplete, which ``cut`` tells the caller (it is set before the close).
+    The one place for this bound: ``kill_group`` and ``remote_scripts.signal_job`` use it."""
+
+    def __init__(self, chan: paramiko.Channel, seconds: float) -> None:
+        self.chan, self.cut = chan, False
+        self._timer = threading.Timer(seconds, self._give_up)
+        self._timer.daemon = True
+
+    def _give_up(self) -> None:
+        self.cut = True
+        _close_quietly(self.chan)
+
+    def __enter__(self) -> Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+        _close_quietly(self.chan)
+
+
 def kill_group(client: paramiko.SSHClient, pgid: int, sig: str) -> None:
     """Send ``sig`` (``TERM``, ``KILL``) to the process group ``pgid`` on the host, over a channel of its own;
     best effort (a group already gone, or a connection lost, is not an error).
 
-    Bounded: the session opens within ``KILL_S``, and the command starts and exits within ``KILL_S`` more.
-    Paramiko's ``Channel.exec_command`` and ``recv_exit_status`` wait with
-    no timeout (``settimeout`` bounds reads only), so a host that froze after the session opened kept
-    ``stop`` waiting forever. A timer closes the channel after ``KILL_S`` from the request on, which ends
-    both waits (the close sets the events they wait on)."""
+    Bounded: the session opens within ``KILL_S``, and the command starts and exits within ``KILL_S`` more
+    (``Deadline``)."""
     transport = client.get_transport()
     if transport is None or not transport.is_active():
         return
@@ -318,18 +343,13 @@ def kill_group(client: paramiko.SSHClient, pgid: int, sig: str) -> None:
         chan = transport.open_session(timeout=KILL_S)
     except (OSError, EOFError, paramiko.SSHException):
         return
-    give_up = threading.Timer(KILL_S, _close_quietly, (chan,))
-    give_up.daemon = True
-    give_up.start()
-    try:
-        chan.settimeout(KILL_S)
-        chan.exec_command(shlex.join(["kill", f"-{sig}", "--", f"-{pgid}"]) + " 2>/dev/null; true")
-        chan.recv_exit_status()
-    except (OSError, EOFError, paramiko.SSHException):
-        pass
-    finally:
-        give_up.cancel()
-        _close_quietly(chan)
+    with Deadline(chan, KILL_S):
+        try:
+            chan.settimeout(KILL_S)
+            chan.exec_command(shlex.join(["kill", f"-{sig}", "--", f"-{pgid}"]) + " 2>/dev/null; true")
+            chan.recv_exit_status()
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
 
 
 def _close_quietly(chan: paramiko.Channel) -> None:
