@@ -330,26 +330,29 @@ class Deadline:
         _close_quietly(self.chan)
 
 
-def kill_group(client: paramiko.SSHClient, pgid: int, sig: str) -> None:
+def kill_group(client: paramiko.SSHClient, pgid: int, sig: str) -> bool:
     """Send ``sig`` (``TERM``, ``KILL``) to the process group ``pgid`` on the host, over a channel of its own;
-    best effort (a group already gone, or a connection lost, is not an error).
+    best effort (a group already gone, or a connection lost, is not an error). Returns whether the host answered:
+    the kill command ran to its end (False: no connection, no session within ``KILL_S``, or cut by the deadline),
+    so that a caller does not send a second signal to a host that did not answer the first.
 
     Bounded: the session opens within ``KILL_S``, and the command starts and exits within ``KILL_S`` more
     (``Deadline``)."""
     transport = client.get_transport()
     if transport is None or not transport.is_active():
-        return
+        return False
     try:
         chan = transport.open_session(timeout=KILL_S)
     except (OSError, EOFError, paramiko.SSHException):
-        return
-    with Deadline(chan, KILL_S):
+        return False
+    with Deadline(chan, KILL_S) as deadline:
         try:
             chan.settimeout(KILL_S)
             chan.exec_command(shlex.join(["kill", f"-{sig}", "--", f"-{pgid}"]) + " 2>/dev/null; true")
             chan.recv_exit_status()
         except (OSError, EOFError, paramiko.SSHException):
-            pass
+            return False
+    return not deadline.cut
 
 
 def _close_quietly(chan: paramiko.Channel) -> None:
@@ -385,9 +388,10 @@ def run(client: paramiko.SSHClient, argv: Sequence[str], *, timeout: float = 60.
         err = chan_err.read()
         status = chan.recv_exit_status()
     except TimeoutError:
-        if pgid is not None:
-            kill_group(client, pgid, "TERM")
-            kill_group(client, pgid, "KILL")  # a command that ignores TERM: the caller is not kept waiting
+        # a command that ignores TERM gets KILL; a host that did not answer the TERM is not asked again: each
+        # unanswered ask waits up to 2 x KILL_S, and a frozen host made the timeout path wait 20 s more
+        if pgid is not None and kill_group(client, pgid, "TERM"):
+            kill_group(client, pgid, "KILL")
         if chan is not None:
             chan.close()
         raise SSHError(host, "timeout", f"remote command {argv[0]} did not finish within {timeout:g} s") from None
