@@ -425,25 +425,30 @@ class RemoteProcess:
         t = self.client.get_transport()
         return t is not None and t.is_active()
 
-    def _kill_group(self, sig: str) -> None:
-        if self.pid is not None and self.connected:
-            kill_group(self.client, self.pid, sig)
+    def _kill_group(self, sig: str) -> bool:
+        """Signal the command's process group; whether the host answered (True too when its PID is unknown and
+        so nothing was asked: the job's token still finds its processes; False when the connection is lost)."""
+        if self.pid is None:
+            return True
+        return self.connected and kill_group(self.client, self.pid, sig)
 
     def stop(self, grace: float = 3.0) -> int | None:
         """TERM, then KILL after ``grace`` s, the command and every process of the job on the host.
 
         Returns how many of the job's processes are still there afterwards (0 when all are gone;
         None when the host cannot be asked, e.g. the connection is lost). A host that does not answer the
-        TERM is not asked again: each ask waits its whole timeout (15 s) for a host whose link is down, which
-        made stopping a run that lost a host take a minute more; its guard ends the job there once the
-        connection is seen closed.
+        TERM (the process group's, then the job's) is not asked again: each ask waits its whole timeout (up to
+        2 x ``ssh.KILL_S`` for the group's, 2 x 15 s for the job's) for a host whose link is down or that froze
+        after ``RemoteJob.stop``'s probe answered; its guard ends the job there once the connection is seen
+        closed.
         """
         if self.poll() is None:
             try:
                 self.channel.shutdown_write()  # EOF on the guard's stdin: it ends the job on its host
             except (OSError, EOFError, paramiko.SSHException):
                 pass
-            self._kill_group("TERM")
+            if not self._kill_group("TERM"):
+                return None
         left = signal_job(self.client, self.python, self.token, "TERM")
         if left is None:
             return None

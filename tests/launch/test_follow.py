@@ -48,22 +48,38 @@ def test_a_run_that_only_could_not_fetch_says_that_once(tmp_path):
     assert ended.failure == "could not fetch the results from 10.77.0.2 (no answer in time); they stay there"
 
 
-def test_a_host_that_does_not_answer_the_term_is_not_asked_again(monkeypatch):
-    """Stopping a job on a host whose link went down asked it three more times after the TERM went
-    unanswered (KILL, then the count), each waiting its whole timeout: a minute more to stop the run."""
+def _stop_asking(monkeypatch, group_answers: bool) -> list[str]:
+    """What ``RemoteProcess.stop`` asks a host whose job-wide TERM (``signal_job``) gets no answer."""
     from types import SimpleNamespace
 
     from hipress.launch import remote
 
     asked: list[str] = []
     monkeypatch.setattr(remote, "signal_job", lambda client, python, token, sig, timeout=15.0: asked.append(sig))
-    monkeypatch.setattr(remote, "kill_group", lambda client, pid, sig: asked.append(f"group {sig}"))
+
+    def kill_group(client: object, pid: int, sig: str) -> bool:
+        asked.append(f"group {sig}")
+        return group_answers
+
+    monkeypatch.setattr(remote, "kill_group", kill_group)
     proc = object.__new__(remote.RemoteProcess)
     proc.client = SimpleNamespace(get_transport=lambda: SimpleNamespace(is_active=lambda: True))
     proc.channel = SimpleNamespace(exit_status_ready=lambda: False, shutdown_write=lambda: None)
     proc.pid, proc.python, proc.token = 4242, "python3", "t0k"
     assert proc.stop(grace=0.0) is None
-    assert asked == ["group TERM", "TERM"]
+    return asked
+
+
+def test_a_host_that_does_not_answer_the_term_is_not_asked_again(monkeypatch):
+    """Stopping a job on a host whose link went down asked it three more times after the TERM went
+    unanswered (KILL, then the count), each waiting its whole timeout: a minute more to stop the run."""
+    assert _stop_asking(monkeypatch, group_answers=True) == ["group TERM", "TERM"]
+
+
+def test_a_host_that_does_not_answer_the_group_term_is_not_asked_the_job_term(monkeypatch):
+    """The process group's TERM went unanswered (the host froze after ``RemoteJob.stop``'s probe answered: up to
+    2 x ``KILL_S``), and the job-wide TERM was asked all the same, waiting up to 2 x 15 s more on that host."""
+    assert _stop_asking(monkeypatch, group_answers=False) == ["group TERM"]
 
 
 def test_following_a_failed_start_of_a_resumed_run_replays_none_of_its_earlier_events(tmp_path, monkeypatch):
