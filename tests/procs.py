@@ -82,17 +82,17 @@ def end_stopped(pid: int) -> None:
 
 
 def stop_rank_1_and_follow(proc: subprocess.Popen, wait_pids: Callable[[], list[int]], settle_s: float = 1.0,
-                           timeout_s: float = 60) -> tuple[list[int], list[dict], str]:
+                           timeout_s: float = 60, within_s: float = 90) -> tuple[list[int], list[dict], str]:
     """In ``proc``'s 2-rank run (its ranks' pids from ``wait_pids``, once it trains), SIGSTOP rank 1 where the
     beats alone blame rank 0 (:func:`sigstop_where_beats_blame_rank_0`) and wait for the launcher to end the
     run; returns the ranks' pids, the two beats at the stop and the launcher's standard error, its whitespace
-    collapsed. The
-    launcher and the stopped rank never outlive the test."""
+    collapsed. ``within_s``: how long to try to land the stop (each try waits for rank 1 to progress again).
+    The launcher and the stopped rank never outlive the test."""
     pids: list[int] = []
     try:
         pids = wait_pids()
         beats = next(Path(tempfile.gettempdir()).glob(f"{DIR_PREFIX}{proc.pid}-*"))
-        stopped = sigstop_where_beats_blame_rank_0(beats, pids[1], proc, settle_s=settle_s)
+        stopped = sigstop_where_beats_blame_rank_0(beats, pids[1], proc, settle_s=settle_s, within_s=within_s)
         _, err = proc.communicate(timeout=timeout_s)
     finally:
         if proc.poll() is None:
