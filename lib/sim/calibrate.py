@@ -53,6 +53,7 @@ from .model import GraphCache, Planner, simulate
 from .params import FITTABLE, SimParams, fitted_values
 from .reference import BREAKDOWN, Reference
 from .systems.byteps import HOST_PARAMS
+from .systems.horovod import NCCL_PARAMS
 from .workload import Workload, make_workload, reference_workload
 
 BASELINES = ("byteps", "byteps-onebit", "ring", "ring-dgc")
@@ -86,7 +87,7 @@ FIT_STEPS: tuple[Step, ...] = (
     # speed is fitted later (fitting it here would tie this value to the codec's starting guess)
     Step(("compute_overhead",), ("byteps", "ring"), True),
     Step(BPS_HOST, ("byteps", "byteps-onebit"), False),
-    Step(("nccl_step_ms", "nccl_efficiency"), ("ring",), False),
+    Step(NCCL_PARAMS, ("ring",), False),
     Step(("oss_codec_work",), ("ring-dgc",), False),
 )
 
@@ -120,7 +121,7 @@ def published_points(
 class Evaluator:
     """Predicts published points, caching the workloads and clusters it builds, and the task graphs
     that can be rerun for other values of the parameters being fitted (:class:`GraphCache`: the
-    BytePS step's hundreds of evaluations then build each of its graphs once)."""
+    BytePS and ring steps' hundreds of evaluations then build each of their graphs once)."""
 
     def __init__(self, ref: Reference, planner: Planner | None = None) -> None:
         self.ref = ref

@@ -123,12 +123,13 @@ class Built:
 class GraphCache:
     """Built task graphs kept for :func:`simulate` to run again, for systems whose graphs can be
     retimed (``System.retimed``): a calibration step that fits only those parameters (BytePS's host
-    rates and jitter) evaluates the same dozen graphs hundreds of times, and building one took as
-    long as running it. The key is everything else the graph depends on: the system, the workload,
-    cluster and codec costs (by identity: the entry keeps them alive), the GPU count, the algorithm,
-    the options, and the parameters with the retimed ones blanked. The ``size`` most recently used
-    graphs are kept: a BytePS graph of 16 nodes is 3 MB of arrays, and a fit step has at most 12
-    BytePS points (sosp21.json's aws cluster: 4 multi-node GPU counts, 3 curves), each one graph."""
+    rates and jitter; NCCL's step latency and share of the link) evaluates the same dozen graphs
+    hundreds of times, and building one took as long as running it. The key is everything else the
+    graph depends on: the system, the workload, cluster and codec costs (by identity: the entry keeps
+    them alive), the GPU count, the algorithm, the options, and the parameters with the retimed ones
+    blanked. The ``size`` most recently used graphs are kept: a BytePS graph of 16 nodes is 3 MB of
+    arrays, and a fit step has at most 12 points (sosp21.json's aws cluster: 4 multi-node GPU counts,
+    3 BytePS curves; its ring step has 8), each one graph."""
 
     def __init__(self, size: int = 16) -> None:
         self.size = size

@@ -7,9 +7,10 @@ implementation of the scheduling rule (see ``engine``'s docstring): ``Simulation
 ``freeze().run()`` with the times written back onto the tasks.
 
 Why a separate, compiled form: a calibration step evaluates the same graphs hundreds of times with
-only some durations changed (BytePS's host tasks, ``hipress.sim.model.GraphCache``). In pure Python
-one BytePS graph of VGG19 on 16 nodes took about as long to build as to run (~0.1 s each); a frozen
-graph is built once and its run is compiled, so that an evaluation costs a few milliseconds.
+only some durations changed (BytePS's host tasks, the ring's collectives,
+``hipress.sim.model.GraphCache``). In pure Python one BytePS graph of VGG19 on 16 nodes took about
+as long to build as to run (~0.1 s each); a frozen graph is built once and its run is compiled, so
+that an evaluation costs a few milliseconds.
 The run is exact: the same pops in the same order as the heap of ``(ready, priority, seq)`` tuples
 it replaces (the keys are unique, so any correct heap pops them in one order), the same floating
 point operations in the same order, hence bit-for-bit the same times.

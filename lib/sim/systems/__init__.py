@@ -15,7 +15,7 @@ from ..engine import Task
 from .base import Context, Options
 from .byteps import HOST_PARAMS, build_byteps
 from .casync import build_casync, naive_plan
-from .horovod import build_horovod
+from .horovod import NCCL_PARAMS, build_horovod
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ SYSTEMS: dict[str, System] = {
         System("byteps-onebit", lambda c: build_byteps(c, True), "onebit", None, "BytePS + onebit on the CPU",
                "BytePS + onebit (CPU)", HOST_PARAMS),
         System("ring", lambda c: build_horovod(c, False), "none", None, "Horovod + NCCL ring all-reduce",
-               "Horovod (NCCL ring)"),
+               "Horovod (NCCL ring)", NCCL_PARAMS),
         System("ring-dgc", lambda c: build_horovod(c, True), "dgc", None, "Horovod + open-source DGC all-gather",
                "Horovod + DGC (NCCL all-gather)"),
         System("casync-ps", lambda c: build_casync(c, "ps"), None, "ps", "HiPress CaSync-PS + SeCoPa",

@@ -104,9 +104,6 @@ class Context:
         self.intra_rate = self.cluster.intra_gbytes * 1e6
         self.pcie_rate = self.cluster.pcie_gbytes * 1e6
         self.host_rate, self.cpu_codec_rate = host_rates(self.params)
-        # what NCCL's ring reaches of the nominal link (its own transport, sockets or verbs: it may
-        # get more of the wire than CaSync's, whose share net_efficiency is)
-        self.nccl_rate = self.cluster.network_gbps * self.params.nccl_efficiency * 1e9 / 8 / 1e3
         scale = 1.0 + (self.params.compute_overhead if self.layout.gpus > 1 else 0.0)
         self.compute_scale = scale
         #: when each gradient would be ready if nothing held the SMs (Horovod's cycle reads these)

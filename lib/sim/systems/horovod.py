@@ -40,36 +40,84 @@ ring waits on the network.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
 
 from ..engine import Task
+from ..params import SimParams
 from .base import Context
 
-
-def _allreduce_ms(ctx: Context, nbytes: float) -> float:
-    n_gpus = ctx.layout.gpus
-    if n_gpus == 1:
-        return 0.0
-    rate = ctx.nccl_rate if ctx.nodes > 1 else ctx.intra_rate
-    return 2 * (n_gpus - 1) * (nbytes / n_gpus / rate + ctx.params.nccl_step_ms)
+#: the parameters NCCL's collectives depend on: fitted together (the calibration's ring step), and
+#: the ones a ring graph is retimed for (:class:`RingWork`)
+NCCL_PARAMS = ("nccl_step_ms", "nccl_efficiency")
 
 
-def _allgather_ms(ctx: Context, per_rank_bytes: float) -> float:
-    n_gpus = ctx.layout.gpus
-    if n_gpus == 1:
-        return 0.0
-    rate = ctx.nccl_rate if ctx.nodes > 1 else ctx.intra_rate
-    return (n_gpus - 1) * (per_rank_bytes / rate + ctx.params.nccl_step_ms)
+def nccl_rate(network_gbps: float, params: SimParams) -> float:
+    """What NCCL's ring reaches of the nominal link, in bytes per ms (its own transport, sockets or
+    verbs: it may get more of the wire than CaSync's, whose share ``net_efficiency`` is)."""
+    return network_gbps * params.nccl_efficiency * 1e9 / 8 / 1e3
 
 
-def _collective(ctx: Context, kind: str, ms: float, intra_bytes: float, deps: list[Task | None]) -> Task:
-    """One NCCL collective on Horovod's stream, taking turns with backward for its ``intra_bytes``
-    (on one node: throughout) where the node's GPUs are not peers."""
+@dataclass
+class RingWork:
+    """A Horovod graph's NCCL collectives, each ``steps * (nbytes / share / rate + nccl_step_ms)`` ms:
+    ``steps`` of the ring (``2(N-1)`` for an all-reduce of ``N`` GPUs, ``N-1`` for an all-gather),
+    each moving ``nbytes / share`` (the buffer's ``1/N`` for an all-reduce, one rank's payload for an
+    all-gather: ``share`` 1) at ``rate``: NCCL's share of the network (``nccl_efficiency``,
+    :func:`nccl_rate`) once the job spans nodes, the intra link's on one node. The only durations
+    :data:`NCCL_PARAMS` enter, and all of them are computed here, in one vector, when the graph is
+    built and whenever it is retimed for other values (a :class:`Retimer
+    <hipress.sim.systems.base.Retimer>`: the calibration's ring step re-evaluates each graph for
+    every guess of these parameters, nothing else changed). ``ring`` declares them retimed;
+    ``ring-dgc``'s graphs carry the same record but are not cached (its fit step moves
+    ``oss_codec_work``, which its codec tasks depend on)."""
+
+    network_gbps: float
+    intra_rate: float | None  # one node: the intra link's bytes per ms (else NCCL's share of the network)
+    params: tuple[str, ...] = NCCL_PARAMS
+    tasks: list[int] = field(default_factory=list)  # their indices (Task.index)
+    steps: list[int] = field(default_factory=list)
+    nbytes: list[float] = field(default_factory=list)
+    share: list[int] = field(default_factory=list)
+
+    def add(self, t: Task, steps: int, nbytes: float, share: int) -> Task:
+        """Record ``t`` (made with duration 0.0) as a collective of these terms; one of no steps (a
+        single GPU's) stays 0.0 whatever the parameters, and is not recorded."""
+        if not steps:
+            return t
+        self.tasks.append(t.index)
+        self.steps.append(steps)
+        self.nbytes.append(nbytes)
+        self.share.append(share)
+        return t
+
+    @cached_property
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The terms as arrays, made once the graph is complete (the first :meth:`durations`)."""
+        return np.array(self.steps, np.int64), np.array(self.nbytes, np.float64), np.array(self.share, np.int64)
+
+    def durations(self, params: SimParams) -> np.ndarray:
+        """The collectives' durations (ms) under ``params``: IEEE operations in the scalar formula's
+        order, so each is bit-for-bit what ``steps * (nbytes / share / rate + step)`` gives in Python
+        (the integers are exact as floats; ``x / 1`` is ``x``)."""
+        steps, nbytes, share = self._arrays
+        rate = nccl_rate(self.network_gbps, params) if self.intra_rate is None else self.intra_rate
+        return steps * (nbytes / share / rate + params.nccl_step_ms)
+
+
+def _collective(ctx: Context, work: RingWork, kind: str, steps: int, nbytes: float, share: int,
+                intra_bytes: float, deps: list[Task | None]) -> Task:
+    """One NCCL collective on Horovod's stream (its duration set with the others' at the end, see
+    :class:`RingWork`), taking turns with backward for its ``intra_bytes`` (on one node: throughout)
+    where the node's GPUs are not peers."""
     nccl = ctx.res("nccl", 0)
     if ctx.nodes == 1:
-        return ctx.sim.task(kind, ms, ctx.nccl_res(0, nccl), deps)
+        return work.add(ctx.sim.task(kind, 0.0, ctx.nccl_res(0, nccl), deps), steps, nbytes, share)
     if not ctx.cluster.intra_p2p and ctx.gpn > 1 and intra_bytes > 0:
         ctx.sim.task("stall", intra_bytes / ctx.intra_rate, (ctx.res("sm", 0),), deps)
-    return ctx.sim.task(kind, ms, (nccl,), deps)
+    return work.add(ctx.sim.task(kind, 0.0, (nccl,), deps), steps, nbytes, share)
 
 
 def build_horovod(ctx: Context, dgc: bool = False) -> list[Task]:
@@ -82,6 +130,8 @@ def build_horovod(ctx: Context, dgc: bool = False) -> list[Task]:
     share = 2 * (ctx.gpn - 1) / ctx.gpn  # of a buffer's bytes, what its intra-node hops move
     # the DGC codec's kernels: on the framework's one compute stream, taking turns with backward
     codec = (ctx.res("sm", 0),)
+    work = ctx.retimer = RingWork(ctx.cluster.network_gbps, ctx.intra_rate if ctx.nodes == 1 else None)
+    reduce_steps, gather_steps = 2 * (n_gpus - 1), n_gpus - 1  # none on one GPU: its collectives take 0 ms
     finals: list[Task] = []
     i = 0
     while i < len(grads):
@@ -104,13 +154,15 @@ def build_horovod(ctx: Context, dgc: bool = False) -> list[Task]:
             start = ctx.sim.task("cycle", 0.0, at=tick, deps=marks)
             if not dgc:
                 nbytes = sum(grads[idx].nbytes for idx in buf)
-                finals.append(_collective(ctx, "allreduce", _allreduce_ms(ctx, nbytes), share * nbytes, [start]))
+                finals.append(_collective(ctx, work, "allreduce", reduce_steps, nbytes, n_gpus, share * nbytes,
+                                          [start]))
                 continue
             sparse = [idx for idx in buf if grads[idx].size >= p.dgc_min_elements]
             dense = [idx for idx in buf if grads[idx].size < p.dgc_min_elements]
             if dense:
                 nbytes = sum(grads[idx].nbytes for idx in dense)
-                finals.append(_collective(ctx, "allreduce", _allreduce_ms(ctx, nbytes), share * nbytes, [start]))
+                finals.append(_collective(ctx, work, "allreduce", reduce_steps, nbytes, n_gpus, share * nbytes,
+                                          [start]))
             if sparse:
                 encs = [
                     ctx.sim.task(
@@ -122,11 +174,14 @@ def build_horovod(ctx: Context, dgc: bool = False) -> list[Task]:
                     for idx in sparse
                 ]
                 payload = sum(ctx.alg.payload_bytes(grads[idx].size) for idx in sparse)
-                gathered = _collective(ctx, "allgather", _allgather_ms(ctx, payload), (ctx.gpn - 1) * payload, encs)
+                gathered = _collective(ctx, work, "allgather", gather_steps, payload, 1, (ctx.gpn - 1) * payload, encs)
                 for idx in sparse:
                     size = grads[idx].size
                     kept = size * ctx.alg.bytes_per_element / 8.0
                     dur = (ctx.costs.decode_ms(size, ctx.alg) + ctx.costs.decode.B * kept * n_gpus) * p.oss_codec_work
                     finals.append(ctx.sim.task("decode", dur, codec, [gathered]))
         i = j
+    tasks = ctx.sim.tasks
+    for t, d in zip(work.tasks, work.durations(p).tolist(), strict=True):
+        tasks[t].duration = d
     return finals
