@@ -118,6 +118,10 @@ class MomentumCorrection(_Wrapper):
         super().__init__(inner)
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        if masking and not momentum:
+            # masking clears the velocity, and at momentum 0 the next step overwrites it anyway: a no-op
+            raise ValueError("MomentumCorrection: masking=True needs momentum > 0, but momentum is 0; "
+                             "give momentum=m (e.g. 0.9) or drop masking")
         self.momentum = float(momentum)
         self.masking = bool(masking)
 

@@ -471,3 +471,11 @@ def test_bench_compress_refuses_one_algorithm_twice(alg, same, monkeypatch):
     assert r.returncode == 2 and not r.stdout, r.stderr
     assert f"error: algorithms {same} measure the same thing (" in r.stderr and "give each once" in r.stderr, \
         r.stderr
+
+
+def test_bench_compress_refuses_dgc_masking_without_momentum():
+    """``dgc:masking=1`` at the default momentum 0 was timed as if masking did something; now refused."""
+    r = hipress("bench", "compress", "--alg", "dgc:masking=1", "--size", "1K")
+    assert r.returncode == 2 and not r.stdout
+    assert "masking=1 needs momentum correction, but momentum is 0" in r.stderr
+    assert "give momentum=m (e.g. dgc:momentum=0.9,masking=1) or drop masking" in r.stderr

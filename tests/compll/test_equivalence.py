@@ -127,6 +127,16 @@ def test_without_state(name, n, seed, generated):
     _check(name, PARAMS[name][0], [x], generated, use_state=False)
 
 
+def test_dgc_masking_without_momentum_is_refused_by_both(generated):
+    """Library and spec agree on parameters as on payloads: ``masking`` without momentum (a silent
+    no-op in both) is refused by each, saying the fix; with momentum each accepts it."""
+    for make in (lambda **kw: library_compressor("dgc", **kw), generated["dgc"]):
+        with pytest.raises(ValueError, match=r"masking=1 needs momentum .* give momentum=m .* or drop masking"):
+            make(masking=True)
+    assert generated["dgc"](momentum=0.9, masking=True) is not None
+    assert library_compressor("dgc", momentum=0.9, masking=True).masking
+
+
 @pytest.mark.parametrize("name", list(PARAMS))
 def test_many_chunks(name, generated):
     """Several 65536-element chunks: parallel reductions must fold in the library's fixed order."""

@@ -251,6 +251,19 @@ def test_momentum_factor_masking_is_off_by_default_and_on_request(make, key):
     assert hc.create_from_spec("dgc:momentum=0.9").masking is False
 
 
+def test_momentum_factor_masking_without_momentum_is_refused():
+    """``masking`` clears the velocity, which momentum 0 does not keep (dgc has none; MomentumCorrection's
+    is overwritten by the next gradient): accepted, it silently did nothing. Refused, with the fix."""
+    for make in (lambda: hc.create("dgc", masking=True), lambda: hc.create_from_spec("dgc:masking=1"),
+                 lambda: hc.create_from_spec("dgc:ratio=0.01,momentum=0,masking=1")):
+        with pytest.raises(ValueError, match=r"masking=1 needs momentum .* give momentum=m .* or drop masking"):
+            make()
+    with pytest.raises(ValueError, match=r"masking=True needs momentum > 0.* give momentum=m .* or drop masking"):
+        hc.MomentumCorrection(hc.ErrorFeedback(hc.create("topk", ratio=0.05)), 0.0, masking=True)
+    assert hc.create_from_spec("dgc:momentum=0.9,masking=1").masking  # with momentum, still accepted
+    assert hc.MomentumCorrection(hc.create("topk", ratio=0.05), 0.0).momentum == 0.0  # without masking, too
+
+
 @pytest.mark.parametrize("offset", [1, 2, 3])
 def test_onebit_blocks_decode_from_any_offset(offset):
     """A payload inside a received buffer can start at any byte: the float32 scales are then

@@ -118,6 +118,10 @@ class DGC(SparseCompressor):
             raise ValueError(f"dgc: sample_ratio must be in (0, 1], got {sample_ratio}")
         if not 0 <= momentum < 1:
             raise ValueError(f"dgc: momentum must be in [0, 1), got {momentum}")
+        if masking and not momentum:
+            # masking clears the velocity, which only exists with momentum correction: silently a no-op
+            raise ValueError("dgc: masking=1 needs momentum correction, but momentum is 0; "
+                             "give momentum=m (e.g. dgc:momentum=0.9,masking=1) or drop masking")
         if not 0 <= lower_bound < 1:
             raise ValueError(f"dgc: lower_bound must be in [0, 1) (0: no threshold adaptation), got {lower_bound}")
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
