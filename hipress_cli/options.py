@@ -482,6 +482,23 @@ CompllDirOpt = Annotated[Path | None, typer.Option("--compll-dir", parser=path_o
                                                    "specs (*.pse): their algorithms can be named by --alg.")]
 
 
+def unknown_algorithm(error: KeyError, compll_dir: Path | None) -> typer.Exit:
+    """The exit for ``--alg`` naming no algorithm (``hipress.compress.UnknownAlgorithm``) in ``run`` and
+    ``bench compress``: the library's message (the names, a near miss), and, where the name is no near
+    miss, how a new one is added (a CompLL spec in ``--compll-dir``), which the library cannot say:
+    only these commands take ``--compll-dir``."""
+    name, text = getattr(error, "name", "NAME"), str(error)
+    if getattr(error, "meant", None):
+        return fail(text)
+    if compll_dir is not None:
+        return fail(f"{text}. --compll-dir {compll_dir} holds no {name}.pse: an algorithm of a --compll-dir is "
+                    f"named after its spec file")
+    return fail(f"{text}. To add an algorithm of your own, write it as a CompLL spec DIR/{name}.pse "
+                "(lib/compll/LANGUAGE.md; the built-ins' are in lib/compll/specs) and give --compll-dir DIR; "
+                f"`hipress compll check DIR/{name}.pse` checks it and `hipress compll gen DIR/{name}.pse` "
+                "shows the code it becomes")
+
+
 # --- SSH hosts: the same options with the same meaning for `run`, `profile` and `cluster check` ----------
 HostsOpt = Annotated[str | None, typer.Option(
     "--hosts", help="Hosts and their slots (ranks), comma-separated: node1:2,node2:2 (IPv6: [2001:db8::2]:2).")]

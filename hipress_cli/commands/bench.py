@@ -19,6 +19,7 @@ from hipress_cli.options import (
     parse_fp32_size,
     print_json,
     split_option,
+    unknown_algorithm,
 )
 
 app = typer.Typer(help="Benchmarks: compressors, synchronization, planning and training; medians side by side.",
@@ -69,7 +70,9 @@ def compress(
         result = bench_compress(
             names, nbytes, repeat=repeat, warmup=warmup, threads=threads, reference=reference, device=device
         )
-    except (UnknownAlgorithm, ValueError, CompressionError) as e:
+    except UnknownAlgorithm as e:
+        raise unknown_algorithm(e, compll_dir) from None
+    except (ValueError, CompressionError) as e:
         raise fail(str(e)) from None
     except (MemoryError, RuntimeError) as e:
         raise out_of_memory(e, size, nbytes) from None

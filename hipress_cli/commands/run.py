@@ -219,6 +219,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Train MODEL data-parallel: local MPI ranks by default (--emulate, --hosts for clusters); writes
         results/<run-id>/ (config, events, summary)."""
+        from hipress.compress import UnknownAlgorithm
         from hipress.launch.heartbeat import check_stall_timeout
         from hipress.train.config import ConfigError, make_config
 
@@ -294,6 +295,8 @@ def register(app: typer.Typer) -> None:
                     device=dev, collective=collective, plan_transport=plan_transport,
                 )
             except ConfigError as e:
+                if isinstance(e.__cause__, UnknownAlgorithm):
+                    raise opt.unknown_algorithm(e.__cause__, compll_dir) from None
                 raise fail(str(e)) from None
             if cfg.device == "cuda":
                 from hipress.train.config import share_gpus

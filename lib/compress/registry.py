@@ -34,6 +34,7 @@ class UnknownAlgorithm(KeyError):
         self.name = name
         text = f"unknown compression algorithm {name!r}; available: {', '.join(available())}"
         meant = suggestion(str(name), available(), SAME_BUT_FOR_CASE_ELSE_CLOSE)
+        self.meant = meant  # the near miss, if any: a caller's own advice can tell a typo from a new name
         if meant:
             text += f" (did you mean {meant!r}?)"
         super().__init__(text)

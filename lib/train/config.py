@@ -322,8 +322,8 @@ def make_config(
     try:
         algorithm = AlgorithmSpec.parse(alg)
         compressor = algorithm.create()  # the constructor checks the values (ranges) too
-    except UnknownAlgorithm as e:
-        raise ConfigError(str(e)) from None
+    except UnknownAlgorithm as e:  # the cause kept: the CLI adds how to add an algorithm (--compll-dir)
+        raise ConfigError(str(e)) from e
     except ValueError as e:
         raise ConfigError(f"bad --alg {alg!r}: {e}") from None
     # a run that writes checkpoints may be the first part of a longer one (``--resume --iters``)

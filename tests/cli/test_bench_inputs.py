@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 
 from hipress.compress import available
 from hipress.compress.bench import fp32_elements, human_bytes
+from hipress.compress.registry import unregister
 from hipress.sync import topologies
 from hipress_cli.app import build
 from hipress_cli.commands import bench_sync
@@ -479,3 +481,19 @@ def test_bench_compress_refuses_dgc_masking_without_momentum():
     assert r.returncode == 2 and not r.stdout
     assert "masking=1 needs momentum correction, but momentum is 0" in r.stderr
     assert "give momentum=m (e.g. dgc:momentum=0.9,masking=1) or drop masking" in r.stderr
+
+
+def test_bench_compress_says_how_to_add_an_unknown_algorithm(tmp_path):
+    """``bench compress --alg mygrad`` named the built-ins only, not that a CompLL spec in --compll-dir
+    adds one (and, with --compll-dir, not that the spec's file name is the algorithm's)."""
+    r = hipress("bench", "compress", "--alg", "mygrad", "--size", "1K")
+    assert r.returncode == 2 and not r.stdout
+    assert "unknown compression algorithm 'mygrad'; available:" in r.stderr
+    assert "write it as a CompLL spec DIR/mygrad.pse" in r.stderr and "give --compll-dir DIR" in r.stderr
+    assert "`hipress compll gen DIR/mygrad.pse`" in r.stderr
+    (tmp_path / "othergrad.pse").write_text((Path(__file__).parents[1] / "compll/data/user/scaledsign.pse").read_text())
+    try:
+        r = hipress("bench", "compress", "--alg", "mygrad", "--size", "1K", "--compll-dir", tmp_path)
+    finally:
+        unregister("othergrad")  # installed by --compll-dir in this process: no other test sees it
+    assert r.returncode == 2 and f"--compll-dir {tmp_path} holds no mygrad.pse" in r.stderr

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -677,3 +678,33 @@ def test_a_resume_whose_ranks_could_not_start_leaves_the_runs_events_as_they_wer
     assert "the ranks could not be started on the hosts" in _text(r), r.output
     assert {name: (run_dir / name).read_bytes() for name in before} == before
     assert not list(run_dir.glob("errors-before-resume-*")), "the errors set aside must be put back"
+
+
+@pytest.mark.parametrize("extra", [[], ["--compll-dir", "DIR"]])
+def test_run_says_how_to_add_an_unknown_algorithm(extra, tmp_path):
+    """``run --alg mygrad`` said only "unknown compression algorithm 'mygrad'", not how one is added;
+    with --compll-dir, not that its specs name the algorithms. The library's message (other callers')
+    is unchanged; a near miss (tbqq) gets its "did you mean", not the advice."""
+    from hipress.compress import UnknownAlgorithm
+    from hipress.compress.registry import unregister
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "othergrad.pse").write_text((Path(__file__).parents[1] / "compll/data/user/scaledsign.pse").read_text())
+    args = [str(specs) if a == "DIR" else a for a in extra]
+    try:
+        r = _invoke(["run", "mlp", "--alg", "mygrad", *args, "--results", str(tmp_path / "results")])
+    finally:
+        unregister("othergrad")  # installed by --compll-dir in this process: no other test sees it
+    assert r.exit_code == 2, r.output
+    text = _text(r)
+    assert "unknown compression algorithm 'mygrad'; available:" in text
+    if extra:
+        assert f"--compll-dir {specs} holds no mygrad.pse: an algorithm of a --compll-dir is named after" in text
+    else:
+        assert "write it as a CompLL spec DIR/mygrad.pse" in text and "give --compll-dir DIR" in text
+        assert "`hipress compll gen DIR/mygrad.pse`" in text
+    assert not (tmp_path / "results").exists()
+    r = _invoke(["run", "mlp", "--alg", "tbqq", "--results", str(tmp_path / "results")])
+    assert r.exit_code == 2 and "(did you mean 'tbq'?)" in _text(r) and "--compll-dir" not in _text(r)
+    assert "--compll-dir" not in str(UnknownAlgorithm("mygrad"))
