@@ -10,12 +10,21 @@ import torch
 
 from hipress.compll import compile_spec
 from hipress.compll.builtins import BUILTINS, spec_path
+from hipress.compll.builtins import SPECS as SPEC_DIR
 from hipress.compll.gen_cuda import generate_cuda_source
+from hipress.compll.loader import load_spec
 
 from .conftest import DATA, gradient
 
 NVCC = shutil.which("nvcc")
 SPECS = [spec_path(n) for n in BUILTINS] + [DATA / "TernGradEncode.pse", DATA / "ops.pse"]
+#: Specs beside the built-ins whose CUDA is compared with their CPU code on a GPU, with the parameters
+#: they run at: the per-block ``reduce(v, init, f, B)`` (tests/compll/test_block_reduce.py), compiled by
+#: nvcc there but never run on a GPU before. Ragged blocks: 1000 and 200_003 are multiples of neither.
+BLOCK_SPECS = {
+    "onebit_blocks": (SPEC_DIR / "onebit_blocks.pse", {"block": 32}),
+    "blockreduce": (DATA / "user" / "blockreduce.pse", {"block": 7}),
+}
 
 
 def _cuda_available() -> bool:
@@ -51,13 +60,21 @@ def test_generated_cuda_compiles_with_nvcc(tmp_path):
 needs_gpu = pytest.mark.skipif(not _cuda_available(), reason="no CUDA GPU (CuPy and torch) on this machine")
 
 
+def _compressor(name: str, generated):
+    """The generated compressor ``name``: a built-in, or one of ``BLOCK_SPECS`` loaded (not registered)."""
+    if name in BLOCK_SPECS:
+        path, params = BLOCK_SPECS[name]
+        return load_spec(path, register=False, cache=DATA.parent / ".cache")(**params)
+    return generated[name]()
+
+
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("kind", ["normal", "tiny", "signed_zeros"])
-@pytest.mark.parametrize("name", BUILTINS)
+@pytest.mark.parametrize("name", [*BUILTINS, *BLOCK_SPECS])
 def test_gpu_matches_cpu(name, kind, generated):
     """Same bytes as the generated CPU code, subnormal values (``tiny``: no flush-to-zero) included."""
-    comp = generated[name]()
+    comp = _compressor(name, generated)
     from hipress.compress import GradientState
 
     for n in (0, 1, 7, 1000, 200_003):
