@@ -54,12 +54,12 @@ ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print every simulat
 RefitOpt = Annotated[bool, typer.Option(
     "--refit", help="Fit each cluster's parameters again on its baseline curves in sosp21.json (many minutes) and "
                     "save them in the package.")]
-#: ``--validate``'s duration, said in its help: about 4.5 minutes on the loaded 2-core CI machine (47 before the
-#: fits were made faster; commit 7b2877a's log says about 6), so "about 5 minutes on two cores".
+#: ``--validate``'s duration, said in its help: 77 s measured on the 2-core machine at load average ~4.5 (with
+#: other work), about 4.5 minutes while a full CI run shared it; 47 minutes before the fits were made faster.
 ValidateOpt = Annotated[bool, typer.Option(
     "--validate", help="sim: leave-one-out check instead of the figures: refit without each model's curves and "
-                       "predict them (about 5 minutes on two cores); writes validate.md/.json in the output "
-                       "directory.")]
+                       "predict them (1 to 5 minutes on two cores, as busy as they are); writes validate.md/.json "
+                       "in the output directory.")]
 ExperimentsOpt = Annotated[Path | None, typer.Option(
     "--experiments", parser=path_option, help="Directory of fig*.toml (default: the checkout's experiments/sosp21).")]
 HostsOpt = Annotated[int, typer.Option("--hosts", min=1, max=4, help="real: largest emulated cluster (1-4 hosts).")]
