@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import paramiko
 
-from .ssh import Deadline, command
+from .ssh import bounded_exec, command
 
 #: Signals every process of this user whose environment holds ``HIPRESS_JOB=<token>`` and prints
 #: how many it found. Hydra puts each rank in its own process group, so killing the proxy's
@@ -207,28 +207,14 @@ def signal_job(client: paramiko.SSHClient, python: str, token: str, sig: str, ti
     """Send ``sig`` (``TERM``, ``KILL``, or ``0`` to count) to the job's processes on a host; how many, or None
     when the host cannot be asked.
 
-    Bounded: the session opens within ``timeout`` and the request ends within ``timeout`` more (``ssh.Deadline``):
+    Bounded: the session opens within ``timeout`` and the request ends within ``timeout`` more (``ssh.bounded_exec``):
     paramiko's ``exec_command`` and ``recv_exit_status`` wait with no timeout, so a host that froze after its
     session opened (after ``RemoteJob.stop``'s probe answered) kept ``RemoteProcess.stop`` waiting forever. A
     request cut by the deadline is None, not the count read so far."""
     if sig not in ("0", "TERM", "KILL", "INT"):
         raise ValueError(f"unexpected signal {sig!r}")
-    transport = client.get_transport()
-    if transport is None or not transport.is_active():
-        return None
+    out = bounded_exec(client, command([python, "-c", KILLER, token, sig]), timeout)
     try:
-        chan = transport.open_session(timeout=timeout)
-    except (OSError, EOFError, paramiko.SSHException):
+        return None if out is None else int(out.strip() or b"0")
+    except ValueError:
         return None
-    with Deadline(chan, timeout) as deadline:
-        try:
-            chan.settimeout(timeout)
-            chan.exec_command(command([python, "-c", KILLER, token, sig]))
-            out = b""
-            while chunk := chan.recv(4096):
-                out += chunk
-            chan.recv_exit_status()
-            count = int(out.strip() or b"0")
-        except (OSError, EOFError, ValueError, paramiko.SSHException):
-            return None
-    return None if deadline.cut else count

@@ -310,7 +310,7 @@ class Deadline:
     status with no timeout (``settimeout`` bounds reads only), so a host that froze after its session opened kept
     the caller waiting forever. Closing the channel sets the events both waits are on, and makes reads return
     EOF: what came back after a cut is incomplete, which ``cut`` tells the caller (it is set before the close).
-    The one place for this bound: ``kill_group`` and ``remote_scripts.signal_job`` use it."""
+    The one place for this bound: ``bounded_exec`` uses it."""
 
     def __init__(self, chan: paramiko.Channel, seconds: float) -> None:
         self.chan, self.cut = chan, False
@@ -330,6 +330,33 @@ class Deadline:
         _close_quietly(self.chan)
 
 
+def bounded_exec(client: paramiko.SSHClient, line: str, timeout: float) -> bytes | None:
+    """Run the shell ``line`` on the host over a channel of its own; its standard output, or None when the host did
+    not answer: no connection, no session within ``timeout``, an error, or the command not ended within
+    ``timeout`` more (``Deadline``: what was read before a cut is incomplete, so it is not returned).
+
+    The one bounded request of the stop path: ``kill_group`` and ``remote_scripts.signal_job`` are this with
+    their own command and their own reading of the answer."""
+    transport = client.get_transport()
+    if transport is None or not transport.is_active():
+        return None
+    try:
+        chan = transport.open_session(timeout=timeout)
+    except (OSError, EOFError, paramiko.SSHException):
+        return None
+    with Deadline(chan, timeout) as deadline:
+        try:
+            chan.settimeout(timeout)
+            chan.exec_command(line)
+            out = b""
+            while chunk := chan.recv(4096):
+                out += chunk
+            chan.recv_exit_status()
+        except (OSError, EOFError, paramiko.SSHException):
+            return None
+    return None if deadline.cut else out
+
+
 def kill_group(client: paramiko.SSHClient, pgid: int, sig: str) -> bool:
     """Send ``sig`` (``TERM``, ``KILL``) to the process group ``pgid`` on the host, over a channel of its own;
     best effort (a group already gone, or a connection lost, is not an error). Returns whether the host answered:
@@ -337,22 +364,9 @@ def kill_group(client: paramiko.SSHClient, pgid: int, sig: str) -> bool:
     so that a caller does not send a second signal to a host that did not answer the first.
 
     Bounded: the session opens within ``KILL_S``, and the command starts and exits within ``KILL_S`` more
-    (``Deadline``)."""
-    transport = client.get_transport()
-    if transport is None or not transport.is_active():
-        return False
-    try:
-        chan = transport.open_session(timeout=KILL_S)
-    except (OSError, EOFError, paramiko.SSHException):
-        return False
-    with Deadline(chan, KILL_S) as deadline:
-        try:
-            chan.settimeout(KILL_S)
-            chan.exec_command(shlex.join(["kill", f"-{sig}", "--", f"-{pgid}"]) + " 2>/dev/null; true")
-            chan.recv_exit_status()
-        except (OSError, EOFError, paramiko.SSHException):
-            return False
-    return not deadline.cut
+    (``bounded_exec``)."""
+    line = shlex.join(["kill", f"-{sig}", "--", f"-{pgid}"]) + " 2>/dev/null; true"
+    return bounded_exec(client, line, KILL_S) is not None
 
 
 def _close_quietly(chan: paramiko.Channel) -> None:
