@@ -122,6 +122,21 @@ def _pop(hr, hp, hs, ht, size):  # noqa: ANN001, ANN202
 
 
 @nb.njit(cache=True, nogil=True)
+def _release(ptr, idx, t, at, ready, pending, priority, hr, hp, hs, ht, size, seq):  # noqa: ANN001, ANN202
+    """Task ``t``'s successors in ``idx[ptr[t]:ptr[t + 1]]`` may start no earlier than ``at``; each whose last
+    predecessor this was is pushed, in that order. Returns the heap's new size and the last sequence number."""
+    for k in range(ptr[t], ptr[t + 1]):
+        s = idx[k]
+        if at > ready[s]:
+            ready[s] = at
+        pending[s] -= 1
+        if pending[s] == 0:
+            seq += 1
+            size = _push(hr, hp, hs, ht, size, ready[s], priority[s], seq, s)
+    return size, seq
+
+
+@nb.njit(cache=True, nogil=True)
 def _run(duration, delay, priority, ready0, pending0, res_ptr, res_idx, succ_ptr, succ_idx, ssucc_ptr,  # noqa: ANN001, ANN202
          ssucc_idx, free_at0, busy0):
     """The scheduling loop (``engine``'s docstring): pop the ready task with the smallest
@@ -160,20 +175,7 @@ def _run(duration, delay, priority, ready0, pending0, res_ptr, res_idx, succ_ptr
         done = en + delay[t]
         if done > makespan:
             makespan = done
-        for k in range(ssucc_ptr[t], ssucc_ptr[t + 1]):
-            s = ssucc_idx[k]
-            if st > ready[s]:
-                ready[s] = st
-            pending[s] -= 1
-            if pending[s] == 0:
-                seq += 1
-                size = _push(hr, hp, hs, ht, size, ready[s], priority[s], seq, s)
-        for k in range(succ_ptr[t], succ_ptr[t + 1]):
-            s = succ_idx[k]
-            if done > ready[s]:
-                ready[s] = done
-            pending[s] -= 1
-            if pending[s] == 0:
-                seq += 1
-                size = _push(hr, hp, hs, ht, size, ready[s], priority[s], seq, s)
+        # the successors that wait for its start, then those that wait for its end (and delay)
+        size, seq = _release(ssucc_ptr, ssucc_idx, t, st, ready, pending, priority, hr, hp, hs, ht, size, seq)
+        size, seq = _release(succ_ptr, succ_idx, t, done, ready, pending, priority, hr, hp, hs, ht, size, seq)
     return start, end, free_at, busy, makespan, finished
